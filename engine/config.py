@@ -1,0 +1,121 @@
+"""Typed, frozen configuration: what the model is (ModelConfig) and how the engine runs
+(EngineConfig). Both validate on construction; parsing from checkpoint files lives in
+engine/checkpoint/ (the loader), not here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.kernels.base import DEFAULT_BLOCK, ScaleKind
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field."""
+
+
+def _require(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class RopeConfig:
+    """Rotary embedding, half-split layout. rope_type "default" is plain RoPE; "yarn" uses
+    factor/original_max_position_embeddings/beta_fast/beta_slow/mscale/mscale_all_dim.
+    llama_4_scaling_beta > 0 scales q after RoPE by
+    1 + beta * ln(1 + floor(pos / original_max_position_embeddings)); 0 turns it off."""
+
+    theta: float = 10000.0
+    rope_type: str = "default"  # "default" | "yarn"
+    factor: float = 1.0
+    original_max_position_embeddings: int = 4096
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float = 1.0
+    mscale_all_dim: float = 0.0
+    llama_4_scaling_beta: float = 0.0
+
+    def __post_init__(self) -> None:
+        _require(self.rope_type in ("default", "yarn"), f"rope_type {self.rope_type!r} unsupported")
+        _require(self.theta > 0, "rope theta must be > 0")
+        _require(self.factor >= 1.0, "rope factor must be >= 1")
+        _require(self.original_max_position_embeddings > 0, "original_max_position_embeddings > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class QuantConfig:
+    """How decoder linears are stored. method "none" = bf16 checkpoint."""
+
+    method: str = "none"  # "fp8" | "none"
+    scale_kind: ScaleKind = ScaleKind.PER_TENSOR  # PER_TENSOR or BLOCK on disk
+    block_size: tuple[int, int] = DEFAULT_BLOCK
+    activation_scheme: str = "static"  # "static" | "dynamic"
+    modules_to_not_convert: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _require(self.method in ("fp8", "none"), f"quant_method {self.method!r} unsupported")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """The Ministral-3 text decoder (also Mistral / Llama text models)."""
+
+    architecture: str  # as found in config.json / inferred for params.json
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    rms_norm_eps: float = 1e-5
+    max_position_embeddings: int = 32768
+    tie_word_embeddings: bool = False
+    rope: RopeConfig = field(default_factory=RopeConfig)
+    quant: QuantConfig = field(default_factory=QuantConfig)
+    bos_token_id: int | None = 1
+    eos_token_ids: tuple[int, ...] = (2,)
+    has_vision: bool = False  # multimodal checkpoint: vision weights present, not served
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "intermediate_size", "num_layers", "num_heads",
+                     "num_kv_heads", "head_dim", "vocab_size"):
+            _require(getattr(self, name) > 0, f"{name} must be > 0")
+        _require(self.num_heads % self.num_kv_heads == 0,
+                 f"num_heads {self.num_heads} not a multiple of num_kv_heads {self.num_kv_heads}")
+        _require(self.head_dim % 2 == 0, "head_dim must be even for RoPE")
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+        return 2 * self.num_layers * self.kv_size * dtype_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """How the engine runs a model. Built from service settings or CLI flags."""
+
+    model_dir: Path
+    max_num_seqs: int = 16
+    max_model_len: int = 4096
+    kv_cache_gib: float = 1.0
+    kv_block_size: int = 16
+    max_num_batched_tokens: int = 512  # prefill chunk budget per step
+    threads: int | None = None  # torch intra-op threads; None = all cores
+    kernel: str | None = None  # FP8SERVE_KERNEL: force this kernel id
+    disabled_kernels: tuple[str, ...] = ()  # FP8SERVE_DISABLED_KERNELS
+
+    def __post_init__(self) -> None:
+        _require(self.max_num_seqs >= 1, "max_num_seqs must be >= 1")
+        _require(self.max_model_len >= 2, "max_model_len must be >= 2")
+        _require(self.kv_cache_gib > 0, "kv_cache_gib must be > 0")
+        _require(self.kv_block_size >= 1, "kv_block_size must be >= 1")
+        _require(self.max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1")
+        _require(self.threads is None or self.threads >= 1, "threads must be >= 1")
