@@ -1,0 +1,15 @@
+"""`fp8serve bench {kernels,generate,serve}`: each benchmark is its own module."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+BENCH_MODULES = ("cli.bench_kernels", "cli.bench_generate", "cli.bench_serve")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="benchmarks that print ratios against same-run baselines")
+    bench_sub = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    for name in BENCH_MODULES:
+        importlib.import_module(name).register(bench_sub)
