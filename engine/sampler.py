@@ -1,0 +1,204 @@
+"""logits [B, V] fp32 -> next token ids [B] int64, batched, pure (no state between calls).
+
+Processing order per row (OpenAI / vLLM definitions):
+  1. repetition_penalty r over tokens seen in prompt + output: positive logits are divided
+     by r, negative ones multiplied by r;
+  2. frequency_penalty f and presence_penalty p over output tokens:
+     logit[t] -= f * count[t] + p * (count[t] > 0);
+  3. logit_bias added;
+  4. min_tokens: while fewer than min_tokens outputs exist, stop_token_ids (and the EOS ids
+     unless ignore_eos) are set to -inf.
+  -> these are the *processed logits*. Reported logprobs are log_softmax(processed logits):
+     the model's distribution after penalties/bias/min_tokens, before temperature and the
+     top-k/top-p/min-p truncation (so they do not depend on the sampling temperature and
+     sum to 1 over the vocabulary).
+  5. temperature 0: argmax of the processed logits. Otherwise divide by temperature, then
+     min_p (drop tokens whose probability < min_p * max probability), top_k, top_p
+     (smallest prefix of the sorted distribution whose mass reaches top_p), then sample.
+
+Sampling uses the exponential race: token = argmax(p / q), q ~ Exp(1) i.i.d., which draws
+exactly from p. A row with its own ``torch.Generator`` draws its V exponentials from that
+generator alone, so seeded output never depends on the other rows of the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from engine.sampling_params import SamplingParams
+
+TopLogprobs = tuple[list[int], list[float]]  # (token ids, logprobs), best first
+
+
+@dataclass(frozen=True)
+class SamplerOutput:
+    token_ids: torch.Tensor  # [B] int64
+    logprobs: torch.Tensor  # [B] fp32: logprob of the chosen token (processed logits)
+    top_logprobs: list[TopLogprobs | None]  # per row; None when params.logprobs is None
+
+
+def apply_penalties(
+    x: torch.Tensor,
+    params: Sequence[SamplingParams],
+    prompt_ids: Sequence[Sequence[int]],
+    output_ids: Sequence[Sequence[int]],
+) -> None:
+    """In place on x [B, V] fp32: repetition, then frequency and presence penalties."""
+    rows = [i for i, p in enumerate(params) if p.has_penalties]
+    if not rows:
+        return
+    b, v = len(rows), x.shape[1]
+    counts = torch.zeros(b, v, dtype=torch.float32)
+    seen = torch.zeros(b, v, dtype=torch.bool)
+    for j, i in enumerate(rows):
+        out = torch.as_tensor(list(output_ids[i]), dtype=torch.long)
+        counts[j].index_add_(0, out, torch.ones(len(out)))
+        seen[j, torch.as_tensor(list(prompt_ids[i]), dtype=torch.long)] = True
+    seen |= counts > 0
+    idx = torch.as_tensor(rows)
+    rep = torch.tensor([params[i].repetition_penalty for i in rows])[:, None]
+    freq = torch.tensor([params[i].frequency_penalty for i in rows])[:, None]
+    pres = torch.tensor([params[i].presence_penalty for i in rows])[:, None]
+    sub = x[idx]
+    sub = torch.where(seen, torch.where(sub > 0, sub / rep, sub * rep), sub)
+    sub = sub - freq * counts - pres * (counts > 0).float()
+    x[idx] = sub
+
+
+def apply_bias_and_min_tokens(
+    x: torch.Tensor,
+    params: Sequence[SamplingParams],
+    output_ids: Sequence[Sequence[int]],
+    eos_token_ids: frozenset[int],
+) -> None:
+    """In place on x [B, V] fp32: logit_bias, then the min_tokens stop-token mask."""
+    v = x.shape[1]
+    for i, p in enumerate(params):
+        if p.logit_bias:
+            ids = torch.as_tensor(list(p.logit_bias.keys()), dtype=torch.long)
+            x[i, ids] += torch.as_tensor(list(p.logit_bias.values()), dtype=torch.float32)
+        if len(output_ids[i]) < p.min_tokens:
+            banned = set(p.stop_token_ids) | (set() if p.ignore_eos else set(eos_token_ids))
+            banned_ids = [t for t in banned if t < v]
+            if banned_ids:
+                x[i, torch.as_tensor(banned_ids, dtype=torch.long)] = float("-inf")
+
+
+def truncate(
+    y: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor
+) -> torch.Tensor:
+    """y [b, V] fp32 temperature-scaled logits; top_k [b] int64 (V = off); top_p, min_p [b]
+    fp32. Returns y with every dropped token set to -inf (at least one token survives)."""
+    if bool((min_p > 0).any()):
+        probs = torch.softmax(y, dim=-1)
+        thresh = min_p[:, None] * probs.max(dim=-1, keepdim=True).values
+        y = y.masked_fill(probs < thresh, float("-inf"))
+    v = y.shape[1]
+    if not bool((top_k < v).any() or (top_p < 1).any()):
+        return y
+    sorted_y, order = y.sort(dim=-1, descending=True)
+    drop = torch.arange(v)[None, :] >= top_k[:, None]
+    sorted_y = sorted_y.masked_fill(drop, float("-inf"))
+    sp = torch.softmax(sorted_y, dim=-1)
+    mass_before = sp.cumsum(dim=-1) - sp
+    drop |= (mass_before >= top_p[:, None]) & (top_p[:, None] < 1)
+    drop[:, 0] = False
+    sorted_y = sorted_y.masked_fill(drop, float("-inf"))
+    return torch.empty_like(y).scatter_(-1, order, sorted_y)
+
+
+def _exponential_race(
+    probs: torch.Tensor, generators: Sequence[torch.Generator | None]
+) -> torch.Tensor:
+    """probs [b, V] fp32 -> [b] int64; row i draws its noise from generators[i] alone."""
+    q = torch.empty_like(probs)
+    unseeded = [i for i, g in enumerate(generators) if g is None]
+    if unseeded:
+        q[unseeded] = torch.empty(len(unseeded), probs.shape[1]).exponential_()
+    for i, g in enumerate(generators):
+        if g is not None:
+            q[i].exponential_(generator=g)
+    return (probs / q.clamp_(min=1e-30)).argmax(dim=-1)
+
+
+def _sample_random(
+    x: torch.Tensor,
+    rows: list[int],
+    params: Sequence[SamplingParams],
+    generators: Sequence[torch.Generator | None],
+) -> torch.Tensor:
+    v = x.shape[1]
+    ps = [params[i] for i in rows]
+    temp = torch.tensor([p.temperature for p in ps], dtype=torch.float32)[:, None]
+    top_k = torch.tensor([p.top_k if p.top_k_enabled else v for p in ps], dtype=torch.long)
+    top_p = torch.tensor([p.top_p for p in ps], dtype=torch.float32)
+    min_p = torch.tensor([p.min_p for p in ps], dtype=torch.float32)
+    y = truncate(x[rows] / temp, top_k.clamp(max=v), top_p, min_p)
+    return _exponential_race(torch.softmax(y, dim=-1), [generators[i] for i in rows])
+
+
+def top_logprobs(logprobs: torch.Tensor, k: int) -> TopLogprobs:
+    """logprobs [V] fp32 -> the k best (ids, logprobs)."""
+    if k <= 0:
+        return ([], [])
+    vals, ids = logprobs.topk(min(k, logprobs.shape[0]))
+    return (ids.tolist(), vals.tolist())
+
+
+def sample(
+    logits: torch.Tensor,
+    params: Sequence[SamplingParams],
+    prompt_ids: Sequence[Sequence[int]],
+    output_ids: Sequence[Sequence[int]],
+    generators: Sequence[torch.Generator | None],
+    eos_token_ids: Iterable[int] = (),
+) -> SamplerOutput:
+    """logits [B, V] fp32 (not modified) -> SamplerOutput; see the module docstring."""
+    b = logits.shape[0]
+    if not (len(params) == len(prompt_ids) == len(output_ids) == len(generators) == b):
+        raise ValueError(f"sample: {b} logit rows but {len(params)} params, "
+                         f"{len(prompt_ids)} prompts, {len(output_ids)} outputs, "
+                         f"{len(generators)} generators")
+    x = logits.to(torch.float32).clone()
+    apply_penalties(x, params, prompt_ids, output_ids)
+    apply_bias_and_min_tokens(x, params, output_ids, frozenset(eos_token_ids))
+    logprobs = torch.log_softmax(x, dim=-1)
+    tokens = x.argmax(dim=-1)
+    rows = [i for i, p in enumerate(params) if not p.greedy]
+    if rows:
+        tokens[rows] = _sample_random(x, rows, params, generators)
+    chosen = logprobs.gather(1, tokens[:, None])[:, 0]
+    tops = [None if p.logprobs is None else top_logprobs(logprobs[i], p.logprobs)
+            for i, p in enumerate(params)]
+    return SamplerOutput(tokens, chosen, tops)
+
+
+class Sampler:
+    """:func:`sample` bound to a model's EOS ids (needed for min_tokens)."""
+
+    def __init__(self, eos_token_ids: Iterable[int] = ()) -> None:
+        self.eos_token_ids = frozenset(eos_token_ids)
+
+    def __call__(self, logits, params, prompt_ids, output_ids, generators) -> SamplerOutput:
+        return sample(logits, params, prompt_ids, output_ids, generators, self.eos_token_ids)
+
+
+def make_generator(seed: int | None) -> torch.Generator | None:
+    """The per-request generator: None for unseeded requests (global RNG)."""
+    if seed is None:
+        return None
+    return torch.Generator().manual_seed(seed)
+
+
+def token_logprobs(
+    logits: torch.Tensor, target_ids: Sequence[int], k: int
+) -> tuple[list[float], list[TopLogprobs]]:
+    """Prompt logprobs: logits [T, V] fp32 where row t predicts target_ids[t] -> the logprob
+    of each target (raw log_softmax, no penalties) and its k best alternatives."""
+    lp = torch.log_softmax(logits.to(torch.float32), dim=-1)
+    tgt = torch.as_tensor(list(target_ids), dtype=torch.long)
+    chosen = lp.gather(1, tgt[:, None])[:, 0].tolist()
+    return chosen, [top_logprobs(lp[t], k) for t in range(lp.shape[0])]

@@ -1,0 +1,135 @@
+"""Per-request sampling parameters (OpenAI / vLLM semantics), validated on construction.
+
+``n`` (several completions per prompt) is handled by the caller: it submits ``n`` requests
+with the same prompt, each with its own seed (``seed + i`` when a seed is given).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+MAX_LOGPROBS = 20
+
+
+class SamplingParamsError(ValueError):
+    """A sampling parameter is out of range; the message names the field."""
+
+
+def _check(cond: bool, name: str, msg: str) -> None:
+    if not cond:
+        raise SamplingParamsError(f"{name}: {msg}")
+
+
+def _finite(x: float) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _as_tuple(value: str | Iterable | None) -> tuple:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick each next token and when to stop.
+
+    temperature 0 means greedy (argmax). top_k -1 or 0 means off. logprobs: None for no
+    logprobs, k in 0..20 for the chosen token's logprob plus k top alternatives.
+    logit_bias maps token id -> additive bias in [-100, 100] (stored read-only).
+    """
+
+    max_tokens: int | None = 16  # None: until EOS / max_model_len
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: Mapping[int, float] = field(default_factory=dict)
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stop", _as_tuple(self.stop))
+        object.__setattr__(self, "stop_token_ids", tuple(_as_tuple(self.stop_token_ids)))
+        bias = {int(k): float(v) for k, v in dict(self.logit_bias or {}).items()}
+        object.__setattr__(self, "logit_bias", MappingProxyType(bias))
+        self._validate_lengths()
+        self._validate_distribution()
+        self._validate_penalties()
+        self._validate_outputs()
+
+    def _validate_lengths(self) -> None:
+        mt = self.max_tokens
+        _check(mt is None or (isinstance(mt, int) and mt >= 1), "max_tokens", f"must be >= 1, got {mt}")
+        _check(isinstance(self.min_tokens, int) and self.min_tokens >= 0, "min_tokens",
+               f"must be >= 0, got {self.min_tokens}")
+        _check(mt is None or self.min_tokens <= mt, "min_tokens",
+               f"{self.min_tokens} exceeds max_tokens {mt}")
+        _check(self.seed is None or (isinstance(self.seed, int) and not isinstance(self.seed, bool)),
+               "seed", f"must be an integer, got {self.seed!r}")
+
+    def _validate_distribution(self) -> None:
+        t = self.temperature
+        _check(_finite(t) and t >= 0, "temperature", f"must be a finite number >= 0, got {t}")
+        _check(_finite(self.top_p) and 0 < self.top_p <= 1, "top_p",
+               f"must be in (0, 1], got {self.top_p}")
+        _check(isinstance(self.top_k, int) and self.top_k >= -1, "top_k",
+               f"must be -1 (off), 0 (off) or >= 1, got {self.top_k}")
+        _check(_finite(self.min_p) and 0 <= self.min_p <= 1, "min_p",
+               f"must be in [0, 1], got {self.min_p}")
+
+    def _validate_penalties(self) -> None:
+        rp = self.repetition_penalty
+        _check(_finite(rp) and rp > 0, "repetition_penalty", f"must be > 0, got {rp}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            v = getattr(self, name)
+            _check(_finite(v) and -2 <= v <= 2, name, f"must be in [-2, 2], got {v}")
+        for tok, b in self.logit_bias.items():
+            _check(tok >= 0, "logit_bias", f"token id {tok} must be >= 0")
+            _check(math.isfinite(b) and -100 <= b <= 100, "logit_bias",
+                   f"bias {b} for token {tok} must be in [-100, 100]")
+
+    def _validate_outputs(self) -> None:
+        for name in ("logprobs", "prompt_logprobs"):
+            v = getattr(self, name)
+            _check(v is None or (isinstance(v, int) and 0 <= v <= MAX_LOGPROBS), name,
+                   f"must be None or an integer in 0..{MAX_LOGPROBS}, got {v!r}")
+        for s in self.stop:
+            _check(isinstance(s, str) and s != "", "stop", "stop strings must be non-empty str")
+        for t in self.stop_token_ids:
+            _check(isinstance(t, int) and t >= 0, "stop_token_ids", f"bad token id {t!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def top_k_enabled(self) -> bool:
+        return self.top_k >= 1
+
+    @property
+    def has_penalties(self) -> bool:
+        return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
+                or self.frequency_penalty != 0.0)
+
+    def validate_for_vocab(self, vocab_size: int) -> None:
+        """Token ids named by the request must exist in the model's vocabulary."""
+        for name, ids in (("logit_bias", self.logit_bias.keys()),
+                          ("stop_token_ids", self.stop_token_ids)):
+            bad = [t for t in ids if t >= vocab_size]
+            _check(not bad, name, f"token ids {bad[:5]} out of range for vocab {vocab_size}")

@@ -1,0 +1,180 @@
+import math
+
+import pytest
+import torch
+
+from engine.sampler import Sampler, make_generator, sample, token_logprobs, truncate
+from engine.sampling_params import SamplingParams, SamplingParamsError
+
+V = 8
+
+
+def _run(logits, params, prompts=None, outputs=None, gens=None, eos=()):
+    b = logits.shape[0]
+    return sample(logits, params, prompts or [[]] * b, outputs or [[]] * b,
+                  gens or [None] * b, eos)
+
+
+def _processed(logits, p, prompt=(), output=(), eos=()):
+    """Processed-logit row recovered from the reported logprobs (log_softmax is shift-only)."""
+    out = _run(logits[None], [SamplingParams(**p, logprobs=V)], [list(prompt)], [list(output)],
+               eos=eos)
+    ids, lps = out.top_logprobs[0]
+    row = torch.empty(V)
+    row[torch.tensor(ids)] = torch.tensor(lps)
+    return row
+
+
+def test_greedy_is_argmax_and_logprobs_normalised():
+    logits = torch.randn(3, V)
+    out = _run(logits, [SamplingParams(temperature=0, logprobs=V)] * 3)
+    assert out.token_ids.tolist() == logits.argmax(-1).tolist()
+    assert out.token_ids.dtype == torch.int64 and out.logprobs.dtype == torch.float32
+    for i, (ids, lps) in enumerate(out.top_logprobs):
+        assert len(ids) == V and math.isclose(sum(math.exp(x) for x in lps), 1.0, rel_tol=1e-5)
+        assert ids[0] == out.token_ids[i].item()
+        assert lps[0] == pytest.approx(out.logprobs[i].item())
+
+
+def test_repetition_penalty_matches_definition():
+    logits = torch.tensor([2.0, -1.0, 0.5, -3.0, 1.0, 0.0, 4.0, -0.5])
+    got = _processed(logits, dict(temperature=0, repetition_penalty=2.0), prompt=[0, 1],
+                     output=[2, 1])
+    want = logits.clone()
+    want[0] = 2.0 / 2  # positive, seen in prompt: divided
+    want[1] = -1.0 * 2  # negative, seen: multiplied
+    want[2] = 0.5 / 2  # seen in output
+    want = torch.log_softmax(want, -1)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_presence_frequency_penalties_match_definition():
+    logits = torch.tensor([2.0, -1.0, 0.5, -3.0, 1.0, 0.0, 4.0, -0.5])
+    got = _processed(logits, dict(temperature=0, presence_penalty=0.5, frequency_penalty=0.25),
+                     prompt=[4, 5], output=[6, 6, 6, 0])
+    want = logits.clone()
+    want[6] -= 0.25 * 3 + 0.5  # prompt tokens 4, 5 are not penalised
+    want[0] -= 0.25 * 1 + 0.5
+    torch.testing.assert_close(got, torch.log_softmax(want, -1), rtol=1e-5, atol=1e-5)
+
+
+def test_penalty_changes_greedy_choice():
+    logits = torch.tensor([[0.0, 3.0, 2.9, 0, 0, 0, 0, 0]])
+    out = _run(logits, [SamplingParams(temperature=0, repetition_penalty=1.5)], [[1]], [[]])
+    assert out.token_ids.item() == 2
+
+
+def test_logit_bias_and_min_tokens():
+    logits = torch.zeros(1, V)
+    p = SamplingParams(temperature=0, logit_bias={5: 10.0})
+    assert _run(logits, [p]).token_ids.item() == 5
+    biased = torch.tensor([[0.0, 0, 9, 0, 0, 0, 0, 8]])
+    p = SamplingParams(temperature=0, min_tokens=2, stop_token_ids=(7,))
+    out = _run(biased, [p], outputs=[[1]], eos=(2,))
+    assert out.token_ids.item() == 0  # 2 (eos) and 7 (stop id) masked
+    assert out.logprobs.item() > -10
+    out = _run(biased, [p], outputs=[[1, 1]], eos=(2,))
+    assert out.token_ids.item() == 2  # min_tokens reached
+    p = SamplingParams(temperature=0, min_tokens=2, ignore_eos=True)
+    assert _run(biased, [p], outputs=[[1]], eos=(2,)).token_ids.item() == 2
+
+
+def test_truncation_masks():
+    y = torch.log(torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05]]))
+    keep = lambda **kw: torch.isfinite(truncate(y, **{  # noqa: E731
+        "top_k": torch.tensor([5]), "top_p": torch.tensor([1.0]),
+        "min_p": torch.tensor([0.0]), **kw}))[0].tolist()
+    assert keep(top_k=torch.tensor([2])) == [True, True, False, False, False]
+    assert keep(top_p=torch.tensor([0.6])) == [True, True, False, False, False]
+    assert keep(top_p=torch.tensor([0.7])) == [True, True, False, False, False]
+    assert keep(top_p=torch.tensor([0.71])) == [True, True, True, False, False]
+    assert keep(top_p=torch.tensor([0.1])) == [True, False, False, False, False]
+    assert keep(min_p=torch.tensor([0.3])) == [True, True, True, False, False]
+    assert keep(top_p=torch.tensor([1.0])) == [True] * 5
+
+
+def test_sampled_tokens_stay_inside_the_mask():
+    logits = torch.randn(4, 50)
+    params = [SamplingParams(temperature=1.0, top_k=3, seed=i) for i in range(4)]
+    top3 = logits.topk(3).indices
+    for step in range(20):
+        gens = [make_generator(100 * step + i) for i in range(4)]
+        out = _run(logits, params, gens=gens)
+        for i in range(4):
+            assert out.token_ids[i].item() in top3[i].tolist()
+
+
+def test_seeded_sampling_reproducible_across_batch_composition():
+    torch.manual_seed(0)
+    row = torch.randn(1000)
+    p = SamplingParams(temperature=0.9, top_p=0.95, seed=42)
+
+    def draw(neighbours: int) -> list[int]:
+        g = make_generator(42)
+        toks = []
+        for _ in range(10):
+            others = torch.randn(neighbours, 1000)
+            logits = torch.cat([others[: neighbours // 2], row[None], others[neighbours // 2:]])
+            params = [SamplingParams(temperature=1.3)] * neighbours
+            params.insert(neighbours // 2, p)
+            gens = [None] * neighbours
+            gens.insert(neighbours // 2, g)
+            out = _run(logits, params, gens=gens)
+            toks.append(out.token_ids[neighbours // 2].item())
+        return toks
+
+    alone = draw(0)
+    assert draw(3) == alone and draw(6) == alone
+    assert len(set(alone)) > 1  # really random
+    g = make_generator(43)
+    other = [_run(row[None], [p], gens=[g]).token_ids.item() for _ in range(10)]
+    assert other != alone
+
+
+def test_sampling_frequencies_follow_temperature_scaled_distribution():
+    logits = torch.tensor([[1.0, 0.0, -1.0, 2.0]])
+    p = SamplingParams(temperature=0.5)
+    g = make_generator(7)
+    counts = torch.zeros(4)
+    n = 4000
+    for _ in range(n):
+        counts[_run(logits, [p], gens=[g]).token_ids.item()] += 1
+    want = torch.softmax(logits[0] / 0.5, -1)
+    assert torch.allclose(counts / n, want, atol=0.03)
+
+
+def test_sampler_class_and_prompt_logprobs():
+    s = Sampler(eos_token_ids=[3])
+    logits = torch.tensor([[0.0, 0, 0, 5.0]])
+    out = s(logits, [SamplingParams(temperature=0, min_tokens=1)], [[]], [[]], [None])
+    assert out.token_ids.item() != 3
+    lps, tops = token_logprobs(torch.randn(3, V), [1, 2, 3], 2)
+    assert len(lps) == 3 and all(len(t[0]) == 2 for t in tops)
+    assert all(lp <= 0 for lp in lps)
+
+
+def test_batch_size_mismatch_raises():
+    with pytest.raises(ValueError, match="logit rows"):
+        sample(torch.zeros(2, V), [SamplingParams()], [[]], [[]], [None])
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(temperature=-1), "temperature"), (dict(top_p=0), "top_p"), (dict(top_k=-2), "top_k"),
+    (dict(min_p=1.5), "min_p"), (dict(max_tokens=0), "max_tokens"),
+    (dict(min_tokens=5, max_tokens=2), "min_tokens"), (dict(repetition_penalty=0), "repetition"),
+    (dict(presence_penalty=3), "presence_penalty"), (dict(logprobs=21), "logprobs"),
+    (dict(logit_bias={1: 200}), "logit_bias"), (dict(stop=[""]), "stop"),
+    (dict(temperature=float("nan")), "temperature"), (dict(seed="x"), "seed"),
+])
+def test_params_validation_names_field(kw, field):
+    with pytest.raises(SamplingParamsError, match=field):
+        SamplingParams(**kw)
+
+
+def test_params_normalisation():
+    p = SamplingParams(stop="###", stop_token_ids=[4, 5], logit_bias={"3": 1})
+    assert p.stop == ("###",) and p.stop_token_ids == (4, 5) and dict(p.logit_bias) == {3: 1.0}
+    with pytest.raises(TypeError):
+        p.logit_bias[3] = 2.0  # read-only
+    with pytest.raises(SamplingParamsError, match="stop_token_ids"):
+        SamplingParams(stop_token_ids=(99,)).validate_for_vocab(10)
