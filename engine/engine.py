@@ -1,0 +1,209 @@
+"""The engine: a thread that loops schedule -> runner.run -> sample -> postprocess.
+
+Other threads talk to it only through :meth:`Engine.add_request` and :meth:`Engine.abort`,
+which put work in a lock-protected inbox and wake the loop. Outputs leave through each
+request's sink (see engine/stream.py). A failure inside one request (its chunk of the
+forward pass, its sampling, its detokenization) ends that request with an error and leaves
+the others running; an error outside that isolation kills the loop and flips ``state`` to
+"dead" (the service's /health reports it).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from engine.config import EngineConfig
+from engine.kv_cache import BlockAllocator
+from engine.postprocess import LiveRequest, StepRunner
+from engine.request import (
+    EngineUnavailableError,
+    FinishReason,
+    InvalidRequestError,
+    QueueFullError,
+    Request,
+)
+from engine.scheduler import KvCapacityError, Scheduler
+from engine.stream import EngineObserver, OutputSink
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    state: str  # "ready" | "draining" | "dead"
+    num_running: int
+    num_waiting: int  # queued or preempted, including not yet picked up from the inbox
+    kv_cache_usage: float  # 0.0 .. 1.0
+
+
+class Engine:
+    def __init__(self, runner: Any, tokenizer: Any, config: EngineConfig, *,
+                 max_queue: int | None = None, observer: EngineObserver | None = None,
+                 sampler: Callable[..., Any] | None = None,
+                 detokenizer: Callable[..., Any] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.max_queue = max_queue
+        self.clock = clock
+        self.observer = observer or EngineObserver()
+        allocator = BlockAllocator(runner.num_kv_blocks, runner.block_size)
+        self.scheduler = Scheduler(allocator, config.max_num_seqs, config.max_num_batched_tokens)
+        self.steps = StepRunner(runner, tokenizer, config.max_model_len, self.observer, clock,
+                                sampler=sampler, detokenizer=detokenizer)
+        self._live: dict[str, LiveRequest] = {}  # engine thread only
+        self._lock = threading.Condition()
+        self._inbox: list[LiveRequest] = []
+        self._aborts: list[str] = []
+        self._stats = EngineStats("ready", 0, 0, 0.0)
+        self._stop = False
+        self._next_seq = 0
+        self._thread: threading.Thread | None = None
+        self.death: str | None = None
+
+    # ---- any thread -------------------------------------------------------------------
+
+    def add_request(self, request_id: str, prompt_ids: list[int], params: Any,
+                    sink: OutputSink, timeout: float | None = None) -> None:
+        """Queue a request. Raises InvalidRequestError, QueueFullError or
+        EngineUnavailableError (and the observer counts the rejection)."""
+        try:
+            live = self._validate(request_id, prompt_ids, params, sink, timeout)
+        except Exception as exc:
+            self.observer.on_rejected(type(exc).__name__)
+            raise
+        with self._lock:
+            self._inbox.append(live)
+            self._lock.notify()
+
+    def _validate(self, request_id: str, prompt_ids: list[int], params: Any,
+                  sink: OutputSink, timeout: float | None) -> LiveRequest:
+        state = self.stats().state
+        if state != "ready":
+            raise EngineUnavailableError(f"engine is {state}", state)
+        limit = self.config.max_model_len
+        if len(prompt_ids) + params.max_tokens > limit:
+            raise InvalidRequestError(
+                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds "
+                f"max_model_len {limit}", "max_tokens")
+        try:
+            self.scheduler.check_fits(len(prompt_ids), params.max_tokens)
+        except KvCapacityError as exc:
+            raise InvalidRequestError(str(exc), "max_tokens") from exc
+        if self.max_queue is not None and self.stats().num_waiting >= self.max_queue:
+            raise QueueFullError(f"{self.max_queue} requests already waiting")
+        now = self.clock()
+        req = Request(request_id, tuple(prompt_ids), params, arrival_time=now,
+                      deadline=None if timeout is None else now + timeout)
+        return self.steps.make_live(req, sink)
+
+    def abort(self, request_id: str) -> None:
+        with self._lock:
+            self._aborts.append(request_id)
+            self._lock.notify()
+
+    def stats(self) -> EngineStats:
+        with self._lock:
+            s = self._stats
+            return EngineStats(s.state, s.num_running, s.num_waiting + len(self._inbox),
+                               s.kv_cache_usage)
+
+    @property
+    def num_unfinished(self) -> int:
+        s = self.stats()
+        return s.num_running + s.num_waiting
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="fp8serve-engine", daemon=True)
+        self._thread.start()
+
+    def begin_drain(self) -> None:
+        """Refuse new requests from now on; in-flight ones keep running."""
+        with self._lock:
+            if self._stats.state == "ready":
+                self._set_stats(state="draining")
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        with self._lock:
+            self._stop = True
+            self._lock.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # ---- engine thread ----------------------------------------------------------------
+
+    def step(self) -> int:
+        """One engine iteration; returns the number of sequences that ran."""
+        self._take_inbox()
+        self._expire()
+        out = self.scheduler.schedule()
+        if out is not None:
+            for req in self.steps.run(out, self._live):
+                self._finish(req)
+        self._publish_stats()
+        return 0 if out is None else len(out.requests)
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    while not (self._stop or self._inbox or self._aborts or self._live):
+                        self._lock.wait()
+                    if self._stop:
+                        break
+                self.step()
+        except BaseException as exc:  # noqa: BLE001 - any escape kills the engine
+            log.exception("engine loop died")
+            self._die(f"{type(exc).__name__}: {exc}")
+
+    def _take_inbox(self) -> None:
+        with self._lock:
+            new, self._inbox = self._inbox, []
+            aborts, self._aborts = self._aborts, []
+        for live in new:
+            live.req.seq_id = self._next_seq
+            self._next_seq += 1
+            self._live[live.req.request_id] = live
+            self.scheduler.add(live.req)
+        for rid in aborts:
+            live = self._live.get(rid)
+            if live is not None:
+                self.steps.end(live, FinishReason.ABORT, None)
+                self._finish(live.req)
+
+    def _expire(self) -> None:
+        now = self.clock()
+        for live in list(self._live.values()):
+            deadline = live.req.deadline
+            if deadline is not None and now >= deadline:
+                self.steps.end(live, FinishReason.TIMEOUT, "request timed out")
+                self._finish(live.req)
+
+    def _finish(self, req: Request) -> None:
+        self.scheduler.remove(req)
+        self._live.pop(req.request_id, None)
+
+    def _publish_stats(self) -> None:
+        with self._lock:
+            self._set_stats()
+
+    def _set_stats(self, state: str | None = None) -> None:
+        """Caller holds the lock."""
+        self._stats = EngineStats(
+            state or self._stats.state, len(self.scheduler.running),
+            len(self.scheduler.waiting), self.scheduler.allocator.usage)
+
+    def _die(self, reason: str) -> None:
+        self.death = reason
+        for live in list(self._live.values()):
+            self.steps.end(live, FinishReason.ERROR, f"engine died: {reason}")
+        self._live.clear()
+        with self._lock:
+            self._set_stats(state="dead")
+            stranded, self._inbox = self._inbox, []
+        for live in stranded:
+            self.steps.end(live, FinishReason.ERROR, f"engine died: {reason}")

@@ -1,0 +1,188 @@
+"""The body of one engine step after scheduling: run the batch, sample, append tokens,
+detokenize, decide who finished and emit outputs. Failures are isolated per request:
+if the batched forward pass (or sampling) raises, each chunk is retried alone and only the
+requests whose own chunk fails end with an error. Re-running a chunk is safe because the
+runner writes K/V for fixed positions (same inputs give the same cache contents).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from engine.batch import BatchInputs
+from engine.request import FinishReason, Request, RequestStatus
+from engine.scheduler import SchedulerOutput
+from engine.stream import EngineObserver, OutputSink, RequestOutput, TokenLogprob
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class LiveRequest:
+    req: Request
+    sink: OutputSink
+    detok: Any  # IncrementalDetokenizer: push(id) -> DetokStep(new_text, stopped); flush()
+    generator: torch.Generator | None
+    max_tokens: int  # params.max_tokens, or what max_model_len leaves when that is None
+
+
+def _default_sampler(tokenizer: Any) -> Callable[..., Any]:
+    from engine.sampler import Sampler
+    return Sampler(tuple(tokenizer.eos_token_ids))
+
+
+def _default_detokenizer() -> Callable[..., Any]:
+    from engine.detokenizer import IncrementalDetokenizer
+    return IncrementalDetokenizer
+
+
+class StepRunner:
+    def __init__(self, runner: Any, tokenizer: Any, max_model_len: int,
+                 observer: EngineObserver, clock: Callable[[], float], *,
+                 sampler: Callable[..., Any] | None = None,
+                 detokenizer: Callable[..., Any] | None = None) -> None:
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.max_model_len = max_model_len
+        self.observer = observer
+        self.clock = clock
+        self.sampler = sampler or _default_sampler(tokenizer)
+        self.make_detok = detokenizer or _default_detokenizer()
+        self.eos = frozenset(tokenizer.eos_token_ids)
+
+    def make_live(self, req: Request, sink: OutputSink) -> LiveRequest:
+        p = req.params
+        detok = self.make_detok(self.tokenizer, list(req.prompt_ids), p.stop,
+                                p.skip_special_tokens)
+        gen = None if p.seed is None else torch.Generator().manual_seed(p.seed)
+        max_tokens = p.max_tokens or self.max_model_len - len(req.prompt_ids)
+        return LiveRequest(req, sink, detok, gen, max_tokens)
+
+    def run(self, out: SchedulerOutput, live: dict[str, LiveRequest]) -> list[Request]:
+        """Run one scheduled batch; returns the requests that finished this step."""
+        now = self.clock()
+        for req in out.requests:
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = now
+                self.observer.on_admitted(now - req.arrival_time, len(req.prompt_ids))
+        rows = self._forward(out)  # chunk index -> logits [V] fp32 or an error string
+        finished: list[Request] = []
+        sampled: list[tuple[LiveRequest, torch.Tensor]] = []
+        for i, (req, chunk) in enumerate(zip(out.requests, out.batch.chunks, strict=True)):
+            row = rows[i]
+            if isinstance(row, str):
+                self.end(live[req.request_id], FinishReason.ERROR, row)
+                finished.append(req)
+                continue
+            req.num_computed += chunk.num_tokens
+            if row is not None and req.num_uncomputed == 0:
+                sampled.append((live[req.request_id], row))
+        finished += self._sample(sampled)
+        return finished
+
+    def _forward(self, out: SchedulerOutput) -> list[torch.Tensor | str | None]:
+        try:
+            logits = self.runner.run(out.batch)
+            return [None if r is None else logits[r] for r in out.logit_row_of()]
+        except Exception:  # noqa: BLE001 - isolate the failing request(s) below
+            log.exception("batched forward failed; retrying each sequence alone")
+        rows: list[torch.Tensor | str | None] = []
+        for chunk in out.batch.chunks:
+            try:
+                logits = self.runner.run(BatchInputs((chunk,)))
+                rows.append(logits[0] if chunk.num_logit_rows else None)
+            except Exception as exc:  # noqa: BLE001
+                rows.append(f"forward pass failed: {type(exc).__name__}: {exc}")
+        return rows
+
+    def _sample(self, items: list[tuple[LiveRequest, torch.Tensor]]) -> list[Request]:
+        if not items:
+            return []
+        try:
+            results = self._sample_rows(items)
+        except Exception:  # noqa: BLE001 - isolate the failing request(s) below
+            results = []
+            for item in items:
+                try:
+                    results += self._sample_rows([item])
+                except Exception as exc:  # noqa: BLE001
+                    results.append(f"sampling failed: {type(exc).__name__}: {exc}")
+        finished = []
+        for (lv, _), res in zip(items, results, strict=True):
+            try:
+                done = (self.end(lv, FinishReason.ERROR, res) if isinstance(res, str)
+                        else self._append(lv, *res))
+            except Exception as exc:  # noqa: BLE001
+                done = self.end(lv, FinishReason.ERROR, f"{type(exc).__name__}: {exc}")
+            if done:
+                finished.append(lv.req)
+        return finished
+
+    def _sample_rows(self, items: list[tuple[LiveRequest, torch.Tensor]]) -> list[Any]:
+        reqs = [lv.req for lv, _ in items]
+        so = self.sampler(torch.stack([row for _, row in items]), [r.params for r in reqs],
+                          [r.prompt_ids for r in reqs], [r.output_ids for r in reqs],
+                          [lv.generator for lv, _ in items])
+        ids, lps = so.token_ids.tolist(), so.logprobs.tolist()
+        return [(ids[i], lps[i], so.top_logprobs[i]) for i in range(len(items))]
+
+    def _append(self, lv: LiveRequest, token: int, logprob: float, top: Any) -> bool:
+        req, p, now = lv.req, lv.req.params, self.clock()
+        if req.first_token_time is None:
+            req.first_token_time = now
+            self.observer.on_first_token(now - req.arrival_time)
+        else:
+            self.observer.on_token(now - (req.last_token_time or now))
+        req.last_token_time = now
+        req.output_ids.append(token)
+        step = lv.detok.push(token)
+        n = len(req.output_ids)
+        reason, stop_reason = None, None
+        if step.stopped:
+            reason, stop_reason = FinishReason.STOP, getattr(step, "stop_str", None)
+        elif n >= p.min_tokens and ((token in self.eos and not p.ignore_eos)
+                                    or token in p.stop_token_ids):
+            reason = FinishReason.STOP
+            stop_reason = token if token in p.stop_token_ids else None
+        elif n >= lv.max_tokens or req.num_tokens >= self.max_model_len:
+            reason = FinishReason.LENGTH
+        text = step.new_text
+        if reason is not None and not step.stopped:
+            text += lv.detok.flush() or ""
+        lps = ()
+        if p.logprobs is not None:
+            pairs = tuple(zip(*top, strict=True)) if top else ()
+            lps = (TokenLogprob(token, logprob, pairs),)
+        self._emit(lv, RequestOutput(req.request_id, text, (token,), lps,
+                                     reason is not None, reason, None, len(req.prompt_ids),
+                                     n, stop_reason))
+        if reason is not None:
+            self._close(lv, reason)
+        return reason is not None
+
+    def end(self, lv: LiveRequest, reason: FinishReason, error: str | None) -> bool:
+        """Finish ``lv`` early (abort, timeout, error) with a final, empty output."""
+        req = lv.req
+        req.error = error
+        self._emit(lv, RequestOutput(req.request_id, finished=True, finish_reason=reason,
+                                     error=error, num_prompt_tokens=len(req.prompt_ids),
+                                     num_output_tokens=len(req.output_ids)))
+        self._close(lv, reason)
+        return True
+
+    def _close(self, lv: LiveRequest, reason: FinishReason) -> None:
+        req = lv.req
+        req.status, req.finish_reason = RequestStatus.FINISHED, reason
+        self.observer.on_finished(reason, self.clock() - req.arrival_time, len(req.output_ids))
+
+    @staticmethod
+    def _emit(lv: LiveRequest, out: RequestOutput) -> None:
+        try:
+            lv.sink(out)
+        except Exception:  # noqa: BLE001 - a broken consumer must not stop the engine
+            log.exception("output sink for %s failed", lv.req.request_id)

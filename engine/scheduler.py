@@ -1,0 +1,152 @@
+"""Continuous batching: which sequences run this step, and how many tokens of each.
+
+Policy, each step, under a token budget of ``max_num_batched_tokens``:
+
+1. Decodes first: every running sequence with exactly one uncomputed token gets a
+   one-token chunk, so running streams keep flowing however long a new prompt is.
+2. Prefill continuations: running sequences still prefilling get the next chunk of
+   their prompt (chunked prefill), oldest first, as far as the budget reaches.
+3. Admission: waiting requests (FIFO) are admitted while ``len(running) < max_num_seqs``,
+   budget remains and free KV blocks cover their first chunk. A waiting request that does
+   not fit blocks the ones behind it (no overtaking: FIFO fairness).
+
+KV exhaustion: when a running sequence needs a block and none is free, the most recently
+admitted running sequence that is not yet scheduled this step is *preempted by
+recompute*: its blocks are freed, ``num_computed`` drops to 0 and it goes back to the
+front of the queue; later its prompt plus the tokens generated so far are prefilled again
+and generation continues where it stopped (its output stream sees nothing). If the needing
+sequence is itself the newest, it is the one preempted. No admission happens in a step
+that preempted. Requests that could never fit (prompt + max_tokens needs more blocks than
+the whole cache) are refused by :meth:`Scheduler.check_fits` before they are queued.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from engine.batch import BatchInputs, LogitsWanted, SeqChunk
+from engine.kv_cache import BlockAllocator
+from engine.request import Request, RequestStatus
+
+
+class KvCapacityError(ValueError):
+    """The request can never fit in the KV cache, whatever else is running."""
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerOutput:
+    batch: BatchInputs
+    requests: tuple[Request, ...]  # requests[i] runs batch.chunks[i]
+    preempted: tuple[Request, ...] = ()
+
+    def logit_row_of(self) -> list[int | None]:
+        """For each chunk, the row of its LAST logits in the runner output (None if the
+        chunk asked for none). Rows are in chunk order (engine/batch.py)."""
+        rows: list[int | None] = []
+        row = 0
+        for chunk in self.batch.chunks:
+            n = chunk.num_logit_rows
+            rows.append(row + n - 1 if n else None)
+            row += n
+        return rows
+
+
+class Scheduler:
+    def __init__(self, allocator: BlockAllocator, max_num_seqs: int,
+                 max_num_batched_tokens: int) -> None:
+        self.allocator = allocator
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []  # admission order: oldest first
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def check_fits(self, num_prompt: int, max_tokens: int) -> None:
+        need = self.allocator.blocks_for(num_prompt + max_tokens)
+        if need > self.allocator.num_blocks:
+            cap = self.allocator.num_blocks * self.allocator.block_size
+            raise KvCapacityError(f"prompt ({num_prompt} tokens) + max_tokens ({max_tokens}) "
+                                  f"exceeds the KV cache capacity of {cap} tokens")
+
+    def add(self, req: Request) -> None:
+        req.status = RequestStatus.WAITING
+        self.waiting.append(req)
+
+    def remove(self, req: Request) -> None:
+        """Drop a request (finished, aborted or failed) and free its KV blocks."""
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self.allocator.free(req.block_table)
+
+    def schedule(self) -> SchedulerOutput | None:
+        budget = self.max_num_batched_tokens
+        picked: list[tuple[Request, int]] = []
+        preempted: list[Request] = []
+        decodes = [r for r in self.running if r.is_decoding]
+        prefills = [r for r in self.running if not r.is_decoding]
+        for req in decodes + prefills:
+            if budget == 0:
+                break
+            if req.status is not RequestStatus.RUNNING:  # preempted earlier this step
+                continue
+            n = min(req.num_uncomputed, budget)
+            if self._reserve(req, n, picked, preempted):
+                picked.append((req, n))
+                budget -= n
+        if not preempted:
+            budget = self._admit(budget, picked)
+        if not picked:
+            return None
+        chunks = tuple(self._chunk(req, n) for req, n in picked)
+        return SchedulerOutput(BatchInputs(chunks), tuple(r for r, _ in picked),
+                               tuple(preempted))
+
+    def _reserve(self, req: Request, n: int, picked: list[tuple[Request, int]],
+                 preempted: list[Request]) -> bool:
+        """Grow ``req``'s blocks for ``n`` more tokens, preempting newer sequences as
+        needed. False when ``req`` itself had to be preempted."""
+        scheduled = {id(r) for r, _ in picked}
+        while not self.allocator.grow(req.block_table, req.num_computed + n):
+            victims = [r for r in self.running if id(r) not in scheduled]
+            victim = victims[-1]  # req itself is in victims, so this is never empty
+            self._preempt(victim)
+            preempted.append(victim)
+            if victim is req:
+                return False
+        return True
+
+    def _preempt(self, req: Request) -> None:
+        self.running.remove(req)
+        self.allocator.free(req.block_table)
+        req.num_computed = 0
+        req.num_preemptions += 1
+        req.status = RequestStatus.WAITING
+        self.waiting.appendleft(req)
+
+    def _admit(self, budget: int, picked: list[tuple[Request, int]]) -> int:
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            n = min(req.num_uncomputed, budget)
+            if not self.allocator.grow(req.block_table, req.num_computed + n):
+                break
+            self.waiting.popleft()
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            picked.append((req, n))
+            budget -= n
+        return budget
+
+    @staticmethod
+    def _chunk(req: Request, n: int) -> SeqChunk:
+        start = req.num_computed
+        tokens = tuple(req.all_ids[start:start + n])
+        last = start + n == req.num_tokens
+        return SeqChunk(seq_id=req.seq_id, token_ids=tokens, start_pos=start,
+                        block_table=tuple(req.block_table),
+                        logits=LogitsWanted.LAST if last else LogitsWanted.NONE)

@@ -1,0 +1,109 @@
+"""Deterministic stand-ins for the model runner, tokenizer and detokenizer.
+
+:class:`CacheCheckingRunner` keeps a fake KV cache: it writes every token it runs into
+``cache[block][offset]`` and computes each logits row from what it *reads back* from the
+cache for positions 0..pos. If the scheduler handed out overlapping blocks, lost a
+sequence's blocks or skipped positions, the outputs differ from :func:`expected_tokens`.
+Next token = (sum of all tokens so far + position) % vocab, never EOS (0) unless the sum
+says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.batch import BatchInputs, LogitsWanted
+
+VOCAB = 50
+
+
+def next_token(seq: list[int]) -> int:
+    return (sum(seq) + len(seq)) % VOCAB
+
+
+def expected_tokens(prompt: list[int], n: int, eos: int | None = None) -> list[int]:
+    seq, out = list(prompt), []
+    for _ in range(n):
+        t = next_token(seq)
+        out.append(t)
+        seq.append(t)
+        if t == eos:
+            break
+    return out
+
+
+@dataclass
+class CacheCheckingRunner:
+    num_kv_blocks: int = 64
+    block_size: int = 4
+    fail_on_token: int | None = None  # raise whenever a chunk contains this token
+    batches: list[BatchInputs] = field(default_factory=list)
+    cache: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    def run(self, batch: BatchInputs) -> torch.Tensor:
+        self.batches.append(batch)
+        self._check_disjoint(batch)
+        rows = []
+        for c in batch.chunks:
+            if self.fail_on_token is not None and self.fail_on_token in c.token_ids:
+                raise RuntimeError(f"poisoned token {self.fail_on_token}")
+            assert len(c.block_table) * self.block_size >= c.start_pos + c.num_tokens
+            assert all(0 <= b < self.num_kv_blocks for b in c.block_table)
+            for i, t in enumerate(c.token_ids):
+                pos = c.start_pos + i
+                self.cache[(c.block_table[pos // self.block_size], pos % self.block_size)] = t
+            want = {LogitsWanted.NONE: [], LogitsWanted.LAST: [c.num_tokens - 1],
+                    LogitsWanted.ALL: list(range(c.num_tokens))}[c.logits]
+            for i in want:
+                seq = [self.cache[(c.block_table[p // self.block_size], p % self.block_size)]
+                       for p in range(c.start_pos + i + 1)]
+                row = torch.full((VOCAB,), -10.0)
+                row[next_token(seq)] = 10.0
+                rows.append(row)
+        return torch.stack(rows) if rows else torch.empty(0, VOCAB)
+
+    @staticmethod
+    def _check_disjoint(batch: BatchInputs) -> None:
+        seen: set[int] = set()
+        for c in batch.chunks:
+            assert not seen & set(c.block_table), "two sequences share a KV block"
+            seen |= set(c.block_table)
+
+
+class FakeTokenizer:
+    eos_token_ids = (0,)
+    bos_token_id = None
+    vocab_size = VOCAB
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [int(w) % VOCAB for w in text.split()]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(f" {i}" for i in ids if not (skip_special_tokens and i == 0))
+
+
+@dataclass
+class _Step:
+    new_text: str
+    stopped: bool
+    stop_str: str | None = None
+
+
+class FakeDetokenizer:
+    """Text " <id>" per token; a stop string ends generation and is not emitted."""
+
+    def __init__(self, tokenizer, prompt_ids, stop, skip_special_tokens) -> None:
+        self.tok, self.stop, self.text = tokenizer, tuple(stop), ""
+
+    def push(self, token: int) -> _Step:
+        piece = self.tok.decode([token])
+        for s in self.stop:
+            if s in self.text + piece:
+                return _Step(piece[: (self.text + piece).index(s) - len(self.text)], True, s)
+        self.text += piece
+        return _Step(piece, False)
+
+    def flush(self) -> str:
+        return ""
