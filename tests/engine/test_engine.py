@@ -1,0 +1,193 @@
+"""Engine loop with the real sampler and a fake runner / detokenizer."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.request import (
+    EngineUnavailableError,
+    FinishReason,
+    InvalidRequestError,
+    QueueFullError,
+)
+from engine.sampling_params import SamplingParams
+from engine.stream import AsyncStream, EngineObserver
+from tests.engine.fake_runner import (
+    CacheCheckingRunner,
+    FakeDetokenizer,
+    FakeTokenizer,
+    expected_tokens,
+)
+
+GREEDY = dict(temperature=0.0, ignore_eos=True)
+
+
+class Recorder(EngineObserver):
+    def __init__(self):
+        self.events = []
+
+    def on_rejected(self, reason):
+        self.events.append(("rejected", reason))
+
+    def on_first_token(self, ttft):
+        self.events.append(("ttft", ttft))
+
+    def on_finished(self, reason, e2e, n):
+        self.events.append(("finished", reason, n))
+
+
+def make_engine(runner=None, clock=time.monotonic, **kw):
+    cfg = EngineConfig(model_dir=".", max_num_seqs=kw.pop("max_num_seqs", 4),
+                       max_model_len=kw.pop("max_model_len", 64),
+                       max_num_batched_tokens=kw.pop("budget", 16))
+    return Engine(runner or CacheCheckingRunner(), FakeTokenizer(), cfg,
+                  detokenizer=FakeDetokenizer, clock=clock, **kw)
+
+
+def collect(engine, rid, prompt, params, **kw):
+    outs = []
+    engine.add_request(rid, prompt, params, outs.append, **kw)
+    return outs
+
+
+def run_all(engine, max_steps=1000):
+    for _ in range(max_steps):
+        engine.step()
+        if not engine._live and engine.stats().num_waiting == 0:
+            return
+    raise AssertionError("engine did not finish")
+
+
+def test_outputs_match_expected_and_stream_incrementally():
+    eng = make_engine()
+    outs = collect(eng, "a", [3, 4, 5], SamplingParams(max_tokens=5, **GREEDY))
+    run_all(eng)
+    want = expected_tokens([3, 4, 5], 5)
+    assert [o.token_ids[0] for o in outs] == want
+    assert "".join(o.text for o in outs) == "".join(f" {t}" for t in want if t)
+    assert [o.finished for o in outs] == [False] * 4 + [True]
+    assert outs[-1].finish_reason is FinishReason.LENGTH and outs[-1].num_output_tokens == 5
+
+
+def test_eos_stop_token_and_stop_string():
+    eng = make_engine()
+    prompt = [49, 1]  # next tokens: (50+2)%50=2, ...
+    seq = expected_tokens(prompt, 20)
+    stop_tok = seq[3]
+    a = collect(eng, "a", prompt, SamplingParams(max_tokens=20, temperature=0.0,
+                                                 stop_token_ids=[stop_tok]))
+    b = collect(eng, "b", prompt, SamplingParams(max_tokens=20, stop=[f" {seq[2]}"], **GREEDY))
+    run_all(eng)
+    assert [o.token_ids[0] for o in a] == seq[:4]
+    assert a[-1].finish_reason is FinishReason.STOP and a[-1].stop_reason == stop_tok
+    assert b[-1].finish_reason is FinishReason.STOP and b[-1].stop_reason == f" {seq[2]}"
+    assert "".join(o.text for o in b) == f" {seq[0]} {seq[1]}"
+
+
+def test_concurrent_requests_equal_solo_runs_under_kv_pressure():
+    prompts = [[i + 1, 2 * i + 3, 7] * (1 + i % 3) for i in range(8)]
+    eng = make_engine(CacheCheckingRunner(num_kv_blocks=12, block_size=4), budget=8)
+    got = [collect(eng, f"r{i}", p, SamplingParams(max_tokens=10, **GREEDY))
+           for i, p in enumerate(prompts)]
+    run_all(eng)
+    for p, outs in zip(prompts, got):
+        assert [o.token_ids[0] for o in outs] == expected_tokens(p, 10)
+    assert eng.stats().kv_cache_usage == 0.0
+
+
+def test_failure_in_one_request_leaves_others_running():
+    runner = CacheCheckingRunner(fail_on_token=42)
+    eng = make_engine(runner)
+    bad = collect(eng, "bad", [42, 1], SamplingParams(max_tokens=4, **GREEDY))
+    good = collect(eng, "good", [5, 6], SamplingParams(max_tokens=4, **GREEDY))
+    run_all(eng)
+    assert bad[-1].finish_reason is FinishReason.ERROR and "poisoned" in bad[-1].error
+    assert [o.token_ids[0] for o in good] == expected_tokens([5, 6], 4)
+    assert eng.stats().state == "ready"
+
+
+def test_sampling_failure_is_isolated():
+    eng = make_engine()
+    # logit_bias naming a token outside the vocabulary makes the sampler raise for that row
+    bad = collect(eng, "bad", [1, 2], SamplingParams(max_tokens=3, logit_bias={999: 1.0},
+                                                     **GREEDY))
+    good = collect(eng, "good", [1, 2], SamplingParams(max_tokens=3, **GREEDY))
+    run_all(eng)
+    assert bad[-1].finish_reason is FinishReason.ERROR
+    assert [o.token_ids[0] for o in good] == expected_tokens([1, 2], 3)
+
+
+def test_validation_queue_limit_and_rejection_counting():
+    rec = Recorder()
+    eng = make_engine(max_model_len=10, max_queue=1, observer=rec)
+    with pytest.raises(InvalidRequestError) as ei:
+        collect(eng, "x", [1] * 8, SamplingParams(max_tokens=3))
+    assert ei.value.param == "max_tokens"
+    collect(eng, "a", [1], SamplingParams(max_tokens=2))
+    with pytest.raises(QueueFullError):
+        collect(eng, "b", [1], SamplingParams(max_tokens=2))
+    assert [e[0] for e in rec.events] == ["rejected", "rejected"]
+
+
+def test_abort_and_timeout_free_kv():
+    now = [0.0]
+    eng = make_engine(clock=lambda: now[0])
+    a = collect(eng, "a", [1, 2, 3], SamplingParams(max_tokens=30, **GREEDY))
+    t = collect(eng, "t", [4, 5], SamplingParams(max_tokens=30, **GREEDY), timeout=5.0)
+    eng.step()
+    eng.step()
+    assert eng.stats().kv_cache_usage > 0
+    eng.abort("a")
+    now[0] = 6.0
+    eng.step()
+    assert a[-1].finish_reason is FinishReason.ABORT
+    assert t[-1].finish_reason is FinishReason.TIMEOUT and t[-1].error
+    assert eng.stats().kv_cache_usage == 0.0 and eng.stats().num_running == 0
+
+
+def test_thread_loop_with_async_streams_and_drain():
+    async def main():
+        eng = make_engine()
+        eng.start()
+        loop = asyncio.get_running_loop()
+        streams = [AsyncStream(f"s{i}", loop) for i in range(3)]
+        for i, s in enumerate(streams):
+            eng.add_request(s.request_id, [i + 1, 9], SamplingParams(max_tokens=6, **GREEDY),
+                            s.put)
+        eng.begin_drain()
+        with pytest.raises(EngineUnavailableError) as ei:
+            eng.add_request("late", [1], SamplingParams(max_tokens=1), lambda o: None)
+        assert ei.value.state == "draining"
+        results = [[o.token_ids[0] async for o in s] for s in streams]
+        eng.shutdown()
+        return results
+
+    results = asyncio.run(main())
+    assert results == [expected_tokens([i + 1, 9], 6) for i in range(3)]
+
+
+def test_engine_death_fails_requests_and_flips_state():
+    class Exploding(CacheCheckingRunner):
+        pass
+
+    eng = make_engine(Exploding())
+    eng.steps.run = lambda out, live: (_ for _ in ()).throw(MemoryError("boom"))
+    done = threading.Event()
+    outs = []
+
+    def sink(o):
+        outs.append(o)
+        if o.finished:
+            done.set()
+
+    eng.start()
+    eng.add_request("a", [1, 2], SamplingParams(max_tokens=3, **GREEDY), sink)
+    assert done.wait(5)
+    assert outs[-1].finish_reason is FinishReason.ERROR and "engine died" in outs[-1].error
+    assert eng.stats().state == "dead"
+    with pytest.raises(EngineUnavailableError):
+        eng.add_request("b", [1], SamplingParams(max_tokens=1), sink)
