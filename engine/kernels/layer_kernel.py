@@ -1,17 +1,28 @@
 """One layer's kernel: selection, preparation and runtime fallback, recorded in a
-:class:`KernelReport` that feeds `fp8serve kernels`, GET /kernels and the metrics."""
+:class:`KernelReport` that feeds `fp8serve kernels`, GET /kernels and the metrics.
+
+Counter data for the metrics (see :meth:`KernelReport.selected_counts`,
+:meth:`KernelReport.rejection_counts`, :meth:`KernelReport.fallback_counts`):
+
+    fp8serve_kernel_selected{kernel, platform, scale_kind}      layers on that kernel
+    fp8serve_kernel_rejections{kernel, reason}                  layers that passed it over
+    fp8serve_kernel_runtime_fallbacks_total{from_kernel, to_kernel}
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import asdict, dataclass, field
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
 from engine.hardware import HardwareInfo
 from engine.kernels.base import Fp8Kernel, Fp8Spec, Fp8Weight, PackedWeight, Platform
 from engine.kernels.registry import (
+    DEFAULT_CATALOG,
+    KernelCatalog,
     KernelOverrides,
     NoKernelError,
     Rejection,
@@ -40,6 +51,7 @@ class RuntimeFallback:
     from_kernel: str
     to_kernel: str
     error: str
+    stage: str = "apply"  # "apply" (first call) or "prepare" (packing at load)
 
 
 @dataclass
@@ -55,15 +67,31 @@ class KernelReport:
             self.choices[choice.layer] = choice
 
     def record_fallback(self, fb: RuntimeFallback) -> None:
+        """The layer now runs ``fb.to_kernel``; ``fb.from_kernel`` joins its rejections."""
         with self._lock:
             self.fallbacks.append(fb)
             old = self.choices.get(fb.layer)
             if old is not None:
-                self.choices[fb.layer] = LayerChoice(
-                    old.layer, fb.to_kernel, old.platform, old.scale_kind, old.n, old.k,
-                    old.rejections + (Rejection(fb.from_kernel, f"runtime error: {fb.error}"),),
-                    old.warning,
-                )
+                why = Rejection(fb.from_kernel, f"runtime error ({fb.stage}): {fb.error}")
+                self.choices[fb.layer] = replace(
+                    old, kernel_id=fb.to_kernel, rejections=old.rejections + (why,))
+
+    def selected_counts(self) -> dict[tuple[str, str, str], int]:
+        """(kernel, platform, scale_kind) -> number of layers running on it."""
+        with self._lock:
+            return dict(Counter((c.kernel_id, c.platform, c.scale_kind)
+                                for c in self.choices.values()))
+
+    def rejection_counts(self) -> dict[tuple[str, str], int]:
+        """(kernel, reason) -> number of layers for which it was passed over."""
+        with self._lock:
+            return dict(Counter((r.kernel_id, r.reason) for c in self.choices.values()
+                                for r in c.rejections))
+
+    def fallback_counts(self) -> dict[tuple[str, str], int]:
+        """(from_kernel, to_kernel) -> runtime fallbacks so far (a monotonic counter)."""
+        with self._lock:
+            return dict(Counter((f.from_kernel, f.to_kernel) for f in self.fallbacks))
 
     def snapshot(self) -> dict[str, object]:
         with self._lock:
@@ -76,33 +104,43 @@ class KernelReport:
 class LayerKernel:
     """Runs one FP8 linear layer: y[M, N] bf16 = x[M, K] bf16 @ W.T (+ bias).
 
-    If the chosen kernel raises on its first call, the layer moves to the next kernel of
-    its fallback chain (logged and recorded); later errors propagate.
+    If the chosen kernel fails to prepare the weight, or raises on its first call, the
+    layer moves to the next kernel of its fallback chain (logged and recorded); once a
+    call has succeeded, later errors propagate.
     """
 
     def __init__(self, name: str, weight: Fp8Weight, hw: HardwareInfo,
                  overrides: KernelOverrides, report: KernelReport,
-                 bias: torch.Tensor | None = None, platform: Platform | None = None) -> None:
+                 bias: torch.Tensor | None = None, platform: Platform | None = None,
+                 catalog: KernelCatalog = DEFAULT_CATALOG) -> None:
         weight.validate(name)
         self.name = name
         self.weight = weight  # kept (memory-mapped) to re-prepare on runtime fallback
-        self.bias = bias
+        self.bias = bias  # fp32 [N] or None
         self._report = report
         spec = Fp8Spec.of(weight, has_bias=bias is not None)
         platform = platform or platform_for(hw)
-        sel = select_kernel(spec, hw, overrides, platform)
+        sel = select_kernel(spec, hw, overrides, platform, catalog)
         if sel.warning:
             log.warning("%s: %s", name, sel.warning)
         self.kernel: Fp8Kernel = sel.kernel
         self._chain = list(sel.fallbacks)
-        self.packed: PackedWeight = self.kernel.prepare(weight)
         self._verified = False
         report.record_choice(LayerChoice(
             name, self.kernel.id, platform.value, weight.scale_kind.value, weight.n, weight.k,
             sel.rejections, sel.warning,
         ))
+        self.packed: PackedWeight = self._prepare_with_fallback()
+
+    def _prepare_with_fallback(self) -> PackedWeight:
+        while True:
+            try:
+                return self.kernel.prepare(self.weight)
+            except Exception as exc:  # noqa: BLE001 - any packing failure triggers fallback
+                self._next_kernel(exc, "prepare")
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x [M, K] bf16 -> [M, N] bf16."""
         if self._verified:
             return self.kernel.apply(self.packed, x, self.bias)
         while True:
@@ -111,15 +149,16 @@ class LayerKernel:
                 self._verified = True
                 return y
             except Exception as exc:  # noqa: BLE001 - any kernel failure triggers fallback
-                self._fall_back(exc)
+                self._next_kernel(exc, "apply")
+                self.packed = self._prepare_with_fallback()
 
-    def _fall_back(self, exc: Exception) -> None:
+    def _next_kernel(self, exc: Exception, stage: str) -> None:
         if not self._chain:
-            raise NoKernelError(f"{self.name}: {self.kernel.id} failed and no fallback "
-                                f"remains: {exc}") from exc
+            raise NoKernelError(f"{self.name}: {self.kernel.id} failed ({stage}) and no "
+                                f"fallback remains: {type(exc).__name__}: {exc}") from exc
         nxt = self._chain.pop(0)
-        log.warning("%s: kernel %s failed on first call (%s); falling back to %s",
-                    self.name, self.kernel.id, exc, nxt.id)
-        self._report.record_fallback(RuntimeFallback(self.name, self.kernel.id, nxt.id,
-                                                     f"{type(exc).__name__}: {exc}"))
-        self.kernel, self.packed = nxt, nxt.prepare(self.weight)
+        log.warning("%s: kernel %s failed on %s (%s: %s); falling back to %s",
+                    self.name, self.kernel.id, stage, type(exc).__name__, exc, nxt.id)
+        self._report.record_fallback(RuntimeFallback(
+            self.name, self.kernel.id, nxt.id, f"{type(exc).__name__}: {exc}", stage))
+        self.kernel = nxt

@@ -5,20 +5,25 @@ the first entry of the platform's table for that scale kind that is not disabled
 supported by the hardware and can implement the spec. Every kernel passed over is recorded
 as a :class:`Rejection` with its reason. A forced kernel (FP8SERVE_KERNEL) goes first; a
 layer it cannot implement falls back down the table with a warning, never an error.
+
+Kernels come from a :class:`KernelCatalog` (id -> kernel factory, plus the tables). The
+default catalog imports kernel modules lazily, so a kernel whose module fails to import
+(a missing optional dependency, a broken extension) is rejected with that reason instead
+of crashing the process. Tests pass their own catalog with fake kernels.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import dataclass
-from functools import cache
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from engine.hardware import HardwareInfo
 from engine.kernels.base import Fp8Kernel, Fp8Spec, Platform, ScaleKind
 
-# kernel id -> "module:Class". Modules import lazily so a kernel whose module fails to
-# import (e.g. a missing optional dependency) is rejected with that reason, not a crash.
+# kernel id -> "module:Class" (imported on first use).
 KERNEL_CLASSES: dict[str, str] = {
     "amx_w8a16": "engine.kernels.amx:AmxW8A16",
     "amx_block_w8a16": "engine.kernels.amx:AmxBlockW8A16",
@@ -35,16 +40,14 @@ KERNEL_CLASSES: dict[str, str] = {
     "cuda_torch_w8a16": "engine.kernels.cuda:CudaTorchW8A16",
 }
 
+_CPU_W8A16 = ("amx_w8a16", "avx512_w8a16", "avx2_w8a16", "torch_w8a16",
+              "torch_scaled_mm_w8a8")
+
 PRIORITY: dict[tuple[Platform, ScaleKind], tuple[str, ...]] = {
-    (Platform.CPU, ScaleKind.PER_TENSOR): (
-        "amx_w8a16", "avx512_w8a16", "avx2_w8a16", "torch_w8a16", "torch_scaled_mm_w8a8",
-    ),
-    (Platform.CPU, ScaleKind.PER_CHANNEL): (
-        "amx_w8a16", "avx512_w8a16", "avx2_w8a16", "torch_w8a16", "torch_scaled_mm_w8a8",
-    ),
-    (Platform.CPU, ScaleKind.BLOCK): (
-        "amx_block_w8a16", "avx512_block_w8a16", "torch_block_w8a16",
-    ),
+    (Platform.CPU, ScaleKind.PER_TENSOR): _CPU_W8A16,
+    (Platform.CPU, ScaleKind.PER_CHANNEL): _CPU_W8A16,
+    (Platform.CPU, ScaleKind.BLOCK): ("amx_block_w8a16", "avx512_block_w8a16",
+                                      "torch_block_w8a16"),
     (Platform.XPU, ScaleKind.PER_TENSOR): ("xpu_w8a16", "xpu_torch_w8a16"),
     (Platform.XPU, ScaleKind.PER_CHANNEL): ("xpu_w8a16", "xpu_torch_w8a16"),
     (Platform.XPU, ScaleKind.BLOCK): ("xpu_block_fp8", "xpu_torch_w8a16"),
@@ -53,15 +56,26 @@ PRIORITY: dict[tuple[Platform, ScaleKind], tuple[str, ...]] = {
     (Platform.CUDA, ScaleKind.BLOCK): ("cuda_torch_w8a16",),
 }
 
+ENV_FORCED = "FP8SERVE_KERNEL"
+ENV_DISABLED = "FP8SERVE_DISABLED_KERNELS"
+DISABLED_REASON = "disabled by operator (FP8SERVE_DISABLED_KERNELS / --disable-kernel)"
+
 
 class NoKernelError(RuntimeError):
     """No kernel in the table can run this layer; the message lists every reason."""
 
 
+def _split_ids(ids: str | Iterable[str] | None) -> frozenset[str]:
+    if ids is None:
+        return frozenset()
+    items = ids.split(",") if isinstance(ids, str) else ids
+    return frozenset(k.strip() for k in items if k and k.strip())
+
+
 @dataclass(frozen=True, slots=True)
 class KernelOverrides:
-    forced: str | None = None  # FP8SERVE_KERNEL
-    disabled: frozenset[str] = frozenset()  # FP8SERVE_DISABLED_KERNELS
+    forced: str | None = None  # FP8SERVE_KERNEL / --kernel
+    disabled: frozenset[str] = frozenset()  # FP8SERVE_DISABLED_KERNELS / --disable-kernel
 
     def __post_init__(self) -> None:
         unknown = ({self.forced} if self.forced else set()) | set(self.disabled)
@@ -72,11 +86,24 @@ class KernelOverrides:
             )
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> KernelOverrides:
-        env = dict(os.environ) if env is None else env
-        forced = env.get("FP8SERVE_KERNEL") or None
-        disabled = env.get("FP8SERVE_DISABLED_KERNELS", "")
-        return cls(forced, frozenset(k.strip() for k in disabled.split(",") if k.strip()))
+    def from_env(cls, env: Mapping[str, str] | None = None) -> KernelOverrides:
+        return overrides_from(None, None, env)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"forced": self.forced, "disabled": sorted(self.disabled)}
+
+
+def overrides_from(kernel: str | None, disabled: str | Iterable[str] | None,
+                   env: Mapping[str, str] | None = None) -> KernelOverrides:
+    """Operator overrides from CLI/config values and the environment.
+
+    ``kernel`` (``--kernel``) replaces FP8SERVE_KERNEL when given; ``disabled``
+    (``--disable-kernel``, comma lists allowed) adds to FP8SERVE_DISABLED_KERNELS.
+    Raises ValueError naming any unknown kernel id."""
+    env = os.environ if env is None else env
+    forced = (kernel or "").strip() or (env.get(ENV_FORCED) or "").strip() or None
+    off = _split_ids(env.get(ENV_DISABLED)) | _split_ids(disabled)
+    return KernelOverrides(forced, off)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,24 +122,59 @@ class Selection:
     warning: str | None = None  # e.g. the forced kernel could not implement this layer
 
 
+KernelFactory = Callable[[], Fp8Kernel]
+
+
+def _import_factory(target: str) -> KernelFactory:
+    module_name, cls_name = target.split(":")
+    return getattr(importlib.import_module(module_name), cls_name)  # type: ignore[no-any-return]
+
+
 @dataclass(frozen=True, slots=True)
 class _Loaded:
     kernel: Fp8Kernel | None
     error: str | None = None
 
 
-@cache
-def _load(kernel_id: str) -> _Loaded:
-    module_name, cls_name = KERNEL_CLASSES[kernel_id].split(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), cls_name)
-    except (ImportError, AttributeError) as exc:
-        return _Loaded(None, f"kernel module unavailable: {exc}")
-    return _Loaded(cls())
+@dataclass(frozen=True)
+class KernelCatalog:
+    """Which kernels exist (id -> "module:Class" or a factory) and the priority tables.
+
+    Each kernel is instantiated at most once per catalog (kernels are stateless; the cache
+    lives on the catalog object, so a test's catalog never sees another's kernels)."""
+
+    kernels: Mapping[str, str | KernelFactory] = field(
+        default_factory=lambda: dict(KERNEL_CLASSES))
+    priority: Mapping[tuple[Platform, ScaleKind], tuple[str, ...]] = field(
+        default_factory=lambda: dict(PRIORITY))
+    _cache: dict[str, _Loaded] = field(default_factory=dict, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def load(self, kernel_id: str) -> _Loaded:
+        with self._lock:
+            if kernel_id not in self._cache:
+                self._cache[kernel_id] = self._instantiate(kernel_id)
+            return self._cache[kernel_id]
+
+    def _instantiate(self, kernel_id: str) -> _Loaded:
+        target = self.kernels.get(kernel_id)
+        if target is None:
+            return _Loaded(None, "not in this build's kernel catalog")
+        try:
+            factory = _import_factory(target) if isinstance(target, str) else target
+            return _Loaded(factory())
+        except Exception as exc:  # noqa: BLE001 - any import/constructor failure is a reason
+            return _Loaded(None, f"kernel module unavailable: {type(exc).__name__}: {exc}")
+
+    def table(self, platform: Platform, kind: ScaleKind) -> tuple[str, ...]:
+        return tuple(self.priority.get((platform, kind), ()))
 
 
-def get_kernel(kernel_id: str) -> Fp8Kernel:
-    loaded = _load(kernel_id)
+DEFAULT_CATALOG = KernelCatalog()
+
+
+def get_kernel(kernel_id: str, catalog: KernelCatalog = DEFAULT_CATALOG) -> Fp8Kernel:
+    loaded = catalog.load(kernel_id)
     if loaded.kernel is None:
         raise NoKernelError(f"{kernel_id}: {loaded.error}")
     return loaded.kernel
@@ -127,18 +189,49 @@ def platform_for(hw: HardwareInfo) -> Platform:
     return Platform.CPU
 
 
-def candidate_ids(platform: Platform, kind: ScaleKind, overrides: KernelOverrides) -> list[str]:
-    table = list(PRIORITY[(platform, kind)])
+def candidate_ids(platform: Platform, kind: ScaleKind, overrides: KernelOverrides,
+                  catalog: KernelCatalog = DEFAULT_CATALOG) -> list[str]:
+    """The table in trial order (forced kernel first), disabled kernels still listed."""
+    table = list(catalog.table(platform, kind))
     if overrides.forced:
         table = [overrides.forced] + [k for k in table if k != overrides.forced]
-    return [k for k in table if k not in overrides.disabled]
+    return table
 
 
-def _reject_reason(kernel_id: str, spec: Fp8Spec, hw: HardwareInfo) -> str | None:
-    loaded = _load(kernel_id)
+def _guarded(what: str, fn: Callable[[], str | None]) -> str | None:
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - a raising check rejects, never crashes
+        return f"{what} raised {type(exc).__name__}: {exc}"
+
+
+def hardware_reason(kernel_id: str, hw: HardwareInfo, catalog: KernelCatalog) -> str | None:
+    """Why this host cannot run the kernel (import failure or is_supported), or None."""
+    loaded = catalog.load(kernel_id)
     if loaded.kernel is None:
         return loaded.error
-    return loaded.kernel.is_supported(hw) or loaded.kernel.can_implement(spec)
+    kernel = loaded.kernel
+    return _guarded("is_supported", lambda: kernel.is_supported(hw))
+
+
+def reject_reason(kernel_id: str, spec: Fp8Spec, hw: HardwareInfo,
+                  overrides: KernelOverrides, catalog: KernelCatalog) -> str | None:
+    if kernel_id in overrides.disabled:
+        return DISABLED_REASON
+    reason = hardware_reason(kernel_id, hw, catalog)
+    if reason is not None:
+        return reason
+    kernel = get_kernel(kernel_id, catalog)
+    return _guarded("can_implement", lambda: kernel.can_implement(spec))
+
+
+def _forced_warning(overrides: KernelOverrides, winner: str,
+                    rejections: list[Rejection]) -> str | None:
+    if not overrides.forced or winner == overrides.forced:
+        return None
+    reason = next((r.reason for r in rejections if r.kernel_id == overrides.forced),
+                  "not in table")
+    return f"forced kernel {overrides.forced} cannot run this layer ({reason}); using {winner}"
 
 
 def select_kernel(
@@ -146,15 +239,17 @@ def select_kernel(
     hw: HardwareInfo,
     overrides: KernelOverrides = KernelOverrides(),
     platform: Platform | None = None,
+    catalog: KernelCatalog = DEFAULT_CATALOG,
 ) -> Selection:
+    """The first usable kernel for ``spec``, the reasons the earlier ones were passed
+    over, and the later usable ones as a runtime-fallback chain."""
     platform = platform or platform_for(hw)
-    ids = candidate_ids(platform, spec.scale_kind, overrides)
     rejections: list[Rejection] = []
     ok: list[Fp8Kernel] = []
-    for kid in ids:
-        reason = _reject_reason(kid, spec, hw)
+    for kid in candidate_ids(platform, spec.scale_kind, overrides, catalog):
+        reason = reject_reason(kid, spec, hw, overrides, catalog)
         if reason is None:
-            ok.append(get_kernel(kid))
+            ok.append(get_kernel(kid, catalog))
         elif not ok:
             rejections.append(Rejection(kid, reason))
     if not ok:
@@ -163,35 +258,48 @@ def select_kernel(
             f"no {platform.value} kernel for {spec.scale_kind.value} [N={spec.n}, K={spec.k}]: "
             f"{detail}"
         )
-    warning = None
-    if overrides.forced and ok[0].id != overrides.forced:
-        forced_reason = next(
-            (r.reason for r in rejections if r.kernel_id == overrides.forced), "not in table"
-        )
-        warning = (
-            f"forced kernel {overrides.forced} cannot run this layer ({forced_reason}); "
-            f"using {ok[0].id}"
-        )
+    warning = _forced_warning(overrides, ok[0].id, rejections)
     return Selection(ok[0], tuple(rejections), tuple(ok[1:]), warning)
 
 
 @dataclass(frozen=True, slots=True)
 class TableEntry:
     kernel_id: str
-    supported: bool
-    reason: str | None
+    supported: bool  # the hardware can run it and the operator did not disable it
+    reason: str | None  # why not, when not supported
+    forced: bool = False
+    disabled: bool = False
 
 
-def describe_tables(hw: HardwareInfo) -> dict[str, list[TableEntry]]:
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    platform: str
+    scale_kind: str
+    active: bool  # this host's platform
+    entries: tuple[TableEntry, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.platform}/{self.scale_kind}"
+
+
+def table_infos(hw: HardwareInfo, overrides: KernelOverrides = KernelOverrides(),
+                catalog: KernelCatalog = DEFAULT_CATALOG) -> list[TableInfo]:
     """Every table, every kernel, supported or not and why: for `fp8serve kernels`."""
-    out: dict[str, list[TableEntry]] = {}
-    for (platform, kind), ids in PRIORITY.items():
+    active = platform_for(hw)
+    out = []
+    for (platform, kind), ids in catalog.priority.items():
         entries = []
         for kid in ids:
-            loaded = _load(kid)
-            reason = loaded.error if loaded.kernel is None else loaded.kernel.is_supported(hw)
-            entries.append(TableEntry(kid, reason is None, reason))
-        out[f"{platform.value}/{kind.value}"] = entries
+            off = kid in overrides.disabled
+            reason = DISABLED_REASON if off else hardware_reason(kid, hw, catalog)
+            entries.append(TableEntry(kid, reason is None, reason,
+                                      forced=kid == overrides.forced, disabled=off))
+        out.append(TableInfo(platform.value, kind.value, platform is active, tuple(entries)))
     return out
 
 
+def describe_tables(hw: HardwareInfo, overrides: KernelOverrides = KernelOverrides(),
+                    catalog: KernelCatalog = DEFAULT_CATALOG) -> dict[str, list[TableEntry]]:
+    """``{"cpu/per_tensor": [TableEntry, ...], ...}`` (see :func:`table_infos`)."""
+    return {t.name: list(t.entries) for t in table_infos(hw, overrides, catalog)}
