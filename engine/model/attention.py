@@ -1,0 +1,176 @@
+"""Paged causal attention over the KV store, for a mixed batch of prefill chunks and
+decode tokens.
+
+Per step the runner builds one :class:`AttentionMetadata` (slot indices, masks) shared by
+every layer. Per layer, :class:`PagedAttention`:
+  1. writes the new tokens' K/V into their slots,
+  2. runs each prefill chunk (> 1 token) with SDPA over [cached context + chunk], causal,
+  3. runs all decode chunks (1 token each) together: one gather of each sequence's K/V
+     into a reused padded buffer, a length mask, one SDPA call with the query heads of
+     each KV head folded into the query-length axis (no GQA expansion).
+
+Shapes: T = tokens in the step, Hq/Hkv = query/KV heads, D = head_dim, B = decode
+sequences, L = context length. q [T, Hq, D], k/v [T, Hkv, D] bf16 -> out [T, Hq*D] bf16.
+KV cache per layer: K, V flat views [num_slots, Hkv, D] bf16 (see kv_store.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from engine.batch import BatchInputs
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillSpan:
+    start: int  # first row of the chunk in the flattened step tokens
+    end: int
+    ctx_slots: torch.Tensor | None  # [start_pos + n] int64; None when start_pos == 0
+    mask: torch.Tensor | None  # [n, start_pos + n] bool (True = attend); None if start 0
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeSpan:
+    rows: torch.Tensor  # [B] int64 rows of the decode tokens in the step
+    slots: torch.Tensor  # [B * L_max] int64 context slots, padded with slot 0
+    mask: torch.Tensor  # [B, 1, 1, L_max] bool (True = attend)
+    max_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionMetadata:
+    positions: torch.Tensor  # [T] int64
+    slot_mapping: torch.Tensor  # [T] int64 where each new token's K/V is written
+    prefills: tuple[PrefillSpan, ...]
+    decode: DecodeSpan | None
+
+
+def _block_tables(batch: BatchInputs, block_size: int, num_slots: int) -> torch.Tensor:
+    """[C, max_blocks] int64, zero-padded; checks each table covers its context."""
+    width = max(len(c.block_table) for c in batch.chunks)
+    bt = torch.zeros(len(batch.chunks), max(width, 1), dtype=torch.int64)
+    for i, c in enumerate(batch.chunks):
+        need = -(-(c.start_pos + c.num_tokens) // block_size)
+        if len(c.block_table) < need:
+            raise ValueError(f"seq {c.seq_id}: block_table has {len(c.block_table)} blocks, "
+                             f"{need} needed for {c.start_pos + c.num_tokens} tokens")
+        bt[i, : len(c.block_table)] = torch.tensor(c.block_table, dtype=torch.int64)
+    if bt.numel() and (bt.min() < 0 or int(bt.max() + 1) * block_size > num_slots):
+        raise ValueError(f"block id outside the KV store ({num_slots // block_size} blocks)")
+    return bt
+
+
+def _slots(bt_rows: torch.Tensor, pos: torch.Tensor, block_size: int) -> torch.Tensor:
+    """bt_rows [..., max_blocks], pos [..., P] -> slots [..., P] int64."""
+    return torch.gather(bt_rows, -1, pos // block_size) * block_size + pos % block_size
+
+
+def build_metadata(batch: BatchInputs, block_size: int, num_slots: int) -> AttentionMetadata:
+    if not batch.chunks:
+        raise ValueError("empty batch")
+    bt = _block_tables(batch, block_size, num_slots)
+    starts = [c.start_pos for c in batch.chunks]
+    counts = torch.tensor([c.num_tokens for c in batch.chunks], dtype=torch.int64)
+    chunk_of = torch.repeat_interleave(torch.arange(len(batch.chunks)), counts)
+    offsets = torch.cumsum(counts, 0) - counts  # first row of each chunk
+    positions = torch.arange(int(counts.sum())) - offsets[chunk_of] + torch.tensor(starts)[chunk_of]
+    slot_mapping = _slots(bt[chunk_of], positions[:, None], block_size)[:, 0]
+    prefills, dec_idx = [], []
+    for i, c in enumerate(batch.chunks):
+        if c.num_tokens == 1:
+            dec_idx.append(i)
+            continue
+        row = int(offsets[i])
+        prefills.append(_prefill_span(row, c.start_pos, c.num_tokens, bt[i], block_size))
+    decode = _decode_span(dec_idx, offsets, starts, bt, block_size) if dec_idx else None
+    return AttentionMetadata(positions, slot_mapping, tuple(prefills), decode)
+
+
+def _prefill_span(row: int, start: int, n: int, bt_row: torch.Tensor,
+                  block_size: int) -> PrefillSpan:
+    if start == 0:
+        return PrefillSpan(row, row + n, None, None)
+    ctx = torch.arange(start + n)
+    mask = ctx[None, :] <= (start + torch.arange(n))[:, None]
+    return PrefillSpan(row, row + n, _slots(bt_row, ctx, block_size), mask)
+
+
+def _decode_span(idx: list[int], offsets: torch.Tensor, starts: list[int], bt: torch.Tensor,
+                 block_size: int) -> DecodeSpan:
+    sel = torch.tensor(idx, dtype=torch.int64)
+    lens = torch.tensor([starts[i] + 1 for i in idx], dtype=torch.int64)
+    max_len = int(lens.max())
+    ar = torch.arange(max_len)
+    valid = ar[None, :] < lens[:, None]  # [B, L_max]
+    pos = torch.where(valid, ar[None, :], 0)
+    slots = torch.where(valid, _slots(bt[sel], pos, block_size), 0)
+    return DecodeSpan(offsets[sel], slots.reshape(-1), valid[:, None, None, :], max_len)
+
+
+class PagedAttention:
+    """Attention of one model (shared by its layers). Owns only reusable gather buffers
+    (grown on demand, never shrunk) so decode does not page-fault fresh memory each step."""
+
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
+        self.hq, self.hkv, self.d = num_heads, num_kv_heads, head_dim
+        self.group = num_heads // num_kv_heads
+        self.scale = head_dim ** -0.5
+        self._buf: dict[str, torch.Tensor] = {}
+
+    def _scratch(self, name: str, rows: int) -> torch.Tensor:
+        buf = self._buf.get(name)
+        if buf is None or buf.shape[0] < rows:
+            buf = torch.empty(rows, self.hkv, self.d, dtype=torch.bfloat16)
+            self._buf[name] = buf
+        return buf[:rows]
+
+    def _gather(self, cache: tuple[torch.Tensor, torch.Tensor],
+                slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """slots [S] -> K, V [S, Hkv, D] in the reused buffers."""
+        n = int(slots.shape[0])
+        k = torch.index_select(cache[0], 0, slots, out=self._scratch("k", n))
+        v = torch.index_select(cache[1], 0, slots, out=self._scratch("v", n))
+        return k, v
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 cache: tuple[torch.Tensor, torch.Tensor],
+                 meta: AttentionMetadata) -> torch.Tensor:
+        cache[0].index_copy_(0, meta.slot_mapping, k)
+        cache[1].index_copy_(0, meta.slot_mapping, v)
+        t = q.shape[0]
+        if meta.decode is None and len(meta.prefills) == 1:
+            return self._prefill(q, k, v, cache, meta.prefills[0]).reshape(t, -1)
+        out = torch.empty(t, self.hq, self.d, dtype=q.dtype)
+        for span in meta.prefills:
+            out[span.start:span.end] = self._prefill(q, k, v, cache, span)
+        if meta.decode is not None:
+            out.index_copy_(0, meta.decode.rows, self._decode(q, cache, meta.decode))
+        return out.view(t, -1)
+
+    def _prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 cache: tuple[torch.Tensor, torch.Tensor], span: PrefillSpan) -> torch.Tensor:
+        """One chunk -> [n, Hq, D]."""
+        qs = q[span.start:span.end].transpose(0, 1)  # [Hq, n, D]
+        if span.ctx_slots is None:
+            ks, vs = k[span.start:span.end], v[span.start:span.end]
+        else:
+            ks, vs = self._gather(cache, span.ctx_slots)
+        o = F.scaled_dot_product_attention(
+            qs, ks.transpose(0, 1), vs.transpose(0, 1), attn_mask=span.mask,
+            is_causal=span.mask is None, scale=self.scale, enable_gqa=self.group > 1)
+        return o.transpose(0, 1)
+
+    def _decode(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor],
+                span: DecodeSpan) -> torch.Tensor:
+        """All decode tokens -> [B, Hq, D]. Query heads sharing a KV head ride along the
+        query-length axis: q [B, Hkv, G, D] against K/V [B, Hkv, L_max, D]."""
+        b = int(span.rows.shape[0])
+        qd = q.index_select(0, span.rows).view(b, self.hkv, self.group, self.d)
+        k, v = self._gather(cache, span.slots)
+        k = k.view(b, span.max_len, self.hkv, self.d).transpose(1, 2)
+        v = v.view(b, span.max_len, self.hkv, self.d).transpose(1, 2)
+        o = F.scaled_dot_product_attention(qd, k, v, attn_mask=span.mask, scale=self.scale)
+        return o.reshape(b, self.hq, self.d)

@@ -1,0 +1,234 @@
+"""Building blocks of the decoder: RMSNorm, rotary tables (plain RoPE, YaRN, Llama-4 query
+scaling) and the linear modules (FP8 through a LayerKernel, or plain bf16), including the
+row-wise fusion of q/k/v and gate/up.
+
+Tensor boundaries (T = tokens in the step, H = hidden size, D = head_dim):
+    rms_norm       x [T, H] bf16, weight [H] bf16               -> [T, H] bf16
+    RopeTables     cos/sin [P, D/2] fp32 for k; q_cos/q_sin [P, D/2] fp32 for q (the
+                   Llama-4 query scale folded in); P = max positions
+    apply_rope     x [T, heads, D] bf16, cos/sin [T, 1, D/2] fp32  -> [T, heads, D] bf16
+    Linear         x [M, K] bf16 -> y [M, N] bf16
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from engine.config import RopeConfig
+from engine.hardware import HardwareInfo
+from engine.kernels.base import Fp8Weight, ScaleKind
+from engine.kernels.layer_kernel import KernelReport, LayerKernel
+from engine.kernels.registry import KernelOverrides
+from engine.weights import LinearWeight
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x [T, H] bf16 -> bf16: x * rsqrt(mean(x^2) + eps) in fp32, cast back, times weight."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+# --- rotary embedding -------------------------------------------------------------------
+
+
+def _mscale(scale: float, m: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+
+def rope_inv_freq(rope: RopeConfig, head_dim: int) -> torch.Tensor:
+    """inv_freq fp32 [head_dim/2] (plain RoPE, or YaRN's blend of inter/extrapolation)."""
+    pos_freq = rope.theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    extra = 1.0 / pos_freq
+    if rope.rope_type == "default":
+        return extra
+    inter = 1.0 / (rope.factor * pos_freq)
+
+    def correction_dim(rotations: float) -> float:
+        orig = rope.original_max_position_embeddings
+        return (head_dim * math.log(orig / (rotations * 2 * math.pi))) / (2 * math.log(rope.theta))
+
+    low = max(math.floor(correction_dim(rope.beta_fast)), 0)
+    high = min(math.ceil(correction_dim(rope.beta_slow)), head_dim - 1)
+    if low == high:
+        high += 0.001  # as in the reference: avoid a zero-width ramp
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    extra_weight = 1.0 - ramp
+    return inter * (1.0 - extra_weight) + extra * extra_weight
+
+
+def rope_attention_factor(rope: RopeConfig) -> float:
+    """The cos/sin multiplier: 1 for plain RoPE; YaRN: mscale(f, m)/mscale(f, m_all)."""
+    if rope.rope_type == "default":
+        return 1.0
+    if rope.mscale and rope.mscale_all_dim:
+        return _mscale(rope.factor, rope.mscale) / _mscale(rope.factor, rope.mscale_all_dim)
+    return _mscale(rope.factor)
+
+
+def llama4_query_scale(rope: RopeConfig, positions: torch.Tensor) -> torch.Tensor:
+    """positions [P] int -> fp32 [P]: 1 + beta * ln(1 + floor(pos / original_max_pos))."""
+    p = positions.to(torch.float32)
+    orig = rope.original_max_position_embeddings
+    return 1.0 + rope.llama_4_scaling_beta * torch.log1p(torch.floor(p / orig))
+
+
+@dataclass(frozen=True, slots=True)
+class RopeTables:
+    """Precomputed rotary tables for positions [0, max_positions), all fp32 [P, D/2].
+    q_cos/q_sin carry the Llama-4 query scale (it multiplies q after RoPE, a linear map,
+    so it folds into both tables)."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    q_cos: torch.Tensor
+    q_sin: torch.Tensor
+
+    @property
+    def max_positions(self) -> int:
+        return int(self.cos.shape[0])
+
+    @classmethod
+    def build(cls, rope: RopeConfig, head_dim: int, max_positions: int) -> RopeTables:
+        pos = torch.arange(max_positions, dtype=torch.int64)
+        angles = pos.to(torch.float32)[:, None] * rope_inv_freq(rope, head_dim)[None, :]
+        factor = rope_attention_factor(rope)
+        cos, sin = angles.cos() * factor, angles.sin() * factor
+        if rope.llama_4_scaling_beta == 0:
+            return cls(cos, sin, cos, sin)
+        qs = llama4_query_scale(rope, pos)[:, None]
+        return cls(cos, sin, cos * qs, sin * qs)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Half-split rotation in fp32. x [T, heads, D] bf16; cos/sin [T, 1, D/2] fp32."""
+    xf = x.float()
+    half = xf.shape[-1] // 2
+    x1, x2 = xf[..., :half], xf[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+# --- linear modules ---------------------------------------------------------------------
+
+
+class Bf16Linear:
+    """y [M, N] bf16 = x [M, K] bf16 @ w.T, w bf16 [N, K]."""
+
+    def __init__(self, name: str, weight: torch.Tensor) -> None:
+        if weight.dim() != 2:
+            raise ValueError(f"{name}: bf16 weight must be [N, K], got {tuple(weight.shape)}")
+        self.name = name
+        self.weight = weight.to(torch.bfloat16).contiguous()
+        self.n, self.k = int(weight.shape[0]), int(weight.shape[1])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.mm(x, self.weight.t())
+
+
+class Fp8Linear:
+    """y [M, N] bf16 = x [M, K] bf16 @ dequant(W).T through the layer's chosen kernel."""
+
+    def __init__(self, name: str, weight: Fp8Weight, hw: HardwareInfo,
+                 overrides: KernelOverrides, report: KernelReport) -> None:
+        self.name = name
+        self.kernel = LayerKernel(name, weight, hw, overrides, report)
+        self.n, self.k = weight.n, weight.k
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.kernel(x)
+
+
+Linear = Bf16Linear | Fp8Linear
+
+
+@dataclass(frozen=True, slots=True)
+class LinearFactory:
+    """Builds the right linear module for a weight; carries the kernel-selection inputs."""
+
+    hw: HardwareInfo
+    overrides: KernelOverrides
+    report: KernelReport
+
+    def __call__(self, name: str, weight: LinearWeight) -> Linear:
+        if isinstance(weight, Fp8Weight):
+            return Fp8Linear(name, weight, self.hw, self.overrides, self.report)
+        return Bf16Linear(name, weight)
+
+    def fused(self, name: str, parts: dict[str, LinearWeight]) -> FusedLinear:
+        """One GEMM over the concatenated rows of ``parts`` when they fuse exactly (see
+        fuse_weights), else one module per part."""
+        weights = list(parts.values())
+        sizes = tuple(int(w.n if isinstance(w, Fp8Weight) else w.shape[0]) for w in weights)
+        merged = fuse_weights(weights)
+        if merged is not None:
+            return FusedLinear((self(name, merged),), sizes)
+        return FusedLinear(tuple(self(f"{name}.{k}", w) for k, w in parts.items()), sizes)
+
+
+@dataclass(frozen=True, slots=True)
+class FusedLinear:
+    """Several linears of the same input. x [M, K] bf16 -> one [M, n_i] bf16 per part
+    (views into one GEMM output when fused)."""
+
+    modules: tuple[Linear, ...]
+    sizes: tuple[int, ...]  # output features of each part, in order
+
+    @property
+    def is_fused(self) -> bool:
+        return len(self.modules) == 1 and len(self.sizes) > 1
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if len(self.modules) == 1:
+            return torch.split(self.modules[0](x), self.sizes, dim=-1)
+        return tuple(m(x) for m in self.modules)
+
+
+def _per_channel(w: Fp8Weight) -> torch.Tensor:
+    """The shard's scale as fp32 [N]."""
+    if w.scale_kind is ScaleKind.PER_CHANNEL:
+        return w.scale
+    return w.scale.reshape(()).expand(w.n)
+
+
+def _fused_act_scale(ws: list[Fp8Weight]) -> torch.Tensor | None:
+    scales = [w.activation_scale for w in ws]
+    if any(s is None for s in scales):
+        return None
+    return torch.stack(scales).max()  # type: ignore[arg-type]
+
+
+def fuse_fp8(ws: list[Fp8Weight]) -> Fp8Weight | None:
+    """Concatenate FP8 rows unchanged (no requantization). Per-tensor/per-channel shards
+    become one PER_CHANNEL weight with scale fp32 [N_total]; block-scaled shards fuse by
+    concatenating block-scale rows when each shard's N is a multiple of the block's bn.
+    None when the shards cannot fuse exactly (mixed K, mixed block sizes, ragged N)."""
+    if len({w.k for w in ws}) != 1:
+        return None
+    weight = torch.cat([w.weight for w in ws], dim=0)
+    act = _fused_act_scale(ws)
+    kinds = {w.scale_kind for w in ws}
+    if ScaleKind.BLOCK in kinds:
+        sizes = {w.block_size for w in ws}
+        if kinds != {ScaleKind.BLOCK} or len(sizes) != 1:
+            return None
+        bn = ws[0].block_size[0]
+        if any(w.n % bn for w in ws):
+            return None
+        scale = torch.cat([w.scale for w in ws], dim=0)
+        return Fp8Weight(weight, scale, ScaleKind.BLOCK, act, ws[0].block_size)
+    scale = torch.cat([_per_channel(w) for w in ws]).to(torch.float32).contiguous()
+    return Fp8Weight(weight, scale, ScaleKind.PER_CHANNEL, act)
+
+
+def fuse_weights(ws: list[LinearWeight]) -> LinearWeight | None:
+    """Row-concatenate linears of the same input: all FP8 (see fuse_fp8) or all bf16."""
+    if all(isinstance(w, Fp8Weight) for w in ws):
+        return fuse_fp8(ws)  # type: ignore[arg-type]
+    if all(isinstance(w, torch.Tensor) for w in ws):
+        if len({int(w.shape[1]) for w in ws}) != 1:  # type: ignore[union-attr]
+            return None
+        return torch.cat([w.to(torch.bfloat16) for w in ws], dim=0)  # type: ignore[union-attr]
+    return None

@@ -1,0 +1,107 @@
+"""The Ministral-3 text decoder (also Mistral / Llama text models): pre-norm blocks of
+GQA attention with RoPE and a SwiGLU MLP, bf16 activations.
+
+    tokens [T] int64 --embed--> h [T, H] bf16 --layers--> final norm on the logit rows
+    --lm_head--> logits [R, V] fp32
+
+Every FP8 linear runs through a LayerKernel (engine/model/layers.py); q/k/v and gate/up
+are fused into one GEMM each when their shards fuse exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from engine.config import ModelConfig
+from engine.model.attention import AttentionMetadata, PagedAttention
+from engine.model.kv_store import KVStore
+from engine.model.layers import (
+    Linear,
+    LinearFactory,
+    RopeTables,
+    apply_rope,
+    rms_norm,
+)
+from engine.weights import LayerWeights, ModelWeights
+
+
+@dataclass(frozen=True, slots=True)
+class StepRope:
+    """Rotary factors of this step's tokens, fp32 [T, 1, D/2], shared by all layers."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    q_cos: torch.Tensor
+    q_sin: torch.Tensor
+
+    @classmethod
+    def select(cls, tables: RopeTables, positions: torch.Tensor) -> StepRope:
+        if positions.numel() and int(positions.max()) >= tables.max_positions:
+            raise ValueError(f"position {int(positions.max())} beyond the rotary table "
+                             f"({tables.max_positions} positions = max_model_len)")
+        pick = [t.index_select(0, positions)[:, None, :]
+                for t in (tables.cos, tables.sin, tables.q_cos, tables.q_sin)]
+        return cls(*pick)
+
+
+class DecoderLayer:
+    def __init__(self, i: int, w: LayerWeights, config: ModelConfig, make: LinearFactory,
+                 attention: PagedAttention) -> None:
+        p = f"layers.{i}"
+        self.eps = config.rms_norm_eps
+        self.hq, self.hkv, self.d = config.num_heads, config.num_kv_heads, config.head_dim
+        self.input_norm = w.input_layernorm
+        self.post_norm = w.post_attention_layernorm
+        self.qkv = make.fused(f"{p}.self_attn.qkv_proj",
+                              {"q_proj": w.q_proj, "k_proj": w.k_proj, "v_proj": w.v_proj})
+        self.o_proj: Linear = make(f"{p}.self_attn.o_proj", w.o_proj)
+        self.gate_up = make.fused(f"{p}.mlp.gate_up_proj",
+                                  {"gate_proj": w.gate_proj, "up_proj": w.up_proj})
+        self.down_proj: Linear = make(f"{p}.mlp.down_proj", w.down_proj)
+        self.attention = attention
+
+    def __call__(self, h: torch.Tensor, rope: StepRope, meta: AttentionMetadata,
+                 cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """h [T, H] bf16 -> [T, H] bf16; writes this layer's K/V of the step into cache."""
+        t = h.shape[0]
+        q, k, v = self.qkv(rms_norm(h, self.input_norm, self.eps))
+        q = apply_rope(q.view(t, self.hq, self.d), rope.q_cos, rope.q_sin)
+        k = apply_rope(k.view(t, self.hkv, self.d), rope.cos, rope.sin)
+        attn = self.attention(q, k, v.reshape(t, self.hkv, self.d), cache, meta)
+        h = h + self.o_proj(attn)
+        gate, up = self.gate_up(rms_norm(h, self.post_norm, self.eps))
+        return h + self.down_proj(F.silu(gate) * up)
+
+
+class Ministral:
+    """The decoder built from :class:`ModelWeights`. Holds no per-request state: the KV
+    store and the step's metadata are passed to :meth:`forward`."""
+
+    def __init__(self, weights: ModelWeights, make: LinearFactory, max_positions: int) -> None:
+        c = weights.config
+        self.config = c
+        self.embed = weights.embed_tokens  # [V, H] bf16
+        self.norm = weights.norm
+        self.attention = PagedAttention(c.num_heads, c.num_kv_heads, c.head_dim)
+        self.layers = [DecoderLayer(i, lw, c, make, self.attention)
+                       for i, lw in enumerate(weights.layers)]
+        if len(self.layers) != c.num_layers:
+            raise ValueError(f"{len(self.layers)} layers of weights, config says {c.num_layers}")
+        head = weights.embed_tokens if weights.lm_head is None else weights.lm_head
+        self.lm_head: Linear = make("lm_head", head)
+        self.rope = RopeTables.build(c.rope, c.head_dim, max_positions)
+
+    def forward(self, tokens: torch.Tensor, meta: AttentionMetadata, kv: KVStore,
+                logit_rows: torch.Tensor) -> torch.Tensor:
+        """tokens [T] int64, logit_rows [R] int64 (rows of T) -> logits [R, V] fp32."""
+        h = F.embedding(tokens, self.embed)
+        rope = StepRope.select(self.rope, meta.positions)
+        for i, layer in enumerate(self.layers):
+            h = layer(h, rope, meta, kv.layer(i))
+        if logit_rows.numel() == 0:  # only filling the KV cache
+            return torch.empty(0, self.config.vocab_size, dtype=torch.float32)
+        h = rms_norm(h.index_select(0, logit_rows), self.norm, self.config.rms_norm_eps)
+        return self.lm_head(h).float()

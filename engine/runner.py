@@ -1,0 +1,113 @@
+"""ModelRunner: BatchInputs (from the scheduler) -> logits, over the model and its paged
+KV store. The scheduler allocates blocks (engine/kv_cache.py) and names them in each
+chunk's block_table; the runner owns the KV tensors and the per-layer kernel choices."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from engine.batch import BatchInputs, LogitsWanted, SeqChunk
+from engine.config import EngineConfig, ModelConfig
+from engine.hardware import HardwareInfo
+from engine.kernels.layer_kernel import KernelReport
+from engine.kernels.registry import KernelOverrides
+from engine.model.attention import build_metadata
+from engine.model.kv_store import KVStore, num_blocks_for
+from engine.model.layers import LinearFactory
+from engine.model.ministral import Ministral
+from engine.weights import ModelWeights
+
+log = logging.getLogger(__name__)
+
+
+def logit_rows(batch: BatchInputs) -> torch.Tensor:
+    """[num_logit_rows] int64: rows of the flattened step tokens whose logits are wanted,
+    in chunk order (LAST: the chunk's last token; ALL: each of its tokens)."""
+    rows: list[int] = []
+    offset = 0
+    for c in batch.chunks:
+        if c.logits is LogitsWanted.LAST:
+            rows.append(offset + c.num_tokens - 1)
+        elif c.logits is LogitsWanted.ALL:
+            rows.extend(range(offset, offset + c.num_tokens))
+        offset += c.num_tokens
+    return torch.tensor(rows, dtype=torch.int64)
+
+
+class ModelRunner:
+    def __init__(self, weights: ModelWeights, engine_config: EngineConfig, hw: HardwareInfo,
+                 overrides: KernelOverrides, report: KernelReport | None = None) -> None:
+        if engine_config.threads is not None:
+            torch.set_num_threads(engine_config.threads)
+        self.config: ModelConfig = weights.config
+        self.engine_config = engine_config
+        self.kernel_report = report if report is not None else KernelReport()
+        make = LinearFactory(hw, overrides, self.kernel_report)
+        self.model = Ministral(weights, make, max_positions=engine_config.max_model_len)
+        self.block_size = engine_config.kv_block_size
+        self.num_kv_blocks = num_blocks_for(self.config, engine_config)
+        self.kv = KVStore.allocate(self.config, self.num_kv_blocks, self.block_size)
+        log.info("KV store: %d blocks of %d tokens (%.1f MiB, %d bytes per block)",
+                 self.num_kv_blocks, self.block_size, self.kv.nbytes / 2**20,
+                 self.kv.bytes_per_block)
+
+    @property
+    def kv_bytes_per_block(self) -> int:
+        return self.kv.bytes_per_block
+
+    @torch.inference_mode()
+    def run(self, batch: BatchInputs) -> torch.Tensor:
+        """Logits float32 [batch.num_logit_rows, vocab], rows in chunk order; each chunk
+        contributes chunk.num_logit_rows rows (NONE: 0, LAST: 1, ALL: one per token)."""
+        meta = build_metadata(batch, self.block_size, self.kv.num_slots)
+        tokens = torch.tensor([t for c in batch.chunks for t in c.token_ids], dtype=torch.int64)
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.vocab_size):
+            raise ValueError(f"token id outside the vocabulary [0, {self.config.vocab_size})")
+        return self.model.forward(tokens, meta, self.kv, logit_rows(batch))
+
+
+def _probe(hw: HardwareInfo | None) -> HardwareInfo:
+    if hw is not None:
+        return hw
+    from engine import hardware
+
+    probe = getattr(hardware, "probe_hardware", None)
+    if probe is None:  # the probe is not in this build: run on the portable kernels
+        log.warning("engine.hardware.probe_hardware missing; using a featureless profile")
+        return HardwareInfo.fake()
+    return probe()
+
+
+def load_runner(model_dir: str | Path, engine_config: EngineConfig,
+                hw: HardwareInfo | None = None,
+                overrides: KernelOverrides | None = None) -> ModelRunner:
+    """Load a checkpoint directory and build its runner (hw None = probe this host;
+    overrides None = from FP8SERVE_KERNEL / FP8SERVE_DISABLED_KERNELS)."""
+    from engine.loader import load_weights
+
+    weights = load_weights(Path(model_dir))
+    if overrides is None:
+        overrides = KernelOverrides.from_env()
+    return ModelRunner(weights, engine_config, _probe(hw), overrides)
+
+
+def generate_greedy(runner: ModelRunner, prompt_ids: list[int], max_new_tokens: int,
+                    seq_id: int = 0) -> list[int]:
+    """Greedy decoding of one sequence with the KV cache (prefill once, then one token per
+    step) in blocks 0.. of the runner's store. For tests, calibration and the CLI."""
+    total = len(prompt_ids) + max_new_tokens
+    blocks = tuple(range(-(-total // runner.block_size)))
+    if len(blocks) > runner.num_kv_blocks:
+        raise ValueError(f"{total} tokens need {len(blocks)} KV blocks; "
+                         f"{runner.num_kv_blocks} available")
+    out: list[int] = []
+    chunk = SeqChunk(seq_id, tuple(prompt_ids), 0, blocks)
+    for _ in range(max_new_tokens):
+        logits = runner.run(BatchInputs((chunk,)))
+        nxt = int(torch.argmax(logits[0]))
+        out.append(nxt)
+        chunk = SeqChunk(seq_id, (nxt,), chunk.start_pos + chunk.num_tokens, blocks)
+    return out
