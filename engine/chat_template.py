@@ -1,0 +1,119 @@
+"""Chat templates: found in a checkpoint directory and rendered in a sandboxed jinja2
+environment with the variables and filters Hugging Face provides (``messages``,
+``add_generation_prompt``, ``bos_token``, ``eos_token``, ``tools``, ``raise_exception``,
+``strftime_now``, the ``tojson`` filter, loop controls, trim_blocks/lstrip_blocks)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from jinja2.ext import loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+ROLES = ("system", "user", "assistant", "tool", "developer")
+
+
+class ChatTemplateError(ValueError):
+    """Bad chat messages or a template that fails to render (HTTP 400)."""
+
+
+def load_chat_template(model_dir: Path) -> str | None:
+    """``chat_template.jinja``, else ``tokenizer_config.json``'s ``chat_template`` (a string
+    or a list of ``{"name", "template"}``, where "default" wins), else None."""
+    jinja_file = model_dir / "chat_template.jinja"
+    if jinja_file.is_file():
+        return jinja_file.read_text(encoding="utf-8")
+    cfg_file = model_dir / "tokenizer_config.json"
+    if not cfg_file.is_file():
+        return None
+    tpl = json.loads(cfg_file.read_text(encoding="utf-8")).get("chat_template")
+    if isinstance(tpl, list):
+        named = {t.get("name"): t.get("template") for t in tpl if isinstance(t, dict)}
+        tpl = named.get("default") or next(iter(named.values()), None)
+    return tpl if isinstance(tpl, str) else None
+
+
+def _raise_exception(message: str) -> None:
+    raise ChatTemplateError(f"chat template: {message}")
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+@lru_cache(maxsize=8)
+def _compile(source: str) -> jinja2.Template:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    try:
+        return env.from_string(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ChatTemplateError(f"chat template syntax error line {exc.lineno}: {exc}") from exc
+
+
+def _check_content(i: int, content: Any) -> None:
+    if content is None or isinstance(content, str):
+        return
+    if isinstance(content, Sequence):
+        for part in content:
+            if not isinstance(part, Mapping) or part.get("type") != "text":
+                kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+                raise ChatTemplateError(
+                    f"messages[{i}].content: only text parts are supported, got {kind!r}")
+        return
+    raise ChatTemplateError(f"messages[{i}].content must be a string or a list of parts")
+
+
+def normalize_messages(messages: Any) -> list[dict[str, Any]]:
+    """Validate chat messages; text-part lists are joined into one string."""
+    if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
+        raise ChatTemplateError("messages must be a non-empty list")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise ChatTemplateError(f"messages[{i}] must be an object")
+        role = m.get("role")
+        if role not in ROLES:
+            raise ChatTemplateError(f"messages[{i}].role {role!r} not one of {', '.join(ROLES)}")
+        content = m.get("content")
+        _check_content(i, content)
+        msg = dict(m)
+        if isinstance(content, Sequence) and not isinstance(content, str):
+            msg["content"] = "".join(str(p.get("text", "")) for p in content)
+        out.append(msg)
+    return out
+
+
+def render_chat_template(
+    source: str,
+    messages: Sequence[Mapping[str, Any]],
+    add_generation_prompt: bool = True,
+    special_tokens: Mapping[str, str | None] | None = None,
+    **kwargs: Any,
+) -> str:
+    """Render ``source`` for ``messages``. special_tokens: bos_token, eos_token, ... as text.
+    Raises ChatTemplateError for bad messages or template failures."""
+    template = _compile(source)
+    variables = {**(special_tokens or {}), **kwargs}
+    try:
+        return template.render(messages=normalize_messages(messages),
+                               add_generation_prompt=add_generation_prompt, **variables)
+    except ChatTemplateError:
+        raise
+    except (jinja2.TemplateError, TypeError, KeyError, ValueError, AttributeError) as exc:
+        raise ChatTemplateError(f"chat template failed to render: {exc}") from exc

@@ -1,0 +1,205 @@
+"""The model's tokenizer and chat template, loaded from a checkpoint directory.
+
+``tokenizer.json`` goes through the ``tokenizers`` library; a directory with only
+``tekken.json`` goes through mistral-common's Tekkenizer (engine/tokenizer_tekken.py). Special
+token strings in text (``<s>``, ``[INST]``, ``<|im_start|>``) are always encoded as their
+single ids, as Hugging Face does, so a rendered chat template tokenizes correctly.
+
+Chat prompts: :meth:`Tokenizer.encode_chat` renders the template and encodes the text with
+``add_special_tokens=False`` (the template writes BOS itself, so it is never doubled). A
+Tekken model without a jinja template is encoded by mistral-common's own request encoder.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from engine.chat_template import (
+    ChatTemplateError,
+    load_chat_template,
+    normalize_messages,
+    render_chat_template,
+)
+
+__all__ = ["ChatTemplateError", "Tokenizer", "TokenizerLoadError"]
+
+
+class TokenizerLoadError(RuntimeError):
+    """The directory has no usable tokenizer; the message names the file."""
+
+
+class Backend(Protocol):
+    def encode(self, text: str, add_special_tokens: bool) -> list[int]: ...
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str: ...
+    def id_to_token(self, token_id: int) -> str | None: ...
+    def token_to_id(self, token: str) -> int | None: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def special_ids(self) -> frozenset[int]: ...
+
+
+class HfBackend:
+    """tokenizer.json through the ``tokenizers`` library."""
+
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer as HfTokenizer
+
+        try:
+            self._tok = HfTokenizer.from_file(str(path))
+        except Exception as exc:  # the library raises a bare Exception on bad JSON
+            raise TokenizerLoadError(f"{path}: cannot load tokenizer: {exc}") from exc
+        added = self._tok.get_added_tokens_decoder()
+        self._special = frozenset(i for i, t in added.items() if t.special)
+
+    def encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self._tok.id_to_token(token_id)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._tok.token_to_id(token)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        return self._special
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TokenizerLoadError(f"{path}: invalid JSON: {exc}") from exc
+    return data if isinstance(data, dict) else {}
+
+
+def _token_text(value: Any) -> str | None:
+    """tokenizer_config.json writes special tokens as a string or {"content": ...}."""
+    if isinstance(value, Mapping):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _ids(value: Any) -> list[int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
+    return []
+
+
+class Tokenizer:
+    """Encode/decode text and chat messages for one model. Immutable after loading."""
+
+    def __init__(self, backend: Backend, chat_template: str | None, bos_token_id: int | None,
+                 eos_token_ids: frozenset[int], chat_encoder: Any = None,
+                 eos_token: str | None = None) -> None:
+        self.backend = backend
+        self.chat_template = chat_template
+        self.bos_token_id = bos_token_id
+        self.eos_token_ids = eos_token_ids
+        self._chat_encoder = chat_encoder  # mistral-common encoder when there is no template
+        # Text of the template's ``eos_token``: tokenizer_config's, else the lowest EOS id's.
+        first_eos = min(eos_token_ids) if eos_token_ids else None
+        self.eos_token = eos_token or self._text_of(first_eos) or ""
+        self.bos_token = self._text_of(bos_token_id) or ""
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path) -> Tokenizer:
+        model_dir = Path(model_dir)
+        tok_cfg = _read_json(model_dir / "tokenizer_config.json")
+        chat_encoder = None
+        if (model_dir / "tokenizer.json").is_file():
+            backend: Backend = HfBackend(model_dir / "tokenizer.json")
+        elif (model_dir / "tekken.json").is_file():
+            from engine.tokenizer_tekken import TekkenBackend
+
+            backend = TekkenBackend(model_dir / "tekken.json")
+            chat_encoder = backend.chat_encoder
+        else:
+            raise TokenizerLoadError(f"{model_dir}: no tokenizer.json or tekken.json")
+        template = load_chat_template(model_dir)
+        bos, eos = cls._special_ids(model_dir, tok_cfg, backend)
+        return cls(backend, template, bos, eos, None if template else chat_encoder,
+                   _token_text(tok_cfg.get("eos_token")))
+
+    @staticmethod
+    def _special_ids(model_dir: Path, tok_cfg: dict, backend: Backend
+                     ) -> tuple[int | None, frozenset[int]]:
+        gen = _read_json(model_dir / "generation_config.json")
+        cfg = _read_json(model_dir / "config.json")
+        text_cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+        eos = set(_ids(gen.get("eos_token_id")) + _ids(cfg.get("eos_token_id"))
+                  + _ids(text_cfg.get("eos_token_id")))
+        bos_ids = _ids(gen.get("bos_token_id")) or _ids(cfg.get("bos_token_id"))
+        for key, target in (("eos_token", eos), ("bos_token", None)):
+            text = _token_text(tok_cfg.get(key))
+            tid = backend.token_to_id(text) if text else None
+            if tid is not None and target is not None:
+                target.add(tid)
+            elif tid is not None and not bos_ids:
+                bos_ids = [tid]
+        default_eos = getattr(backend, "default_eos_id", None)
+        if default_eos is not None:
+            eos.add(default_eos)
+        bos = bos_ids[0] if bos_ids else getattr(backend, "default_bos_id", None)
+        return bos, frozenset(i for i in eos if 0 <= i < backend.vocab_size)
+
+    # -- text ------------------------------------------------------------------------
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Text -> ids; add_special_tokens adds what the tokenizer adds (e.g. BOS)."""
+        return self.backend.encode(text, add_special_tokens)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.backend.decode(ids, skip_special_tokens)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.vocab_size
+
+    def id_to_token(self, token_id: int) -> str:
+        """The vocabulary entry (byte-level spelling, e.g. 'Ġthe')."""
+        return self.backend.id_to_token(token_id) or ""
+
+    def token_to_text(self, token_id: int) -> str:
+        """The token's own text, for logprobs (a partial UTF-8 byte shows as U+FFFD)."""
+        return self.backend.decode([token_id], False)
+
+    def is_special(self, token_id: int) -> bool:
+        return token_id in self.backend.special_ids
+
+    def _text_of(self, token_id: int | None) -> str | None:
+        return None if token_id is None else self.backend.id_to_token(token_id)
+
+    # -- chat ------------------------------------------------------------------------
+    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]],
+                            add_generation_prompt: bool = True, **kwargs: Any) -> str:
+        """The prompt text for ``messages`` (ChatTemplateError on bad input)."""
+        if self.chat_template is None:
+            if self._chat_encoder is not None:
+                return self._chat_encoder(normalize_messages(messages))[1]
+            raise ChatTemplateError("this model has no chat template")
+        specials = {"bos_token": self.bos_token, "eos_token": self.eos_token}
+        return render_chat_template(self.chat_template, messages, add_generation_prompt,
+                                    specials, **kwargs)
+
+    def encode_chat(self, messages: Sequence[Mapping[str, Any]],
+                    add_generation_prompt: bool = True, **kwargs: Any) -> list[int]:
+        """Prompt ids for ``messages``; BOS comes from the template only (never doubled)."""
+        if self.chat_template is None and self._chat_encoder is not None:
+            return self._chat_encoder(normalize_messages(messages))[0]
+        text = self.apply_chat_template(messages, add_generation_prompt, **kwargs)
+        return self.encode(text, add_special_tokens=False)

@@ -1,0 +1,84 @@
+"""``tekken.json`` through mistral-common's Tekkenizer, behind the same backend interface
+as tokenizer.json (engine/tokenizer.py). Special-token strings in text are encoded as their
+ids (``<s>[INST]Hello, world![/INST]`` -> [1, 3, 22177, 1044, 4304, 1033, 4])."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from engine.chat_template import ChatTemplateError
+
+
+class TekkenBackend:
+    def __init__(self, path: Path) -> None:
+        from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+        from engine.tokenizer import TokenizerLoadError
+
+        try:
+            self._tok = Tekkenizer.from_file(str(path))
+        except Exception as exc:  # mistral-common raises several unrelated types
+            raise TokenizerLoadError(f"{path}: cannot load tekken tokenizer: {exc}") from exc
+        self._path = path
+        n_special = self._tok.num_special_tokens
+        self._special = frozenset(range(n_special))
+        self._special_by_text = {self._tok.id_to_piece(i): i for i in range(n_special)}
+        pattern = "|".join(re.escape(t) for t in sorted(self._special_by_text, key=len,
+                                                        reverse=True))
+        self._split = re.compile(f"({pattern})")
+        self.default_bos_id: int = self._tok.bos_id
+        self.default_eos_id: int = self._tok.eos_id
+
+    def encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        ids = [self.default_bos_id] if add_special_tokens else []
+        for i, piece in enumerate(self._split.split(text)):
+            if i % 2:  # odd pieces are the special-token separators
+                ids.append(self._special_by_text[piece])
+            elif piece:
+                ids.extend(self._tok.encode(piece, bos=False, eos=False))
+        return ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
+        from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
+
+        policy = SpecialTokenPolicy.IGNORE if skip_special_tokens else SpecialTokenPolicy.KEEP
+        return self._tok.decode(list(ids), special_token_policy=policy)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        if not 0 <= token_id < self._tok.n_words:
+            return None
+        return self._tok.id_to_piece(token_id)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._special_by_text.get(token)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.n_words
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        return self._special
+
+    @cached_property
+    def _mistral(self) -> Any:
+        from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+        return MistralTokenizer.from_file(str(self._path))
+
+    def chat_encoder(self, messages: list[dict[str, Any]]) -> tuple[list[int], str]:
+        """mistral-common's own request encoding: messages -> (ids, text)."""
+        from mistral_common.exceptions import MistralCommonException
+        from mistral_common.protocol.instruct.request import ChatCompletionRequest
+        from pydantic import ValidationError
+
+        try:
+            request = ChatCompletionRequest.model_validate({"messages": messages})
+            out = self._mistral.encode_chat_completion(request)
+        except (MistralCommonException, ValidationError) as exc:
+            raise ChatTemplateError(f"invalid chat messages: {exc}") from exc
+        return list(out.tokens), out.text or ""

@@ -1,0 +1,128 @@
+import pytest
+
+from engine.detokenizer import IncrementalDetokenizer, find_stop, held_suffix_len
+from engine.tokenizer import Tokenizer
+from tests.engine.tokenizer_fixtures import write_bpe_dir, write_tekken_dir
+
+
+class CharTok:
+    """id = code point; 0 is a special token that decodes to <S> unless skipped."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join("" if i == 0 and skip_special_tokens else "<S>" if i == 0 else chr(i)
+                       for i in ids)
+
+
+def _stream(detok, ids):
+    pieces, stopped = [], False
+    for i in ids:
+        step = detok.push(i)
+        pieces.append(step.new_text)
+        if step.stopped:
+            stopped = True
+            break
+    if not stopped:
+        pieces.append(detok.flush())
+    return pieces, stopped
+
+
+@pytest.fixture(scope="module", params=["bpe", "tekken"])
+def real_tok(request, tmp_path_factory):
+    d = tmp_path_factory.mktemp(request.param)
+    return Tokenizer.from_dir(write_bpe_dir(d) if request.param == "bpe" else write_tekken_dir(d))
+
+
+@pytest.mark.parametrize("text", ["ünïcödé 中文字符 🚀🌍 Paris", "  spaces\n\tand tabs ",
+                                  "emoji 👩‍👩‍👧 ok"])
+def test_stream_matches_full_decode_without_replacement_chars(real_tok, text):
+    prompt = real_tok.encode("Question:", add_special_tokens=False)
+    ids = real_tok.encode(text, add_special_tokens=False)
+    if text.strip() != "spaces\n\tand tabs":  # really split into sub-character tokens
+        assert any("\ufffd" in real_tok.decode([i]) for i in ids)
+    pieces, stopped = _stream(IncrementalDetokenizer(real_tok, prompt), ids)
+    assert not stopped
+    assert "".join(pieces) == real_tok.decode(ids) == text
+    assert all("\ufffd" not in p for p in pieces)
+
+
+def test_multibyte_char_split_across_tokens_is_held(real_tok):
+    ids = real_tok.encode("🚀", add_special_tokens=False)
+    assert len(ids) >= 2  # byte tokens
+    detok = IncrementalDetokenizer(real_tok, [])
+    assert [detok.push(i).new_text for i in ids[:-1]] == [""] * (len(ids) - 1)
+    assert detok.push(ids[-1]).new_text == "🚀"
+
+
+def test_flush_releases_incomplete_tail(real_tok):
+    ids = real_tok.encode("a🚀", add_special_tokens=False)
+    detok = IncrementalDetokenizer(real_tok, [])
+    out = "".join(detok.push(i).new_text for i in ids[:-1])
+    assert out == "a"
+    assert detok.flush() == "\ufffd" * len(real_tok.decode(ids[:-1])[1:])
+
+
+def _ids(s):
+    return [ord(c) for c in s]
+
+
+def test_stop_string_never_emitted_halfway():
+    detok = IncrementalDetokenizer(CharTok(), [], stop=("STOP",))
+    pieces, stopped = _stream(detok, _ids("abc STxSTOP and more"))
+    assert stopped and detok.stop_str == "STOP"
+    assert "".join(pieces) == "abc STx" == detok.text
+    assert pieces[4:6] == ["", ""]  # "S", "T" held back until "x" rules out "STOP"
+    assert pieces[6] == "STx"
+    assert all("STO" not in p for p in pieces)
+    assert detok.push(ord("z")).new_text == "" and detok.flush() == ""
+
+
+def test_include_stop_str_and_earliest_match():
+    detok = IncrementalDetokenizer(CharTok(), [], stop=("cd", "bcx"),
+                                   include_stop_str_in_output=True)
+    pieces, stopped = _stream(detok, _ids("abcdx"))
+    assert stopped and "".join(pieces) == "abcd" and detok.stop_str == "cd"
+    assert find_stop("xxabcab", ("ab", "cab"), 0) == (2, "ab")
+    assert find_stop("xxabcab", ("ab", "cab"), 3) == (4, "cab")
+
+
+def test_stop_string_spanning_tokens_and_multichar_tokens():
+    class WordTok:
+        vocab = ["Hello", " wor", "ld", "###", " end", "#"]
+
+        def decode(self, ids, skip_special_tokens=True):
+            return "".join(self.vocab[i] for i in ids)
+
+    detok = IncrementalDetokenizer(WordTok(), [], stop=("world#",))
+    steps = [detok.push(i) for i in (0, 1, 2, 5)]
+    assert [s.new_text for s in steps] == ["Hello", " ", "", ""]  # "wor" held
+    assert steps[-1].stopped and detok.text == "Hello "
+    detok = IncrementalDetokenizer(WordTok(), [], stop=("world#",))
+    pieces, stopped = _stream(detok, [0, 1, 2, 3, 4])
+    assert not stopped and "".join(pieces) == "Hello world### end"
+
+
+def test_held_text_released_on_flush_and_stop_in_prompt_ignored():
+    detok = IncrementalDetokenizer(CharTok(), _ids("ST"), stop=("STOP",))
+    assert detok.push(ord("O")).new_text == ""  # prompt text never matches
+    assert detok.push(ord("S")).new_text == "O"
+    assert detok.flush() == "S"
+    assert held_suffix_len("xxSTO", ("STOP", "TOX")) == 3
+    assert held_suffix_len("abc", ("STOP",)) == 0
+
+
+def test_skip_special_tokens_option():
+    assert "".join(_stream(IncrementalDetokenizer(CharTok(), [], (), True), [0, 97])[0]) == "a"
+    detok = IncrementalDetokenizer(CharTok(), [], (), skip_special_tokens=False)
+    assert "".join(_stream(detok, [0, 97])[0]) == "<S>a"
+
+
+def test_sentencepiece_style_leading_space_uses_prompt_context():
+    class SpTok:  # strips the leading space of the first decoded token, like Metaspace
+        vocab = ["▁Hello", "▁world", "!"]
+
+        def decode(self, ids, skip_special_tokens=True):
+            return "".join(self.vocab[i] for i in ids).replace("▁", " ").removeprefix(" ")
+
+    detok = IncrementalDetokenizer(SpTok(), [0], ())
+    assert detok.push(1).new_text == " world"
+    assert detok.push(2).new_text == "!"

@@ -1,0 +1,127 @@
+import json
+
+import pytest
+
+from engine.chat_template import ChatTemplateError, render_chat_template
+from engine.tokenizer import Tokenizer, TokenizerLoadError
+from tests.engine.tokenizer_fixtures import write_bpe_dir, write_tekken_dir
+
+MSGS = [{"role": "user", "content": "Hello, world!"}]
+
+
+@pytest.fixture(scope="module")
+def bpe(tmp_path_factory):
+    return Tokenizer.from_dir(write_bpe_dir(tmp_path_factory.mktemp("bpe")))
+
+
+@pytest.fixture(scope="module")
+def tekken(tmp_path_factory):
+    return Tokenizer.from_dir(write_tekken_dir(tmp_path_factory.mktemp("tekken")))
+
+
+def test_bpe_roundtrip_and_specials(bpe):
+    text = "héllo wörld 日本語 🎉 Paris"
+    ids = bpe.encode(text)
+    assert bpe.decode(ids) == text
+    im_start = bpe.backend.token_to_id("<|im_start|>")
+    assert bpe.encode("<|im_start|>user")[0] == im_start
+    assert bpe.is_special(im_start)
+    assert bpe.decode([im_start] + ids) == text
+    assert bpe.decode([im_start] + ids, skip_special_tokens=False).startswith("<|im_start|>")
+    assert bpe.vocab_size > 260 and bpe.id_to_token(bpe.vocab_size - 1)
+    assert bpe.id_to_token(bpe.vocab_size) == ""
+
+
+def test_bpe_special_ids_from_configs(bpe):
+    im_end = bpe.backend.token_to_id("<|im_end|>")
+    # generation_config eos [0, 2] plus tokenizer_config eos_token <|im_end|> (id 2)
+    assert bpe.eos_token_ids == frozenset({0, 2}) and im_end == 2
+    assert bpe.bos_token_id == bpe.backend.token_to_id("<s>")
+    assert bpe.eos_token == "<|im_end|>" and bpe.bos_token == "<s>"
+
+
+def test_bpe_chat_template_render_and_encode(bpe):
+    text = bpe.apply_chat_template(MSGS)
+    assert text == ("<|im_start|>system\nYou are helpful.<|im_end|>\n"
+                    "<|im_start|>user\nHello, world!<|im_end|>\n<|im_start|>assistant\n")
+    ids = bpe.encode_chat(MSGS)
+    assert ids == bpe.encode(text, add_special_tokens=False)
+    assert ids[0] == bpe.backend.token_to_id("<|im_start|>")
+    assert ids.count(bpe.backend.token_to_id("<|im_end|>")) == 2
+    no_gen = bpe.apply_chat_template(MSGS, add_generation_prompt=False)
+    assert not no_gen.endswith("assistant\n")
+    parts = [{"role": "user", "content": [{"type": "text", "text": "Hello, "},
+                                          {"type": "text", "text": "world!"}]}]
+    assert bpe.apply_chat_template(parts) == text
+
+
+def test_template_list_in_tokenizer_config(tmp_path):
+    tok = Tokenizer.from_dir(write_bpe_dir(tmp_path, template_in_config=True))
+    assert tok.apply_chat_template(MSGS).endswith("<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("messages, match", [
+    ([], "non-empty"), ("hi", "non-empty"), ([{"role": "wizard", "content": "x"}], "role"),
+    ([{"role": "user", "content": 5}], "content"),
+    ([{"role": "user", "content": [{"type": "image_url"}]}], "image_url"), (["x"], "object"),
+])
+def test_bad_messages_raise_chat_template_error(bpe, messages, match):
+    with pytest.raises(ChatTemplateError, match=match):
+        bpe.encode_chat(messages)
+
+
+def test_template_features_and_errors():
+    src = ("{{ bos_token }}{% for m in messages %}{% if m.role == 'tool' %}"
+           "{{ raise_exception('no tools') }}{% endif %}{{ m | tojson }}{% endfor %}"
+           "{{ strftime_now('%Y')|length }}")
+    out = render_chat_template(src, [{"role": "user", "content": "é"}], True,
+                               {"bos_token": "<s>"})
+    assert out == '<s>{"role": "user", "content": "é"}4'
+    with pytest.raises(ChatTemplateError, match="no tools"):
+        render_chat_template(src, [{"role": "tool", "content": "x"}])
+    with pytest.raises(ChatTemplateError, match="syntax"):
+        render_chat_template("{% for %}", MSGS)
+    with pytest.raises(ChatTemplateError):  # sandbox: no attribute escapes
+        render_chat_template("{{ messages.__class__.__mro__ }}{{ ''.__class__.mro() }}", MSGS)
+
+
+def test_no_template(tmp_path):
+    tok = Tokenizer.from_dir(write_bpe_dir(tmp_path, chat_template=None))
+    with pytest.raises(ChatTemplateError, match="no chat template"):
+        tok.encode_chat(MSGS)
+
+
+def test_missing_and_broken_tokenizer(tmp_path):
+    with pytest.raises(TokenizerLoadError, match="no tokenizer.json"):
+        Tokenizer.from_dir(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(TokenizerLoadError, match="tokenizer.json"):
+        Tokenizer.from_dir(tmp_path)
+
+
+def test_tekken_reference_encoding(tekken):
+    assert tekken.encode("<s>[INST]Hello, world![/INST]", add_special_tokens=False) == \
+        [1, 3, 22177, 1044, 4304, 1033, 4]
+    assert tekken.encode("Hello, world!") == [1, 22177, 1044, 4304, 1033]
+    assert tekken.bos_token_id == 1 and 2 in tekken.eos_token_ids
+    assert tekken.vocab_size == 131072
+    assert tekken.decode([1, 3, 22177, 4]) == "Hello"
+    assert tekken.decode([1, 3, 22177, 4], skip_special_tokens=False) == "<s>[INST]Hello[/INST]"
+    assert tekken.id_to_token(3) == "[INST]" and tekken.is_special(3)
+
+
+def test_tekken_chat_via_mistral_common(tekken):
+    assert tekken.encode_chat(MSGS) == [1, 3, 22177, 1044, 4304, 1033, 4]
+    assert tekken.apply_chat_template(MSGS) == "<s>[INST]Hello, world![/INST]"
+    with pytest.raises(ChatTemplateError):
+        tekken.encode_chat([{"role": "assistant", "content": "x"}])
+
+
+def test_tekken_with_jinja_template_does_not_double_bos(tmp_path):
+    d = write_tekken_dir(tmp_path)
+    (d / "chat_template.jinja").write_text(
+        "{{ bos_token }}{% for m in messages %}[INST]{{ m.content }}[/INST]{% endfor %}")
+    (d / "generation_config.json").write_text(json.dumps({"bos_token_id": 1,
+                                                          "eos_token_id": 2}))
+    tok = Tokenizer.from_dir(d)
+    assert tok.encode_chat(MSGS) == [1, 3, 22177, 1044, 4304, 1033, 4]
