@@ -97,8 +97,8 @@ def test_stop_string_spanning_tokens_and_multichar_tokens():
     assert [s.new_text for s in steps] == ["Hello", " ", "", ""]  # "wor" held
     assert steps[-1].stopped and detok.text == "Hello "
     detok = IncrementalDetokenizer(WordTok(), [], stop=("world#",))
-    pieces, stopped = _stream(detok, [0, 1, 2, 3, 4])
-    assert not stopped and "".join(pieces) == "Hello world### end"
+    pieces, stopped = _stream(detok, [0, 1, 2, 4, 3])
+    assert not stopped and "".join(pieces) == "Hello world end###"
 
 
 def test_held_text_released_on_flush_and_stop_in_prompt_ignored():
