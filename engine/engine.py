@@ -73,33 +73,54 @@ class Engine:
         EngineUnavailableError (and the observer counts the rejection)."""
         try:
             live = self._validate(request_id, prompt_ids, params, sink, timeout)
+            with self._lock:
+                self._check_queue()
+                self._inbox.append(live)
+                self._lock.notify()
         except Exception as exc:
             self.observer.on_rejected(type(exc).__name__)
             raise
-        with self._lock:
-            self._inbox.append(live)
-            self._lock.notify()
+
+    def _check_queue(self) -> None:
+        """Caller holds the lock. Only requests that will find no free slot count as
+        queued: pending - free slots must stay below max_queue."""
+        if self.max_queue is None:
+            return
+        s = self._stats
+        free = max(0, self.config.max_num_seqs - s.num_running)
+        if len(self._inbox) + s.num_waiting - free >= self.max_queue:
+            raise QueueFullError(f"{self.max_queue} requests already waiting")
 
     def _validate(self, request_id: str, prompt_ids: list[int], params: Any,
                   sink: OutputSink, timeout: float | None) -> LiveRequest:
         state = self.stats().state
         if state != "ready":
             raise EngineUnavailableError(f"engine is {state}", state)
-        limit = self.config.max_model_len
-        if len(prompt_ids) + params.max_tokens > limit:
-            raise InvalidRequestError(
-                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds "
-                f"max_model_len {limit}", "max_tokens")
-        try:
-            self.scheduler.check_fits(len(prompt_ids), params.max_tokens)
-        except KvCapacityError as exc:
-            raise InvalidRequestError(str(exc), "max_tokens") from exc
-        if self.max_queue is not None and self.stats().num_waiting >= self.max_queue:
-            raise QueueFullError(f"{self.max_queue} requests already waiting")
+        max_tokens = self._max_tokens(len(prompt_ids), params.max_tokens)
         now = self.clock()
         req = Request(request_id, tuple(prompt_ids), params, arrival_time=now,
                       deadline=None if timeout is None else now + timeout)
-        return self.steps.make_live(req, sink)
+        return self.steps.make_live(req, sink, max_tokens)
+
+    def _max_tokens(self, num_prompt: int, asked: int | None) -> int:
+        """The request's output budget; raises InvalidRequestError naming the parameter.
+        ``asked`` None means as many as max_model_len and the KV cache allow."""
+        limit = self.config.max_model_len
+        if asked is None:
+            cap = self.scheduler.allocator.num_blocks * self.scheduler.allocator.block_size
+            asked = min(limit, cap) - num_prompt
+            if asked < 1:
+                raise InvalidRequestError(f"prompt ({num_prompt} tokens) leaves no room to "
+                                          f"generate within max_model_len {limit}", "prompt")
+        if num_prompt + asked > limit:
+            raise InvalidRequestError(
+                f"prompt ({num_prompt} tokens) + max_tokens ({asked}) exceeds "
+                f"max_model_len {limit}", "max_tokens")
+        try:
+            self.scheduler.check_fits(num_prompt, asked)
+        except KvCapacityError as exc:
+            raise InvalidRequestError(str(exc), "max_tokens") from exc
+        return asked
 
     def abort(self, request_id: str) -> None:
         with self._lock:

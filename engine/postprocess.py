@@ -28,7 +28,7 @@ class LiveRequest:
     sink: OutputSink
     detok: Any  # IncrementalDetokenizer: push(id) -> DetokStep(new_text, stopped); flush()
     generator: torch.Generator | None
-    max_tokens: int  # params.max_tokens, or what max_model_len leaves when that is None
+    max_tokens: int  # params.max_tokens, or what max_model_len / the KV cache leave if None
 
 
 def _default_sampler(tokenizer: Any) -> Callable[..., Any]:
@@ -55,12 +55,11 @@ class StepRunner:
         self.make_detok = detokenizer or _default_detokenizer()
         self.eos = frozenset(tokenizer.eos_token_ids)
 
-    def make_live(self, req: Request, sink: OutputSink) -> LiveRequest:
+    def make_live(self, req: Request, sink: OutputSink, max_tokens: int) -> LiveRequest:
         p = req.params
         detok = self.make_detok(self.tokenizer, list(req.prompt_ids), p.stop,
                                 p.skip_special_tokens)
         gen = None if p.seed is None else torch.Generator().manual_seed(p.seed)
-        max_tokens = p.max_tokens or self.max_model_len - len(req.prompt_ids)
         return LiveRequest(req, sink, detok, gen, max_tokens)
 
     def run(self, out: SchedulerOutput, live: dict[str, LiveRequest]) -> list[Request]:

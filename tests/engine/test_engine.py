@@ -123,14 +123,20 @@ def test_sampling_failure_is_isolated():
 
 def test_validation_queue_limit_and_rejection_counting():
     rec = Recorder()
-    eng = make_engine(max_model_len=10, max_queue=1, observer=rec)
+    eng = make_engine(max_model_len=10, max_queue=1, max_num_seqs=1, observer=rec)
     with pytest.raises(InvalidRequestError) as ei:
         collect(eng, "x", [1] * 8, SamplingParams(max_tokens=3))
     assert ei.value.param == "max_tokens"
-    collect(eng, "a", [1], SamplingParams(max_tokens=2))
+    collect(eng, "a", [1], SamplingParams(max_tokens=2))  # takes the only slot
+    collect(eng, "b", [1], SamplingParams(max_tokens=2))  # waits: queue now full
     with pytest.raises(QueueFullError):
-        collect(eng, "b", [1], SamplingParams(max_tokens=2))
-    assert [e[0] for e in rec.events] == ["rejected", "rejected"]
+        collect(eng, "c", [1], SamplingParams(max_tokens=2))
+    with pytest.raises(InvalidRequestError) as ei:
+        collect(eng, "y", [1] * 10, SamplingParams(max_tokens=None))
+    assert ei.value.param == "prompt"
+    assert [e[0] for e in rec.events] == ["rejected"] * 3
+    run_all(eng)
+    collect(eng, "c", [1], SamplingParams(max_tokens=2))  # room again once drained
 
 
 def test_abort_and_timeout_free_kv():

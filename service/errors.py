@@ -1,0 +1,88 @@
+"""Every error leaves the service in OpenAI's shape:
+``{"error": {"message": str, "type": str, "param": str | None, "code": str | None}}``.
+Engine errors, request validation errors (400, never 422) and HTTP errors are all mapped
+here, in one place."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from engine.request import (
+    EngineError,
+    EngineUnavailableError,
+    InvalidRequestError,
+    QueueFullError,
+)
+
+log = logging.getLogger(__name__)
+
+_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+          403: "permission_error", 404: "not_found_error", 405: "invalid_request_error",
+          408: "timeout_error", 429: "rate_limit_error", 503: "service_unavailable"}
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param = status, message, param
+        self.code, self.headers = code, headers or {}
+
+    def body(self) -> dict[str, object]:
+        return error_body(self.status, self.message, self.param, self.code)
+
+
+def error_body(status: int, message: str, param: str | None = None,
+               code: str | None = None) -> dict[str, object]:
+    kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def from_engine_error(exc: EngineError) -> APIError:
+    if isinstance(exc, InvalidRequestError):
+        return APIError(400, str(exc), exc.param)
+    if isinstance(exc, QueueFullError):
+        return APIError(429, f"server busy: {exc}; retry later", code="queue_full",
+                        headers={"Retry-After": "1"})
+    if isinstance(exc, EngineUnavailableError):
+        return APIError(503, f"server unavailable: {exc}", code=exc.state)
+    return APIError(500, str(exc))
+
+
+def _loc_param(loc: tuple) -> str | None:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or None
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api(_: Request, exc: APIError) -> JSONResponse:
+        return JSONResponse(exc.body(), exc.status, headers=exc.headers)
+
+    @app.exception_handler(EngineError)
+    async def _engine(_: Request, exc: EngineError) -> JSONResponse:
+        err = from_engine_error(exc)
+        return JSONResponse(err.body(), err.status, headers=err.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        param = _loc_param(tuple(first.get("loc", ())))
+        msg = first.get("msg", "invalid request")
+        text = f"{param}: {msg}" if param else msg
+        return JSONResponse(error_body(400, text, param), 400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(error_body(exc.status_code, str(exc.detail)), exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unhandled(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return JSONResponse(error_body(500, f"internal error: {type(exc).__name__}"), 500)

@@ -1,0 +1,148 @@
+"""Prometheus metrics, one registry per app (never the process-global default, so tests can
+build several apps). Request metrics are pushed by the engine thread through the
+:class:`EngineObserver` hooks; engine gauges and kernel metrics are read at scrape time
+from the engine stats and the kernel report by a collector."""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from engine.request import FinishReason
+from engine.stream import EngineObserver
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+               7.5, 10.0, 20.0, 40.0, 80.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+               60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+P = "fp8serve_"
+
+
+class ServingMetrics(EngineObserver):
+    """Request metrics (label ``model_name``) fed by the engine thread."""
+
+    def __init__(self, registry: CollectorRegistry, model_name: str) -> None:
+        self.model_name = model_name
+        lbl = ["model_name"]
+
+        def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
+            return Counter(P + name, doc, lbl + list(extra), registry=registry)
+
+        def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(P + name, doc, lbl, buckets=buckets, registry=registry)
+
+        self.prompt_tokens = counter("prompt_tokens", "Prefilled prompt tokens.")
+        self.generation_tokens = counter("generation_tokens", "Generated tokens.")
+        self.success = counter("request_success", "Finished requests.", ("finished_reason",))
+        self.rejected = counter("requests_rejected", "Requests refused at admission.",
+                                ("reason",))
+        self.aborted = counter("requests_aborted", "Requests aborted (client gone).")
+        self.timed_out = counter("requests_timed_out", "Requests past their deadline.")
+        self.failed = counter("requests_failed", "Requests ended by an engine error.")
+        self.ttft = hist("time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS)
+        self.itl = hist("inter_token_latency_seconds", "Inter-token latency.", ITL_BUCKETS)
+        self.e2e = hist("e2e_request_latency_seconds", "End-to-end latency.", E2E_BUCKETS)
+        self.queue = hist("request_queue_time_seconds", "Time waiting before first "
+                          "scheduled.", E2E_BUCKETS)
+
+    def on_rejected(self, reason: str) -> None:
+        self.rejected.labels(self.model_name, reason).inc()
+
+    def on_admitted(self, queue_time: float, num_prompt_tokens: int) -> None:
+        self.queue.labels(self.model_name).observe(queue_time)
+        self.prompt_tokens.labels(self.model_name).inc(num_prompt_tokens)
+
+    def on_first_token(self, ttft: float) -> None:
+        self.ttft.labels(self.model_name).observe(ttft)
+        self.generation_tokens.labels(self.model_name).inc()
+
+    def on_token(self, inter_token_latency: float) -> None:
+        self.itl.labels(self.model_name).observe(inter_token_latency)
+        self.generation_tokens.labels(self.model_name).inc()
+
+    def on_finished(self, reason: FinishReason, e2e: float, num_output_tokens: int) -> None:
+        m = self.model_name
+        if reason in (FinishReason.STOP, FinishReason.LENGTH):
+            self.success.labels(m, reason.value).inc()
+            self.e2e.labels(m).observe(e2e)
+        elif reason is FinishReason.ABORT:
+            self.aborted.labels(m).inc()
+        elif reason is FinishReason.TIMEOUT:
+            self.timed_out.labels(m).inc()
+        else:
+            self.failed.labels(m).inc()
+
+
+class EngineCollector(Collector):
+    """Scrape-time gauges: engine queue state, kernel choices, hardware features."""
+
+    def __init__(self, model_name: str, engine_stats: Callable[[], Any],
+                 kernel_report: Callable[[], dict[str, Any]],
+                 features: dict[str, bool]) -> None:
+        self.model_name = model_name
+        self.engine_stats = engine_stats
+        self.kernel_report = kernel_report
+        self.features = features
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._engine()
+        yield from self._kernels()
+        hw = GaugeMetricFamily(P + "hardware_feature", "Host feature present (1) or not (0).",
+                               labels=["feature"])
+        for name, present in sorted(self.features.items()):
+            hw.add_metric([name], 1.0 if present else 0.0)
+        yield hw
+
+    def _engine(self) -> Iterator[Metric]:
+        s = self.engine_stats()
+        for name, doc, value in (
+            ("num_requests_running", "Requests holding KV and running.", s.num_running),
+            ("num_requests_waiting", "Requests queued or preempted.", s.num_waiting),
+            ("kv_cache_usage_perc", "Fraction of KV blocks in use (0..1).", s.kv_cache_usage),
+        ):
+            g = GaugeMetricFamily(P + name, doc, labels=["model_name"])
+            g.add_metric([self.model_name], float(value))
+            yield g
+
+    def _kernels(self) -> Iterator[Metric]:
+        rep = self.kernel_report()
+        sel = GaugeMetricFamily(P + "kernel_selected", "Layers running on each kernel.",
+                                labels=["kernel", "platform", "scale_kind"])
+        rej = GaugeMetricFamily(P + "kernel_rejections", "Layers for which a kernel was "
+                                "passed over at selection.", labels=["kernel", "reason"])
+        fb = CounterMetricFamily(P + "kernel_runtime_fallbacks", "Layers moved to another "
+                                 "kernel after a runtime error.",
+                                 labels=["from_kernel", "to_kernel"])
+        chosen: Tally = Tally()
+        rejected: Tally = Tally()
+        for layer in rep.get("layers", []):
+            chosen[(layer["kernel_id"], layer["platform"], layer["scale_kind"])] += 1
+            for r in layer.get("rejections", []):
+                rejected[(r["kernel_id"], r["reason"])] += 1
+        for key, n in sorted(chosen.items()):
+            sel.add_metric(list(key), n)
+        for key, n in sorted(rejected.items()):
+            rej.add_metric(list(key), n)
+        falls: Tally = Tally((f["from_kernel"], f["to_kernel"])
+                             for f in rep.get("runtime_fallbacks", []))
+        for key, n in sorted(falls.items()):
+            fb.add_metric(list(key), n)
+        yield from (sel, rej, fb)
+
+
+def build_registry(model_name: str, engine_stats: Callable[[], Any],
+                   kernel_report: Callable[[], dict[str, Any]], features: dict[str, bool],
+                   extension: dict[str, str]) -> tuple[CollectorRegistry, ServingMetrics]:
+    registry = CollectorRegistry()
+    metrics = ServingMetrics(registry, model_name)
+    registry.register(EngineCollector(model_name, engine_stats, kernel_report, features))
+    Info(P + "extension", "Build of the C++ kernel extension.",
+         registry=registry).info(extension)
+    return registry, metrics

@@ -1,0 +1,69 @@
+"""Server settings: every field is also an ``FP8SERVE_<NAME>`` environment variable
+(``FP8SERVE_API_KEYS`` takes a comma-separated list or a JSON list). CLI flags of
+``fp8serve serve`` override the environment."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+log = logging.getLogger(__name__)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FP8SERVE_", extra="ignore", frozen=True)
+
+    model: Path | None = None  # checkpoint dir; None = the demo model
+    served_model_name: str | None = None  # default: the model directory's name
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    api_keys: Annotated[tuple[str, ...], NoDecode] = ()
+    max_num_seqs: int = Field(16, ge=1)
+    max_model_len: int = Field(4096, ge=2)
+    max_num_batched_tokens: int = Field(512, ge=1)
+    kv_cache_gib: float = Field(1.0, gt=0)
+    max_queue: int | None = Field(256, ge=0)  # waiting requests beyond this: 429
+    request_timeout: float | None = Field(600.0, gt=0)  # seconds per request
+    drain_timeout: float = Field(30.0, ge=0)  # SIGTERM grace period for in-flight requests
+    threads: int | None = Field(None, ge=1)
+    kernel: str | None = None
+    disabled_kernels: Annotated[tuple[str, ...], NoDecode] = ()
+
+    @field_validator("api_keys", "disabled_kernels", mode="before")
+    @classmethod
+    def _split(cls, v: object) -> object:
+        if isinstance(v, str):
+            v = v.strip()
+            if v.startswith("["):
+                return tuple(json.loads(v))
+            return tuple(p.strip() for p in v.split(",") if p.strip())
+        return v
+
+    @field_validator("api_keys")
+    @classmethod
+    def _keys_not_blank(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if any(len(k) < 1 or k.strip() != k for k in v):
+            raise ValueError("API keys must be non-empty and without surrounding spaces")
+        return v
+
+    @model_validator(mode="after")
+    def _warn_open_bind(self) -> Settings:
+        if not self.api_keys and not _is_loopback(self.host):
+            log.warning("listening on %s without an API key: anyone who can reach this "
+                        "address can use the model (set FP8SERVE_API_KEYS)", self.host)
+        return self
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
