@@ -103,8 +103,10 @@ def test_stop_string_spanning_tokens_and_multichar_tokens():
 
 def test_held_text_released_on_flush_and_stop_in_prompt_ignored():
     detok = IncrementalDetokenizer(CharTok(), _ids("ST"), stop=("STOP",))
-    assert detok.push(ord("O")).new_text == ""  # prompt text never matches
-    assert detok.push(ord("S")).new_text == "O"
+    assert detok.push(ord("O")).new_text == "O"  # prompt text never matches
+    step = detok.push(ord("P"))
+    assert step.new_text == "P" and not step.stopped
+    assert detok.push(ord("S")).new_text == ""
     assert detok.flush() == "S"
     assert held_suffix_len("xxSTO", ("STOP", "TOX")) == 3
     assert held_suffix_len("abc", ("STOP",)) == 0
