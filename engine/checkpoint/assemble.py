@@ -1,0 +1,132 @@
+"""TensorStore + NameMap + ModelConfig -> ModelWeights (the canonical layout of
+engine/weights.py). FP8 weights stay memory-mapped FP8; scales become fp32."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import torch
+from tqdm import tqdm
+
+from engine.checkpoint.errors import CheckpointError
+from engine.checkpoint.names import LINEAR_MODULES, NameMap, module_excluded
+from engine.checkpoint.tensors import TensorStore
+from engine.checkpoint.validate import read_float, read_fp8, read_scale
+from engine.config import ModelConfig
+from engine.kernels.base import Fp8Weight, ScaleKind
+from engine.weights import LayerWeights, LinearWeight, ModelWeights
+
+SCALE_SUFFIXES = ("weight_scale_inv", "activation_scale")
+
+
+def linear_shapes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
+    """[N, K] of each decoder linear."""
+    h, i = cfg.hidden_size, cfg.intermediate_size
+    return {"q_proj": (cfg.q_size, h), "k_proj": (cfg.kv_size, h), "v_proj": (cfg.kv_size, h),
+            "o_proj": (h, cfg.q_size), "gate_proj": (i, h), "up_proj": (i, h),
+            "down_proj": (h, i)}
+
+
+def is_fp8(cfg: ModelConfig, module: str) -> bool:
+    """module: canonical module name, e.g. layers.0.self_attn.q_proj or lm_head."""
+    return cfg.quant.method == "fp8" and not module_excluded(module, cfg.quant.modules_to_not_convert)
+
+
+def needs_act_scale(cfg: ModelConfig) -> bool:
+    return cfg.quant.activation_scheme == "static" and cfg.quant.scale_kind is ScaleKind.PER_TENSOR
+
+
+def known_names(cfg: ModelConfig, names: NameMap) -> tuple[list[str], set[str]]:
+    """(required disk names, every disk name the text decoder may use)."""
+    required = ["embed_tokens.weight", "norm.weight"]
+    modules = [("lm_head", None)] if not cfg.tie_word_embeddings else []
+    optional = ["lm_head.weight"] if cfg.tie_word_embeddings else []
+    for i in range(cfg.num_layers):
+        required += [f"layers.{i}.input_layernorm.weight", f"layers.{i}.post_attention_layernorm.weight"]
+        modules += [(f"layers.{i}.{m}", None) for m in LINEAR_MODULES.values()]
+    for module, _ in modules:
+        required.append(f"{module}.weight")
+        if is_fp8(cfg, module):
+            required.append(f"{module}.weight_scale_inv")
+            (required if needs_act_scale(cfg) else optional).append(f"{module}.activation_scale")
+    req = [names.disk(c) for c in required]
+    return req, set(req) | {names.disk(c) for c in optional}
+
+
+def check_names(store: TensorStore, cfg: ModelConfig, names: NameMap, source: str) -> int:
+    """Raise for the first missing or unexpected tensor; return the vision tensor count."""
+    required, known = known_names(cfg, names)
+    for name in required:
+        if name not in store:
+            raise CheckpointError(f"{source}: tensor '{name}' missing")
+    vision = 0
+    for name in store.names():
+        if name in known:
+            continue
+        if names.is_vision(name):
+            vision += 1
+            continue
+        raise CheckpointError(f"{store.meta(name).file}: tensor '{name}' unexpected "
+                              "(not part of the text decoder, not a vision tensor)")
+    return vision
+
+
+def interleaved_to_half_split(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Rows [n_heads*head_dim, K] in the interleaved RoPE layout (Mistral-native wq/wk:
+    pairs (2j, 2j+1)) -> half-split layout (j, j + head_dim/2). Returns a contiguous copy."""
+    n, k = w.shape
+    hd = n // n_heads
+    return w.view(n_heads, hd // 2, 2, k).transpose(1, 2).reshape(n, k).contiguous()
+
+
+def load_linear(store: TensorStore, cfg: ModelConfig, names: NameMap, module: str,
+                shape: tuple[int, int], rope_heads: int | None = None) -> LinearWeight:
+    """One linear. rope_heads: permute rows interleaved -> half-split (native wq/wk)."""
+    wname = names.disk(f"{module}.weight")
+    if not is_fp8(cfg, module):
+        w = read_float(store, wname, shape)
+        return w if rope_heads is None else interleaved_to_half_split(w, rope_heads)
+    w = read_fp8(store, wname, shape)
+    if rope_heads is not None:
+        w = interleaved_to_half_split(w, rope_heads)
+    kind, block = cfg.quant.scale_kind, cfg.quant.block_size
+    sshape = () if kind is ScaleKind.PER_TENSOR else (
+        math.ceil(shape[0] / block[0]), math.ceil(shape[1] / block[1]))
+    scale = read_scale(store, names.disk(f"{module}.weight_scale_inv"), sshape)
+    aname = names.disk(f"{module}.activation_scale")
+    act = read_scale(store, aname, ()) if aname in store else None
+    return Fp8Weight(weight=w, scale=scale, scale_kind=kind, activation_scale=act,
+                     block_size=block)
+
+
+def load_layer(store: TensorStore, cfg: ModelConfig, names: NameMap, i: int) -> LayerWeights:
+    h = cfg.hidden_size
+    linears = {}
+    for lin, (n, k) in linear_shapes(cfg).items():
+        heads = {"q_proj": cfg.num_heads, "k_proj": cfg.num_kv_heads}.get(lin) if names.native else None
+        linears[lin] = load_linear(store, cfg, names, f"layers.{i}.{LINEAR_MODULES[lin]}", (n, k), heads)
+    return LayerWeights(
+        input_layernorm=read_float(store, names.disk(f"layers.{i}.input_layernorm.weight"), (h,)),
+        post_attention_layernorm=read_float(
+            store, names.disk(f"layers.{i}.post_attention_layernorm.weight"), (h,)),
+        **linears,
+    )
+
+
+def assemble(store: TensorStore, cfg: ModelConfig, names: NameMap, progress: bool) -> ModelWeights:
+    v, h = cfg.vocab_size, cfg.hidden_size
+    bar = tqdm(total=cfg.num_layers + 2, desc="loading weights", unit="part", file=sys.stderr,
+               disable=not progress, leave=False)
+    with bar:
+        embed = read_float(store, names.disk("embed_tokens.weight"), (v, h))
+        bar.update(1)
+        layers = []
+        for i in range(cfg.num_layers):
+            layers.append(load_layer(store, cfg, names, i))
+            bar.update(1)
+        norm = read_float(store, names.disk("norm.weight"), (h,))
+        head = None if cfg.tie_word_embeddings else load_linear(store, cfg, names, "lm_head", (v, h))
+        bar.update(1)
+    return ModelWeights(config=cfg, embed_tokens=embed, layers=tuple(layers), norm=norm,
+                        lm_head=head)
