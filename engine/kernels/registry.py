@@ -68,8 +68,8 @@ class NoKernelError(RuntimeError):
 def _split_ids(ids: str | Iterable[str] | None) -> frozenset[str]:
     if ids is None:
         return frozenset()
-    items = ids.split(",") if isinstance(ids, str) else ids
-    return frozenset(k.strip() for k in items if k and k.strip())
+    items = [ids] if isinstance(ids, str) else list(ids)
+    return frozenset(k.strip() for item in items for k in item.split(",") if k.strip())
 
 
 @dataclass(frozen=True, slots=True)
