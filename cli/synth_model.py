@@ -1,0 +1,64 @@
+"""`fp8serve synth-model`: write a random-weight checkpoint in a published Ministral-3
+layout and shape (see engine/synth.py)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+SHAPES = ("tiny", "ministral-3-3b", "ministral-3-8b")
+LAYOUTS = ("hf-multimodal", "hf-text", "native")
+QUANTS = ("fp8-per-tensor", "fp8-block", "bf16")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("synth-model", help="write a random-weight Ministral-3 checkpoint")
+    p.add_argument("--shape", choices=SHAPES, required=True)
+    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--layers", type=int, default=None, help="override the number of layers")
+    p.add_argument("--layout", choices=LAYOUTS, default=None,
+                   help="default: hf-multimodal for real shapes, hf-text for tiny")
+    p.add_argument("--quant", choices=QUANTS, default="fp8-per-tensor")
+    p.add_argument("--tied", choices=("yes", "no"), default=None, help="override tied embeddings")
+    p.add_argument("--shard-mb", type=int, default=None, help="max shard size (HF layouts)")
+    p.add_argument("--original-max-pos", type=int, default=None,
+                   help="rope original_max_position_embeddings")
+    p.add_argument("--no-tokenizer", action="store_true", help="do not copy tekken.json")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=run)
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, object]:
+    o: dict[str, object] = {"quant": args.quant, "seed": args.seed}
+    if args.layers is not None:
+        o["num_layers"] = args.layers
+    if args.layout is not None:
+        o["layout"] = args.layout
+    if args.tied is not None:
+        o["tie_word_embeddings"] = args.tied == "yes"
+    if args.shard_mb is not None:
+        o["shard_bytes"] = args.shard_mb << 20
+    if args.original_max_pos is not None:
+        o["original_max_position_embeddings"] = args.original_max_pos
+    if args.no_tokenizer:
+        o["tokenizer"] = False
+    return o
+
+
+def run(args: argparse.Namespace) -> int:
+    from cli.main import CliError
+    from engine.synth import SynthSpec, write_checkpoint
+
+    try:
+        spec = SynthSpec.preset(args.shape, **_overrides(args))
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        result = write_checkpoint(args.out, spec)
+    except OSError as exc:
+        raise CliError(f"{args.out}: {exc}") from None
+    for f in result.files:
+        print(f"  {f:45s} {(result.out_dir / f).stat().st_size / 2**20:10.1f} MiB")
+    print(f"wrote {args.shape} ({spec.layout}, {spec.quant}, {spec.num_layers} layers) to "
+          f"{result.out_dir}: {result.nbytes / 2**30:.2f} GiB")
+    return 0

@@ -1,0 +1,42 @@
+"""Shared pytest fixtures.
+
+``tiny_checkpoint`` writes small random-weight checkpoints with engine.synth (milliseconds
+each) and caches them for the session::
+
+    def test_something(tiny_checkpoint):
+        model_dir = tiny_checkpoint()                          # hf-text, FP8 per-tensor
+        native = tiny_checkpoint(layout="native", seed=3)
+        mm = tiny_checkpoint(layout="hf-multimodal", tie_word_embeddings=True)
+        block = tiny_checkpoint(quant="fp8-block", shard_bytes=200_000)
+
+Keyword arguments override fields of ``SynthSpec.preset("tiny")`` (see engine/synth.py:
+hidden 256, intermediate 512, 2 layers, 4 heads / 2 KV heads, head_dim 64, vocab 1024,
+YaRN with original_max_position_embeddings 32, llama_4_scaling_beta 0.1, no tekken.json).
+Pass ``shape="ministral-3-3b"`` etc. to start from another preset. The directories are
+shared between tests: treat them as read-only, and copy one (``shutil.copytree``) before
+corrupting it. The same seed gives identical weights in every layout."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    from engine.synth import SynthSpec, write_checkpoint
+
+    cache: dict[tuple, Path] = {}
+
+    def make(shape: str = "tiny", **overrides: object) -> Path:
+        key = (shape, tuple(sorted(overrides.items(), key=lambda kv: kv[0])))
+        if key not in cache:
+            spec = SynthSpec.preset(shape, **overrides)
+            out = tmp_path_factory.mktemp(f"ckpt-{spec.layout}-{spec.quant}")
+            write_checkpoint(out, spec)
+            cache[key] = out
+        return cache[key]
+
+    return make
