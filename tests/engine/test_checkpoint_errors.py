@@ -1,0 +1,182 @@
+"""Bad checkpoints fail with one CheckpointError line naming the file and the tensor."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from engine.checkpoint.errors import CheckpointError
+from engine.loader import load_weights, read_model_config
+
+Q_SCALE = "model.layers.1.self_attn.q_proj.weight_scale_inv"
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    return dst
+
+
+def _edit(model_dir: Path, fn, file: str = "model.safetensors") -> None:
+    tensors = load_file(str(model_dir / file))
+    fn(tensors)
+    save_file(tensors, str(model_dir / file), metadata={"format": "pt"})
+
+
+def _error(model_dir: Path) -> str:
+    with pytest.raises(CheckpointError) as info:
+        load_weights(model_dir, progress=False)
+    msg = str(info.value)
+    assert "\n" not in msg
+    return msg
+
+
+@pytest.fixture
+def ckpt(tiny_checkpoint, tmp_path) -> Path:
+    return _copy(tiny_checkpoint(), tmp_path / "ckpt")
+
+
+def test_missing_tensor(ckpt):
+    _edit(ckpt, lambda t: t.pop(Q_SCALE))
+    assert _error(ckpt) == f"model.safetensors: tensor '{Q_SCALE}' missing"
+
+
+def test_missing_activation_scale_native(tiny_checkpoint, tmp_path):
+    d = _copy(tiny_checkpoint(layout="native"), tmp_path / "n")
+    _edit(d, lambda t: t.pop("layers.0.feed_forward.w2.qscale_act"), "consolidated.safetensors")
+    assert _error(d) == "consolidated.safetensors: tensor 'layers.0.feed_forward.w2.qscale_act' missing"
+
+
+def test_unexpected_tensor(ckpt):
+    _edit(ckpt, lambda t: t.update({"model.layers.0.mlp.extra_proj.weight": torch.zeros(2)}))
+    msg = _error(ckpt)
+    assert msg.startswith("model.safetensors: tensor 'model.layers.0.mlp.extra_proj.weight' unexpected")
+
+
+def test_layer_beyond_config_is_unexpected(ckpt):
+    _edit(ckpt, lambda t: t.update({"model.layers.2.input_layernorm.weight": torch.ones(256)}))
+    assert "tensor 'model.layers.2.input_layernorm.weight' unexpected" in _error(ckpt)
+
+
+def test_wrong_dtype(ckpt):
+    name = "model.layers.0.self_attn.q_proj.weight"
+    _edit(ckpt, lambda t: t.update({name: t[name].to(torch.bfloat16)}))
+    assert _error(ckpt) == (f"model.safetensors: tensor '{name}': wrong dtype bfloat16, "
+                            "expected float8_e4m3fn")
+
+
+def test_wrong_dtype_norm(ckpt):
+    name = "model.norm.weight"
+    _edit(ckpt, lambda t: t.update({name: t[name].to(torch.int32)}))
+    assert f"model.safetensors: tensor '{name}': wrong dtype int32" in _error(ckpt)
+
+
+def test_wrong_shape(ckpt):
+    name = "model.layers.1.self_attn.k_proj.weight"
+    _edit(ckpt, lambda t: t.update({name: t[name][:64].contiguous()}))
+    assert _error(ckpt) == (f"model.safetensors: tensor '{name}': wrong shape [64, 256], "
+                            "expected [128, 256]")
+
+
+def test_wrong_block_scale_shape(tiny_checkpoint, tmp_path):
+    d = _copy(tiny_checkpoint(quant="fp8-block"), tmp_path / "b")
+    name = "model.layers.0.mlp.down_proj.weight_scale_inv"
+    _edit(d, lambda t: t.update({name: t[name].t().contiguous()}))
+    assert _error(d) == (f"model.safetensors: tensor '{name}': wrong shape [4, 2], "
+                         "expected [2, 4]")
+
+
+@pytest.mark.parametrize("value,problem", [
+    (float("nan"), "scale is NaN"), (float("inf"), "scale is inf"),
+    (0.0, "scale is <= 0"), (-1.0, "scale is <= 0"),
+])
+def test_bad_scale_value(ckpt, value, problem):
+    _edit(ckpt, lambda t: t.update({Q_SCALE: torch.tensor(value, dtype=torch.bfloat16)}))
+    assert _error(ckpt).startswith(f"model.safetensors: tensor '{Q_SCALE}': {problem}")
+
+
+def test_bad_activation_scale(ckpt):
+    name = "model.layers.0.mlp.up_proj.activation_scale"
+    _edit(ckpt, lambda t: t.update({name: torch.tensor([-0.5])}))
+    assert _error(ckpt).startswith(f"model.safetensors: tensor '{name}': scale is <= 0")
+
+
+def test_scale_shape_one_accepted_as_scalar(ckpt):
+    _edit(ckpt, lambda t: t.update({Q_SCALE: torch.tensor([0.01], dtype=torch.float32)}))
+    q = load_weights(ckpt, progress=False).layers[1].q_proj
+    assert q.scale.shape == () and q.scale.dtype == torch.float32
+    assert q.scale.item() == pytest.approx(0.01)
+
+
+def test_unknown_architecture(ckpt):
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2")
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    msg = _error(ckpt)
+    assert msg.startswith("config.json: unknown architecture 'Qwen2ForCausalLM'")
+    with pytest.raises(CheckpointError, match="config.json: unknown architecture"):
+        read_model_config(ckpt)
+
+
+def test_unknown_text_model_type_in_multimodal(tiny_checkpoint, tmp_path):
+    d = _copy(tiny_checkpoint(layout="hf-multimodal"), tmp_path / "m")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["text_config"]["model_type"] = "gemma3"
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert "config.json: unknown architecture: text_config.model_type 'gemma3'" in _error(d)
+
+
+def test_truncated_file(ckpt):
+    path = ckpt / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 1000])
+    msg = _error(ckpt)
+    assert msg.startswith("model.safetensors: tensor '")
+    assert "truncated" in msg
+
+
+def test_truncated_header(ckpt):
+    path = ckpt / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:100])
+    msg = _error(ckpt)
+    assert msg.startswith("model.safetensors: unreadable safetensors file; truncated or corrupt")
+
+
+def test_missing_config(ckpt):
+    (ckpt / "config.json").unlink()
+    assert _error(ckpt).startswith(f"{ckpt / 'config.json'}: missing config")
+
+
+def test_missing_weights(ckpt):
+    (ckpt / "model.safetensors").unlink()
+    assert "model.safetensors: missing" in _error(ckpt)
+
+
+def test_index_points_at_missing_shard(tiny_checkpoint, tmp_path):
+    d = _copy(tiny_checkpoint(shard_bytes=150_000), tmp_path / "s")
+    index = json.loads((d / "model.safetensors.index.json").read_text())
+    shard = index["weight_map"]["model.norm.weight"]
+    (d / shard).unlink()
+    msg = _error(d)
+    assert msg.startswith("model.safetensors.index.json: tensor '")
+    assert f"points at shard '{shard}', which is missing" in msg
+
+
+def test_index_lists_tensor_absent_from_shard(tiny_checkpoint, tmp_path):
+    d = _copy(tiny_checkpoint(shard_bytes=150_000), tmp_path / "s")
+    path = d / "model.safetensors.index.json"
+    index = json.loads(path.read_text())
+    index["weight_map"]["model.norm.weight"] = index["weight_map"]["model.embed_tokens.weight"]
+    if index["weight_map"]["model.norm.weight"] == json.loads(path.read_text())["weight_map"]["model.norm.weight"]:
+        pytest.fail("test setup: norm and embed_tokens share a shard")
+    path.write_text(json.dumps(index))
+    assert _error(d).startswith("model.safetensors.index.json: tensor 'model.norm.weight' is listed in shard")
+
+
+def test_bad_json(ckpt):
+    (ckpt / "config.json").write_text("{not json")
+    assert str(ckpt / "config.json") + ": not valid JSON" in _error(ckpt)
