@@ -182,14 +182,15 @@ class Engine:
             self._die(f"{type(exc).__name__}: {exc}")
 
     def _take_inbox(self) -> None:
-        with self._lock:
+        with self._lock:  # queue and stats change together, so _check_queue sees both
             new, self._inbox = self._inbox, []
             aborts, self._aborts = self._aborts, []
-        for live in new:
-            live.req.seq_id = self._next_seq
-            self._next_seq += 1
-            self._live[live.req.request_id] = live
-            self.scheduler.add(live.req)
+            for live in new:
+                live.req.seq_id = self._next_seq
+                self._next_seq += 1
+                self._live[live.req.request_id] = live
+                self.scheduler.add(live.req)
+            self._set_stats()
         for rid in aborts:
             live = self._live.get(rid)
             if live is not None:

@@ -10,6 +10,7 @@ says so.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -41,9 +42,12 @@ class CacheCheckingRunner:
     fail_on_token: int | None = None  # raise whenever a chunk contains this token
     batches: list[BatchInputs] = field(default_factory=list)
     cache: dict[tuple[int, int], int] = field(default_factory=dict)
+    delay_s: float = 0.0  # sleep per run() so tests can observe requests in flight
 
     def run(self, batch: BatchInputs) -> torch.Tensor:
         self.batches.append(batch)
+        if self.delay_s:
+            time.sleep(self.delay_s)
         self._check_disjoint(batch)
         rows = []
         for c in batch.chunks:
@@ -83,6 +87,18 @@ class FakeTokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return "".join(f" {i}" for i in ids if not (skip_special_tokens and i == 0))
 
+    def token_to_text(self, token_id: int) -> str:
+        return f" {token_id}"
+
+    def encode_chat(self, messages, add_generation_prompt: bool = True) -> list[int]:
+        """[1] + the words of every message; a role named "bad" raises like a template."""
+        ids = [1]
+        for m in messages:
+            if m["role"] == "bad":
+                raise ValueError("role 'bad' is not allowed")
+            ids += self.encode(m.get("content") or "")
+        return ids
+
 
 @dataclass
 class _Step:
@@ -107,3 +123,19 @@ class FakeDetokenizer:
 
     def flush(self) -> str:
         return ""
+
+
+@dataclass
+class FakeKernelReport:
+    data: dict = field(default_factory=lambda: {
+        "layers": [
+            {"layer": f"layers.{i}.{p}", "kernel_id": "torch_w8a16", "platform": "cpu",
+             "scale_kind": "per_tensor", "n": 8, "k": 8,
+             "rejections": [{"kernel_id": "avx512_w8a16", "reason": "no avx512"}],
+             "warning": None}
+            for i in range(2) for p in ("q_proj", "o_proj")],
+        "runtime_fallbacks": [{"layer": "layers.0.q_proj", "from_kernel": "avx2_w8a16",
+                               "to_kernel": "torch_w8a16", "error": "boom"}]})
+
+    def snapshot(self) -> dict:
+        return self.data

@@ -1,0 +1,49 @@
+"""create_app(): the FastAPI application. Its lifespan loads the model (off the event
+loop) and starts the engine thread before the server reports ready, and stops it on exit.
+
+Tests inject a backend loader: ``create_app(settings, load_backend=lambda s: fake)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from service.backend import ModelBackend, ServingState
+from service.backend import load_backend as default_load_backend
+from service.errors import install_error_handlers
+from service.routers import openai, ops
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None,
+               load_backend: Callable[[Settings], ModelBackend] | None = None) -> FastAPI:
+    settings = settings or Settings()
+    state = ServingState(settings)
+    loader = load_backend or default_load_backend
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        backend = await asyncio.to_thread(loader, settings)
+        state.attach(backend)
+        log.info("serving %s (max_num_seqs=%d, max_model_len=%d, %d KV blocks of %d)",
+                 backend.model_name, settings.max_num_seqs, settings.max_model_len,
+                 backend.runner.num_kv_blocks, backend.runner.block_size)
+        try:
+            yield
+        finally:
+            state.close()
+
+    app = FastAPI(title="fp8serve", lifespan=lifespan)
+    app.state.serving = state
+    install_error_handlers(app)
+    app.include_router(ops.public)
+    app.include_router(ops.private)
+    app.include_router(openai.router)
+    return app

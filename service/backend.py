@@ -1,0 +1,131 @@
+"""The loaded model as the service sees it, and the state the lifespan owns.
+
+:class:`ModelBackend` is what a loader returns (runner, tokenizer, name, hardware); tests
+inject fakes through ``create_app(load_backend=...)``. :class:`ServingState` wires the
+backend to an :class:`engine.engine.Engine` and a per-app metrics registry.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.hardware import HardwareInfo
+from service.metrics import ServingMetrics, build_registry
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelBackend:
+    runner: Any  # ModelRunner: .run(BatchInputs), .num_kv_blocks, .block_size, .kernel_report
+    tokenizer: Any  # engine.tokenizer.Tokenizer
+    model_name: str
+    hardware: HardwareInfo
+    engine_config: EngineConfig
+    detokenizer: Callable[..., Any] | None = None  # None = IncrementalDetokenizer
+
+
+def load_backend(settings: Settings) -> ModelBackend:
+    """Load the checkpoint named by ``settings`` (the demo model when None)."""
+    from engine.kernels.registry import KernelOverrides
+    from engine.runner import load_runner
+    from engine.tokenizer import Tokenizer
+
+    model_dir = settings.model
+    if model_dir is None:
+        from engine.demo_model import ensure_demo_model
+        model_dir = ensure_demo_model()
+    cfg = EngineConfig(model_dir=model_dir, max_num_seqs=settings.max_num_seqs,
+                       max_model_len=settings.max_model_len,
+                       kv_cache_gib=settings.kv_cache_gib,
+                       max_num_batched_tokens=settings.max_num_batched_tokens,
+                       threads=settings.threads, kernel=settings.kernel,
+                       disabled_kernels=tuple(settings.disabled_kernels))
+    hw = _probe()
+    overrides = KernelOverrides(settings.kernel, frozenset(settings.disabled_kernels))
+    runner = load_runner(model_dir, cfg, hw=hw, overrides=overrides)
+    name = settings.served_model_name or model_dir.resolve().name
+    return ModelBackend(runner, Tokenizer.from_dir(model_dir), name, hw, cfg)
+
+
+def _probe() -> HardwareInfo:
+    from engine import hardware
+    probe = getattr(hardware, "probe_hardware", None)
+    return probe() if probe is not None else HardwareInfo.fake()
+
+
+class ServingState:
+    """Everything the routes need; built in the lifespan (health "loading" until then)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.health = "loading"  # loading | ready | draining (engine death: see status)
+        self.backend: ModelBackend | None = None
+        self.engine: Engine | None = None
+        self.registry: CollectorRegistry | None = None
+        self.metrics: ServingMetrics | None = None
+        self.started = time.time()
+
+    def attach(self, backend: ModelBackend) -> None:
+        self.backend = backend
+        self.registry, self.metrics = build_registry(
+            backend.model_name, lambda: self.engine.stats(), self.kernel_snapshot,
+            backend.hardware.feature_map(), _extension_info(backend.hardware))
+        self.engine = Engine(backend.runner, backend.tokenizer, backend.engine_config,
+                             max_queue=self.settings.max_queue, observer=self.metrics,
+                             detokenizer=backend.detokenizer)
+        self.engine.start()
+        self.health = "ready"
+
+    @property
+    def status(self) -> str:
+        if self.engine is not None and self.engine.stats().state == "dead":
+            return "dead"
+        return self.health
+
+    def kernel_snapshot(self) -> dict[str, Any]:
+        report = getattr(self.backend.runner, "kernel_report", None) if self.backend else None
+        if report is None:
+            return {"layers": [], "runtime_fallbacks": []}
+        return report.snapshot()
+
+    def kernels_body(self) -> dict[str, Any]:
+        hw = self.backend.hardware
+        return {"hardware": {"machine": hw.machine, "cpu_model": hw.cpu_model,
+                             "num_cpus": hw.num_cpus, "features": hw.feature_map()},
+                "extension": asdict(hw.extension), **self.kernel_snapshot()}
+
+    def begin_drain(self) -> None:
+        if self.health == "ready":
+            self.health = "draining"
+        if self.engine is not None:
+            self.engine.begin_drain()
+
+    def wait_drained(self, timeout: float, poll: float = 0.05) -> bool:
+        """Block until no request is in flight or ``timeout`` passes; True if drained."""
+        end = time.monotonic() + timeout
+        while self.engine is not None and self.engine.num_unfinished > 0:
+            if time.monotonic() >= end:
+                return False
+            time.sleep(poll)
+        return True
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.shutdown()
+
+
+def _extension_info(hw: HardwareInfo) -> dict[str, str]:
+    ext = hw.extension
+    return {"built": str(ext.built).lower(), "path": ext.path or "",
+            "compiler": ext.compiler or "", "torch_version": ext.torch_version or "",
+            "error": (ext.error or "")[:200]}

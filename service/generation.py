@@ -1,0 +1,152 @@
+"""One HTTP request's engine requests (prompts x n), merged into one async stream, plus
+collection for non-streaming answers and SSE framing for streaming ones. Whatever way the
+HTTP side ends (done, client gone, error), every unfinished engine request is aborted so
+its slot and KV blocks are freed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from fastapi import Request
+
+from engine.request import FinishReason
+from engine.sampling_params import SamplingParams
+from engine.stream import RequestOutput, TokenLogprob
+from service.backend import ServingState
+from service.errors import APIError, error_body
+
+DISCONNECT_POLL_S = 0.25
+
+
+class Submission:
+    def __init__(self, state: ServingState, prefix: str) -> None:
+        self.engine = state.engine
+        self.timeout = state.settings.request_timeout
+        self.id = f"{prefix}-{uuid.uuid4().hex}"
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue[tuple[int, RequestOutput]] = asyncio.Queue()
+        self.ids: list[str] = []
+        self.open: set[int] = set()
+
+    def add(self, prompt_ids: list[int], params: SamplingParams) -> None:
+        index = len(self.ids)
+        rid = f"{self.id}-{index}"
+
+        def sink(out: RequestOutput) -> None:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, (index, out))
+
+        self.engine.add_request(rid, prompt_ids, params, sink, timeout=self.timeout)
+        self.ids.append(rid)
+        self.open.add(index)
+
+    def abort_all(self) -> None:
+        for i in sorted(self.open):
+            self.engine.abort(self.ids[i])
+
+    async def __aiter__(self) -> AsyncIterator[tuple[int, RequestOutput]]:
+        while self.open:
+            index, out = await self.queue.get()
+            if out.finished:
+                self.open.discard(index)
+            yield index, out
+
+
+def submit(state: ServingState, prefix: str, prompts: list[list[int]],
+           params: SamplingParams, n: int) -> Submission:
+    """Queue n choices per prompt (choice index = prompt_index * n + j); seeded choices
+    use seed + j so they differ. On any refusal, what was queued is aborted."""
+    sub = Submission(state, prefix)
+    try:
+        for ids in prompts:
+            for j in range(n):
+                p = params if params.seed is None else replace(params, seed=params.seed + j)
+                sub.add(ids, p)
+    except BaseException:
+        sub.abort_all()
+        raise
+    return sub
+
+
+@dataclass
+class Choice:
+    text: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    stop_reason: int | str | None = None
+    error: str | None = None
+    num_prompt_tokens: int = 0
+
+    def add(self, out: RequestOutput) -> None:
+        self.text.append(out.text)
+        self.token_ids += out.token_ids
+        self.logprobs += out.logprobs
+        self.num_prompt_tokens = out.num_prompt_tokens
+        if out.finished:
+            self.finish_reason, self.stop_reason = out.finish_reason, out.stop_reason
+            self.error = out.error
+
+
+async def collect(sub: Submission, request: Request) -> list[Choice]:
+    """Wait for every choice; a client disconnect aborts them all."""
+    choices = [Choice() for _ in sub.ids]
+    watcher = asyncio.create_task(_watch_disconnect(sub, request))
+    try:
+        async for i, out in sub:
+            choices[i].add(out)
+    finally:
+        watcher.cancel()
+        sub.abort_all()
+    for c in choices:
+        raise_for_choice(c)
+    return choices
+
+
+def raise_for_choice(c: Choice) -> None:
+    if c.finish_reason is FinishReason.TIMEOUT:
+        raise APIError(408, c.error or "request timed out", code="timeout")
+    if c.finish_reason is FinishReason.ERROR:
+        raise APIError(500, c.error or "generation failed", code="engine_error")
+
+
+async def _watch_disconnect(sub: Submission, request: Request) -> None:
+    while True:
+        if await request.is_disconnected():
+            sub.abort_all()
+            return
+        await asyncio.sleep(DISCONNECT_POLL_S)
+
+
+def sse(obj: Any) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+async def stream_events(sub: Submission, first: list[dict[str, Any]],
+                        chunk: Callable[[int, RequestOutput], dict[str, Any] | None],
+                        last: Callable[[], list[dict[str, Any]]]) -> AsyncIterator[str]:
+    """SSE body: ``first`` chunks, one chunk per output, ``last`` chunks, ``[DONE]``. An
+    engine error or timeout mid-stream becomes an error event followed by ``[DONE]``.
+    If the client goes away the generator is closed and the finally aborts the rest."""
+    try:
+        for c in first:
+            yield sse(c)
+        async for i, out in sub:
+            if out.finish_reason in (FinishReason.ERROR, FinishReason.TIMEOUT):
+                status = 408 if out.finish_reason is FinishReason.TIMEOUT else 500
+                yield sse(error_body(status, out.error or "generation failed",
+                                     code=out.finish_reason.value))
+                break
+            body = chunk(i, out)
+            if body is not None:
+                yield sse(body)
+        else:
+            for c in last():
+                yield sse(c)
+        yield "data: [DONE]\n\n"
+    finally:
+        sub.abort_all()

@@ -1,0 +1,104 @@
+"""Engine outputs -> OpenAI response / stream-chunk dicts (completions and chat)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from engine.request import FinishReason
+from engine.stream import TokenLogprob
+from service.generation import Choice
+
+TokenText = Callable[[int], str]
+
+
+def finish_reason(reason: FinishReason | None) -> str | None:
+    return None if reason is None else reason.value
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def choices_usage(choices: Sequence[Choice], n: int) -> dict[str, int]:
+    """Prompt tokens are counted once per prompt (choices come in groups of n)."""
+    prompt = sum(c.num_prompt_tokens for c in choices[::n])
+    return usage(prompt, sum(len(c.token_ids) for c in choices))
+
+
+def completion_logprobs(lps: Sequence[TokenLogprob], text_of: TokenText,
+                        offset: int = 0) -> dict[str, Any]:
+    tokens = [text_of(lp.token_id) for lp in lps]
+    offsets, pos = [], offset
+    for t in tokens:
+        offsets.append(pos)
+        pos += len(t)
+    return {"tokens": tokens, "token_logprobs": [lp.logprob for lp in lps],
+            "top_logprobs": [{text_of(t): v for t, v in lp.top} for lp in lps],
+            "text_offset": offsets}
+
+
+def chat_logprobs(lps: Sequence[TokenLogprob], text_of: TokenText) -> dict[str, Any]:
+    def entry(tid: int, lp: float) -> dict[str, Any]:
+        text = text_of(tid)
+        return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+
+    return {"content": [{**entry(lp.token_id, lp.logprob),
+                         "top_logprobs": [entry(t, v) for t, v in lp.top]} for lp in lps]}
+
+
+class Formatter:
+    """Builds bodies for one HTTP request (fixed id, created time and model name)."""
+
+    def __init__(self, rid: str, model: str, text_of: TokenText) -> None:
+        self.id, self.model, self.text_of = rid, model, text_of
+        self.created = int(time.time())
+
+    def _head(self, obj: str) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def completion(self, choices: Sequence[Choice], n: int, echo: Sequence[str],
+                   want_logprobs: bool) -> dict[str, Any]:
+        out = []
+        for i, c in enumerate(choices):
+            prefix = echo[i // n] if echo else ""
+            out.append({"index": i, "text": prefix + "".join(c.text),
+                        "logprobs": completion_logprobs(c.logprobs, self.text_of, len(prefix))
+                        if want_logprobs else None,
+                        "finish_reason": finish_reason(c.finish_reason),
+                        "stop_reason": c.stop_reason})
+        return {**self._head("text_completion"), "choices": out,
+                "usage": choices_usage(choices, n)}
+
+    def completion_chunk(self, index: int, text: str, lps: Sequence[TokenLogprob] | None,
+                         reason: FinishReason | None, stop_reason: Any = None
+                         ) -> dict[str, Any]:
+        choice = {"index": index, "text": text,
+                  "logprobs": None if lps is None else completion_logprobs(lps, self.text_of),
+                  "finish_reason": finish_reason(reason)}
+        if reason is not None:
+            choice["stop_reason"] = stop_reason
+        return {**self._head("text_completion"), "choices": [choice]}
+
+    def chat(self, choices: Sequence[Choice], want_logprobs: bool) -> dict[str, Any]:
+        out = [{"index": i, "message": {"role": "assistant", "content": "".join(c.text)},
+                "logprobs": chat_logprobs(c.logprobs, self.text_of) if want_logprobs else None,
+                "finish_reason": finish_reason(c.finish_reason), "stop_reason": c.stop_reason}
+               for i, c in enumerate(choices)]
+        return {**self._head("chat.completion"), "choices": out,
+                "usage": choices_usage(choices, len(choices))}
+
+    def chat_chunk(self, index: int, delta: dict[str, Any],
+                   lps: Sequence[TokenLogprob] | None = None,
+                   reason: FinishReason | None = None) -> dict[str, Any]:
+        choice = {"index": index, "delta": delta,
+                  "logprobs": None if lps is None else chat_logprobs(lps, self.text_of),
+                  "finish_reason": finish_reason(reason)}
+        return {**self._head("chat.completion.chunk"), "choices": [choice]}
+
+    def usage_chunk(self, obj: str, prompt_tokens: int, completion_tokens: int
+                    ) -> dict[str, Any]:
+        return {**self._head(obj), "choices": [], "usage": usage(prompt_tokens,
+                                                                 completion_tokens)}

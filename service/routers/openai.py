@@ -1,0 +1,109 @@
+"""POST /v1/completions, POST /v1/chat/completions, GET /v1/models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from engine.sampling_params import SamplingParams, SamplingParamsError
+from engine.stream import RequestOutput
+from service.backend import ServingState
+from service.deps import ReadyStateDep, check_model, require_api_key
+from service.errors import APIError
+from service.generation import collect, stream_events, submit
+from service.openai_format import Formatter
+from service.prompts import encode_chat, encode_prompts
+from service.schemas import ChatCompletionRequest, CompletionRequest
+
+router = APIRouter(dependencies=[Depends(require_api_key)])
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def make_params(state: ServingState, body: Any, max_tokens: int | None,
+                logprobs: int | None) -> SamplingParams:
+    try:
+        params = SamplingParams(max_tokens=max_tokens, seed=body.seed, logprobs=logprobs,
+                                **body.sampling_kwargs())
+        params.validate_for_vocab(state.backend.tokenizer.vocab_size)
+    except SamplingParamsError as exc:
+        raise APIError(400, str(exc), str(exc).split(":", 1)[0]) from exc
+    return params
+
+
+def _text_of(state: ServingState):
+    tok = state.backend.tokenizer
+    return getattr(tok, "token_to_text", lambda i: tok.decode([i], False))
+
+
+@router.get("/v1/models")
+async def models(state: ReadyStateDep) -> dict[str, Any]:
+    card = {"id": state.backend.model_name, "object": "model", "created": int(state.started),
+            "owned_by": "fp8serve", "max_model_len": state.settings.max_model_len}
+    return {"object": "list", "data": [card]}
+
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, request: Request, state: ReadyStateDep):
+    model = check_model(state, body.model)
+    if body.echo and body.logprobs is not None:
+        raise APIError(400, "echo together with logprobs is not supported", "echo")
+    prompts, texts = await run_in_threadpool(encode_prompts, state, body.prompt)
+    params = make_params(state, body, body.max_tokens, body.logprobs)
+    sub = submit(state, "cmpl", prompts, params, body.n)
+    fmt = Formatter(sub.id, model, _text_of(state))
+    echo = texts if body.echo else []
+    if not body.stream:
+        choices = await collect(sub, request)
+        return fmt.completion(choices, body.n, echo, body.logprobs is not None)
+    counts = {"completion": 0}
+    first = [fmt.completion_chunk(i, echo[i // body.n], None, None)
+             for i in range(len(sub.ids))] if echo else []
+
+    def chunk(i: int, out: RequestOutput) -> dict[str, Any] | None:
+        counts["completion"] += len(out.token_ids)
+        lps = out.logprobs if body.logprobs is not None else None
+        return fmt.completion_chunk(i, out.text, lps, out.finish_reason, out.stop_reason)
+
+    def last() -> list[dict[str, Any]]:
+        if not body.include_usage:
+            return []
+        prompt_tokens = sum(len(p) for p in prompts)
+        return [fmt.usage_chunk("text_completion", prompt_tokens, counts["completion"])]
+
+    return StreamingResponse(stream_events(sub, first, chunk, last),
+                             media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request,
+                           state: ReadyStateDep):
+    model = check_model(state, body.model)
+    prompt = await run_in_threadpool(encode_chat, state, body.messages,
+                                     body.add_generation_prompt)
+    max_tokens = body.max_completion_tokens or body.max_tokens
+    logprobs = (body.top_logprobs or 0) if body.logprobs else None
+    params = make_params(state, body, max_tokens, logprobs)
+    sub = submit(state, "chatcmpl", [prompt], params, body.n)
+    fmt = Formatter(sub.id, model, _text_of(state))
+    if not body.stream:
+        return fmt.chat(await collect(sub, request), body.logprobs)
+    counts = {"completion": 0}
+    first = [fmt.chat_chunk(i, {"role": "assistant", "content": ""})
+             for i in range(len(sub.ids))]
+
+    def chunk(i: int, out: RequestOutput) -> dict[str, Any] | None:
+        counts["completion"] += len(out.token_ids)
+        delta = {"content": out.text} if out.text or not out.finished else {}
+        lps = out.logprobs if body.logprobs else None
+        return fmt.chat_chunk(i, delta, lps, out.finish_reason)
+
+    def last() -> list[dict[str, Any]]:
+        if not body.include_usage:
+            return []
+        return [fmt.usage_chunk("chat.completion.chunk", len(prompt), counts["completion"])]
+
+    return StreamingResponse(stream_events(sub, first, chunk, last),
+                             media_type="text/event-stream", headers=SSE_HEADERS)

@@ -1,0 +1,81 @@
+"""Operator routes: /health and /metrics (no API key), /kernels, /version, /tokenize,
+/detokenize (API key when configured)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
+
+from service.deps import ReadyStateDep, StateDep, check_model, require_api_key
+from service.errors import APIError
+from service.prompts import _check_ids, encode_chat
+from service.schemas import DetokenizeRequest, TokenizeRequest
+
+public = APIRouter()
+private = APIRouter(dependencies=[Depends(require_api_key)])
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("fp8serve")
+    except Exception:  # noqa: BLE001 - not installed as a distribution
+        return "0.0.0+local"
+
+
+@public.get("/health")
+async def health(state: StateDep) -> JSONResponse:
+    status = state.status
+    body: dict[str, Any] = {"status": status}
+    if status == "dead" and state.engine is not None:
+        body["error"] = state.engine.death
+    if state.engine is not None:
+        s = state.engine.stats()
+        body.update(running=s.num_running, waiting=s.num_waiting)
+    return JSONResponse(body, 200 if status == "ready" else 503)
+
+
+@public.get("/metrics")
+async def metrics(state: StateDep) -> Response:
+    if state.registry is None:
+        raise APIError(503, "model is still loading", code="loading")
+    return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@private.get("/kernels")
+async def kernels(state: ReadyStateDep) -> dict[str, Any]:
+    return state.kernels_body()
+
+
+@private.get("/version")
+async def version(state: StateDep) -> dict[str, Any]:
+    import torch
+    body: dict[str, Any] = {"version": _version(), "torch": torch.__version__}
+    if state.backend is not None:
+        body["model"] = state.backend.model_name
+    return body
+
+
+@private.post("/tokenize")
+async def tokenize(body: TokenizeRequest, state: ReadyStateDep) -> dict[str, Any]:
+    check_model(state, body.model)
+    tok = state.backend.tokenizer
+    if (body.prompt is None) == (body.messages is None):
+        raise APIError(400, "give exactly one of prompt or messages", "prompt")
+    if body.prompt is not None:
+        ids = await run_in_threadpool(tok.encode, body.prompt, body.add_special_tokens)
+    else:
+        ids = await run_in_threadpool(encode_chat, state, body.messages)
+    return {"tokens": ids, "count": len(ids), "max_model_len": state.settings.max_model_len}
+
+
+@private.post("/detokenize")
+async def detokenize(body: DetokenizeRequest, state: ReadyStateDep) -> dict[str, Any]:
+    check_model(state, body.model)
+    ids = _check_ids(state, body.tokens, "tokens") if body.tokens else []
+    text = await run_in_threadpool(state.backend.tokenizer.decode, ids, False)
+    return {"prompt": text}

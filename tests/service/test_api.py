@@ -1,0 +1,212 @@
+"""API tests: the real app and engine over a fake runner/tokenizer (create_app injection)."""
+
+import json
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from engine.sampling_params import SamplingParams
+from service.app import create_app
+from service.settings import Settings
+from tests.engine.fake_runner import expected_tokens
+from tests.service.fake_backend import MODEL, fake_loader
+
+
+def text_of(tokens):
+    return "".join(f" {t}" for t in tokens if t != 0)
+
+
+def client(**kw):
+    loader_kw = {k: kw.pop(k) for k in ("delay_s", "fail_on_token") if k in kw}
+    settings = Settings(**{"max_model_len": 64, "max_num_seqs": 4, **kw})
+    return TestClient(create_app(settings, load_backend=fake_loader(**loader_kw)))
+
+
+@pytest.fixture(scope="module")
+def c():
+    with client() as cl:
+        yield cl
+
+
+def sse_events(resp):
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    lines = [ln[len("data: "):] for ln in resp.text.split("\n") if ln.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(x) for x in lines[:-1]]
+
+
+def test_completion_text_usage_and_finish(c):
+    r = c.post("/v1/completions", json={"model": MODEL, "prompt": "3 4 5", "max_tokens": 5,
+                                        "temperature": 0, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "text_completion" and body["model"] == MODEL
+    assert body["choices"][0]["text"] == text_of(expected_tokens([3, 4, 5], 5))
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
+
+
+@pytest.mark.parametrize("prompt,ids", [
+    (["1 2", "7"], [[1, 2], [7]]),
+    ([4, 9], [[4, 9]]),
+    ([[4, 9], [11]], [[4, 9], [11]]),
+])
+def test_prompt_forms_and_n(c, prompt, ids):
+    r = c.post("/v1/completions", json={"prompt": prompt, "max_tokens": 3, "n": 2,
+                                        "temperature": 0, "ignore_eos": True})
+    choices = r.json()["choices"]
+    assert [ch["index"] for ch in choices] == list(range(2 * len(ids)))
+    for i, ch in enumerate(choices):
+        assert ch["text"] == text_of(expected_tokens(ids[i // 2], 3))
+    assert r.json()["usage"]["prompt_tokens"] == sum(map(len, ids))
+
+
+def test_streaming_matches_non_streaming_with_usage(c):
+    req = {"prompt": "8 8", "max_tokens": 6, "temperature": 0, "ignore_eos": True}
+    full = c.post("/v1/completions", json=req).json()["choices"][0]["text"]
+    events = sse_events(c.post("/v1/completions", json={
+        **req, "stream": True, "stream_options": {"include_usage": True}}))
+    assert "".join(e["choices"][0]["text"] for e in events if e["choices"]) == full
+    assert events[-2]["choices"][0]["finish_reason"] == "length"
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 6
+
+
+def test_echo_stop_and_logprobs(c):
+    seq = expected_tokens([2, 3], 8)
+    r = c.post("/v1/completions", json={"prompt": "2 3", "max_tokens": 8, "temperature": 0,
+                                        "ignore_eos": True, "echo": True,
+                                        "stop": [f" {seq[2]}"]}).json()
+    assert r["choices"][0]["text"] == "2 3" + text_of(seq[:2])
+    assert r["choices"][0]["finish_reason"] == "stop"
+    r = c.post("/v1/completions", json={"prompt": "2 3", "max_tokens": 3, "temperature": 0,
+                                        "ignore_eos": True, "logprobs": 2}).json()
+    lp = r["choices"][0]["logprobs"]
+    assert lp["tokens"] == [f" {t}" for t in seq[:3]]
+    assert all(v == pytest.approx(0.0, abs=1e-3) for v in lp["token_logprobs"])
+    assert all(len(t) == 2 for t in lp["top_logprobs"])
+
+
+def test_chat_plain_stream_and_logprobs(c):
+    msgs = [{"role": "system", "content": "5"},
+            {"role": "user", "content": [{"type": "text", "text": "6 7"}]}]
+    want = text_of(expected_tokens([1, 5, 6, 7], 4))
+    r = c.post("/v1/chat/completions", json={"model": MODEL, "messages": msgs,
+                                             "max_completion_tokens": 4, "temperature": 0,
+                                             "ignore_eos": True, "logprobs": True,
+                                             "top_logprobs": 1}).json()
+    assert r["object"] == "chat.completion"
+    assert r["choices"][0]["message"] == {"role": "assistant", "content": want}
+    assert len(r["choices"][0]["logprobs"]["content"]) == 4
+    assert len(r["choices"][0]["logprobs"]["content"][0]["top_logprobs"]) == 1
+    events = sse_events(c.post("/v1/chat/completions", json={
+        "messages": msgs, "max_tokens": 4, "temperature": 0, "ignore_eos": True,
+        "stream": True}))
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events) == want
+
+
+def error_of(r, status):
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    return err
+
+
+def test_errors_have_openai_shape(c):
+    err = error_of(c.post("/v1/completions", json={"prompt": "1", "n": 0}), 400)
+    assert err["param"] == "n"
+    err = error_of(c.post("/v1/completions", json={"prompt": "1", "temperature": -1}), 400)
+    assert err["param"] == "temperature"
+    err = error_of(c.post("/v1/completions", json={"prompt": "1 2", "max_tokens": 63}), 400)
+    assert err["param"] == "max_tokens" and "max_model_len" in err["message"]
+    err = error_of(c.post("/v1/completions", json={"model": "nope", "prompt": "1"}), 404)
+    assert err["param"] == "model" and err["type"] == "not_found_error"
+    err = error_of(c.post("/v1/chat/completions", json={"messages": [{"role": "user",
+        "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}), 400)
+    assert "images are not served" in err["message"]
+    err = error_of(c.post("/v1/chat/completions", json={"messages": [
+        {"role": "bad", "content": "1"}]}), 400)
+    assert err["param"] == "messages"
+    error_of(c.post("/v1/completions", json={"prompt": [999]}), 400)
+    error_of(c.post("/v1/completions", content=b"{not json"), 400)
+    error_of(c.get("/nope"), 404)
+
+
+def test_ops_endpoints(c):
+    assert c.get("/health").json()["status"] == "ready"
+    assert c.get("/v1/models").json()["data"][0]["id"] == MODEL
+    k = c.get("/kernels").json()
+    assert k["layers"][0]["kernel_id"] == "torch_w8a16" and k["hardware"]["features"]["avx2"]
+    assert c.post("/tokenize", json={"prompt": "3 4"}).json()["tokens"] == [3, 4]
+    assert c.post("/tokenize", json={"messages": [{"role": "user", "content": "3"}]}
+                  ).json()["tokens"] == [1, 3]
+    assert c.post("/detokenize", json={"tokens": [3, 4]}).json()["prompt"] == " 3 4"
+    assert "version" in c.get("/version").json()
+
+
+def test_metrics(c):
+    c.post("/v1/completions", json={"prompt": "1 2", "max_tokens": 2, "ignore_eos": True})
+    text = c.get("/metrics").text
+    assert ('fp8serve_kernel_selected{kernel="torch_w8a16",platform="cpu",'
+            'scale_kind="per_tensor"} 4.0') in text
+    assert 'fp8serve_kernel_rejections{kernel="avx512_w8a16",reason="no avx512"} 4.0' in text
+    assert ('fp8serve_kernel_runtime_fallbacks_total{from_kernel="avx2_w8a16",'
+            'to_kernel="torch_w8a16"} 1.0') in text
+    assert 'fp8serve_hardware_feature{feature="avx2"} 1.0' in text
+    assert 'fp8serve_hardware_feature{feature="avx512f"} 0.0' in text
+    assert 'fp8serve_extension_info{' in text
+    for name in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc"):
+        assert f'fp8serve_{name}{{model_name="{MODEL}"}}' in text
+    assert f'fp8serve_request_success_total{{finished_reason="length",model_name="{MODEL}"}}' \
+        in text
+    for h in ("time_to_first_token_seconds", "inter_token_latency_seconds",
+              "e2e_request_latency_seconds", "request_queue_time_seconds"):
+        assert f"fp8serve_{h}_bucket" in text
+
+
+def test_auth_on():
+    with client(api_keys=("k1", "k2")) as cl:
+        err = error_of(cl.post("/v1/completions", json={"prompt": "1"}), 401)
+        assert err["type"] == "authentication_error"
+        error_of(cl.get("/v1/models", headers={"Authorization": "Bearer k3"}), 401)
+        error_of(cl.get("/kernels"), 401)
+        assert cl.get("/v1/models", headers={"Authorization": "Bearer k2"}).status_code == 200
+        assert cl.get("/health").status_code == 200
+        assert cl.get("/metrics").status_code == 200
+
+
+def test_queue_full_timeout_and_drain():
+    with client(max_num_seqs=1, max_queue=1, request_timeout=0.3, delay_s=0.02) as cl:
+        eng = cl.app.state.serving.engine
+        long = SamplingParams(max_tokens=40, ignore_eos=True)
+        eng.add_request("hog1", [1], long, lambda o: None)
+        eng.add_request("hog2", [1], long, lambda o: None)
+        while eng.stats().num_running != 1:  # hog1 runs, hog2 waits
+            time.sleep(0.01)
+        err = error_of(cl.post("/v1/completions", json={"prompt": "1"}), 429)
+        assert cl.post("/v1/completions", json={"prompt": "1"}).headers["retry-after"] == "1"
+        assert err["type"] == "rate_limit_error"
+        eng.abort("hog1")
+        eng.abort("hog2")
+        while eng.num_unfinished:
+            time.sleep(0.01)
+        err = error_of(cl.post("/v1/completions", json={"prompt": "1", "max_tokens": 60,
+                                                        "ignore_eos": True}), 408)
+        assert "timed out" in err["message"]
+        cl.app.state.serving.begin_drain()
+        r = cl.get("/health")
+        assert r.status_code == 503 and r.json()["status"] == "draining"
+        error_of(cl.post("/v1/completions", json={"prompt": "1"}), 503)
+
+
+def test_error_after_stream_started_sends_error_event_then_done():
+    seq = expected_tokens([5, 6], 4)
+    with client(fail_on_token=seq[1]) as cl:
+        events = sse_events(cl.post("/v1/completions", json={
+            "prompt": "5 6", "max_tokens": 4, "temperature": 0, "ignore_eos": True,
+            "stream": True}))
+        assert [e["choices"][0]["text"] for e in events[:2]] == [f" {seq[0]}", f" {seq[1]}"]
+        assert "poisoned" in events[-1]["error"]["message"]
+        assert cl.get("/health").json()["status"] == "ready"
