@@ -1,0 +1,122 @@
+"""JIT build of the C++ extension with torch.utils.cpp_extension + ninja.
+
+The library is built into a cache directory (``FP8SERVE_EXT_DIR``; default
+``~/.cache/fp8serve/ext/<torch version>-<source hash>``) and loaded into the process,
+which registers the ``torch.ops.fp8serve`` ops. A failed compile never raises: the
+returned :class:`ExtensionStatus` carries the compiler output as ``error``.
+
+Per-ISA code: ``cpp_extension.load`` applies one flag set to every source, so each ISA
+translation unit (``fp8_gemm_avx512.cpp``, ``fp8_gemm_avx2.cpp``) scopes its own target
+with ``#pragma GCC target`` (``ISA_BEGIN`` in ``csrc/isa.h``) and includes no torch or STL
+header; everything else is compiled for the baseline ISA. Never ``-march=native``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine.hardware import ExtensionStatus
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+LIB_NAME = "fp8serve_ext"
+SOURCE_NAMES = (
+    "ops.cpp",
+    "dispatch.cpp",
+    "cpuid.cpp",
+    "convert.cpp",
+    "pack.cpp",
+    "gemm.cpp",
+    "fp8_gemm_avx512.cpp",
+    "fp8_gemm_avx2.cpp",
+)
+HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h")
+BASE_CFLAGS = ("-O3", "-fno-math-errno", "-Wall", "-Wno-unused-function", "-Wno-psabi")
+
+
+def _default_sources() -> tuple[Path, ...]:
+    return tuple(CSRC / name for name in SOURCE_NAMES)
+
+
+@dataclass(frozen=True, slots=True)
+class BuildConfig:
+    """What to compile and where. ``build_dir=None`` means :func:`default_build_dir`."""
+
+    sources: tuple[Path, ...] = field(default_factory=_default_sources)
+    extra_cflags: tuple[str, ...] = ()
+    build_dir: Path | None = None
+    verbose: bool = False
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> BuildConfig:
+        """``FP8SERVE_EXT_DIR`` (build dir), ``FP8SERVE_EXT_CFLAGS`` (extra flags)."""
+        env = dict(os.environ) if env is None else env
+        build_dir = env.get("FP8SERVE_EXT_DIR") or None
+        return cls(
+            extra_cflags=tuple(shlex.split(env.get("FP8SERVE_EXT_CFLAGS", ""))),
+            build_dir=Path(build_dir).expanduser() if build_dir else None,
+        )
+
+    def cflags(self) -> list[str]:
+        return [*BASE_CFLAGS, *self.extra_cflags]
+
+
+def source_hash(cfg: BuildConfig) -> str:
+    """Hash of every source and header, the flags and the torch version (12 hex chars)."""
+    h = hashlib.sha256(torch.__version__.encode())
+    files = sorted({*cfg.sources, *(CSRC / n for n in HEADER_NAMES)})
+    for path in files:
+        h.update(path.name.encode())
+        h.update(path.read_bytes() if path.exists() else b"<missing>")
+    h.update(" ".join(cfg.cflags()).encode())
+    return h.hexdigest()[:12]
+
+
+def default_build_dir(cfg: BuildConfig) -> Path:
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return root / "fp8serve" / "ext" / f"{torch.__version__}-{source_hash(cfg)}"
+
+
+def build_dir_for(cfg: BuildConfig) -> Path:
+    return cfg.build_dir if cfg.build_dir is not None else default_build_dir(cfg)
+
+
+def compiler_version() -> str | None:
+    cxx = os.environ.get("CXX", "c++")
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = out.stdout.splitlines()[:1]
+    return first[0].strip() if first else None
+
+
+def build(cfg: BuildConfig | None = None) -> ExtensionStatus:
+    """Compile (ninja skips up-to-date objects) and load the library. Never raises."""
+    from torch.utils import cpp_extension
+
+    cfg = cfg or BuildConfig.from_env()
+    compiler = compiler_version()
+    try:
+        out_dir = build_dir_for(cfg)
+        out_dir.mkdir(parents=True, exist_ok=True)  # load() requires it to exist
+        path = cpp_extension.load(
+            name=LIB_NAME,
+            sources=[str(s) for s in cfg.sources],
+            extra_cflags=cfg.cflags(),
+            build_directory=str(out_dir),
+            is_python_module=False,
+            verbose=cfg.verbose,
+        )
+    except Exception as exc:  # noqa: BLE001 - any build/load failure becomes a status
+        return ExtensionStatus(built=False, error=f"{type(exc).__name__}: {exc}",
+                               compiler=compiler, torch_version=torch.__version__)
+    lib = str(path) if path else str(build_dir_for(cfg) / f"{LIB_NAME}.so")
+    return ExtensionStatus(built=True, path=lib, compiler=compiler,
+                           torch_version=torch.__version__)

@@ -1,0 +1,72 @@
+// The ISA level used by every op, decided once per process: the best level the host
+// supports (cpuid + OS state), optionally lowered by FP8SERVE_ISA=scalar|avx2|avx512|amx.
+// Asking for more than the host has is clamped to the host level with a warning, never
+// an illegal instruction.
+#include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "cpuid.h"
+#include "isa.h"
+
+namespace fp8serve {
+namespace {
+
+Isa detect_host() {
+  auto f = cpu_features();
+  bool avx512 = has_feature(f, "avx512f") && has_feature(f, "avx512bw") &&
+                has_feature(f, "avx512vl") && has_feature(f, "avx512_bf16");
+  if (avx512 && has_feature(f, "amx_tile") && has_feature(f, "amx_bf16")) return Isa::kAmx;
+  if (avx512) return Isa::kAvx512;
+  if (has_feature(f, "avx2") && has_feature(f, "fma") && has_feature(f, "f16c")) {
+    return Isa::kAvx2;
+  }
+  return Isa::kScalar;
+}
+
+Isa parse_isa(const char* s, Isa fallback) {
+  if (std::strcmp(s, "scalar") == 0) return Isa::kScalar;
+  if (std::strcmp(s, "avx2") == 0) return Isa::kAvx2;
+  if (std::strcmp(s, "avx512") == 0) return Isa::kAvx512;
+  if (std::strcmp(s, "amx") == 0) return Isa::kAmx;
+  TORCH_WARN("FP8SERVE_ISA=", s, " is not one of scalar, avx2, avx512, amx; ignored");
+  return fallback;
+}
+
+Isa choose() {
+  Isa host = host_isa();
+  const char* env = std::getenv("FP8SERVE_ISA");
+  if (env == nullptr || *env == '\0') return host;
+  Isa want = parse_isa(env, host);
+  if (static_cast<int>(want) > static_cast<int>(host)) {
+    TORCH_WARN("FP8SERVE_ISA=", env, " exceeds this host (", isa_name(host), "); using ",
+               isa_name(host));
+    return host;
+  }
+  return want;
+}
+
+}  // namespace
+
+Isa host_isa() {
+  static const Isa isa = detect_host();
+  return isa;
+}
+
+Isa cpu_isa() {
+  static const Isa isa = choose();
+  return isa;
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAmx: return "amx";
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx2: return "avx2";
+    default: return "scalar";
+  }
+}
+
+}  // namespace fp8serve

@@ -1,0 +1,181 @@
+// FP8 W8A16 GEMM ops: y[M, N] bf16 = x[M, K] bf16 @ (w[N, K] fp8 * scale).T + bias[N].
+//
+// gemm_avx512: M <= gemv_max_m -> GEMV (fp8_gemm_avx512.cpp): the weight is streamed once,
+//   32-column tiles split over torch's intra-op threads, dpbf16 accumulation.
+//   Larger M -> per 32-column tile, unpack the whole [Kp x 32] panel to bf16 once (exact,
+//   or with block scales folded in), then brgemm it against all M rows.
+// gemm_amx: M <= 4 -> the same GEMV; else per 128-deep K chunk unpack a [128 x 32] bf16
+//   tile and brgemm (AMX tiles on AMX hosts, oneDNN AVX-512 elsewhere) with add_C over
+//   the K chunks, as vLLM's CPU FP8 path does.
+// gemm_avx2: 16-column tiles, FP8 -> FP16 -> FP32 and FMA (fp8_gemm_avx2.cpp).
+#include <ATen/Parallel.h>
+#include <ATen/native/CPUBlas.h>
+
+#include <vector>
+
+#include "isa.h"
+#include "ops.h"
+
+namespace fp8serve {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct Problem {
+  at::Tensor x;  // [M, Kp] bf16 contiguous, zero beyond K
+  at::Tensor y;  // [M, N] bf16
+  GemvArgs a;
+};
+
+void check_scale(const char* op, const at::Tensor& scale, int64_t n, int64_t k, int64_t bn,
+                 int64_t bk) {
+  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.is_contiguous(), op,
+              ": scale must be contiguous float32, got ", scale.scalar_type());
+  if (bk == 0) {
+    TORCH_CHECK(scale.dim() == 1 && scale.size(0) == n, op,
+                ": per-channel scale must be [N] = [", n, "], got ", scale.sizes());
+    return;
+  }
+  TORCH_CHECK(bn > 0 && bn % kTileN == 0 && bk % kPadK == 0, op,
+              ": block size (", bn, ", ", bk, ") must be multiples of (32, 32)");
+  TORCH_CHECK(scale.dim() == 2 && scale.size(0) == ceil_div(n, bn) &&
+                  scale.size(1) == ceil_div(k, bk),
+              op, ": block scale must be [ceil(N/bn), ceil(K/bk)] = [", ceil_div(n, bn), ", ",
+              ceil_div(k, bk), "], got ", scale.sizes());
+}
+
+Problem make_problem(const char* op, const at::Tensor& x, const at::Tensor& w,
+                     const at::Tensor& scale, const std::optional<at::Tensor>& bias,
+                     int64_t n, int64_t bn, int64_t bk) {
+  TORCH_CHECK(cpu_isa() >= Isa::kAvx512, op, ": needs AVX-512 F/BW/VL/BF16; dispatch ISA is ",
+              isa_name(cpu_isa()));
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.device().is_cpu(), op,
+              ": x must be a 2-D [M, K] bfloat16 CPU tensor, got ", x.scalar_type(), " ",
+              x.sizes());
+  const int64_t m = x.size(0), k = x.size(1), kp = ceil_div(k, kPadK) * kPadK;
+  TORCH_CHECK(w.scalar_type() == at::kFloat8_e4m3fn && w.is_contiguous() && w.dim() == 4 &&
+                  w.size(0) == ceil_div(n, kTileN) && w.size(1) == kp / 2 &&
+                  w.size(2) == kTileN && w.size(3) == 2,
+              op, ": w_packed must be [N/32, K/2, 32, 2] = [", ceil_div(n, kTileN), ", ",
+              kp / 2, ", 32, 2] fp8 (pack_vnni32 of w[N=", n, ", K=", k, "]), got ",
+              w.scalar_type(), " ", w.sizes());
+  check_scale(op, scale, n, k, bn, bk);
+  if (bias) {
+    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() &&
+                    bias->dim() == 1 && bias->size(0) == n,
+                op, ": bias must be contiguous float32 [N] = [", n, "], got ", bias->sizes());
+  }
+  Problem p;
+  if (kp == k) {
+    p.x = x.contiguous();
+  } else {
+    p.x = at::zeros({m, kp}, x.options());
+    p.x.narrow(1, 0, k).copy_(x);
+  }
+  p.y = at::empty({m, n}, x.options());
+  p.a = GemvArgs{reinterpret_cast<const uint16_t*>(p.x.data_ptr()), kp, m,
+                 reinterpret_cast<const uint8_t*>(w.data_ptr()), kp, n, scale.data_ptr<float>(),
+                 bn, bk, bk ? ceil_div(k, bk) : 0, bias ? bias->data_ptr<float>() : nullptr,
+                 reinterpret_cast<uint16_t*>(p.y.data_ptr())};
+  return p;
+}
+
+void run_gemv(const GemvArgs& a) {
+  at::parallel_for(0, ceil_div(a.n, kTileN), 1,
+                   [&](int64_t t0, int64_t t1) { avx512::gemv_tiles(a, t0, t1); });
+}
+
+constexpr int64_t kRowBlock = 128;  // brgemm M per call
+
+// Per 32-column tile: unpack k_chunk-deep bf16 slices and brgemm them into an fp32
+// [M][32] accumulator (add_C after the first slice); then scale, bias, bf16.
+void run_panel(const GemvArgs& a, int64_t k_chunk) {
+  using at::native::cpublas::brgemm;
+  const auto* x = reinterpret_cast<const at::BFloat16*>(a.x);
+  at::parallel_for(0, ceil_div(a.n, kTileN), 1, [&](int64_t t0, int64_t t1) {
+    thread_local std::vector<uint16_t> bbuf;
+    thread_local std::vector<float> cbuf;
+    bbuf.resize(k_chunk * kTileN);
+    cbuf.resize(a.m * kTileN);
+    const auto* b = reinterpret_cast<const at::BFloat16*>(bbuf.data());
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* bscale =
+          a.block_k ? a.scale + (t * kTileN / a.block_n) * a.k_blocks : nullptr;
+      for (int64_t k0 = 0; k0 < a.kp; k0 += k_chunk) {
+        const int64_t len = k0 + k_chunk <= a.kp ? k_chunk : a.kp - k0;
+        const uint8_t* w = a.w + (t * (a.kp / 2) + k0 / 2) * kTileN * 2;
+        avx512::unpack_tile(w, k0 / 2, (k0 + len) / 2, bbuf.data(), bscale, a.block_k);
+        for (int64_t m0 = 0; m0 < a.m; m0 += kRowBlock) {
+          const int64_t mb = a.m - m0 < kRowBlock ? a.m - m0 : kRowBlock;
+          brgemm(mb, kTileN, len, a.ldx, kTileN, kTileN, k0 > 0, x + m0 * a.ldx + k0, b,
+                 cbuf.data() + m0 * kTileN, true);
+        }
+      }
+      const int64_t n0 = t * kTileN, cols = a.n - n0 < kTileN ? a.n - n0 : kTileN;
+      avx512::epilogue(cbuf.data(), a.m, a.block_k ? nullptr : a.scale + n0, 1.0f,
+                       a.bias ? a.bias + n0 : nullptr, a.y + n0, a.n, cols);
+    }
+    at::native::cpublas::brgemm_release(true);
+  });
+}
+
+}  // namespace
+
+at::Tensor gemm_avx512(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,
+                       const std::optional<at::Tensor>& bias, int64_t n, int64_t block_n,
+                       int64_t block_k, int64_t gemv_max_m) {
+  Problem p = make_problem("gemm_avx512", x, w_packed, scale, bias, n, block_n, block_k);
+  if (p.a.m == 0) return p.y;
+  if (p.a.m <= gemv_max_m) {
+    run_gemv(p.a);
+  } else {
+    run_panel(p.a, p.a.kp);
+  }
+  return p.y;
+}
+
+at::Tensor gemm_amx(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,
+                    const std::optional<at::Tensor>& bias, int64_t n, int64_t block_n,
+                    int64_t block_k) {
+  constexpr int64_t kAmxChunk = 128, kAmxGemvMaxM = 4;
+  Problem p = make_problem("gemm_amx", x, w_packed, scale, bias, n, block_n, block_k);
+  if (p.a.m == 0) return p.y;
+  if (p.a.m <= kAmxGemvMaxM) {
+    run_gemv(p.a);
+  } else {
+    run_panel(p.a, kAmxChunk);
+  }
+  return p.y;
+}
+
+at::Tensor gemm_avx2(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,
+                     const std::optional<at::Tensor>& bias, int64_t n) {
+  TORCH_CHECK(cpu_isa() >= Isa::kAvx2, "gemm_avx2: needs AVX2/FMA/F16C; dispatch ISA is ",
+              isa_name(cpu_isa()));
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.device().is_cpu(),
+              "gemm_avx2: x must be a 2-D [M, K] bfloat16 CPU tensor, got ", x.sizes());
+  const int64_t m = x.size(0), k = x.size(1);
+  TORCH_CHECK(w_packed.scalar_type() == at::kFloat8_e4m3fn && w_packed.is_contiguous() &&
+                  w_packed.dim() == 3 && w_packed.size(0) == ceil_div(n, kTileN2) &&
+                  w_packed.size(1) == k && w_packed.size(2) == kTileN2,
+              "gemm_avx2: w_packed must be [N/16, K, 16] = [", ceil_div(n, kTileN2), ", ", k,
+              ", 16] fp8 (pack_avx2), got ", w_packed.sizes());
+  check_scale("gemm_avx2", scale, n, k, 0, 0);
+  TORCH_CHECK(!bias || (bias->scalar_type() == at::kFloat && bias->is_contiguous() &&
+                        bias->dim() == 1 && bias->size(0) == n),
+              "gemm_avx2: bias must be contiguous float32 [N] = [", n, "]");
+  at::Tensor y = at::empty({m, n}, x.options());
+  if (m == 0) return y;
+  const at::Tensor xf = x.to(at::kFloat).contiguous();
+  const float* xs = xf.data_ptr<float>();
+  const auto* w = reinterpret_cast<const uint8_t*>(w_packed.data_ptr());
+  const float* s = scale.data_ptr<float>();
+  const float* bs = bias ? bias->data_ptr<float>() : nullptr;
+  auto* yp = reinterpret_cast<uint16_t*>(y.data_ptr());
+  at::parallel_for(0, ceil_div(n, kTileN2), 1, [&](int64_t t0, int64_t t1) {
+    avx2::gemm_tiles(xs, m, k, w, n, s, bs, yp, t0, t1);
+  });
+  return y;
+}
+
+}  // namespace fp8serve

@@ -1,0 +1,93 @@
+// Plain-pointer interface between the generic translation units (which include torch
+// headers and are compiled for the baseline ISA) and the per-ISA translation units
+// (fp8_gemm_avx512.cpp, fp8_gemm_avx2.cpp), which include nothing but <immintrin.h> and
+// this header and are compiled for their ISA only (see ISA_BEGIN below). Keeping torch
+// and the STL out of the ISA files means no inline function of a shared header is ever
+// emitted with AVX-512 instructions and picked by the linker for baseline code.
+//
+// FP8 is float8_e4m3fn (1 sign, 4 exponent bits with bias 7, 3 mantissa bits, 0x7F and
+// 0xFF are NaN, no infinities). BF16 and FP16 are passed as raw uint16_t bits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+// Per-ISA compilation. torch.utils.cpp_extension.load applies one set of flags to every
+// source, so each ISA file opens with ISA_BEGIN("avx512f,...") - the equivalent of
+// compiling that file alone with -mavx512f ... - and closes with ISA_END. Only the ISA
+// files use it; never -march=native.
+#if defined(__clang__)
+#define FP8S_PRAGMA(x) _Pragma(#x)
+#define ISA_BEGIN(t) FP8S_PRAGMA(clang attribute push(__attribute__((target(t))), apply_to = function))
+#define ISA_END FP8S_PRAGMA(clang attribute pop)
+#elif defined(__GNUC__)
+#define FP8S_PRAGMA(x) _Pragma(#x)
+#define ISA_BEGIN(t) FP8S_PRAGMA(GCC push_options) FP8S_PRAGMA(GCC target(t))
+#define ISA_END FP8S_PRAGMA(GCC pop_options)
+#endif
+
+namespace fp8serve {
+
+// Instruction-set levels, ordered. Chosen once per process in dispatch.cpp.
+enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
+
+// Packed AVX-512/AMX weight ("vnni32"): w[N, K] fp8 -> [Np/32][Kp/2][32][2] fp8 with
+// Np = ceil(N/32)*32, Kp = ceil(K/32)*32, zero padded. Byte (t, p, j, i) holds
+// w[32t + j, 2p + i]. One 64-byte line holds a 32-column x 2-deep tile: its first 32 bytes
+// widen to one zmm of 16 columns x 2 k (the dpbf16 operand), and a [kc/2][32][2] slice
+// converted to bf16 is exactly brgemm's VNNI B operand with ld_b = 32.
+constexpr int64_t kTileN = 32;
+constexpr int64_t kPadK = 32;
+
+// Packed AVX2 weight ("avx2_16"): w[N, K] fp8 -> [Np/16][K][16] fp8, Np = ceil(N/16)*16.
+constexpr int64_t kTileN2 = 16;
+
+// Arguments of the small-M (decode) GEMV path. All row-major.
+struct GemvArgs {
+  const uint16_t* x;      // [M, ldx] bf16, columns K..Kp-1 zero
+  int64_t ldx;            // >= Kp
+  int64_t m;
+  const uint8_t* w;       // vnni32 [Np/32][Kp/2][32][2]
+  int64_t kp;             // Kp
+  int64_t n;              // true N (outputs >= N are not written)
+  const float* scale;     // per-channel [N], or block [ceil(N/bn), ceil(K/bk)] if block_k > 0
+  int64_t block_n;        // multiple of 32 when block_k > 0
+  int64_t block_k;        // 0: per-channel; else multiple of 32
+  int64_t k_blocks;       // ceil(K/bk) (row stride of the block scale)
+  const float* bias;      // [N] or nullptr
+  uint16_t* y;            // [M, N] bf16
+};
+
+namespace avx512 {
+// src[n] fp8 -> dst[n] bf16, exact for every non-NaN code.
+void fp8_to_bf16(const uint8_t* src, uint16_t* dst, int64_t n);
+// y[:, 32t : 32t+32] for tiles [t0, t1) of the vnni32 weight; rows in chunks of <= 4.
+void gemv_tiles(const GemvArgs& a, int64_t t0, int64_t t1);
+// One tile's k-pairs [p0, p1) ([p1-p0][32][2] fp8 at `w`) -> bf16 VNNI [p1-p0][32][2].
+// block_scale == nullptr: exact values. Else block_scale[kb] (kb = 2p / block_k for the
+// global pair index p) multiplies each value in fp32, rounded once to bf16.
+void unpack_tile(const uint8_t* w, int64_t p0, int64_t p1, uint16_t* dst,
+                 const float* block_scale, int64_t block_k);
+// y[r, j] = bf16(c[r, j] * (scale ? scale[j] : 1) * mult + (bias ? bias[j] : 0)) for
+// r < rows, j < cols (<= 32); c is [rows][32] fp32.
+void epilogue(const float* c, int64_t rows, const float* scale, float mult,
+              const float* bias, uint16_t* y, int64_t ldy, int64_t cols);
+}  // namespace avx512
+
+namespace avx2 {
+void fp8_to_bf16(const uint8_t* src, uint16_t* dst, int64_t n);
+// y = x @ (w * scale).T + bias over 16-wide column tiles [t0, t1).
+// x [M, K] fp32 (pre-widened), w avx2_16 [Np/16][K][16], scale [N], bias [N] or null.
+void gemm_tiles(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n,
+                const float* scale, const float* bias, uint16_t* y, int64_t t0, int64_t t1);
+}  // namespace avx2
+
+// Portable, exact fp8 e4m3 -> bf16 bits (NaN codes -> bf16 NaN).
+uint16_t fp8_to_bf16_scalar(uint8_t code);
+
+// dispatch.cpp
+Isa cpu_isa();             // chosen once: min(host ISA, FP8SERVE_ISA)
+Isa host_isa();            // what the host supports (cpuid + OS state)
+const char* isa_name(Isa isa);
+
+}  // namespace fp8serve

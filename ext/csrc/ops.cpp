@@ -1,0 +1,47 @@
+// The one registration file: schemas for every fp8serve op (TORCH_LIBRARY) and their CPU
+// kernels (TORCH_LIBRARY_IMPL). Fake (meta) implementations are registered from Python
+// (ext/__init__.py, torch.library.register_fake). Layouts are documented in ops.h.
+#include <torch/library.h>
+
+#include "cpuid.h"
+#include "isa.h"
+#include "ops.h"
+
+namespace fp8serve {
+
+std::vector<std::string> cpu_features_op() { return cpu_features(); }
+
+std::string isa_op() { return isa_name(cpu_isa()); }
+
+}  // namespace fp8serve
+
+TORCH_LIBRARY(fp8serve, m) {
+  // fp8[*] float8_e4m3fn -> bf16[*]
+  m.def("fp8_to_bf16(Tensor fp8) -> Tensor");
+  // w[N, K] fp8 -> [N/32, K/2, 32, 2] fp8 (N, K zero-padded to multiples of 32)
+  m.def("pack_vnni32(Tensor w) -> Tensor");
+  // w[N, K] fp8 -> [N/16, K, 16] fp8 (N zero-padded to a multiple of 16)
+  m.def("pack_avx2(Tensor w) -> Tensor");
+  // x[M, K] bf16, w_packed [N/32, K/2, 32, 2] fp8, scale f32 [N] (block_k = 0) or
+  // [ceil(N/block_n), ceil(K/block_k)], bias f32 [N]? -> y[M, n] bf16
+  m.def(
+      "gemm_avx512(Tensor x, Tensor w_packed, Tensor scale, Tensor? bias, int n, "
+      "int block_n=0, int block_k=0, int gemv_max_m=8) -> Tensor");
+  m.def(
+      "gemm_amx(Tensor x, Tensor w_packed, Tensor scale, Tensor? bias, int n, "
+      "int block_n=0, int block_k=0) -> Tensor");
+  // x[M, K] bf16, w_packed [N/16, K, 16] fp8, scale f32 [N], bias f32 [N]? -> y[M, n] bf16
+  m.def("gemm_avx2(Tensor x, Tensor w_packed, Tensor scale, Tensor? bias, int n) -> Tensor");
+  // cpuid + XCR0 features (names of engine/hardware.py CPU_FEATURES); the dispatch ISA
+  m.def("cpu_features() -> str[]", &fp8serve::cpu_features_op);
+  m.def("isa() -> str", &fp8serve::isa_op);
+}
+
+TORCH_LIBRARY_IMPL(fp8serve, CPU, m) {
+  m.impl("fp8_to_bf16", &fp8serve::fp8_to_bf16);
+  m.impl("pack_vnni32", &fp8serve::pack_vnni32);
+  m.impl("pack_avx2", &fp8serve::pack_avx2);
+  m.impl("gemm_avx512", &fp8serve::gemm_avx512);
+  m.impl("gemm_amx", &fp8serve::gemm_amx);
+  m.impl("gemm_avx2", &fp8serve::gemm_avx2);
+}

@@ -1,0 +1,68 @@
+// Weight packing: canonical w[N, K] fp8 (row-major, contiguous) -> kernel tile layouts.
+// Pure data movement; padding is zero (fp8 code 0x00 == +0.0).
+#include <ATen/Parallel.h>
+
+#include <cstring>
+
+#include "isa.h"
+#include "ops.h"
+
+namespace fp8serve {
+namespace {
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+void check_canonical(const at::Tensor& w, const char* op) {
+  TORCH_CHECK(w.scalar_type() == at::kFloat8_e4m3fn, op,
+              ": w must be float8_e4m3fn [N, K], got ", w.scalar_type());
+  TORCH_CHECK(w.dim() == 2, op, ": w must be 2-D [N, K], got ", w.dim(), "-D");
+  TORCH_CHECK(w.is_contiguous(), op,
+              ": w must be row-major contiguous [N, K] (a transposed [K, N] view is "
+              "rejected, never reinterpreted); strides ",
+              w.strides());
+  TORCH_CHECK(w.device().is_cpu(), op, ": w must be on CPU");
+}
+
+}  // namespace
+
+// w[N, K] -> [Np/32][Kp/2][32][2]: out[t][p][j][i] = w[32t + j][2p + i]
+at::Tensor pack_vnni32(const at::Tensor& w) {
+  check_canonical(w, "pack_vnni32");
+  const int64_t n = w.size(0), k = w.size(1);
+  const int64_t np = round_up(n, kTileN), kp = round_up(k, kPadK);
+  at::Tensor out = at::zeros({np / kTileN, kp / 2, kTileN, 2}, w.options());
+  const auto* src = reinterpret_cast<const uint8_t*>(w.data_ptr());
+  auto* dst = reinterpret_cast<uint8_t*>(out.data_ptr());
+  at::parallel_for(0, np / kTileN, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      uint8_t* tile = dst + t * (kp / 2) * kTileN * 2;
+      for (int64_t j = 0; j < kTileN && t * kTileN + j < n; ++j) {
+        const uint8_t* row = src + (t * kTileN + j) * k;
+        for (int64_t c = 0; c < k; ++c) tile[(c / 2) * kTileN * 2 + j * 2 + (c & 1)] = row[c];
+      }
+    }
+  });
+  return out;
+}
+
+// w[N, K] -> [Np/16][K][16]: out[t][c][j] = w[16t + j][c]
+at::Tensor pack_avx2(const at::Tensor& w) {
+  check_canonical(w, "pack_avx2");
+  const int64_t n = w.size(0), k = w.size(1);
+  const int64_t np = round_up(n, kTileN2);
+  at::Tensor out = at::zeros({np / kTileN2, k, kTileN2}, w.options());
+  const auto* src = reinterpret_cast<const uint8_t*>(w.data_ptr());
+  auto* dst = reinterpret_cast<uint8_t*>(out.data_ptr());
+  at::parallel_for(0, np / kTileN2, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      uint8_t* tile = dst + t * k * kTileN2;
+      for (int64_t j = 0; j < kTileN2 && t * kTileN2 + j < n; ++j) {
+        const uint8_t* row = src + (t * kTileN2 + j) * k;
+        for (int64_t c = 0; c < k; ++c) tile[c * kTileN2 + j] = row[c];
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace fp8serve

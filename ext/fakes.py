@@ -1,0 +1,93 @@
+"""Fake (meta) implementations of the fp8serve ops, so torch.compile / FakeTensor tracing
+knows the output shapes. Each checks the layout it documents, naming the expected shape."""
+
+from __future__ import annotations
+
+import torch
+
+FP8 = torch.float8_e4m3fn
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _check_x(x: torch.Tensor, op: str) -> None:
+    torch._check(x.dim() == 2, lambda: f"{op}: x must be [M, K], got {tuple(x.shape)}")
+    torch._check(x.dtype == torch.bfloat16, lambda: f"{op}: x must be bf16, got {x.dtype}")
+
+
+def _check_scale(scale: torch.Tensor, n: int, k: int, bn: int, bk: int, op: str) -> None:
+    want = (n,) if bk == 0 else (_cdiv(n, bn), _cdiv(k, bk))
+    torch._check(tuple(scale.shape) == want and scale.dtype == torch.float32,
+                 lambda: f"{op}: scale must be float32 {want}, got {tuple(scale.shape)}")
+
+
+def _check_bias(bias: torch.Tensor | None, n: int, op: str) -> None:
+    if bias is not None:
+        torch._check(tuple(bias.shape) == (n,) and bias.dtype == torch.float32,
+                     lambda: f"{op}: bias must be float32 [{n}], got {tuple(bias.shape)}")
+
+
+def fp8_to_bf16(fp8: torch.Tensor) -> torch.Tensor:
+    torch._check(fp8.dtype == FP8, lambda: f"fp8_to_bf16: input must be fp8, got {fp8.dtype}")
+    return torch.empty_like(fp8, dtype=torch.bfloat16)
+
+
+def pack_vnni32(w: torch.Tensor) -> torch.Tensor:
+    torch._check(w.dim() == 2 and w.dtype == FP8, lambda: "pack_vnni32: w must be [N, K] fp8")
+    n, k = w.shape
+    return w.new_empty((_cdiv(n, 32), _cdiv(k, 32) * 16, 32, 2))
+
+
+def pack_avx2(w: torch.Tensor) -> torch.Tensor:
+    torch._check(w.dim() == 2 and w.dtype == FP8, lambda: "pack_avx2: w must be [N, K] fp8")
+    n, k = w.shape
+    return w.new_empty((_cdiv(n, 16), k, 16))
+
+
+def _gemm_vnni(op: str, x: torch.Tensor, w_packed: torch.Tensor, scale: torch.Tensor,
+               bias: torch.Tensor | None, n: int, block_n: int, block_k: int) -> torch.Tensor:
+    _check_x(x, op)
+    k = x.shape[1]
+    want = (_cdiv(n, 32), _cdiv(k, 32) * 16, 32, 2)
+    torch._check(tuple(w_packed.shape) == want and w_packed.dtype == FP8,
+                 lambda: f"{op}: w_packed must be [N/32, K/2, 32, 2] = {want} fp8, "
+                         f"got {tuple(w_packed.shape)}")
+    _check_scale(scale, n, k, block_n, block_k, op)
+    _check_bias(bias, n, op)
+    return x.new_empty((x.shape[0], n))
+
+
+def gemm_avx512(x, w_packed, scale, bias, n, block_n=0, block_k=0, gemv_max_m=8):
+    return _gemm_vnni("gemm_avx512", x, w_packed, scale, bias, n, block_n, block_k)
+
+
+def gemm_amx(x, w_packed, scale, bias, n, block_n=0, block_k=0):
+    return _gemm_vnni("gemm_amx", x, w_packed, scale, bias, n, block_n, block_k)
+
+
+def gemm_avx2(x, w_packed, scale, bias, n):
+    _check_x(x, "gemm_avx2")
+    want = (_cdiv(n, 16), x.shape[1], 16)
+    torch._check(tuple(w_packed.shape) == want and w_packed.dtype == FP8,
+                 lambda: f"gemm_avx2: w_packed must be [N/16, K, 16] = {want} fp8, "
+                         f"got {tuple(w_packed.shape)}")
+    _check_scale(scale, n, x.shape[1], 0, 0, "gemm_avx2")
+    _check_bias(bias, n, "gemm_avx2")
+    return x.new_empty((x.shape[0], n))
+
+
+FAKES = {
+    "fp8_to_bf16": fp8_to_bf16,
+    "pack_vnni32": pack_vnni32,
+    "pack_avx2": pack_avx2,
+    "gemm_avx512": gemm_avx512,
+    "gemm_amx": gemm_amx,
+    "gemm_avx2": gemm_avx2,
+}
+
+
+def register() -> None:
+    for name, fn in FAKES.items():
+        torch.library.register_fake(f"fp8serve::{name}")(fn)
