@@ -88,9 +88,7 @@ class _XpuOpKernel(Fp8Kernel):
         raise NotImplementedError
 
     def is_supported(self, hw: HardwareInfo) -> str | None:
-        if self.op is None:
-            return self._no_op_reason()
-        return _xpu_reason(hw)
+        return _xpu_reason(hw) or (self._no_op_reason() if self.op is None else None)
 
     def _no_op_reason(self) -> str:
         where = " or ".join(f"torch.ops.{ns}.{self.op_name}" for ns in _OP_NAMESPACES)

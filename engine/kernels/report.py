@@ -1,0 +1,107 @@
+"""The kernel report: one JSON-able dict for `fp8serve kernels --json`, GET /kernels and
+the kernel metrics.
+
+Shape (every key always present; lists may be empty)::
+
+    {
+      "schema": 1,
+      "platform": "cpu" | "xpu" | "cuda",          # the tables this host uses
+      "hardware": {
+        "machine": str, "cpu_model": str, "num_cpus": int,
+        "features": {feature: bool},               # HardwareInfo.feature_map()
+        "xpu":  {"available": bool, "name": str | null},
+        "cuda": {"available": bool, "capability": "8.9" | null, "name": str | null}
+      },
+      "extension": {"built": bool, "error": str | null, "path": str | null,
+                    "compiler": str | null, "torch_version": str | null},
+      "overrides": {"forced": str | null, "disabled": [str]},
+      "tables": [                                  # priority order within each table
+        {"name": "cpu/per_tensor", "platform": "cpu", "scale_kind": "per_tensor",
+         "active": bool,
+         "kernels": [{"kernel_id": str, "supported": bool, "reason": str | null,
+                      "forced": bool, "disabled": bool}]}
+      ],
+      # per layer (KernelReport.snapshot(); empty without a model):
+      "layers": [{"layer": str, "kernel_id": str, "platform": str, "scale_kind": str,
+                  "n": int, "k": int, "rejections": [{"kernel_id": str, "reason": str}],
+                  "warning": str | null}],
+      "runtime_fallbacks": [{"layer": str, "from_kernel": str, "to_kernel": str,
+                             "error": str, "stage": "prepare" | "apply"}],
+      # the metric series, pre-aggregated:
+      "summary": {
+        "selected":  [{"kernel": str, "platform": str, "scale_kind": str, "layers": int}],
+        "rejections": [{"kernel": str, "reason": str, "layers": int}],
+        "runtime_fallbacks": [{"from_kernel": str, "to_kernel": str, "count": int}]
+      }
+    }
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from engine.hardware import HardwareInfo
+from engine.kernels.layer_kernel import KernelReport
+from engine.kernels.registry import (
+    DEFAULT_CATALOG,
+    KernelCatalog,
+    KernelOverrides,
+    platform_for,
+    table_infos,
+)
+
+SCHEMA_VERSION = 1
+
+
+def hardware_dict(hw: HardwareInfo) -> dict[str, Any]:
+    cap = hw.cuda_capability
+    return {
+        "machine": hw.machine,
+        "cpu_model": hw.cpu_model,
+        "num_cpus": hw.num_cpus,
+        "features": hw.feature_map(),
+        "xpu": {"available": hw.xpu_available, "name": hw.xpu_name},
+        "cuda": {"available": hw.cuda_available,
+                 "capability": None if cap is None else f"{cap[0]}.{cap[1]}",
+                 "name": hw.cuda_name},
+    }
+
+
+def tables_list(hw: HardwareInfo, overrides: KernelOverrides,
+                catalog: KernelCatalog) -> list[dict[str, Any]]:
+    return [{"name": t.name, "platform": t.platform, "scale_kind": t.scale_kind,
+             "active": t.active, "kernels": [asdict(e) for e in t.entries]}
+            for t in table_infos(hw, overrides, catalog)]
+
+
+def summary_dict(report: KernelReport) -> dict[str, list[dict[str, Any]]]:
+    return {
+        "selected": [{"kernel": k, "platform": p, "scale_kind": s, "layers": n}
+                     for (k, p, s), n in sorted(report.selected_counts().items())],
+        "rejections": [{"kernel": k, "reason": r, "layers": n}
+                       for (k, r), n in sorted(report.rejection_counts().items())],
+        "runtime_fallbacks": [{"from_kernel": f, "to_kernel": t, "count": n}
+                              for (f, t), n in sorted(report.fallback_counts().items())],
+    }
+
+
+def build_kernel_report(hw: HardwareInfo, overrides: KernelOverrides | None = None,
+                        report: KernelReport | None = None,
+                        catalog: KernelCatalog = DEFAULT_CATALOG) -> dict[str, Any]:
+    """The whole report (shape in the module docstring). ``report`` is the model's
+    per-layer record (``ModelRunner.kernel_report``); None = no model loaded."""
+    overrides = overrides or KernelOverrides()
+    report = report or KernelReport()
+    snap = report.snapshot()
+    return {
+        "schema": SCHEMA_VERSION,
+        "platform": platform_for(hw).value,
+        "hardware": hardware_dict(hw),
+        "extension": asdict(hw.extension),
+        "overrides": overrides.to_dict(),
+        "tables": tables_list(hw, overrides, catalog),
+        "layers": snap["layers"],
+        "runtime_fallbacks": snap["runtime_fallbacks"],
+        "summary": summary_dict(report),
+    }
