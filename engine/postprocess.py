@@ -58,7 +58,7 @@ class StepRunner:
     def make_live(self, req: Request, sink: OutputSink, max_tokens: int) -> LiveRequest:
         p = req.params
         detok = self.make_detok(self.tokenizer, list(req.prompt_ids), p.stop,
-                                p.skip_special_tokens)
+                                p.skip_special_tokens, p.include_stop_str_in_output)
         gen = None if p.seed is None else torch.Generator().manual_seed(p.seed)
         return LiveRequest(req, sink, detok, gen, max_tokens)
 

@@ -18,6 +18,8 @@ from prometheus_client import CollectorRegistry
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.hardware import HardwareInfo
+from engine.kernels.layer_kernel import KernelReport
+from engine.kernels.registry import KernelOverrides, overrides_from
 from service.metrics import ServingMetrics, build_registry
 from service.settings import Settings
 
@@ -32,11 +34,11 @@ class ModelBackend:
     hardware: HardwareInfo
     engine_config: EngineConfig
     detokenizer: Callable[..., Any] | None = None  # None = IncrementalDetokenizer
+    overrides: KernelOverrides | None = None  # operator kernel overrides in effect
 
 
 def load_backend(settings: Settings) -> ModelBackend:
     """Load the checkpoint named by ``settings`` (the demo model when None)."""
-    from engine.kernels.registry import KernelOverrides
     from engine.runner import load_runner
     from engine.tokenizer import Tokenizer
 
@@ -51,10 +53,11 @@ def load_backend(settings: Settings) -> ModelBackend:
                        threads=settings.threads, kernel=settings.kernel,
                        disabled_kernels=tuple(settings.disabled_kernels))
     hw = _probe()
-    overrides = KernelOverrides(settings.kernel, frozenset(settings.disabled_kernels))
+    overrides = overrides_from(settings.kernel, settings.disabled_kernels)
     runner = load_runner(model_dir, cfg, hw=hw, overrides=overrides)
     name = settings.served_model_name or model_dir.resolve().name
-    return ModelBackend(runner, Tokenizer.from_dir(model_dir), name, hw, cfg)
+    return ModelBackend(runner, Tokenizer.from_dir(model_dir), name, hw, cfg,
+                        overrides=overrides)
 
 
 def _probe() -> HardwareInfo:
@@ -99,7 +102,12 @@ class ServingState:
         return report.snapshot()
 
     def kernels_body(self) -> dict[str, Any]:
+        """GET /kernels: engine.kernels.report's full report for a real runner."""
         hw = self.backend.hardware
+        report = getattr(self.backend.runner, "kernel_report", None)
+        if isinstance(report, KernelReport):
+            from engine.kernels.report import build_kernel_report
+            return build_kernel_report(hw, self.backend.overrides, report)
         return {"hardware": {"machine": hw.machine, "cpu_model": hw.cpu_model,
                              "num_cpus": hw.num_cpus, "features": hw.feature_map()},
                 "extension": asdict(hw.extension), **self.kernel_snapshot()}

@@ -110,7 +110,8 @@ class _Step:
 class FakeDetokenizer:
     """Text " <id>" per token; a stop string ends generation and is not emitted."""
 
-    def __init__(self, tokenizer, prompt_ids, stop, skip_special_tokens) -> None:
+    def __init__(self, tokenizer, prompt_ids, stop, skip_special_tokens,
+                 include_stop_str_in_output=False) -> None:
         self.tok, self.stop, self.text = tokenizer, tuple(stop), ""
 
     def push(self, token: int) -> _Step:

@@ -1,0 +1,133 @@
+"""`fp8serve serve`: the OpenAI-compatible server under uvicorn.
+
+Every flag is also an FP8SERVE_* environment variable (service/settings.py); flags win.
+SIGTERM / Ctrl-C drain: /health turns 503 ("draining"), new requests get 503, in-flight
+requests get up to --drain-timeout seconds to finish, then the server exits. A second
+signal exits at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from cli.kernels import add_kernel_args
+from cli.main import CliError
+
+log = logging.getLogger(__name__)
+
+FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("--host", str, "bind address (default 127.0.0.1)"),
+    ("--port", int, "port (default 8000; 0 = any free port)"),
+    ("--served-model-name", str, "model id in the API (default: the directory name)"),
+    ("--max-num-seqs", int, "sequences decoded together (default 16)"),
+    ("--max-model-len", int, "prompt + output tokens per request (default 4096)"),
+    ("--max-num-batched-tokens", int, "tokens per engine step, prefill chunks (512)"),
+    ("--kv-cache-gib", float, "KV cache size in GiB, preallocated (default 1.0)"),
+    ("--max-queue", int, "waiting requests before 429 (default 256)"),
+    ("--request-timeout", float, "seconds per request (default 600)"),
+    ("--drain-timeout", float, "SIGTERM grace period for in-flight requests (30)"),
+    ("--threads", int, "torch threads for the model (default: all cores)"),
+)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API")
+    p.add_argument("--model", type=Path, default=None, metavar="DIR",
+                   help="checkpoint directory (default: the demo model)")
+    for flag, kind, text in FLAGS:
+        p.add_argument(flag, type=kind, default=None, help=text)
+    p.add_argument("--api-key", action="append", default=None, metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' (repeatable; FP8SERVE_API_KEYS)")
+    add_kernel_args(p)
+    p.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    from pydantic import ValidationError
+
+    from service.settings import Settings
+
+    given: dict[str, Any] = {}
+    for name in ["model"] + [f[0][2:].replace("-", "_") for f in FLAGS]:
+        if getattr(args, name, None) is not None:
+            given[name] = getattr(args, name)
+    if args.api_key:
+        given["api_keys"] = tuple(args.api_key)
+    if args.kernel:
+        given["kernel"] = args.kernel
+    if args.disable_kernel:
+        given["disabled_kernels"] = ",".join(args.disable_kernel)
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise CliError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service.app import create_app
+
+    settings = settings_from_args(args)
+    if settings.model is not None and not settings.model.is_dir():
+        raise CliError(f"--model {settings.model}: not a directory")
+    app = create_app(settings)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port,
+                            log_level=logging.getLevelName(logging.getLogger().level).lower(),
+                            timeout_graceful_shutdown=max(1, int(settings.drain_timeout)))
+    server = DrainingServer(config, app.state.serving, settings.drain_timeout)
+    server.run()
+    return 0 if server.started else 1
+
+
+class DrainingServer:
+    """uvicorn.Server whose first SIGTERM/SIGINT drains before shutting down."""
+
+    def __new__(cls, config: Any, state: Any, drain_timeout: float) -> Any:
+        import uvicorn
+
+        class _Server(uvicorn.Server):
+            draining = False
+
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                if self.draining or state.engine is None:
+                    return super().handle_exit(sig, frame)
+                self.draining = True
+                log.info("signal %d: draining (up to %.0f s for in-flight requests)",
+                         sig, drain_timeout)
+                state.begin_drain()
+                threading.Thread(target=self._drain, daemon=True).start()
+
+            def _drain(self) -> None:
+                if not state.wait_drained(drain_timeout):
+                    log.warning("drain timeout: %d requests still in flight",
+                                state.engine.num_unfinished)
+                self.should_exit = True
+
+        return _Server(config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m cli.serve ...`: this subcommand alone (no other CLI modules loaded)."""
+    import sys
+
+    parser = argparse.ArgumentParser(prog="fp8serve")
+    parser.add_argument("--log-level", default="INFO")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return run(args)
+    except CliError as exc:
+        print(f"fp8serve: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
