@@ -1,0 +1,1 @@
+"""Benchmarks that report ratios against baselines measured in the same run."""
