@@ -1,0 +1,56 @@
+"""AVX2 + FMA + F16C FP8 W8A16 kernel for x86 CPUs without AVX-512.
+
+avx2_w8a16 (per-tensor, per-channel)
+    packed: {"weight": fp8 [ceil(N/16), K, 16] (AVX2_LAYOUT: element [t, c, j] =
+                       w[16t + j, c], zero padded),
+             "scale":  fp32 [N] (per-tensor broadcast at prepare time)}
+    apply:  x[M, K] bf16 -> y[M, N] bf16: FP8 -> FP16 bits -> FP32 (vcvtph2ps), FP32 FMA,
+            16-column tiles over torch's intra-op threads.
+Gate: avx2, fma, f16c and the extension built.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import ext
+from engine.hardware import HardwareInfo
+from engine.kernels.avx512 import check_apply, extension_reason, missing_flags
+from engine.kernels.base import (
+    Fp8Kernel,
+    Fp8Spec,
+    Fp8Weight,
+    PackedWeight,
+    Platform,
+    ScaleKind,
+)
+
+AVX2_LAYOUT = "fp8_avx2_16[ceil(N/16)][K][16]"
+AVX2_FLAGS = ("avx2", "fma", "f16c")
+
+
+class Avx2W8A16(Fp8Kernel):
+    id = "avx2_w8a16"
+    platform = Platform.CPU
+    scale_kinds = frozenset({ScaleKind.PER_TENSOR, ScaleKind.PER_CHANNEL})
+
+    def is_supported(self, hw: HardwareInfo) -> str | None:
+        return missing_flags(hw, AVX2_FLAGS) or extension_reason(hw)
+
+    def can_implement(self, spec: Fp8Spec) -> str | None:
+        if not spec.weight_contiguous:
+            return "weight is not a row-major [N, K] tensor (transposed view?)"
+        return super().can_implement(spec)
+
+    def prepare(self, w: Fp8Weight) -> PackedWeight:
+        w.validate(self.id)
+        return PackedWeight(self.id, AVX2_LAYOUT, w.n, w.k,
+                            {"weight": ext.pack_avx2(w.weight),
+                             "scale": w.scale.expand(w.n).contiguous()},
+                            {"scale_kind": w.scale_kind.value})
+
+    def apply(self, packed: PackedWeight, x: torch.Tensor,
+              bias: torch.Tensor | None = None) -> torch.Tensor:
+        check_apply(self, packed, AVX2_LAYOUT, x)
+        t = packed.tensors
+        return ext.gemm_avx2(x, t["weight"], t["scale"], bias, packed.n)

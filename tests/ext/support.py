@@ -1,0 +1,94 @@
+"""Shared helpers for the extension and C++ kernel tests.
+
+Tolerance used by every kernel-vs-oracle comparison (``assert_close_to_oracle``):
+    |y - ref| <= 2^-7 * |ref| + 2^-7 * rms(ref)
+where ref is the fp32 oracle (engine/kernels/reference.py) on the same bf16 x. The kernel
+error sources are: bf16 rounding of the output (<= 2^-9 relative), fp32 accumulation in a
+different order, and for block-scaled brgemm paths the bf16 rounding of w * s (2^-9
+relative per weight, averaging out over K). The bound leaves ~4x margin over the
+2^-9 * |ref| rounding and fails on any layout/orientation/scale mistake, which produce
+errors of the order of rms(ref).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import ext
+from engine.hardware import HardwareInfo
+from engine.kernels.base import FP8_DTYPE, Fp8Weight, ScaleKind
+from engine.kernels.reference import reference_linear
+
+AVX512_HOST = ("avx512f", "avx512bw", "avx512vl", "avx512_bf16")
+AVX2_HOST = ("avx2", "fma", "f16c")
+TOL = 2.0**-7
+
+
+def loaded_status():
+    st = ext.load()
+    assert st.built, f"extension failed to build: {st.error}"
+    return st
+
+
+def host_has(*flags: str) -> bool:
+    return all(f in ext.cpuid_features() for f in flags)
+
+
+needs_avx512 = pytest.mark.skipif(
+    not host_has(*AVX512_HOST), reason="host CPU lacks AVX-512 BF16 (cannot execute)")
+needs_avx2 = pytest.mark.skipif(not host_has(*AVX2_HOST), reason="host CPU lacks AVX2/FMA/F16C")
+
+
+def fake_hw(*flags: str, amx: bool = False) -> HardwareInfo:
+    """A profile with the real extension status and the given cpuid flags."""
+    return HardwareInfo.fake(*flags, amx_permitted=amx, extension=loaded_status())
+
+
+def make_weight(n: int, k: int, kind: ScaleKind, seed: int = 0,
+                block: tuple[int, int] = (128, 128)) -> Fp8Weight:
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(n, k, generator=g) * 64).clamp(-448, 448).to(FP8_DTYPE)
+    if kind is ScaleKind.PER_TENSOR:
+        s = torch.tensor(0.01 + torch.rand((), generator=g).item() * 0.02)
+    elif kind is ScaleKind.PER_CHANNEL:
+        s = 0.005 + torch.rand(n, generator=g) * 0.03
+    else:
+        s = 0.005 + torch.rand(math.ceil(n / block[0]), math.ceil(k / block[1]), generator=g) * 0.03
+    return Fp8Weight(w, s.float(), kind, block_size=block)
+
+
+def make_x(m: int, k: int, seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(m, k, generator=g).to(torch.bfloat16)
+
+
+def make_bias(n: int, seed: int = 2) -> torch.Tensor:
+    return torch.randn(n, generator=torch.Generator().manual_seed(seed))
+
+
+def assert_close_to_oracle(y: torch.Tensor, w: Fp8Weight, x: torch.Tensor,
+                           bias: torch.Tensor | None) -> None:
+    ref = reference_linear(w, x, bias)
+    assert y.dtype == torch.bfloat16 and tuple(y.shape) == tuple(ref.shape)
+    if ref.numel() == 0:
+        return
+    rms = ref.pow(2).mean().sqrt().item()
+    err = (y.float() - ref).abs()
+    bound = TOL * ref.abs() + TOL * rms
+    worst = (err - bound).max().item()
+    assert worst <= 0, (f"max err {err.max().item():.4g} exceeds bound "
+                        f"(rms(ref) {rms:.4g}) by {worst:.4g}")
+
+
+def all_codes_weight(n_rows: int = 256, k: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """w[256, k] whose row c holds code c in column c % k (NaN codes 0x7F/0xFF -> 0);
+    returns (w fp8, exact bf16 value of each row's code)."""
+    codes = torch.arange(n_rows, dtype=torch.int64)
+    codes[(codes & 0x7F) == 0x7F] = 0
+    w8 = torch.zeros(n_rows, k, dtype=torch.uint8)
+    w8[torch.arange(n_rows), codes % k] = codes.to(torch.uint8)
+    w = w8.view(FP8_DTYPE)
+    return w, codes.to(torch.uint8).view(FP8_DTYPE).to(torch.bfloat16)

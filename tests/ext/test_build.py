@@ -1,0 +1,126 @@
+"""Extension build/load, cpuid probe, ISA dispatch override, fake impls, build failure."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import ext
+from engine.hardware import CPU_FEATURES, HardwareInfo
+from engine.kernels.base import Fp8Spec, ScaleKind
+from engine.kernels.registry import select_kernel
+from ext.build import BuildConfig, build, default_build_dir, source_hash
+from ext.cpu import cpuinfo_flags
+from tests.ext.support import AVX512_HOST, loaded_status
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_load_builds_and_registers_ops():
+    st = loaded_status()
+    assert st.path and Path(st.path).exists()
+    assert st.torch_version == torch.__version__
+    assert ext.load() is st  # once per process
+    assert hasattr(torch.ops.fp8serve, "gemm_avx512")
+
+
+def test_cpuid_features_match_linux_cpuinfo():
+    feats = ext.cpuid_features()
+    assert feats <= set(CPU_FEATURES)
+    if Path("/proc/cpuinfo").exists():
+        assert feats == cpuinfo_flags()
+
+
+def test_dispatch_isa_follows_features():
+    feats = ext.cpuid_features()
+    want = "avx512" if set(AVX512_HOST) <= feats else ("avx2" if "avx2" in feats else "scalar")
+    if want == "avx512" and {"amx_tile", "amx_bf16"} <= feats:
+        want = "amx"
+    assert ext.isa() == want
+
+
+def test_amx_permission_is_false_without_amx():
+    granted = ext.request_amx_permission()
+    assert isinstance(granted, bool)
+    if "amx_tile" not in ext.cpuid_features():
+        assert granted is False
+
+
+def test_build_dir_is_keyed_by_torch_version_and_sources(tmp_path):
+    a, b = BuildConfig(), BuildConfig(extra_cflags=("-DX=1",))
+    assert source_hash(a) != source_hash(b)
+    assert default_build_dir(a).name == f"{torch.__version__}-{source_hash(a)}"
+    env = BuildConfig.from_env({"FP8SERVE_EXT_DIR": str(tmp_path), "FP8SERVE_EXT_CFLAGS": "-g -O1"})
+    assert env.build_dir == tmp_path and env.extra_cflags == ("-g", "-O1")
+
+
+def test_broken_source_reports_compiler_error_and_registry_falls_back(tmp_path):
+    bad = tmp_path / "broken.cpp"
+    bad.write_text('#error "fp8serve-broken-source-marker"\n')
+    st = build(BuildConfig(sources=(bad,), build_dir=tmp_path / "build"))
+    assert not st.built
+    assert "fp8serve-broken-source-marker" in (st.error or "")
+    hw = HardwareInfo.fake(*AVX512_HOST, "avx2", "fma", "f16c", "amx_tile", "amx_bf16",
+                           amx_permitted=True, extension=st)
+    for kind, torch_id in ((ScaleKind.PER_CHANNEL, "torch_w8a16"),
+                           (ScaleKind.BLOCK, "torch_block_w8a16")):
+        sel = select_kernel(Fp8Spec(n=64, k=64, scale_kind=kind), hw)
+        assert sel.kernel.id == torch_id
+        assert sel.rejections, "the C++ kernels must be rejected"
+        for rej in sel.rejections:
+            assert "fp8serve-broken-source-marker" in rej.reason, rej
+
+
+def test_bad_compiler_flag_fails_fast_with_message(tmp_path):
+    st = build(BuildConfig(extra_cflags=("-fno-such-fp8serve-flag",), build_dir=tmp_path))
+    assert not st.built and "no-such-fp8serve-flag" in (st.error or "")
+
+
+def test_fake_impls_give_shapes_and_name_layouts():
+    loaded_status()
+    with FakeTensorMode():
+        x = torch.empty(3, 200, dtype=torch.bfloat16)
+        wp = torch.empty(2, 112, 32, 2, dtype=torch.float8_e4m3fn)
+        y = torch.ops.fp8serve.gemm_avx512(x, wp, torch.empty(48), None, 48)
+        assert tuple(y.shape) == (3, 48) and y.dtype == torch.bfloat16
+        bad = torch.empty(2, 100, 32, 2, dtype=torch.float8_e4m3fn)
+        with pytest.raises(Exception, match=r"\[N/32, K/2, 32, 2\]"):
+            torch.ops.fp8serve.gemm_amx(x, bad, torch.empty(48), None, 48)
+        w = torch.empty(48, 200, dtype=torch.float8_e4m3fn)
+        assert tuple(torch.ops.fp8serve.pack_vnni32(w).shape) == (2, 112, 32, 2)
+        assert tuple(torch.ops.fp8serve.pack_avx2(w).shape) == (3, 200, 16)
+
+
+_FORCED = """
+import torch, ext
+assert ext.load().built
+print(ext.isa())
+codes = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn)
+ok = (torch.arange(256) & 0x7F) != 0x7F
+same = ext.fp8_to_bf16(codes).view(torch.int16) == codes.to(torch.bfloat16).view(torch.int16)
+print(bool(same[ok].all()))
+try:
+    ext.gemm_avx512(torch.zeros(1, 32, dtype=torch.bfloat16),
+                    ext.pack_vnni32(torch.zeros(32, 32).to(torch.float8_e4m3fn)),
+                    torch.ones(32), None, 32)
+    print("ran")
+except RuntimeError as exc:
+    print("refused" if "needs AVX-512" in str(exc) else exc)
+"""
+
+
+@pytest.mark.parametrize("isa", ["avx2", "scalar"])
+def test_forced_isa_override(isa):
+    loaded_status()  # the child reuses this process's build directory
+    env = dict(os.environ, FP8SERVE_ISA=isa, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", _FORCED], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.split()
+    assert lines[-3:] == [isa, "True", "refused"], out.stdout
