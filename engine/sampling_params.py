@@ -75,13 +75,14 @@ class SamplingParams:
 
     def _validate_lengths(self) -> None:
         mt = self.max_tokens
-        _check(mt is None or (isinstance(mt, int) and mt >= 1), "max_tokens", f"must be >= 1, got {mt}")
+        _check(mt is None or (isinstance(mt, int) and mt >= 1), "max_tokens",
+               f"must be >= 1, got {mt}")
         _check(isinstance(self.min_tokens, int) and self.min_tokens >= 0, "min_tokens",
                f"must be >= 0, got {self.min_tokens}")
         _check(mt is None or self.min_tokens <= mt, "min_tokens",
                f"{self.min_tokens} exceeds max_tokens {mt}")
-        _check(self.seed is None or (isinstance(self.seed, int) and not isinstance(self.seed, bool)),
-               "seed", f"must be an integer, got {self.seed!r}")
+        seed_ok = isinstance(self.seed, int) and not isinstance(self.seed, bool)
+        _check(self.seed is None or seed_ok, "seed", f"must be an integer, got {self.seed!r}")
 
     def _validate_distribution(self) -> None:
         t = self.temperature

@@ -31,9 +31,9 @@ def build_tokenizer(meta: GgufModel):
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     special = [AddedToken(t, special=True, normalized=False)
-               for t, k in zip(meta.tokens, meta.token_types) if k == CONTROL]
+               for t, k in zip(meta.tokens, meta.token_types, strict=True) if k == CONTROL]
     plain = [AddedToken(t, special=False, normalized=False)
-             for t, k in zip(meta.tokens, meta.token_types) if k == USER_DEFINED]
+             for t, k in zip(meta.tokens, meta.token_types, strict=True) if k == USER_DEFINED]
     tok.add_special_tokens(special)
     if plain:
         tok.add_tokens(plain)
