@@ -124,3 +124,25 @@ def test_forced_isa_override(isa):
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.split()
     assert lines[-3:] == [isa, "True", "refused"], out.stdout
+
+
+def test_cli_build_ext(capsys):
+    from cli.main import main
+
+    assert main(["build-ext"]) == 0
+    out = capsys.readouterr().out
+    assert "built " in out and "dispatch ISA: " in out
+
+
+def test_cli_build_ext_failure_is_one_error(tmp_path, monkeypatch, capsys):
+    code = f"""
+import sys
+from cli.main import main
+sys.exit(main(["build-ext", "--build-dir", {str(tmp_path)!r}]))
+"""
+    env = dict(os.environ, FP8SERVE_EXT_CFLAGS="-fno-such-fp8serve-flag", PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 1
+    assert "fp8serve: error: extension build failed" in out.stderr
+    assert "no-such-fp8serve-flag" in out.stderr
