@@ -126,23 +126,41 @@ def test_forced_isa_override(isa):
     assert lines[-3:] == [isa, "True", "refused"], out.stdout
 
 
-def test_cli_build_ext(capsys):
-    from cli.main import main
 
-    assert main(["build-ext"]) == 0
+def _build_ext_parser():
+    import argparse
+
+    import cli.build_ext
+
+    parser = argparse.ArgumentParser(prog="fp8serve")
+    cli.build_ext.register(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def test_cli_build_ext(capsys):
+    args = _build_ext_parser().parse_args(["build-ext"])
+    assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "built " in out and "dispatch ISA: " in out
 
 
-def test_cli_build_ext_failure_is_one_error(tmp_path, monkeypatch, capsys):
-    code = f"""
+_CLI_FAIL = """
 import sys
-from cli.main import main
-sys.exit(main(["build-ext", "--build-dir", {str(tmp_path)!r}]))
+from cli.main import CliError
+from tests.ext.test_build import _build_ext_parser
+args = _build_ext_parser().parse_args(["build-ext", "--build-dir", sys.argv[1]])
+try:
+    args.func(args)
+except CliError as exc:
+    print(exc)
+    sys.exit(exc.exit_code)
 """
+
+
+def test_cli_build_ext_failure_is_a_cli_error(tmp_path):
     env = dict(os.environ, FP8SERVE_EXT_CFLAGS="-fno-such-fp8serve-flag", PYTHONPATH=str(REPO))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=300, cwd=REPO)
-    assert out.returncode == 1
-    assert "fp8serve: error: extension build failed" in out.stderr
-    assert "no-such-fp8serve-flag" in out.stderr
+    out = subprocess.run([sys.executable, "-c", _CLI_FAIL, str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "extension build failed" in out.stdout
+    assert "no-such-fp8serve-flag" in out.stdout
