@@ -122,14 +122,14 @@ def _amx_permitted(flags: frozenset[str], ext: Any | None, ext_built: bool,
 
 def _accelerators(torch_mod: Any) -> dict[str, object]:
     out: dict[str, object] = {}
-    xpu = getattr(torch_mod, "xpu", None)
+    xpu: Any = getattr(torch_mod, "xpu", None)
     try:
         out["xpu_available"] = bool(xpu is not None and xpu.is_available())
         if out["xpu_available"]:
             out["xpu_name"] = str(xpu.get_device_name(0))
     except Exception:  # noqa: BLE001 - a broken XPU runtime means no XPU
         out["xpu_available"] = False
-    cuda = getattr(torch_mod, "cuda", None)
+    cuda: Any = getattr(torch_mod, "cuda", None)
     try:
         out["cuda_available"] = bool(cuda is not None and cuda.is_available())
         if out["cuda_available"]:

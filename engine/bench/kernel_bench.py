@@ -17,6 +17,7 @@ from __future__ import annotations
 import platform as _platform
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -141,7 +142,7 @@ def _bench_bf16(run: _ShapeRun, rows: list[dict[str, Any]]) -> None:
              if w.scale.dim() else w.weight.to(torch.bfloat16)) for w in run.weights]
     for m in run.cfg.ms:
         x = run.x(m)
-        t = run.time([lambda w=w: torch.mm(x, w.t()) for w in mats], run.cfg.reps)
+        t = run.time([partial(torch.mm, x, w.t()) for w in mats], run.cfg.reps)
         rows.append(run.row(m, BF16, "baseline", t, 2 * s.n * s.k))
 
 
@@ -150,7 +151,7 @@ def _bench_kernel(run: _ShapeRun, kernel: Any, role: str, ms: tuple[int, ...], r
     packed = [kernel.prepare(w) for w in run.weights]
     for m in ms:
         x = run.x(m)
-        t = run.time([lambda p=p: kernel.apply(p, x) for p in packed], reps)
+        t = run.time([partial(kernel.apply, p, x) for p in packed], reps)
         rows.append(run.row(m, kernel.id, role, t, run.shape.n * run.shape.k))
 
 
@@ -182,7 +183,8 @@ def run_kernel_bench(cfg: KernelBenchConfig, hw: HardwareInfo,
     llc = llc_bytes()
     log(f"read bandwidth {bw:.1f} GB/s; last-level cache {llc >> 20} MiB")
     res = BenchResult(_host(hw), bw, llc, _config_dict(cfg))
-    res.notes.append(f"torch._scaled_mm measured only at M in {list(cfg.scaled_mm_ms)} with "
+    smm_ms = [m for m in cfg.ms if m in cfg.scaled_mm_ms]
+    res.notes.append(f"torch._scaled_mm measured only at M in {smm_ms} with at most "
                      f"{cfg.scaled_mm_reps} rep(s): it upcasts to fp32 on every call here")
     for shape in cfg.shapes:
         copies = copies_to_exceed(shape.n * shape.k, llc, cfg.rotate_factor)

@@ -30,6 +30,7 @@ from engine.kernels.registry import (
     table_infos,
 )
 
+
 class FakeKernel(Fp8Kernel):
     """A scripted kernel under a real id (also used by test_layer_kernel.py). Computes
     the oracle; ``unsupported`` / ``cannot`` script the two checks,

@@ -14,7 +14,6 @@ from engine.kernels.layer_kernel import KernelReport, LayerChoice, RuntimeFallba
 from engine.kernels.registry import KernelOverrides, Rejection
 from engine.kernels.report import build_kernel_report
 
-
 ZEN5 = HardwareInfo.fake("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
                          "avx512_vnni", "avx512_bf16")
 
