@@ -23,7 +23,11 @@ import torch
 from engine.checkpoint.names import NameMap
 from engine.synth_configs import hf_multimodal_config, hf_text_config, native_params
 from engine.synth_files import (
-    SafetensorsStreamWriter, TensorEntry, copy_tekken, generation_config, shard_entries,
+    SafetensorsStreamWriter,
+    TensorEntry,
+    copy_tekken,
+    generation_config,
+    shard_entries,
     write_json,
 )
 from engine.synth_tensors import SynthTensor, decoder_plan, draw
@@ -116,7 +120,8 @@ def tensor_plan(spec: SynthSpec) -> list[SynthTensor]:
     elif spec.layout == "hf-text":
         names = NameMap(native=False, prefix="model.", head="lm_head.weight")
     else:
-        head = "language_model.lm_head.weight" if spec.mm_prefix == MM_PREFIXES[0] else "lm_head.weight"
+        legacy = spec.mm_prefix == MM_PREFIXES[0]
+        head = "language_model.lm_head.weight" if legacy else "lm_head.weight"
         names = NameMap(native=False, prefix=spec.mm_prefix, head=head)
     dims = {"hidden": spec.hidden_size, "intermediate": spec.intermediate_size,
             "layers": spec.num_layers, "heads": spec.num_heads, "kv_heads": spec.num_kv_heads,
@@ -140,13 +145,13 @@ def _write_shards(out: Path, plan: list[SynthTensor], spec: SynthSpec) -> list[s
         files = ["model.safetensors"]
     else:
         files = [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
-    for file, group in zip(files, groups):
+    for file, group in zip(files, groups, strict=True):
         writer = SafetensorsStreamWriter(out / file, group)
         for e in group:
             writer.write(e.name, draw(by_name[e.name], spec.seed))
         writer.close()
     if len(files) > 1 or files[0].startswith("model-"):
-        weight_map = {e.name: f for f, g in zip(files, groups) for e in g}
+        weight_map = {e.name: f for f, g in zip(files, groups, strict=True) for e in g}
         total = sum(e.nbytes for e in entries)
         write_json(out / "model.safetensors.index.json",
                    {"metadata": {"total_size": total}, "weight_map": weight_map})

@@ -87,7 +87,8 @@ def linear_plan(names: NameMap, module: str, n: int, k: int, quant: str,
     sshape = () if quant == "fp8-per-tensor" else (math.ceil(n / block[0]), math.ceil(k / block[1]))
     plan = [SynthTensor(TensorEntry(names.disk(wkey), FP8, (n, k)), wkey, "fp8", std, rope_heads)]
     skey = f"{module}.weight_scale_inv"
-    plan.append(SynthTensor(TensorEntry(names.disk(skey), scale_dtype, sshape), skey, "wscale", std))
+    plan.append(SynthTensor(TensorEntry(names.disk(skey), scale_dtype, sshape), skey, "wscale",
+                            std))
     if quant == "fp8-per-tensor":
         akey = f"{module}.activation_scale"
         plan.append(SynthTensor(TensorEntry(names.disk(akey), scale_dtype, ()), akey, "ascale"))
@@ -113,7 +114,8 @@ def decoder_plan(names: NameMap, dims: dict[str, int], quant: str, tied: bool,
             heads = {"q_proj": dims["heads"], "k_proj": dims["kv_heads"]}.get(lin)
             plan += linear_plan(names, f"layers.{i}.{LINEAR_MODULES[lin]}", n, k, quant,
                                 scale_dtype, heads if names.native else None)
-    plan.append(SynthTensor(TensorEntry(names.disk("norm.weight"), bf, (h,)), "norm.weight", "norm"))
+    plan.append(SynthTensor(TensorEntry(names.disk("norm.weight"), bf, (h,)), "norm.weight",
+                            "norm"))
     if not tied:
         plan += linear_plan(names, "lm_head", v, h, quant, scale_dtype, None)
     return plan

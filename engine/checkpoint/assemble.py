@@ -30,7 +30,8 @@ def linear_shapes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
 
 def is_fp8(cfg: ModelConfig, module: str) -> bool:
     """module: canonical module name, e.g. layers.0.self_attn.q_proj or lm_head."""
-    return cfg.quant.method == "fp8" and not module_excluded(module, cfg.quant.modules_to_not_convert)
+    excluded = module_excluded(module, cfg.quant.modules_to_not_convert)
+    return cfg.quant.method == "fp8" and not excluded
 
 
 def needs_act_scale(cfg: ModelConfig) -> bool:
@@ -43,7 +44,8 @@ def known_names(cfg: ModelConfig, names: NameMap) -> tuple[list[str], set[str]]:
     modules = [("lm_head", None)] if not cfg.tie_word_embeddings else []
     optional = ["lm_head.weight"] if cfg.tie_word_embeddings else []
     for i in range(cfg.num_layers):
-        required += [f"layers.{i}.input_layernorm.weight", f"layers.{i}.post_attention_layernorm.weight"]
+        required += [f"layers.{i}.input_layernorm.weight",
+                     f"layers.{i}.post_attention_layernorm.weight"]
         modules += [(f"layers.{i}.{m}", None) for m in LINEAR_MODULES.values()]
     for module, _ in modules:
         required.append(f"{module}.weight")
@@ -103,9 +105,11 @@ def load_linear(store: TensorStore, cfg: ModelConfig, names: NameMap, module: st
 def load_layer(store: TensorStore, cfg: ModelConfig, names: NameMap, i: int) -> LayerWeights:
     h = cfg.hidden_size
     linears = {}
+    rope_heads = {"q_proj": cfg.num_heads, "k_proj": cfg.num_kv_heads}
     for lin, (n, k) in linear_shapes(cfg).items():
-        heads = {"q_proj": cfg.num_heads, "k_proj": cfg.num_kv_heads}.get(lin) if names.native else None
-        linears[lin] = load_linear(store, cfg, names, f"layers.{i}.{LINEAR_MODULES[lin]}", (n, k), heads)
+        heads = rope_heads.get(lin) if names.native else None
+        module = f"layers.{i}.{LINEAR_MODULES[lin]}"
+        linears[lin] = load_linear(store, cfg, names, module, (n, k), heads)
     return LayerWeights(
         input_layernorm=read_float(store, names.disk(f"layers.{i}.input_layernorm.weight"), (h,)),
         post_attention_layernorm=read_float(
@@ -126,7 +130,9 @@ def assemble(store: TensorStore, cfg: ModelConfig, names: NameMap, progress: boo
             layers.append(load_layer(store, cfg, names, i))
             bar.update(1)
         norm = read_float(store, names.disk("norm.weight"), (h,))
-        head = None if cfg.tie_word_embeddings else load_linear(store, cfg, names, "lm_head", (v, h))
+        head = None
+        if not cfg.tie_word_embeddings:
+            head = load_linear(store, cfg, names, "lm_head", (v, h))
         bar.update(1)
     return ModelWeights(config=cfg, embed_tokens=embed, layers=tuple(layers), norm=norm,
                         lm_head=head)

@@ -29,7 +29,8 @@ LINEAR_MODULES = {
 HF_PREFIXES = ("language_model.model.", "model.language_model.", "model.")
 HF_HEADS = ("language_model.lm_head.weight", "lm_head.weight")
 HF_VISION_PREFIXES = (
-    "vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.",
+    "vision_tower.", "multi_modal_projector.",
+    "model.vision_tower.", "model.multi_modal_projector.",
 )
 NATIVE_VISION_PREFIXES = (
     "vision_encoder.", "vision_language_adapter.", "patch_merger.", "pre_mm_projector_norm.",

@@ -65,8 +65,10 @@ def _open(model_dir: Path, file: str):  # type: ignore[no-untyped-def]
         culprit = _truncation_culprit(path)
         reason = " ".join(str(exc).split())
         if culprit is not None:
-            raise tensor_error(file, culprit, f"data extends past end of file; truncated? ({reason})") from None
-        raise CheckpointError(f"{file}: unreadable safetensors file; truncated or corrupt ({reason})") from None
+            problem = f"data extends past end of file; truncated? ({reason})"
+            raise tensor_error(file, culprit, problem) from None
+        raise CheckpointError(
+            f"{file}: unreadable safetensors file; truncated or corrupt ({reason})") from None
 
 
 class TensorStore:

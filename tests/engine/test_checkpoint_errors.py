@@ -48,13 +48,15 @@ def test_missing_tensor(ckpt):
 def test_missing_activation_scale_native(tiny_checkpoint, tmp_path):
     d = _copy(tiny_checkpoint(layout="native"), tmp_path / "n")
     _edit(d, lambda t: t.pop("layers.0.feed_forward.w2.qscale_act"), "consolidated.safetensors")
-    assert _error(d) == "consolidated.safetensors: tensor 'layers.0.feed_forward.w2.qscale_act' missing"
+    want = "consolidated.safetensors: tensor 'layers.0.feed_forward.w2.qscale_act' missing"
+    assert _error(d) == want
 
 
 def test_unexpected_tensor(ckpt):
     _edit(ckpt, lambda t: t.update({"model.layers.0.mlp.extra_proj.weight": torch.zeros(2)}))
     msg = _error(ckpt)
-    assert msg.startswith("model.safetensors: tensor 'model.layers.0.mlp.extra_proj.weight' unexpected")
+    want = "model.safetensors: tensor 'model.layers.0.mlp.extra_proj.weight' unexpected"
+    assert msg.startswith(want)
 
 
 def test_layer_beyond_config_is_unexpected(ckpt):
@@ -170,11 +172,12 @@ def test_index_lists_tensor_absent_from_shard(tiny_checkpoint, tmp_path):
     d = _copy(tiny_checkpoint(shard_bytes=150_000), tmp_path / "s")
     path = d / "model.safetensors.index.json"
     index = json.loads(path.read_text())
-    index["weight_map"]["model.norm.weight"] = index["weight_map"]["model.embed_tokens.weight"]
-    if index["weight_map"]["model.norm.weight"] == json.loads(path.read_text())["weight_map"]["model.norm.weight"]:
-        pytest.fail("test setup: norm and embed_tokens share a shard")
+    wmap = index["weight_map"]
+    assert wmap["model.norm.weight"] != wmap["model.embed_tokens.weight"]  # test setup
+    wmap["model.norm.weight"] = wmap["model.embed_tokens.weight"]
     path.write_text(json.dumps(index))
-    assert _error(d).startswith("model.safetensors.index.json: tensor 'model.norm.weight' is listed in shard")
+    want = "model.safetensors.index.json: tensor 'model.norm.weight' is listed in shard"
+    assert _error(d).startswith(want)
 
 
 def test_bad_json(ckpt):

@@ -24,7 +24,7 @@ def assert_same_weights(a: ModelWeights, b: ModelWeights) -> None:
     if a.lm_head is not None:
         assert torch.equal(a.lm_head, b.lm_head)
     assert len(a.layers) == len(b.layers)
-    for la, lb in zip(a.layers, b.layers):
+    for la, lb in zip(a.layers, b.layers, strict=True):
         assert torch.equal(la.input_layernorm, lb.input_layernorm)
         assert torch.equal(la.post_attention_layernorm, lb.post_attention_layernorm)
         for name in LINEAR_NAMES:
@@ -171,3 +171,39 @@ def test_progress_bar_goes_to_stderr(tiny_checkpoint, capsys):
     out, err = capsys.readouterr()
     assert out == "" and "loading weights" in err
 
+
+
+def test_modules_to_not_convert_text_linear(tiny_checkpoint, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    d = tmp_path / "c"
+    shutil.copytree(tiny_checkpoint(), d)
+    fp8 = load_weights(d, progress=False).layers[0].down_proj
+    tensors = load_file(str(d / "model.safetensors"))
+    base = "model.layers.0.mlp.down_proj."
+    tensors[base + "weight"] = (fp8.weight.float() * fp8.scale).to(torch.bfloat16)
+    del tensors[base + "weight_scale_inv"], tensors[base + "activation_scale"]
+    save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["quantization_config"]["modules_to_not_convert"].append("model.layers.0.mlp.down_proj")
+    (d / "config.json").write_text(json.dumps(cfg))
+    w = load_weights(d, progress=False)
+    down = w.layers[0].down_proj
+    assert isinstance(down, torch.Tensor) and down.dtype == torch.bfloat16
+    assert torch.equal(down, tensors[base + "weight"])
+    assert isinstance(w.layers[1].down_proj, Fp8Weight)
+
+
+def test_llama_config_plain_rope(tmp_path):
+    (tmp_path / "model.safetensors").touch()
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+           "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
+           "vocab_size": 100, "rope_theta": 100000.0, "tie_word_embeddings": True,
+           "eos_token_id": 5, "bos_token_id": 4}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    c = read_model_config(tmp_path)
+    assert (c.rope.rope_type, c.rope.theta, c.rope.llama_4_scaling_beta) == ("default", 1e5, 0.0)
+    assert c.num_kv_heads == 4 and c.tie_word_embeddings and not c.has_vision
+    assert (c.bos_token_id, c.eos_token_ids) == (4, (5,))

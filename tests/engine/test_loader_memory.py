@@ -28,8 +28,8 @@ CHILD = textwrap.dedent("""
             t = getattr(layer, name)
             total += touch(t.weight if isinstance(t, Fp8Weight) else t)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    fp8 = sum(1 for l in w.layers for n in l.__slots__
-              if isinstance(getattr(l, n), Fp8Weight) and getattr(l, n).weight.dtype == torch.float8_e4m3fn)
+    lins = [getattr(l, n) for l in w.layers for n in l.__slots__]
+    fp8 = sum(isinstance(t, Fp8Weight) and t.weight.dtype == torch.float8_e4m3fn for t in lins)
     print(json.dumps({"base": base, "peak": peak, "fp8": fp8}))
 """)
 

@@ -12,7 +12,6 @@ from engine.kernels.reference import dequantize
 from engine.loader import load_weights
 from engine.weights import LINEAR_NAMES
 
-
 CASES = [
     ("hf-text", {}),
     ("hf-text", {"quant": "fp8-block", "shard_bytes": 150_000, "tie_word_embeddings": True}),
@@ -39,7 +38,8 @@ def test_transformers_loads_and_matches(tiny_checkpoint, layout, extra):
     prefix = "model." if layout == "hf-text" else "model.language_model."
     for i, layer in enumerate(ours.layers):
         for name in LINEAR_NAMES:
-            module = ("self_attn." if name in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp.") + name
+            attn = name in ("q_proj", "k_proj", "v_proj", "o_proj")
+            module = ("self_attn." if attn else "mlp.") + name
             theirs = sd[f"{prefix}layers.{i}.{module}.weight"]
             w = getattr(layer, name)
             assert isinstance(w, Fp8Weight)
@@ -49,7 +49,8 @@ def test_transformers_loads_and_matches(tiny_checkpoint, layout, extra):
     assert torch.equal(sd[f"{prefix}embed_tokens.weight"], ours.embed_tokens.float())
     head = ours.embed_tokens if ours.lm_head is None else ours.lm_head
     assert torch.equal(sd["lm_head.weight"], head.float())
-    assert model.config.get_text_config().rope_parameters["llama_4_scaling_beta"] == pytest.approx(0.1)
+    rope = model.config.get_text_config().rope_parameters
+    assert rope["llama_4_scaling_beta"] == pytest.approx(0.1)
     logits = model(torch.tensor([[1, 5, 7, 9, 11]])).logits
     assert logits.shape == (1, 5, 1024) and torch.isfinite(logits).all()
     assert 0.1 < logits.std().item() < 10.0  # sane activations

@@ -28,12 +28,14 @@ def _cli(argv: list[str]) -> int:
 def test_preset_plans_have_published_shapes(shape, hidden, inter, layers, tied, gib):
     spec = SynthSpec.preset(shape)
     assert (spec.hidden_size, spec.intermediate_size, spec.num_layers) == (hidden, inter, layers)
-    assert (spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.vocab_size) == (32, 8, 128, 131072)
+    heads = (spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.vocab_size)
+    assert heads == (32, 8, 128, 131072)
     assert spec.tie_word_embeddings is tied and spec.layout == "hf-multimodal" and spec.tokenizer
     plan = {t.entry.name: t.entry for t in tensor_plan(spec)}
     q = plan["language_model.model.layers.0.self_attn.q_proj.weight"]
     assert (q.dtype, q.shape) == (FP8, (4096, hidden))
-    assert plan[f"language_model.model.layers.{layers - 1}.mlp.down_proj.weight"].shape == (hidden, inter)
+    down = plan[f"language_model.model.layers.{layers - 1}.mlp.down_proj.weight"]
+    assert down.shape == (hidden, inter)
     assert plan["language_model.model.layers.0.self_attn.k_proj.weight_scale_inv"].shape == ()
     assert ("language_model.lm_head.weight" in plan) is not tied
     assert any(n.startswith("vision_tower.transformer.layers.23.") for n in plan)
