@@ -56,8 +56,9 @@ def _model_report(model_dir: str, hw: Any, overrides: Any) -> Any:
         raise CliError(f"--model needs the model runner: {exc}") from exc
     if not Path(model_dir).is_dir():
         raise CliError(f"--model {model_dir}: not a directory")
+    # the smallest engine that builds the model: a few one-token KV blocks (16 MiB)
     config = EngineConfig(model_dir=Path(model_dir), max_num_seqs=1, max_model_len=16,
-                          kv_cache_gib=1 / 1024, kv_block_size=16)
+                          kv_cache_gib=1 / 64, kv_block_size=1)
     try:
         runner = load_runner(model_dir, config, hw=hw, overrides=overrides)
     except CliError:
