@@ -32,6 +32,7 @@ from engine.kernels.base import (
     Fp8Kernel,
     Fp8Spec,
     Fp8Weight,
+    LayoutError,
     PackedWeight,
     Platform,
     ScaleKind,
@@ -96,6 +97,12 @@ def check_x(x: torch.Tensor, k: int, kernel_id: str) -> None:
                          f"{tuple(x.shape)}")
 
 
+def check_packed(packed: PackedWeight, kernel_id: str) -> None:
+    if packed.kernel_id != kernel_id:
+        raise LayoutError(f"{kernel_id}: packed weight was prepared by {packed.kernel_id} "
+                          f"({packed.layout})")
+
+
 class DeviceTorchW8A16(Fp8Kernel):
     """Dequantize-and-matmul for every scale kind, with tensors on ``self.device``."""
 
@@ -129,6 +136,7 @@ class DeviceTorchW8A16(Fp8Kernel):
               bias: torch.Tensor | None = None) -> torch.Tensor:
         """x [M, K] bf16 -> [M, N] bf16; bias fp32 [N] or None."""
         check_x(x, packed.k, self.id)
+        check_packed(packed, self.id)
         kind = ScaleKind(packed.meta["scale_kind"])
         w, s = packed.tensors["weight"], packed.tensors["scale"]
         buf = self._scratch.get(w.numel(), w.device).view(packed.n, packed.k)
@@ -185,6 +193,7 @@ class ScaledMmW8A8(Fp8Kernel):
               bias: torch.Tensor | None = None) -> torch.Tensor:
         """x [M, K] bf16 -> [M, N] bf16; x is quantized to fp8 with the static scale."""
         check_x(x, packed.k, self.id)
+        check_packed(packed, self.id)
         t = packed.tensors
         kind = ScaleKind(packed.meta["scale_kind"])
         xq = (x.float() / t["act_scale"]).clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)

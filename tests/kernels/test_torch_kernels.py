@@ -162,3 +162,10 @@ def test_torch_kernels_run_on_arm() -> None:
     arm = HardwareInfo.fake(machine="aarch64")
     for kern in (TorchW8A16(), TorchBlockW8A16(), TorchScaledMmW8A8()):
         assert kern.is_supported(arm) is None
+
+
+def test_packed_weight_of_another_kernel_is_refused() -> None:
+    w, _, _ = layer(32, 64, ScaleKind.PER_TENSOR)
+    packed = TorchScaledMmW8A8().prepare(w)
+    with pytest.raises(LayoutError, match="prepared by torch_scaled_mm_w8a8"):
+        TorchW8A16().apply(packed, x_for(1, 64))
