@@ -143,6 +143,8 @@ class PagedAttention:
         t = q.shape[0]
         if meta.decode is None and len(meta.prefills) == 1:
             return self._prefill(q, k, v, cache, meta.prefills[0]).reshape(t, -1)
+        if not meta.prefills and meta.decode is not None:  # pure decode: rows 0..B-1
+            return self._decode(q, cache, meta.decode).reshape(t, -1)
         out = torch.empty(t, self.hq, self.d, dtype=q.dtype)
         for span in meta.prefills:
             out[span.start:span.end] = self._prefill(q, k, v, cache, span)
@@ -168,7 +170,8 @@ class PagedAttention:
         """All decode tokens -> [B, Hq, D]. Query heads sharing a KV head ride along the
         query-length axis: q [B, Hkv, G, D] against K/V [B, Hkv, L_max, D]."""
         b = int(span.rows.shape[0])
-        qd = q.index_select(0, span.rows).view(b, self.hkv, self.group, self.d)
+        qd = q if q.shape[0] == b else q.index_select(0, span.rows)
+        qd = qd.view(b, self.hkv, self.group, self.d)
         k, v = self._gather(cache, span.slots)
         k = k.view(b, span.max_len, self.hkv, self.d).transpose(1, 2)
         v = v.view(b, span.max_len, self.hkv, self.d).transpose(1, 2)

@@ -6,7 +6,8 @@ Tensor boundaries (T = tokens in the step, H = hidden size, D = head_dim):
     rms_norm       x [T, H] bf16, weight [H] bf16               -> [T, H] bf16
     RopeTables     cos/sin [P, D/2] fp32 for k; q_cos/q_sin [P, D/2] fp32 for q (the
                    Llama-4 query scale folded in); P = max positions
-    apply_rope     x [T, heads, D] bf16, cos/sin [T, 1, D/2] fp32  -> [T, heads, D] bf16
+    StepRope       cos2/sin2 [T, Hq + Hkv, 2, D/2] fp32, selected once per step
+    apply_rope     qk [T, Hq + Hkv, D] bf16 -> [T, Hq + Hkv, D] bf16
     Linear         x [M, K] bf16 -> y [M, N] bf16
 """
 
@@ -16,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from engine.config import RopeConfig
 from engine.hardware import HardwareInfo
@@ -27,9 +29,8 @@ from engine.weights import LinearWeight
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x [T, H] bf16 -> bf16: x * rsqrt(mean(x^2) + eps) in fp32, cast back, times weight."""
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * xf.to(x.dtype)
+    normed = F.rms_norm(x.float(), (x.shape[-1],), None, eps)
+    return weight * normed.to(x.dtype)
 
 
 # --- rotary embedding -------------------------------------------------------------------
@@ -103,12 +104,44 @@ class RopeTables:
         return cls(cos, sin, cos * qs, sin * qs)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Half-split rotation in fp32. x [T, heads, D] bf16; cos/sin [T, 1, D/2] fp32."""
-    xf = x.float()
-    half = xf.shape[-1] // 2
-    x1, x2 = xf[..., :half], xf[..., half:]
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+@dataclass(frozen=True, slots=True)
+class StepRope:
+    """This step's rotation factors for q and k together, fp32 [T, Hq + Hkv, 2, D/2]:
+    x viewed as [.., 2, D/2] (the two halves) rotates as x * cos2 + x.flip(-2) * sin2 with
+    cos2 = (cos, cos) and sin2 = (-sin, sin); the q heads' rows carry the Llama-4 scale.
+    Built once per step, shared by every layer."""
+
+    cos2: torch.Tensor
+    sin2: torch.Tensor
+
+    @classmethod
+    def select(cls, tables: RopeTables, positions: torch.Tensor, num_heads: int,
+               num_kv_heads: int) -> StepRope:
+        """positions [T] int64 -> the step's factors (raises past the table)."""
+        if positions.numel() and int(positions.max()) >= tables.max_positions:
+            raise ValueError(f"position {int(positions.max())} beyond the rotary table "
+                             f"({tables.max_positions} positions = max_model_len)")
+        t = positions.shape[0]
+
+        def heads(c: torch.Tensor, s: torch.Tensor, n: int) -> tuple[torch.Tensor, ...]:
+            c, s = c.index_select(0, positions), s.index_select(0, positions)
+            c2 = torch.stack((c, c), dim=1)[:, None].expand(t, n, 2, -1)
+            s2 = torch.stack((-s, s), dim=1)[:, None].expand(t, n, 2, -1)
+            return c2, s2
+
+        qc, qs = heads(tables.q_cos, tables.q_sin, num_heads)
+        kc, ks = heads(tables.cos, tables.sin, num_kv_heads)
+        return cls(torch.cat((qc, kc), dim=1), torch.cat((qs, ks), dim=1))
+
+
+def apply_rope(qk: torch.Tensor, rope: StepRope) -> torch.Tensor:
+    """Half-split rotation of q and k heads at once, in fp32.
+    qk [T, Hq + Hkv, D] bf16 (any strides) -> [T, Hq + Hkv, D] bf16 contiguous."""
+    t, h, d = qk.shape
+    x = qk.reshape(t, h, 2, d // 2).float()
+    out = x * rope.cos2
+    out.addcmul_(x.flip(2), rope.sin2)
+    return out.view(t, h, d).to(qk.dtype)
 
 
 # --- linear modules ---------------------------------------------------------------------

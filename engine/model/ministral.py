@@ -10,8 +10,6 @@ are fused into one GEMM each when their shards fuse exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
@@ -22,29 +20,22 @@ from engine.model.layers import (
     Linear,
     LinearFactory,
     RopeTables,
+    StepRope,
     apply_rope,
     rms_norm,
 )
 from engine.weights import LayerWeights, ModelWeights
 
 
-@dataclass(frozen=True, slots=True)
-class StepRope:
-    """Rotary factors of this step's tokens, fp32 [T, 1, D/2], shared by all layers."""
-
-    cos: torch.Tensor
-    sin: torch.Tensor
-    q_cos: torch.Tensor
-    q_sin: torch.Tensor
-
-    @classmethod
-    def select(cls, tables: RopeTables, positions: torch.Tensor) -> StepRope:
-        if positions.numel() and int(positions.max()) >= tables.max_positions:
-            raise ValueError(f"position {int(positions.max())} beyond the rotary table "
-                             f"({tables.max_positions} positions = max_model_len)")
-        pick = [t.index_select(0, positions)[:, None, :]
-                for t in (tables.cos, tables.sin, tables.q_cos, tables.q_sin)]
-        return cls(*pick)
+def _heads_qk(q: torch.Tensor, k: torch.Tensor, d: int) -> torch.Tensor:
+    """q [T, Hq*D], k [T, Hkv*D] -> [T, Hq + Hkv, D]: a view when both are adjacent column
+    slices of one fused GEMM output, else a concatenation."""
+    t = q.shape[0]
+    fused = (q.stride() == k.stride() and
+             k.data_ptr() == q.data_ptr() + q.shape[1] * q.element_size())
+    if fused:
+        return q.as_strided((t, (q.shape[1] + k.shape[1]) // d, d), (q.stride(0), d, 1))
+    return torch.cat((q, k), dim=1).view(t, -1, d)
 
 
 class DecoderLayer:
@@ -68,8 +59,8 @@ class DecoderLayer:
         """h [T, H] bf16 -> [T, H] bf16; writes this layer's K/V of the step into cache."""
         t = h.shape[0]
         q, k, v = self.qkv(rms_norm(h, self.input_norm, self.eps))
-        q = apply_rope(q.view(t, self.hq, self.d), rope.q_cos, rope.q_sin)
-        k = apply_rope(k.view(t, self.hkv, self.d), rope.cos, rope.sin)
+        qk = apply_rope(_heads_qk(q, k, self.d), rope)
+        q, k = qk[:, : self.hq], qk[:, self.hq:]
         attn = self.attention(q, k, v.reshape(t, self.hkv, self.d), cache, meta)
         h = h + self.o_proj(attn)
         gate, up = self.gate_up(rms_norm(h, self.post_norm, self.eps))
@@ -98,7 +89,8 @@ class Ministral:
                 logit_rows: torch.Tensor) -> torch.Tensor:
         """tokens [T] int64, logit_rows [R] int64 (rows of T) -> logits [R, V] fp32."""
         h = F.embedding(tokens, self.embed)
-        rope = StepRope.select(self.rope, meta.positions)
+        c = self.config
+        rope = StepRope.select(self.rope, meta.positions, c.num_heads, c.num_kv_heads)
         for i, layer in enumerate(self.layers):
             h = layer(h, rope, meta, kv.layer(i))
         if logit_rows.numel() == 0:  # only filling the KV cache

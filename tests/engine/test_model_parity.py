@@ -22,6 +22,8 @@ import torch
 from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.config import RopeConfig
 from engine.kernels.base import ScaleKind
+from engine.kernels.reference import dequantize
+from engine.weights import ModelWeights
 from tests.engine.test_model_support import (
     hf_logits,
     hf_reference,
@@ -45,6 +47,8 @@ CASES = {
     "bf16": dict(quant="none"),
     "llama_style": dict(rope=LLAMA_ROPE, num_kv_heads=4, architecture="LlamaForCausalLM"),
     "gqa_4_to_1": dict(num_heads=4, num_kv_heads=1),
+    "fp8_lm_head": dict(fp8_head=True),
+    "unfused_qkv": dict(),
 }
 
 
@@ -58,7 +62,16 @@ def _run_all(weights: object) -> torch.Tensor:
 def test_logits_match_transformers_fp32(case: str) -> None:
     kw = dict(CASES[case])
     kind = kw.pop("kind", ScaleKind.PER_TENSOR)
-    weights = random_weights(tiny_config(**kw), seed=3, kind=kind)
+    fp8_head = bool(kw.pop("fp8_head", False))
+    weights = random_weights(tiny_config(**kw), seed=3, kind=kind, fp8_head=fp8_head)
+    if case == "unfused_qkv":  # a bf16 q_proj next to FP8 k/v: q/k/v cannot fuse
+        weights = replace(weights, layers=tuple(
+            replace(lw, q_proj=dequantize(lw.q_proj).to(torch.bfloat16))
+            for lw in weights.layers))
+    _check_parity(case, weights)
+
+
+def _check_parity(case: str, weights: ModelWeights) -> None:
     ref_model = hf_reference(weights)
     ref = hf_logits(ref_model, PROMPT)
     ours = _run_all(weights)
@@ -69,6 +82,17 @@ def test_logits_match_transformers_fp32(case: str) -> None:
     assert err <= 1.5 * hf_bf16, f"{case}: ours {err:.4f} vs transformers bf16 {hf_bf16:.4f}"
     agree = (ours.argmax(-1) == ref.argmax(-1)).float().mean()
     assert agree >= 0.9
+
+
+def test_fp8_lm_head_and_unfused_layers_are_reported() -> None:
+    weights = random_weights(tiny_config(), fp8_head=True)
+    weights = replace(weights, layers=tuple(
+        replace(lw, q_proj=dequantize(lw.q_proj).to(torch.bfloat16)) for lw in weights.layers))
+    names = set(make_runner(weights).kernel_report.choices)
+    assert "lm_head" in names
+    assert "layers.0.self_attn.qkv_proj.k_proj" in names
+    assert "layers.0.self_attn.qkv_proj.q_proj" not in names  # bf16: plain matmul
+    assert "layers.0.mlp.gate_up_proj" in names
 
 
 def test_fused_layers_are_reported_per_model() -> None:

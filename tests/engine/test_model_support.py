@@ -54,8 +54,8 @@ def quantize_fp8(w: torch.Tensor, kind: ScaleKind = ScaleKind.PER_TENSOR,
     return Fp8Weight(q.contiguous(), scale.float().contiguous(), kind, act)
 
 
-def random_weights(config: ModelConfig, seed: int = 0,
-                   kind: ScaleKind = ScaleKind.PER_TENSOR) -> ModelWeights:
+def random_weights(config: ModelConfig, seed: int = 0, kind: ScaleKind = ScaleKind.PER_TENSOR,
+                   fp8_head: bool = False) -> ModelWeights:
     g = torch.Generator().manual_seed(seed)
     c = config
     shapes = {"q_proj": (c.q_size, c.hidden_size), "k_proj": (c.kv_size, c.hidden_size),
@@ -75,8 +75,10 @@ def random_weights(config: ModelConfig, seed: int = 0,
         LayerWeights(norm(), norm(), **{name: linear(*shapes[name]) for name in LINEAR_NAMES})
         for _ in range(c.num_layers))
     embed = torch.randn(c.vocab_size, c.hidden_size, generator=g).to(torch.bfloat16)
-    head = None if c.tie_word_embeddings else (
-        torch.randn(c.vocab_size, c.hidden_size, generator=g) * 0.1).to(torch.bfloat16)
+    head: LinearWeight | None = None
+    if not c.tie_word_embeddings:
+        head_f = torch.randn(c.vocab_size, c.hidden_size, generator=g) * 0.1
+        head = quantize_fp8(head_f, kind) if fp8_head else head_f.to(torch.bfloat16)
     return ModelWeights(c, embed, layers, norm(), head)
 
 

@@ -11,6 +11,7 @@ import torch
 from engine.config import RopeConfig
 from engine.model.layers import (
     RopeTables,
+    StepRope,
     apply_rope,
     llama4_query_scale,
     rope_attention_factor,
@@ -74,25 +75,31 @@ def test_llama4_query_scale_matches_transformers() -> None:
     assert ours[3] == pytest.approx(1 + 0.1 * math.log(2))
 
 
-def test_rope_tables_fold_query_scale_and_match_transformers_rotation() -> None:
+def test_step_rope_rotates_q_and_k_like_transformers() -> None:
     from transformers.models.ministral3.modeling_ministral3 import apply_rotary_pos_emb
 
-    d, heads = 32, 3
+    d, hq, hkv = 32, 4, 2
     tables = RopeTables.build(YARN, d, 64)
     pos = torch.tensor([0, 5, 8, 20, 63])
-    x = torch.randn(len(pos), heads, d)
+    qk = torch.randn(len(pos), hq + hkv, d).to(torch.bfloat16)
     ang = pos.float()[:, None] * rope_inv_freq(YARN, d)[None, :]
     emb = torch.cat((ang, ang), -1)
     cos, sin = emb.cos(), emb.sin()  # [T, D]; unsqueezed to [T, 1, D] by transformers
-    xb = x.to(torch.bfloat16)
-    k = apply_rope(xb, tables.cos[pos][:, None], tables.sin[pos][:, None])
-    q = apply_rope(xb, tables.q_cos[pos][:, None], tables.q_sin[pos][:, None])
-    ref_kb, _ = apply_rotary_pos_emb(xb.float(), xb.float(), cos, sin, unsqueeze_dim=1)
-    torch.testing.assert_close(k.float(), ref_kb, rtol=1e-2, atol=1e-2)
-    torch.testing.assert_close(q.float(), ref_kb * llama4_query_scale(YARN, pos)[:, None, None],
-                               rtol=1e-2, atol=1e-2)
-    assert not torch.allclose(q.float(), k.float())  # positions >= 8 are scaled
+    x = qk.float()
+    ref_q, ref_k = apply_rotary_pos_emb(x[:, :hq], x[:, hq:], cos, sin, unsqueeze_dim=1)
+    ref_q = ref_q * llama4_query_scale(YARN, pos)[:, None, None]
+    out = apply_rope(qk, StepRope.select(tables, pos, hq, hkv))
+    assert out.dtype == torch.bfloat16 and out.shape == qk.shape
+    torch.testing.assert_close(out[:, :hq].float(), ref_q, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(out[:, hq:].float(), ref_k, rtol=1e-2, atol=1e-2)
     assert torch.equal(tables.q_cos[:8], tables.cos[:8])
+    assert not torch.equal(tables.q_cos[8:], tables.cos[8:])
+
+
+def test_step_rope_rejects_positions_past_the_table() -> None:
+    tables = RopeTables.build(YARN, 16, 10)
+    with pytest.raises(ValueError, match="max_model_len"):
+        StepRope.select(tables, torch.tensor([3, 10]), 2, 1)
 
 
 def test_beta_zero_shares_the_key_tables() -> None:
