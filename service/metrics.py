@@ -51,6 +51,11 @@ class ServingMetrics(EngineObserver):
         self.e2e = hist("e2e_request_latency_seconds", "End-to-end latency.", E2E_BUCKETS)
         self.queue = hist("request_queue_time_seconds", "Time waiting before first "
                           "scheduled.", E2E_BUCKETS)
+        for m in (self.prompt_tokens, self.generation_tokens, self.aborted, self.timed_out,
+                  self.failed, self.ttft, self.itl, self.e2e, self.queue):
+            m.labels(model_name)  # export zeros before the first request
+        for reason in (FinishReason.STOP, FinishReason.LENGTH):
+            self.success.labels(model_name, reason.value)
 
     def on_rejected(self, reason: str) -> None:
         self.rejected.labels(self.model_name, reason).inc()
