@@ -6,7 +6,8 @@ which registers the ``torch.ops.fp8serve`` ops. A failed compile never raises: t
 returned :class:`ExtensionStatus` carries the compiler output as ``error``.
 
 Per-ISA code: ``cpp_extension.load`` applies one flag set to every source, so each ISA
-translation unit (``fp8_gemm_avx512.cpp``, ``fp8_gemm_avx2.cpp``) scopes its own target
+translation unit (``fp8_gemm_avx512.cpp``, ``fp8_gemm_avx512_vbmi.cpp``,
+``fp8_gemm_avx2.cpp``) scopes its own target
 with ``#pragma GCC target`` (``ISA_BEGIN`` in ``csrc/isa.h``) and includes no torch or STL
 header; everything else is compiled for the baseline ISA. Never ``-march=native``.
 """
@@ -34,9 +35,10 @@ SOURCE_NAMES = (
     "pack.cpp",
     "gemm.cpp",
     "fp8_gemm_avx512.cpp",
+    "fp8_gemm_avx512_vbmi.cpp",
     "fp8_gemm_avx2.cpp",
 )
-HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h")
+HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h", "avx512_kernels.inc")
 BASE_CFLAGS = ("-O3", "-fno-math-errno", "-Wall", "-Wno-unused-function", "-Wno-psabi")
 
 

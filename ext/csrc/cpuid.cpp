@@ -68,6 +68,16 @@ std::vector<std::string> cpu_features() {
   return out;
 }
 
+bool cpu_has_avx512_vbmi() {
+#ifdef FP8S_X86
+  Regs l1 = cpuid(1, 0);
+  if (!bit(l1.c, 27) || (xgetbv0() & 0xE6) != 0xE6) return false;
+  return __get_cpuid_max(0, nullptr) >= 7 && bit(cpuid(7, 0).c, 1);
+#else
+  return false;
+#endif
+}
+
 bool has_feature(const std::vector<std::string>& feats, const char* name) {
   return std::find(feats.begin(), feats.end(), name) != feats.end();
 }

@@ -10,5 +10,7 @@ namespace fp8serve {
 // tiles). AMX additionally needs a per-process arch_prctl permission on Linux, which is
 // requested from Python (ext.request_amx_permission) and not reflected here.
 std::vector<std::string> cpu_features();
+// AVX512_VBMI (not in CPU_FEATURES; chooses the table-based conversion in C++ only).
+bool cpu_has_avx512_vbmi();
 bool has_feature(const std::vector<std::string>& feats, const char* name);
 }  // namespace fp8serve

@@ -1,5 +1,6 @@
 // The ISA level used by every op, decided once per process: the best level the host
-// supports (cpuid + OS state), optionally lowered by FP8SERVE_ISA=scalar|avx2|avx512|amx.
+// supports (cpuid + OS state), optionally lowered by
+// FP8SERVE_ISA=scalar|avx2|avx512|avx512_vbmi|amx (avx512_vbmi: table-based FP8 decode).
 // Asking for more than the host has is clamped to the host level with a warning, never
 // an illegal instruction.
 #include <c10/util/Exception.h>
@@ -19,6 +20,7 @@ Isa detect_host() {
   bool avx512 = has_feature(f, "avx512f") && has_feature(f, "avx512bw") &&
                 has_feature(f, "avx512vl") && has_feature(f, "avx512_bf16");
   if (avx512 && has_feature(f, "amx_tile") && has_feature(f, "amx_bf16")) return Isa::kAmx;
+  if (avx512 && cpu_has_avx512_vbmi()) return Isa::kAvx512Vbmi;
   if (avx512) return Isa::kAvx512;
   if (has_feature(f, "avx2") && has_feature(f, "fma") && has_feature(f, "f16c")) {
     return Isa::kAvx2;
@@ -30,8 +32,9 @@ Isa parse_isa(const char* s, Isa fallback) {
   if (std::strcmp(s, "scalar") == 0) return Isa::kScalar;
   if (std::strcmp(s, "avx2") == 0) return Isa::kAvx2;
   if (std::strcmp(s, "avx512") == 0) return Isa::kAvx512;
+  if (std::strcmp(s, "avx512_vbmi") == 0) return Isa::kAvx512Vbmi;
   if (std::strcmp(s, "amx") == 0) return Isa::kAmx;
-  TORCH_WARN("FP8SERVE_ISA=", s, " is not one of scalar, avx2, avx512, amx; ignored");
+  TORCH_WARN("FP8SERVE_ISA=", s, " is not one of scalar, avx2, avx512, avx512_vbmi, amx; ignored");
   return fallback;
 }
 
@@ -60,9 +63,15 @@ Isa cpu_isa() {
   return isa;
 }
 
+bool use_vbmi() {
+  static const bool on = cpu_isa() >= Isa::kAvx512Vbmi && cpu_has_avx512_vbmi();
+  return on;
+}
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::kAmx: return "amx";
+    case Isa::kAvx512Vbmi: return "avx512_vbmi";
     case Isa::kAvx512: return "avx512";
     case Isa::kAvx2: return "avx2";
     default: return "scalar";

@@ -82,7 +82,13 @@ Problem make_problem(const char* op, const at::Tensor& x, const at::Tensor& w,
 
 void run_gemv(const GemvArgs& a) {
   at::parallel_for(0, ceil_div(a.n, kTileN), 1,
-                   [&](int64_t t0, int64_t t1) { avx512::gemv_tiles(a, t0, t1); });
+                   [&](int64_t t0, int64_t t1) {
+                     if (use_vbmi()) {
+                       avx512_vbmi::gemv_tiles(a, t0, t1);
+                     } else {
+                       avx512::gemv_tiles(a, t0, t1);
+                     }
+                   });
 }
 
 constexpr int64_t kRowBlock = 128;  // brgemm M per call
@@ -104,7 +110,12 @@ void run_panel(const GemvArgs& a, int64_t k_chunk) {
       for (int64_t k0 = 0; k0 < a.kp; k0 += k_chunk) {
         const int64_t len = k0 + k_chunk <= a.kp ? k_chunk : a.kp - k0;
         const uint8_t* w = a.w + (t * (a.kp / 2) + k0 / 2) * kTileN * 2;
-        avx512::unpack_tile(w, k0 / 2, (k0 + len) / 2, bbuf.data(), bscale, a.block_k);
+        const int64_t p0 = k0 / 2, p1 = (k0 + len) / 2;
+        if (use_vbmi()) {
+          avx512_vbmi::unpack_tile(w, p0, p1, bbuf.data(), bscale, a.block_k);
+        } else {
+          avx512::unpack_tile(w, p0, p1, bbuf.data(), bscale, a.block_k);
+        }
         for (int64_t m0 = 0; m0 < a.m; m0 += kRowBlock) {
           const int64_t mb = a.m - m0 < kRowBlock ? a.m - m0 : kRowBlock;
           brgemm(mb, kTileN, len, a.ldx, kTileN, kTileN, k0 > 0, x + m0 * a.ldx + k0, b,

@@ -29,7 +29,7 @@
 namespace fp8serve {
 
 // Instruction-set levels, ordered. Chosen once per process in dispatch.cpp.
-enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
+enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vbmi = 3, kAmx = 4 };
 
 // Packed AVX-512/AMX weight ("vnni32"): w[N, K] fp8 -> [Np/32][Kp/2][32][2] fp8 with
 // Np = ceil(N/32)*32, Kp = ceil(K/32)*32, zero padded. Byte (t, p, j, i) holds
@@ -74,6 +74,13 @@ void epilogue(const float* c, int64_t rows, const float* scale, float mult,
               const float* bias, uint16_t* y, int64_t ldy, int64_t cols);
 }  // namespace avx512
 
+// Same contracts as avx512::gemv_tiles / unpack_tile, table-based FP8 conversion (VBMI).
+namespace avx512_vbmi {
+void gemv_tiles(const GemvArgs& a, int64_t t0, int64_t t1);
+void unpack_tile(const uint8_t* w, int64_t p0, int64_t p1, uint16_t* dst,
+                 const float* block_scale, int64_t block_k);
+}  // namespace avx512_vbmi
+
 namespace avx2 {
 void fp8_to_bf16(const uint8_t* src, uint16_t* dst, int64_t n);
 // y = x @ (w * scale).T + bias over 16-wide column tiles [t0, t1).
@@ -88,6 +95,7 @@ uint16_t fp8_to_bf16_scalar(uint8_t code);
 // dispatch.cpp
 Isa cpu_isa();             // chosen once: min(host ISA, FP8SERVE_ISA)
 Isa host_isa();            // what the host supports (cpuid + OS state)
+bool use_vbmi();           // cpu_isa() >= kAvx512Vbmi and the host has AVX512_VBMI
 const char* isa_name(Isa isa);
 
 }  // namespace fp8serve

@@ -40,7 +40,10 @@ def test_cpuid_features_match_linux_cpuinfo():
 def test_dispatch_isa_follows_features():
     feats = ext.cpuid_features()
     want = "avx512" if set(AVX512_HOST) <= feats else ("avx2" if "avx2" in feats else "scalar")
-    if want == "avx512" and {"amx_tile", "amx_bf16"} <= feats:
+    linux_flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    if want == "avx512" and "avx512vbmi" in linux_flags:
+        want = "avx512_vbmi"
+    if want.startswith("avx512") and {"amx_tile", "amx_bf16"} <= feats:
         want = "amx"
     assert ext.isa() == want
 
@@ -99,32 +102,41 @@ def test_fake_impls_give_shapes_and_name_layouts():
 
 _FORCED = """
 import torch, ext
+from tests.ext.support import all_codes_weight
 assert ext.load().built
 print(ext.isa())
 codes = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn)
 ok = (torch.arange(256) & 0x7F) != 0x7F
 same = ext.fp8_to_bf16(codes).view(torch.int16) == codes.to(torch.bfloat16).view(torch.int16)
 print(bool(same[ok].all()))
+w, values = all_codes_weight()
 try:
-    ext.gemm_avx512(torch.zeros(1, 32, dtype=torch.bfloat16),
-                    ext.pack_vnni32(torch.zeros(32, 32).to(torch.float8_e4m3fn)),
-                    torch.ones(32), None, 32)
-    print("ran")
+    exact = True
+    for m in (1, 9):  # GEMV and brgemm panel paths
+        x = torch.zeros(m, 32, dtype=torch.bfloat16)
+        x[torch.arange(m), torch.arange(m)] = 1.0
+        y = ext.gemm_avx512(x, ext.pack_vnni32(w), torch.ones(256), None, 256)
+        col = (torch.arange(256) % 32)[None, :] == torch.arange(m)[:, None]
+        exact &= torch.equal(y.float(), torch.where(col, values.float(), torch.zeros(())))
+    print("exact" if exact else "wrong")
 except RuntimeError as exc:
     print("refused" if "needs AVX-512" in str(exc) else exc)
 """
 
 
-@pytest.mark.parametrize("isa", ["avx2", "scalar"])
-def test_forced_isa_override(isa):
+@pytest.mark.parametrize("isa,gemm", [("avx512", "exact"), ("avx2", "refused"),
+                                      ("scalar", "refused")])
+def test_forced_isa_override(isa, gemm):
+    """FP8SERVE_ISA lowers the dispatch level: avx512 forces the shift-and-fix-up FP8
+    decode instead of the VBMI tables; below AVX-512 the GEMM ops refuse to run."""
+    if isa == "avx512" and not set(AVX512_HOST) <= ext.cpuid_features():
+        pytest.skip("host lacks AVX-512 BF16")
     loaded_status()  # the child reuses this process's build directory
     env = dict(os.environ, FP8SERVE_ISA=isa, PYTHONPATH=str(REPO))
     out = subprocess.run([sys.executable, "-c", _FORCED], env=env, capture_output=True,
                          text=True, timeout=300, cwd=REPO)
     assert out.returncode == 0, out.stderr[-2000:]
-    lines = out.stdout.split()
-    assert lines[-3:] == [isa, "True", "refused"], out.stdout
-
+    assert out.stdout.split()[-3:] == [isa, "True", gemm], out.stdout
 
 
 def _build_ext_parser():
