@@ -94,7 +94,7 @@ def test_concurrent_requests_equal_solo_runs_under_kv_pressure():
     got = [collect(eng, f"r{i}", p, SamplingParams(max_tokens=10, **GREEDY))
            for i, p in enumerate(prompts)]
     run_all(eng)
-    for p, outs in zip(prompts, got):
+    for p, outs in zip(prompts, got, strict=True):
         assert [o.token_ids[0] for o in outs] == expected_tokens(p, 10)
     assert eng.stats().kv_cache_usage == 0.0
 
@@ -168,7 +168,9 @@ def test_thread_loop_with_async_streams_and_drain():
         with pytest.raises(EngineUnavailableError) as ei:
             eng.add_request("late", [1], SamplingParams(max_tokens=1), lambda o: None)
         assert ei.value.state == "draining"
-        results = [[o.token_ids[0] async for o in s] for s in streams]
+        results = []
+        for s in streams:
+            results.append([o.token_ids[0] async for o in s])
         eng.shutdown()
         return results
 

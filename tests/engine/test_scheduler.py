@@ -60,7 +60,7 @@ def test_decodes_are_never_stalled_by_a_long_prompt():
     log = drive(sched, runner, [short, long], arrivals={0: [short], 2: [long]})
     # every step while the long prompt was prefilling also decoded the short request
     prefill_steps = [o for o in log if any(r is long and c.logits is LogitsWanted.NONE
-                                           for r, c in zip(o.requests, o.batch.chunks))]
+                                           for r, c in zip(o.requests, o.batch.chunks, strict=True))]
     assert len(prefill_steps) >= 4  # 40 tokens under an 8-token budget: chunked
     for o in prefill_steps:
         assert short in o.requests
@@ -87,7 +87,7 @@ def test_preemption_by_recompute_keeps_outputs_exact():
     reqs = [make_req(i, p, 12) for i, p in enumerate(prompts)]
     drive(sched, runner, reqs)
     assert sum(r.num_preemptions for r in reqs) > 0  # the cache really ran out
-    for r, p in zip(reqs, prompts):
+    for r, p in zip(reqs, prompts, strict=True):
         assert r.output_ids == expected_tokens(p, 12)
     assert sched.allocator.usage == 0.0
 

@@ -143,7 +143,7 @@ def test_16_concurrent_streams_equal_solo_runs(server, client):
 
     together = asyncio.run(main())
     exact = 0
-    for lp, got in zip(solo, together):
+    for lp, got in zip(solo, together, strict=True):
         assert len(got) == 12
         margins = [sorted(top.values())[-1] - sorted(top.values())[-2]
                    for top in lp.top_logprobs]
