@@ -59,8 +59,9 @@ def test_decodes_are_never_stalled_by_a_long_prompt():
     long = make_req(1, list(range(1, 41)), 2)
     log = drive(sched, runner, [short, long], arrivals={0: [short], 2: [long]})
     # every step while the long prompt was prefilling also decoded the short request
-    prefill_steps = [o for o in log if any(r is long and c.logits is LogitsWanted.NONE
-                                           for r, c in zip(o.requests, o.batch.chunks, strict=True))]
+    prefill_steps = [o for o in log
+                     if any(r is long and c.logits is LogitsWanted.NONE
+                            for r, c in zip(o.requests, o.batch.chunks, strict=True))]
     assert len(prefill_steps) >= 4  # 40 tokens under an 8-token budget: chunked
     for o in prefill_steps:
         assert short in o.requests
