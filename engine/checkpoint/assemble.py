@@ -17,7 +17,7 @@ from engine.config import ModelConfig
 from engine.kernels.base import Fp8Weight, ScaleKind
 from engine.weights import LayerWeights, LinearWeight, ModelWeights
 
-SCALE_SUFFIXES = ("weight_scale_inv", "activation_scale")
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some older HF checkpoints saved
 
 
 def linear_shapes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
@@ -64,7 +64,7 @@ def check_names(store: TensorStore, cfg: ModelConfig, names: NameMap, source: st
             raise CheckpointError(f"{source}: tensor '{name}' missing")
     vision = 0
     for name in store.names():
-        if name in known:
+        if name in known or name.endswith(IGNORED_SUFFIXES):
             continue
         if names.is_vision(name):
             vision += 1

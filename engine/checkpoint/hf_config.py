@@ -100,7 +100,7 @@ def parse_hf_config(model_dir: Path) -> ModelConfig:
     cfg = read_json(Path(model_dir) / HF_CONFIG)
     arch = _architecture(cfg)
     text = _text_config(cfg)
-    bos, eos = special_ids(model_dir, text if text is not cfg else cfg, HF_CONFIG)
+    bos, eos = special_ids(model_dir, text, HF_CONFIG)
     tied = text.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))
     try:
         heads = int(text["num_attention_heads"])

@@ -183,3 +183,9 @@ def test_index_lists_tensor_absent_from_shard(tiny_checkpoint, tmp_path):
 def test_bad_json(ckpt):
     (ckpt / "config.json").write_text("{not json")
     assert str(ckpt / "config.json") + ": not valid JSON" in _error(ckpt)
+
+
+def test_rotary_inv_freq_buffers_are_ignored(ckpt):
+    name = "model.layers.0.self_attn.rotary_emb.inv_freq"
+    _edit(ckpt, lambda t: t.update({name: torch.ones(32)}))
+    assert len(load_weights(ckpt, progress=False).layers) == 2
