@@ -154,16 +154,17 @@ class PagedAttention:
 
     def _prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  cache: tuple[torch.Tensor, torch.Tensor], span: PrefillSpan) -> torch.Tensor:
-        """One chunk -> [n, Hq, D]."""
-        qs = q[span.start:span.end].transpose(0, 1)  # [Hq, n, D]
+        """One chunk -> [n, Hq, D]. Inputs are 4-D [1, heads, len, D]: with 3-D ones torch
+        falls back to its unfused math path."""
+        qs = q[span.start:span.end].transpose(0, 1)[None]  # [1, Hq, n, D]
         if span.ctx_slots is None:
             ks, vs = k[span.start:span.end], v[span.start:span.end]
         else:
             ks, vs = self._gather(cache, span.ctx_slots)
         o = F.scaled_dot_product_attention(
-            qs, ks.transpose(0, 1), vs.transpose(0, 1), attn_mask=span.mask,
+            qs, ks.transpose(0, 1)[None], vs.transpose(0, 1)[None], attn_mask=span.mask,
             is_causal=span.mask is None, scale=self.scale, enable_gqa=self.group > 1)
-        return o.transpose(0, 1)
+        return o[0].transpose(0, 1)
 
     def _decode(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor],
                 span: DecodeSpan) -> torch.Tensor:
