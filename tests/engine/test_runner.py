@@ -146,3 +146,19 @@ def test_decode_reuses_gather_buffers(weights) -> None:
     generate_greedy(runner, _tokens(6, 4), max_new_tokens=3)
     assert {k: v.data_ptr() for k, v in runner.model.attention._buf.items()} == \
         {k: v.data_ptr() for k, v in bufs.items()}
+
+
+def test_attention_uses_fused_sdpa_kernels_not_the_math_path(weights) -> None:
+    """Prefill (with and without cached context) and batched decode reach torch's fused
+    CPU attention kernel; the unfused math fallback materializes [heads, n, L] scores."""
+    runner = make_runner(weights)
+    a = _tokens(20, 1)
+    with torch.profiler.profile() as prof:
+        runner.run(BatchInputs((SeqChunk(0, tuple(a[:12]), 0, (0, 1, 2, 3, 4)),)))
+        runner.run(BatchInputs((SeqChunk(0, tuple(a[12:]), 12, (0, 1, 2, 3, 4)),
+                                SeqChunk(1, (5, 6), 0, (5,)))))
+        runner.run(BatchInputs((SeqChunk(0, (3,), 20, (0, 1, 2, 3, 4, 6)),
+                                SeqChunk(1, (4,), 2, (5,)))))
+    names = {e.key for e in prof.key_averages()}
+    assert "aten::_scaled_dot_product_attention_math" not in names
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in names
