@@ -99,7 +99,7 @@ def pack_avx2(w: torch.Tensor) -> torch.Tensor:
 
 def gemm_avx512(x: torch.Tensor, w_packed: torch.Tensor, scale: torch.Tensor,
                 bias: torch.Tensor | None, n: int, block_n: int = 0, block_k: int = 0,
-                gemv_max_m: int = 8) -> torch.Tensor:
+                gemv_max_m: int = 32) -> torch.Tensor:
     """x[M, K] bf16 @ (vnni32 w * scale).T + bias -> y[M, n] bf16; M <= gemv_max_m: GEMV."""
     return ops().gemm_avx512(x, w_packed, scale, bias, n, block_n, block_k, gemv_max_m)
 

@@ -59,7 +59,7 @@ def _gemm_vnni(op: str, x: torch.Tensor, w_packed: torch.Tensor, scale: torch.Te
     return x.new_empty((x.shape[0], n))
 
 
-def gemm_avx512(x, w_packed, scale, bias, n, block_n=0, block_k=0, gemv_max_m=8):
+def gemm_avx512(x, w_packed, scale, bias, n, block_n=0, block_k=0, gemv_max_m=32):
     return _gemm_vnni("gemm_avx512", x, w_packed, scale, bias, n, block_n, block_k)
 
 

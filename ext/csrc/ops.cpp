@@ -26,7 +26,7 @@ TORCH_LIBRARY(fp8serve, m) {
   // [ceil(N/block_n), ceil(K/block_k)], bias f32 [N]? -> y[M, n] bf16
   m.def(
       "gemm_avx512(Tensor x, Tensor w_packed, Tensor scale, Tensor? bias, int n, "
-      "int block_n=0, int block_k=0, int gemv_max_m=8) -> Tensor");
+      "int block_n=0, int block_k=0, int gemv_max_m=32) -> Tensor");
   m.def(
       "gemm_amx(Tensor x, Tensor w_packed, Tensor scale, Tensor? bias, int n, "
       "int block_n=0, int block_k=0) -> Tensor");

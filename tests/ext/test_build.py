@@ -112,10 +112,11 @@ print(bool(same[ok].all()))
 w, values = all_codes_weight()
 try:
     exact = True
-    for m in (1, 9):  # GEMV and brgemm panel paths
+    for m, gemv_max_m in ((1, 32), (9, 0)):  # GEMV and brgemm panel paths
         x = torch.zeros(m, 32, dtype=torch.bfloat16)
         x[torch.arange(m), torch.arange(m)] = 1.0
-        y = ext.gemm_avx512(x, ext.pack_vnni32(w), torch.ones(256), None, 256)
+        y = ext.gemm_avx512(x, ext.pack_vnni32(w), torch.ones(256), None, 256,
+                            gemv_max_m=gemv_max_m)
         col = (torch.arange(256) % 32)[None, :] == torch.arange(m)[:, None]
         exact &= torch.equal(y.float(), torch.where(col, values.float(), torch.zeros(())))
     print("exact" if exact else "wrong")

@@ -51,8 +51,10 @@ def test_gemm_avx512_and_amx_paths_are_exact_for_all_codes(m):
     w, values = all_codes_weight()
     wp, ones = ext.pack_vnni32(w), torch.ones(256)
     want = _expected(values, m, 32)
-    for y in (ext.gemm_avx512(_onehot(m, 32), wp, ones, None, 256),  # GEMV m <= 8, else panel
-              ext.gemm_amx(_onehot(m, 32), wp, ones, None, 256)):
+    x = _onehot(m, 32)
+    for y in (ext.gemm_avx512(x, wp, ones, None, 256, gemv_max_m=32),  # GEMV
+              ext.gemm_avx512(x, wp, ones, None, 256, gemv_max_m=0),  # brgemm on a bf16 panel
+              ext.gemm_amx(x, wp, ones, None, 256)):  # GEMV m <= 4, else 128-deep tiles
         assert torch.equal(y.float(), want)
 
 
@@ -62,9 +64,11 @@ def test_block_scaled_paths_are_exact_for_all_codes():
     w, values = all_codes_weight()
     wp, s = ext.pack_vnni32(w), torch.full((2, 1), 0.5)  # block (128, 128), power of 2
     for m in (1, 9):
-        want = _expected(values, m, 32) * 0.5
-        for op in (ext.gemm_avx512, ext.gemm_amx):
-            assert torch.equal(op(_onehot(m, 32), wp, s, None, 256, 128, 128).float(), want)
+        want, x = _expected(values, m, 32) * 0.5, _onehot(m, 32)
+        for y in (ext.gemm_avx512(x, wp, s, None, 256, 128, 128, gemv_max_m=32),
+                  ext.gemm_avx512(x, wp, s, None, 256, 128, 128, gemv_max_m=0),
+                  ext.gemm_amx(x, wp, s, None, 256, 128, 128)):
+            assert torch.equal(y.float(), want)
 
 
 @needs_avx2
