@@ -64,8 +64,9 @@ class ModelRunner:
         contributes chunk.num_logit_rows rows (NONE: 0, LAST: 1, ALL: one per token)."""
         meta = build_metadata(batch, self.block_size, self.kv.num_slots)
         tokens = torch.tensor([t for c in batch.chunks for t in c.token_ids], dtype=torch.int64)
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.vocab_size):
-            raise ValueError(f"token id outside the vocabulary [0, {self.config.vocab_size})")
+        vocab = self.config.vocab_size
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab):
+            raise ValueError(f"token id outside the vocabulary [0, {vocab})")
         return self.model.forward(tokens, meta, self.kv, logit_rows(batch))
 
 

@@ -52,8 +52,8 @@ def rope_inv_freq(rope: RopeConfig, head_dim: int) -> torch.Tensor:
         orig = rope.original_max_position_embeddings
         return (head_dim * math.log(orig / (rotations * 2 * math.pi))) / (2 * math.log(rope.theta))
 
-    low = max(math.floor(correction_dim(rope.beta_fast)), 0)
-    high = min(math.ceil(correction_dim(rope.beta_slow)), head_dim - 1)
+    low = float(max(math.floor(correction_dim(rope.beta_fast)), 0))
+    high = float(min(math.ceil(correction_dim(rope.beta_slow)), head_dim - 1))
     if low == high:
         high += 0.001  # as in the reference: avoid a zero-width ramp
     ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
@@ -215,7 +215,7 @@ class FusedLinear:
 
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if len(self.modules) == 1:
-            return torch.split(self.modules[0](x), self.sizes, dim=-1)
+            return torch.split(self.modules[0](x), list(self.sizes), dim=-1)
         return tuple(m(x) for m in self.modules)
 
 

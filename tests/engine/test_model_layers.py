@@ -63,10 +63,10 @@ def test_fused_per_tensor_shards_become_exact_per_channel(kind: ScaleKind) -> No
 def test_fused_module_output_equals_unfused_modules() -> None:
     make = _factory()
     shards = _shards(ScaleKind.PER_TENSOR, (64, 32, 32))
-    fused = make.fused("l.qkv", dict(zip("qkv", shards)))
+    fused = make.fused("l.qkv", dict(zip("qkv", shards, strict=True)))
     assert fused.is_fused and isinstance(fused.modules[0], Fp8Linear)
     x = torch.randn(3, 64).to(torch.bfloat16)
-    for part, s in zip(fused(x), shards):
+    for part, s in zip(fused(x), shards, strict=True):
         alone = make("alone", s)(x)
         torch.testing.assert_close(part.float(), alone.float(), rtol=2e-2, atol=2e-2)
         torch.testing.assert_close(part.float(), reference_linear(s, x), rtol=2e-2, atol=5e-2)
@@ -107,5 +107,5 @@ def test_bf16_shards_fuse_and_split_exactly() -> None:
     fused = _factory().fused("l.gate_up", {"gate_proj": ws[0], "up_proj": ws[1]})
     assert fused.is_fused and isinstance(fused.modules[0], Bf16Linear)
     x = torch.randn(3, 16).to(torch.bfloat16)
-    for part, w in zip(fused(x), ws):
+    for part, w in zip(fused(x), ws, strict=True):
         assert torch.equal(part, Bf16Linear("w", w)(x))
