@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from engine.config import RopeConfig
 from engine.hardware import HardwareInfo
-from engine.kernels.base import Fp8Weight, ScaleKind
+from engine.kernels.base import Fp8Weight, Platform, ScaleKind
 from engine.kernels.layer_kernel import KernelReport, LayerKernel
 from engine.kernels.registry import KernelOverrides
 from engine.weights import LinearWeight
@@ -162,12 +162,14 @@ class Bf16Linear:
 
 
 class Fp8Linear:
-    """y [M, N] bf16 = x [M, K] bf16 @ dequant(W).T through the layer's chosen kernel."""
+    """y [M, N] bf16 = x [M, K] bf16 @ dequant(W).T through the layer's chosen kernel.
+    The decoder keeps its activations in host memory, so kernels come from the CPU tables
+    even on a host with an XPU or CUDA device."""
 
     def __init__(self, name: str, weight: Fp8Weight, hw: HardwareInfo,
                  overrides: KernelOverrides, report: KernelReport) -> None:
         self.name = name
-        self.kernel = LayerKernel(name, weight, hw, overrides, report)
+        self.kernel = LayerKernel(name, weight, hw, overrides, report, platform=Platform.CPU)
         self.n, self.k = weight.n, weight.k
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:

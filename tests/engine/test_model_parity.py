@@ -114,3 +114,17 @@ def test_the_comparison_detects_rope_mistakes(wrong: dict[str, object]) -> None:
     ref = hf_logits(hf_reference(weights), PROMPT)
     broken = replace(weights, config=with_rope(weights.config, **wrong))
     assert logit_error(_run_all(broken), ref) > 2 * TOL
+
+
+def test_cpu_kernels_are_chosen_on_a_host_with_a_cuda_device() -> None:
+    """Activations live in host memory: a CUDA-capable host must not get CUDA kernels."""
+    from engine.hardware import HardwareInfo
+    from engine.kernels.registry import KernelOverrides
+    from engine.runner import ModelRunner
+    from tests.engine.test_model_support import engine_config
+
+    hw = HardwareInfo.fake(cuda_available=True, cuda_capability=(9, 0), cuda_name="H200")
+    runner = ModelRunner(random_weights(tiny_config()), engine_config(), hw, KernelOverrides())
+    assert {c.platform for c in runner.kernel_report.choices.values()} == {"cpu"}
+    out = runner.run(BatchInputs((SeqChunk(0, (1, 2, 3), 0, (0,)),)))
+    assert out.shape == (1, 320) and torch.isfinite(out).all()
