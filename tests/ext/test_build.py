@@ -40,7 +40,8 @@ def test_cpuid_features_match_linux_cpuinfo():
 def test_dispatch_isa_follows_features():
     feats = ext.cpuid_features()
     want = "avx512" if set(AVX512_HOST) <= feats else ("avx2" if "avx2" in feats else "scalar")
-    linux_flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    cpuinfo = Path("/proc/cpuinfo")
+    linux_flags = cpuinfo.read_text().split() if cpuinfo.exists() else []
     if want == "avx512" and "avx512vbmi" in linux_flags:
         want = "avx512_vbmi"
     if want.startswith("avx512") and {"amx_tile", "amx_bf16"} <= feats:
