@@ -55,7 +55,10 @@ class _ScratchPool:
         bufs: dict[torch.device, torch.Tensor] = getattr(self._local, "bufs", None) or {}
         buf = bufs.get(device)
         if buf is None or buf.numel() < numel:
-            buf = torch.empty(numel, dtype=torch.bfloat16, device=device)
+            # A normal (non-inference) tensor: writable both inside and outside
+            # torch.inference_mode, whichever mode the first caller ran in.
+            with torch.inference_mode(False):
+                buf = torch.empty(numel, dtype=torch.bfloat16, device=device)
             bufs[device] = buf
             self._local.bufs = bufs
         return buf[:numel]

@@ -169,3 +169,16 @@ def test_packed_weight_of_another_kernel_is_refused() -> None:
     packed = TorchScaledMmW8A8().prepare(w)
     with pytest.raises(LayoutError, match="prepared by torch_scaled_mm_w8a8"):
         TorchW8A16().apply(packed, x_for(1, 64))
+
+
+def test_scratch_buffer_works_inside_and_outside_inference_mode() -> None:
+    """The reused bf16 scratch is created by whichever caller comes first; a buffer born
+    inside torch.inference_mode must still be writable by a later caller outside it."""
+    kernel = TorchW8A16()
+    w = random_fp8_weight(64, 128, ScaleKind.PER_TENSOR, seed=3)
+    packed = kernel.prepare(w)
+    x = torch.randn(2, 128).to(torch.bfloat16)
+    with torch.inference_mode():
+        inside = kernel.apply(packed, x)
+    outside = kernel.apply(packed, x)
+    torch.testing.assert_close(inside, outside, rtol=0, atol=0)
