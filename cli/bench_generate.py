@@ -1,11 +1,14 @@
 """`fp8serve bench generate`: single-stream prefill and decode tokens/s of fp8serve through
-the model runner, against same-run baselines (engine/bench/generate_bench.py). Prints a
-table and writes JSON."""
+the model runner, against same-run baselines (engine/bench/generate_bench.py): the memory
+bandwidth bound, torch bf16 matmul for the same FLOPs, transformers and llama.cpp. Prints a
+table of ratios and writes JSON."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
+from typing import Any
 
 from cli.main import CliError
 
@@ -16,12 +19,97 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="checkpoint directory (default: the demo model, converted once)")
     p.add_argument("--prompt-len", type=int, default=512)
     p.add_argument("--gen-len", type=int, default=64)
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads for every engine (default: torch's default, all cores)")
     p.add_argument("--baselines", default="transformers,llamacpp",
                    help="comma list of transformers, llamacpp ('' = none)")
+    p.add_argument("--hf-dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="dtype transformers dequantizes the FP8 weights into")
+    p.add_argument("--gguf", type=Path, default=None,
+                   help="GGUF for llama.cpp (default: the demo model's original, with the "
+                        "demo model only)")
+    p.add_argument("--bandwidth-mib", type=int, default=1024, help="read-bandwidth probe size")
     p.add_argument("--json", type=Path, default=Path("bench/results/generate.json"))
     p.set_defaults(func=run)
 
 
+def _model_and_gguf(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    from engine.demo_model import default_demo_dir, ensure_demo_model, find_gguf
+
+    if args.model is not None and not args.model.is_dir():
+        raise CliError(f"--model {args.model}: not a directory")
+    demo = args.model is None or args.model.resolve() == default_demo_dir().resolve()
+    model = ensure_demo_model() if args.model is None else args.model
+    gguf = args.gguf
+    if gguf is None and demo and "llamacpp" in args.baselines:
+        try:
+            gguf = find_gguf()
+        except Exception:  # noqa: BLE001 - reported as a skip by the baseline
+            gguf = None
+    return model, gguf
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    from engine.bench.generate_bench import GenerateBenchConfig
+
+    model, gguf = _model_and_gguf(args)
+    try:
+        return GenerateBenchConfig(
+            model_dir=model, prompt_len=args.prompt_len, gen_len=args.gen_len,
+            threads=args.threads, hf_dtype=args.hf_dtype, gguf=gguf,
+            baselines=tuple(b.strip() for b in args.baselines.split(",") if b.strip()),
+            bandwidth_bytes=args.bandwidth_mib << 20)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+
+
+def _fmt(v: float | None, spec: str = "{:.1f}") -> str:
+    return "-" if v is None else spec.format(v)
+
+
+def _label(name: str, b: dict[str, Any]) -> str:
+    if name == "transformers":
+        return f"transformers ({b.get('dtype')})"
+    return f"llama.cpp ({Path(b.get('gguf') or '?').name})"[:28]
+
+
+def format_table(res: dict[str, Any]) -> str:
+    """One row per engine; 'x' columns are fp8serve's figure divided by that row's."""
+    ours, r = res["fp8serve"], res["ratios"]
+    rows = [("fp8serve (FP8, runner)", ours["prefill_tok_s"], ours["decode_tok_s"], None, None),
+            ("bandwidth bound", None, res["bandwidth_bound"]["decode_tok_s"], None,
+             r["decode_vs_bandwidth_bound"]),
+            ("torch bf16 matmul", res["bf16_matmul"]["prefill_tok_s"], None,
+             r["prefill_vs_bf16_matmul"], None)]
+    for name, b in res["baselines"].items():
+        label = _label(name, b)
+        if "skipped" in b:
+            rows.append((f"{name}: skipped", None, None, None, None))
+            continue
+        rows.append((label, b["prefill_tok_s"], b["decode_tok_s"],
+                     r[f"prefill_vs_{name}"], r[f"decode_vs_{name}"]))
+    m, c = res["model"], res["config"]
+    head = (f"{m['name']}: {m['num_layers']} layers, hidden {m['hidden_size']}; prompt "
+            f"{c['prompt_len']}, gen {c['gen_len']}, {res['host']['torch_threads']} threads; "
+            f"read bandwidth {res['read_bandwidth_gbps']:.1f} GB/s; "
+            f"{res['bytes_per_token']['total'] / 2**20:.1f} MiB read per decode token")
+    lines = [head, f"{'':<28}{'prefill tok/s':>14}{'decode tok/s':>14}"
+             f"{'fp8serve x (pre)':>18}{'fp8serve x (dec)':>18}"]
+    for label, pre, dec, xp, xd in rows:
+        lines.append(f"{label:<28}{_fmt(pre):>14}{_fmt(dec):>14}"
+                     f"{_fmt(xp, '{:.2f}'):>18}{_fmt(xd, '{:.2f}'):>18}")
+    lines.append("(vs bandwidth bound: fraction of the bound reached; "
+                 "vs bf16 matmul: fraction of torch's bf16 throughput for the same FLOPs)")
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
-    raise CliError("bench generate: not implemented yet")
+    from engine.bench.generate_bench import run_generate_bench
+
+    cfg = config_from_args(args)
+    res = run_generate_bench(cfg, log=lambda s: print(s, flush=True))
+    print(format_table(res))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(res, indent=2))
+    print(f"wrote {args.json}")
+    return 0

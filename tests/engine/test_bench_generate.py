@@ -1,0 +1,88 @@
+"""`fp8serve bench generate` on a tiny checkpoint: the JSON has every section, the byte
+count per decode token is exact, and the ratios are the quotients of the figures. Never
+asserts on timings (the machine is shared)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from cli.bench_generate import format_table, run
+from engine.bench.generate_bench import (
+    GenerateBenchConfig,
+    bench_prompt,
+    decode_bytes_per_token,
+    prefill_linear_shapes,
+)
+from engine.loader import load_weights, read_model_config
+
+
+def _args(model, out, baselines="transformers,llamacpp", **kw):
+    base = dict(model=model, prompt_len=24, gen_len=5, threads=1, baselines=baselines,
+                hf_dtype="float32", gguf=None, bandwidth_mib=16, json=out)
+    return argparse.Namespace(**(base | kw))
+
+
+@pytest.fixture(scope="module")
+def result(tiny_checkpoint, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "generate.json"
+    assert run(_args(tiny_checkpoint(), out)) == 0
+    return json.loads(out.read_text())
+
+
+def test_json_sections(result):
+    for key in ("host", "config", "model", "read_bandwidth_gbps", "bytes_per_token",
+                "fp8serve", "bandwidth_bound", "bf16_matmul", "baselines", "ratios"):
+        assert key in result, key
+    ours = result["fp8serve"]
+    assert ours["prompt_tokens"] == 24 and ours["decode_steps"] == 4
+    assert len(ours["output_ids"]) == 5
+    assert ours["prefill_tok_s"] == pytest.approx(24 / ours["prefill_s"])
+    assert ours["decode_tok_s"] == pytest.approx(4 / ours["decode_s"])
+    assert sum(ours["kernels"].values()) > 0
+    assert result["host"]["torch_threads"] == 1
+
+
+def test_baselines_and_ratios(result):
+    hf = result["baselines"]["transformers"]
+    assert hf["dtype"] == "float32" and hf["decode_steps"] == 4
+    assert len(hf["output_ids"]) == 5
+    assert "skipped" in result["baselines"]["llamacpp"]  # no GGUF for a synth model
+    r, ours = result["ratios"], result["fp8serve"]
+    assert r["decode_vs_transformers"] == pytest.approx(ours["decode_tok_s"] / hf["decode_tok_s"])
+    assert r["decode_vs_llamacpp"] is None
+    bound = result["read_bandwidth_gbps"] * 1e9 / result["bytes_per_token"]["total"]
+    assert result["bandwidth_bound"]["decode_tok_s"] == pytest.approx(bound)
+    assert r["decode_vs_bandwidth_bound"] == pytest.approx(ours["decode_tok_s"] / bound)
+    assert r["prefill_vs_bf16_matmul"] == pytest.approx(
+        ours["prefill_tok_s"] / result["bf16_matmul"]["prefill_tok_s"])
+    # Same weights, greedy: both engines start with the same token.
+    assert result["agreement_tokens"]["transformers"] >= 1
+    text = format_table(result)
+    assert "transformers (float32)" in text and "llamacpp: skipped" in text
+
+
+def test_bytes_per_token_counts_every_weight(tiny_checkpoint):
+    d = tiny_checkpoint()
+    cfg = read_model_config(d)
+    b = decode_bytes_per_token(load_weights(d, progress=False))
+    h, i, q, kv = cfg.hidden_size, cfg.intermediate_size, cfg.q_size, cfg.kv_size
+    per_layer = h * (q + 2 * kv) + q * h + 3 * h * i + 7 * 4  # fp8 bytes + fp32 scalar scales
+    assert b["fp8_linear_bytes"] == cfg.num_layers * per_layer
+    assert b["lm_head_bytes"] == cfg.vocab_size * h * 2  # bf16 head
+    assert b["total"] == (b["fp8_linear_bytes"] + b["bf16_linear_bytes"] + b["lm_head_bytes"]
+                          + b["embedding_row_bytes"] + b["norm_bytes"])
+    flops = sum(n * k for _, n, k in prefill_linear_shapes(cfg))
+    assert flops * cfg.num_layers == cfg.num_layers * (per_layer - 28)
+
+
+def test_prompt_and_config_checks():
+    p = bench_prompt(1024, 50, seed=1, bos=1)
+    assert len(p) == 50 and p[0] == 1 and all(100 <= t < 1024 for t in p[1:])
+    assert p == bench_prompt(1024, 50, seed=1, bos=1)
+    with pytest.raises(ValueError, match="unknown baseline"):
+        GenerateBenchConfig(model_dir=".", baselines=("vllm",))
+    with pytest.raises(ValueError):
+        GenerateBenchConfig(model_dir=".", gen_len=1)
