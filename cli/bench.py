@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCH_MODULES = ("cli.bench_kernels", "cli.bench_generate", "cli.bench_serve")
+BENCH_MODULES = ("cli.bench_kernels", "cli.bench_generate", "cli.bench_serve", "cli.bench_rss")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -84,12 +84,13 @@ def run_transformers(model_dir: Path, prompt: list[int], gen_len: int,
     except Exception as exc:  # an architecture this transformers cannot load
         return {"skipped": f"transformers cannot load {model_dir}: {exc}"}
     load_s = time.perf_counter() - t0
+    param_dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     _hf_generate(model, prompt[:WARMUP_PROMPT], WARMUP_TOKENS)
     timing = _hf_generate(model, prompt, gen_len)
     del model
     gc.collect()
     return timing.to_dict() | {"engine": f"transformers {transformers.__version__}",
-                               "dtype": dtype, "load_s": load_s}
+                               "dtype": param_dtype, "load_s": load_s}
 
 
 def _llama_generate(llm: Any, prompt: list[int], n: int) -> GenTiming:

@@ -18,6 +18,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -129,11 +130,12 @@ def bf16_prefill_reference(cfg: ModelConfig, m: int, reps: int) -> dict[str, Any
     the lm_head at M = 1 (prefill computes one logit row): the time torch needs for the
     linear FLOPs of a prefill of ``m`` tokens, as an equivalent tokens/s."""
     gen = torch.Generator().manual_seed(0)
-    per_shape, layer_s, flops = [], 0.0, 0
+    per_shape: list[dict[str, Any]] = []
+    layer_s, flops = 0.0, 0
     for name, n, k in prefill_linear_shapes(cfg):
         w = (torch.randn(n, k, generator=gen) * 0.02).to(torch.bfloat16)
         x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
-        s = time_calls([lambda x=x, w=w: torch.matmul(x, w.t())], reps=reps, warmup=1)
+        s = time_calls([partial(torch.matmul, x, w.t())], reps=reps, warmup=1)
         per_shape.append({"name": name, "n": n, "k": k, "m": m, "s": s,
                           "tflops": 2 * m * n * k / s / 1e12})
         layer_s += s
@@ -141,7 +143,7 @@ def bf16_prefill_reference(cfg: ModelConfig, m: int, reps: int) -> dict[str, Any
         del w, x
     head_w = (torch.randn(cfg.vocab_size, cfg.hidden_size, generator=gen) * 0.02).bfloat16()
     hx = torch.randn(1, cfg.hidden_size, generator=gen).bfloat16()
-    head_s = time_calls([lambda: torch.matmul(hx, head_w.t())], reps=reps, warmup=1)
+    head_s = time_calls([partial(torch.matmul, hx, head_w.t())], reps=reps, warmup=1)
     total_s = cfg.num_layers * layer_s + head_s
     total_flops = cfg.num_layers * flops + 2 * cfg.vocab_size * cfg.hidden_size
     return {"m": m, "shapes": per_shape, "lm_head_s": head_s, "total_s": total_s,

@@ -1,0 +1,72 @@
+"""`fp8serve bench rss --model DIR --kv-cache-gib G`: start `fp8serve serve` in a
+subprocess, send a few requests, and report its peak RSS (VmHWM) against the weight bytes
+on disk (vision tensors excluded) plus the KV budget (engine/bench/rss.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from cli.main import CliError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("rss", help="peak RSS of the server vs weights + KV budget")
+    p.add_argument("--model", type=Path, default=None,
+                   help="checkpoint directory (default: the demo model, converted once)")
+    p.add_argument("--kv-cache-gib", type=float, default=1.0)
+    p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--requests", type=int, default=8)
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--json", type=Path, default=Path("bench/results/rss.json"))
+    p.set_defaults(func=run)
+
+
+def format_summary(res: dict[str, Any]) -> str:
+    w, gib = res["weight_bytes"], 2**30
+    base = res["interpreter_baseline"].get("VmHWM", 0) / gib
+    return "\n".join([
+        f"model {res['model']}: weights on disk {w['text_decoder'] / gib:.2f} GiB "
+        f"(text decoder; all tensors {w['all_tensors'] / gib:.2f} GiB) + KV "
+        f"{res['kv_cache_bytes'] / gib:.2f} GiB = {res['budget_gib']:.2f} GiB",
+        f"server peak RSS (VmHWM) {res['peak_rss_gib']:.2f} GiB: "
+        f"{res['overhead_gib']:+.2f} GiB over weights + KV "
+        f"({res['peak_vs_budget']:.2f}x); python+torch+service alone {base:.2f} GiB",
+        f"requests completed {res['requests']['completed']}, failed "
+        f"{res['requests']['failed']}; ready in {res['ready_s']:.1f} s"])
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+
+    from engine.bench.rss import RssBenchConfig, run_rss_bench
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+
+    model = args.model
+    if model is None:
+        from engine.demo_model import ensure_demo_model
+
+        model = ensure_demo_model()
+    elif not model.is_dir():
+        raise CliError(f"--model {model}: not a directory")
+    try:
+        cfg = RssBenchConfig(model_dir=model, kv_cache_gib=args.kv_cache_gib,
+                             max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
+                             threads=args.threads, requests=args.requests,
+                             concurrency=args.concurrency, prompt_len=args.prompt_len,
+                             max_tokens=args.max_tokens)
+        res = run_rss_bench(cfg, log=lambda s: print(s, flush=True))
+    except (ValueError, RuntimeError, TimeoutError) as exc:
+        raise CliError(str(exc)) from exc
+    print(format_summary(res))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(res, indent=2))
+    print(f"wrote {args.json}")
+    return 0 if res["requests"]["failed"] == 0 else 1
