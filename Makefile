@@ -44,10 +44,12 @@ lint: setup
 bench: bench-kernels bench-generate
 
 bench-kernels: ext
-	$(BIN)/fp8serve bench kernels --out bench/results
+	mkdir -p bench/results
+	$(BIN)/fp8serve bench kernels --json bench/results/kernels.json --png bench/results/kernels.png
 
 bench-generate: ext demo
-	$(BIN)/fp8serve bench generate --out bench/results
+	mkdir -p bench/results
+	$(BIN)/fp8serve bench generate --json bench/results/generate-demo.json
 
 image:
 	podman build --isolation chroot -t $(IMAGE) . || docker build -t $(IMAGE) .
