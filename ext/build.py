@@ -1,7 +1,7 @@
 """JIT build of the C++ extension with torch.utils.cpp_extension + ninja.
 
 The library is built into a cache directory (``FP8SERVE_EXT_DIR``; default
-``~/.cache/fp8serve/ext/<torch version>-<source hash>``) and loaded into the process,
+``$FP8SERVE_CACHE_DIR/ext/<torch version>-<source hash>``, the cache root defaulting to ``~/.cache/fp8serve``) and loaded into the process,
 which registers the ``torch.ops.fp8serve`` ops. A failed compile never raises: the
 returned :class:`ExtensionStatus` carries the compiler output as ``error``.
 
@@ -81,8 +81,12 @@ def source_hash(cfg: BuildConfig) -> str:
 
 
 def default_build_dir(cfg: BuildConfig) -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return root / "fp8serve" / "ext" / f"{torch.__version__}-{source_hash(cfg)}"
+    """$FP8SERVE_CACHE_DIR/ext/<torch>-<hash>, the cache root defaulting to
+    $XDG_CACHE_HOME/fp8serve (or ~/.cache/fp8serve), as for the demo model."""
+    env_root = os.environ.get("FP8SERVE_CACHE_DIR")
+    xdg = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    root = Path(env_root) if env_root else xdg / "fp8serve"
+    return root / "ext" / f"{torch.__version__}-{source_hash(cfg)}"
 
 
 def build_dir_for(cfg: BuildConfig) -> Path:
