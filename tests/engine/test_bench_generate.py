@@ -86,3 +86,18 @@ def test_prompt_and_config_checks():
         GenerateBenchConfig(model_dir=".", baselines=("vllm",))
     with pytest.raises(ValueError):
         GenerateBenchConfig(model_dir=".", gen_len=1)
+
+
+def test_results_markdown(result, tmp_path):
+    from engine.bench.report import build_markdown
+
+    (tmp_path / "generate-tiny.json").write_text(json.dumps(result))
+    md = build_markdown(tmp_path)
+    name = result["model"]["name"]
+    row = next(line for line in md.splitlines() if line.startswith(f"| {name}"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[0] == f"{name} (2 layers)" and cells[1] == "1"
+    assert cells[3] == f"{result['fp8serve']['decode_tok_s']:.1f}"
+    assert cells[4].startswith(f"{result['ratios']['decode_vs_bandwidth_bound']:.2f} of ")
+    assert cells[8] == "-"  # llama.cpp skipped
+    assert "Kernels" not in md and "peak RSS" not in md  # no such JSON in the directory
