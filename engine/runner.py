@@ -62,7 +62,8 @@ class ModelRunner:
     def run(self, batch: BatchInputs) -> torch.Tensor:
         """Logits float32 [batch.num_logit_rows, vocab], rows in chunk order; each chunk
         contributes chunk.num_logit_rows rows (NONE: 0, LAST: 1, ALL: one per token)."""
-        meta = build_metadata(batch, self.block_size, self.kv.num_slots)
+        meta = build_metadata(batch, self.block_size, self.kv.num_slots,
+                              spans=not self.model.attention.use_ext)
         tokens = torch.tensor([t for c in batch.chunks for t in c.token_ids], dtype=torch.int64)
         vocab = self.config.vocab_size
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab):

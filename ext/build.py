@@ -37,8 +37,10 @@ SOURCE_NAMES = (
     "fp8_gemm_avx512.cpp",
     "fp8_gemm_avx512_vbmi.cpp",
     "fp8_gemm_avx2.cpp",
+    "attention.cpp",
+    "attention_avx512.cpp",
 )
-HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h", "avx512_kernels.inc")
+HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h", "avx512_kernels.inc", "attention.h")
 BASE_CFLAGS = ("-O3", "-fno-math-errno", "-Wall", "-Wno-unused-function", "-Wno-psabi")
 
 

@@ -78,6 +78,23 @@ def gemm_avx2(x, w_packed, scale, bias, n):
     return x.new_empty((x.shape[0], n))
 
 
+def paged_attention(q, k_cache, v_cache, block_tables, token_seq, ctx_lens, block_size,
+                    scale):
+    torch._check(q.dim() == 3 and q.dtype == torch.bfloat16,
+                 lambda: f"paged_attention: q must be bf16 [T, Hq, D], got {tuple(q.shape)}")
+    torch._check(k_cache.dim() == 3 and k_cache.shape[2] == q.shape[2],
+                 lambda: f"paged_attention: k_cache must be [S, Hkv, D], got "
+                         f"{tuple(k_cache.shape)}")
+    torch._check(block_tables.dim() == 2 and block_tables.dtype == torch.int32,
+                 lambda: "paged_attention: block_tables must be int32 [C, W]")
+    return q.new_empty((q.shape[0], q.shape[1] * q.shape[2]))
+
+
+def kv_write(k_cache, v_cache, k, v, slot_mapping):
+    torch._check(k.dim() == 3 and k.shape[0] == slot_mapping.shape[0],
+                 lambda: "kv_write: k must be [T, Hkv, D] with slot_mapping [T]")
+
+
 FAKES = {
     "fp8_to_bf16": fp8_to_bf16,
     "pack_vnni32": pack_vnni32,
@@ -85,6 +102,8 @@ FAKES = {
     "gemm_avx512": gemm_avx512,
     "gemm_amx": gemm_amx,
     "gemm_avx2": gemm_avx2,
+    "paged_attention": paged_attention,
+    "kv_write": kv_write,
 }
 
 

@@ -1,17 +1,25 @@
 """Paged causal attention over the KV store, for a mixed batch of prefill chunks and
 decode tokens.
 
-Per step the runner builds one :class:`AttentionMetadata` (slot indices, masks) shared by
-every layer. Per layer, :class:`PagedAttention`:
-  1. writes the new tokens' K/V into their slots,
-  2. runs each prefill chunk (> 1 token) with SDPA over [cached context + chunk], causal,
-  3. runs all decode chunks (1 token each) together: one gather of each sequence's K/V
-     into a reused padded buffer, a length mask, one SDPA call with the query heads of
-     each KV head folded into the query-length axis (no GQA expansion).
+Per step the runner builds one :class:`AttentionMetadata` (slot indices, block tables)
+shared by every layer. Per layer, :class:`PagedAttention` writes the new tokens' K/V into
+their slots, then either
+
+* (C++ extension built) runs every query token - prefill and decode alike - through the
+  ``paged_attention`` op (ext/csrc/attention.cpp): K/V read straight from the paged
+  blocks, fp32 online softmax over keys in position order. Each query row's result is
+  bitwise independent of the batch composition and of how its prompt was chunked; or
+* (reference path) runs each prefill chunk (> 1 token) with SDPA over [cached context +
+  chunk], causal, and all decode chunks together: one gather of each sequence's K/V into
+  a reused padded buffer, a length mask, one SDPA call with the query heads of each KV
+  head folded into the query-length axis. Here padding to the longest context changes
+  SDPA's reduction order, so a sequence's logits depend on its batch.
 
 Shapes: T = tokens in the step, Hq/Hkv = query/KV heads, D = head_dim, B = decode
 sequences, L = context length. q [T, Hq, D], k/v [T, Hkv, D] bf16 -> out [T, Hq*D] bf16.
 KV cache per layer: K, V flat views [num_slots, Hkv, D] bf16 (see kv_store.py).
+paged_attention inputs (PagedIndex): block_tables [C, W] int32 (C = chunks), token_seq [T]
+int32 (each token's chunk), ctx_lens [T] int32 (keys attended = position + 1).
 """
 
 from __future__ import annotations
@@ -41,11 +49,22 @@ class DecodeSpan:
 
 
 @dataclass(frozen=True, slots=True)
+class PagedIndex:
+    """Inputs of the C++ paged_attention op, shared by every layer of the step."""
+
+    block_tables: torch.Tensor  # [C, W] int32 block ids (zero padded)
+    token_seq: torch.Tensor  # [T] int32 row of block_tables for each token
+    ctx_lens: torch.Tensor  # [T] int32 keys attended by each token (position + 1)
+    block_size: int
+
+
+@dataclass(frozen=True, slots=True)
 class AttentionMetadata:
     positions: torch.Tensor  # [T] int64
     slot_mapping: torch.Tensor  # [T] int64 where each new token's K/V is written
-    prefills: tuple[PrefillSpan, ...]
+    prefills: tuple[PrefillSpan, ...]  # empty unless built with spans=True
     decode: DecodeSpan | None
+    paged: PagedIndex
 
 
 def _block_tables(batch: BatchInputs, block_size: int, num_slots: int) -> torch.Tensor:
@@ -68,7 +87,10 @@ def _slots(bt_rows: torch.Tensor, pos: torch.Tensor, block_size: int) -> torch.T
     return torch.gather(bt_rows, -1, pos // block_size) * block_size + pos % block_size
 
 
-def build_metadata(batch: BatchInputs, block_size: int, num_slots: int) -> AttentionMetadata:
+def build_metadata(batch: BatchInputs, block_size: int, num_slots: int,
+                   spans: bool = True) -> AttentionMetadata:
+    """The step's attention inputs; ``spans=False`` skips the SDPA path's spans and masks
+    (enough for the C++ op)."""
     if not batch.chunks:
         raise ValueError("empty batch")
     bt = _block_tables(batch, block_size, num_slots)
@@ -78,6 +100,10 @@ def build_metadata(batch: BatchInputs, block_size: int, num_slots: int) -> Atten
     offsets = torch.cumsum(counts, 0) - counts  # first row of each chunk
     positions = torch.arange(int(counts.sum())) - offsets[chunk_of] + torch.tensor(starts)[chunk_of]
     slot_mapping = _slots(bt[chunk_of], positions[:, None], block_size)[:, 0]
+    paged = PagedIndex(bt.to(torch.int32), chunk_of.to(torch.int32),
+                       (positions + 1).to(torch.int32), block_size)
+    if not spans:
+        return AttentionMetadata(positions, slot_mapping, (), None, paged)
     prefills, dec_idx = [], []
     for i, c in enumerate(batch.chunks):
         if c.num_tokens == 1:
@@ -86,7 +112,7 @@ def build_metadata(batch: BatchInputs, block_size: int, num_slots: int) -> Atten
         row = int(offsets[i])
         prefills.append(_prefill_span(row, c.start_pos, c.num_tokens, bt[i], block_size))
     decode = _decode_span(dec_idx, offsets, starts, bt, block_size) if dec_idx else None
-    return AttentionMetadata(positions, slot_mapping, tuple(prefills), decode)
+    return AttentionMetadata(positions, slot_mapping, tuple(prefills), decode, paged)
 
 
 def _prefill_span(row: int, start: int, n: int, bt_row: torch.Tensor,
@@ -110,15 +136,34 @@ def _decode_span(idx: list[int], offsets: torch.Tensor, starts: list[int], bt: t
     return DecodeSpan(offsets[sel], slots.reshape(-1), valid[:, None, None, :], max_len)
 
 
-class PagedAttention:
-    """Attention of one model (shared by its layers). Owns only reusable gather buffers
-    (grown on demand, never shrunk) so decode does not page-fault fresh memory each step."""
+def extension_attention_reason(num_heads: int, num_kv_heads: int, head_dim: int) -> str | None:
+    """None when the C++ paged_attention op can run this model here, else why not."""
+    import ext
 
-    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
+    st = ext.load()
+    if not st.built:
+        return f"C++ extension not built: {st.error}"
+    if not hasattr(torch.ops.fp8serve, "paged_attention"):
+        return "C++ extension has no paged_attention op"
+    if head_dim % 16 or head_dim > 256 or num_heads // num_kv_heads > 16:
+        return f"head_dim {head_dim} / group {num_heads // num_kv_heads} not supported"
+    return None
+
+
+class PagedAttention:
+    """Attention of one model (shared by its layers). ``use_ext``: run the C++ op (None =
+    whenever it is available). The SDPA path owns only reusable gather buffers (grown on
+    demand, never shrunk) so decode does not page-fault fresh memory each step."""
+
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int,
+                 use_ext: bool | None = None) -> None:
         self.hq, self.hkv, self.d = num_heads, num_kv_heads, head_dim
         self.group = num_heads // num_kv_heads
         self.scale = head_dim ** -0.5
         self._buf: dict[str, torch.Tensor] = {}
+        if use_ext is None:
+            use_ext = extension_attention_reason(num_heads, num_kv_heads, head_dim) is None
+        self.use_ext = use_ext
 
     def _scratch(self, name: str, rows: int) -> torch.Tensor:
         buf = self._buf.get(name)
@@ -138,6 +183,13 @@ class PagedAttention:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  cache: tuple[torch.Tensor, torch.Tensor],
                  meta: AttentionMetadata) -> torch.Tensor:
+        """q [T, Hq, D], k/v [T, Hkv, D] bf16 (unit stride on D) -> [T, Hq*D] bf16."""
+        if self.use_ext:
+            ops = torch.ops.fp8serve
+            ops.kv_write(cache[0], cache[1], k, v, meta.slot_mapping)
+            p = meta.paged
+            return ops.paged_attention(q, cache[0], cache[1], p.block_tables, p.token_seq,
+                                       p.ctx_lens, p.block_size, self.scale)
         cache[0].index_copy_(0, meta.slot_mapping, k)
         cache[1].index_copy_(0, meta.slot_mapping, v)
         t = q.shape[0]

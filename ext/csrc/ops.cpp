@@ -32,6 +32,15 @@ TORCH_LIBRARY(fp8serve, m) {
       "int block_n=0, int block_k=0) -> Tensor");
   // x[M, K] bf16, w_packed [N/16, K, 16] fp8, scale f32 [N], bias f32 [N]? -> y[M, n] bf16
   m.def("gemm_avx2(Tensor x, Tensor w_packed, Tensor scale, Tensor? bias, int n) -> Tensor");
+  // q [T, Hq, D] bf16, k_cache / v_cache [S, Hkv, D] bf16, block_tables [C, W] int32,
+  // token_seq [T] int32, ctx_lens [T] int32 -> [T, Hq * D] bf16 (attention.cpp)
+  m.def(
+      "paged_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
+      "Tensor token_seq, Tensor ctx_lens, int block_size, float scale) -> Tensor");
+  // k, v [T, Hkv, D] bf16 -> k_cache / v_cache [S, Hkv, D] rows slot_mapping [T] int64
+  m.def(
+      "kv_write(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, "
+      "Tensor slot_mapping) -> ()");
   // cpuid + XCR0 features (names of engine/hardware.py CPU_FEATURES); the dispatch ISA
   m.def("cpu_features() -> str[]", &fp8serve::cpu_features_op);
   m.def("isa() -> str", &fp8serve::isa_op);
@@ -44,4 +53,6 @@ TORCH_LIBRARY_IMPL(fp8serve, CPU, m) {
   m.impl("gemm_avx512", &fp8serve::gemm_avx512);
   m.impl("gemm_amx", &fp8serve::gemm_amx);
   m.impl("gemm_avx2", &fp8serve::gemm_avx2);
+  m.impl("paged_attention", &fp8serve::paged_attention);
+  m.impl("kv_write", &fp8serve::kv_write);
 }

@@ -26,6 +26,15 @@ at::Tensor gemm_amx(const at::Tensor& x, const at::Tensor& w_packed, const at::T
                     int64_t block_k);
 at::Tensor gemm_avx2(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,
                      const std::optional<at::Tensor>& bias, int64_t n);
+// paged_attention: q [T, Hq, D] bf16, k_cache / v_cache [S, Hkv, D] bf16, block_tables
+//   [C, W] int32, token_seq [T] int32, ctx_lens [T] int32 -> out [T, Hq * D] bf16
+at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
+                           const at::Tensor& v_cache, const at::Tensor& block_tables,
+                           const at::Tensor& token_seq, const at::Tensor& ctx_lens,
+                           int64_t block_size, double scale);
+// kv_write: k, v [T, Hkv, D] bf16 -> rows slot_mapping [T] int64 of k_cache / v_cache [S, Hkv, D]
+void kv_write(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& k,
+              const at::Tensor& v, const at::Tensor& slot_mapping);
 std::vector<std::string> cpu_features_op();
 std::string isa_op();
 

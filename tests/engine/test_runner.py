@@ -138,8 +138,15 @@ def test_invalid_inputs_are_rejected(weights) -> None:
         runner.run(BatchInputs((SeqChunk(0, (1,), 16, tuple(range(5))),)))
 
 
-def test_decode_reuses_gather_buffers(weights) -> None:
+def _sdpa_runner(weights):
+    """A runner on the reference attention path (SDPA; the C++ op is the default)."""
     runner = make_runner(weights)
+    runner.model.attention.use_ext = False
+    return runner
+
+
+def test_decode_reuses_gather_buffers(weights) -> None:
+    runner = _sdpa_runner(weights)
     generate_greedy(runner, _tokens(6, 3), max_new_tokens=4)
     bufs = dict(runner.model.attention._buf)
     assert set(bufs) == {"k", "v"}
@@ -151,7 +158,7 @@ def test_decode_reuses_gather_buffers(weights) -> None:
 def test_attention_uses_fused_sdpa_kernels_not_the_math_path(weights) -> None:
     """Prefill (with and without cached context) and batched decode reach torch's fused
     CPU attention kernel; the unfused math fallback materializes [heads, n, L] scores."""
-    runner = make_runner(weights)
+    runner = _sdpa_runner(weights)
     a = _tokens(20, 1)
     with torch.profiler.profile() as prof:
         runner.run(BatchInputs((SeqChunk(0, tuple(a[:12]), 0, (0, 1, 2, 3, 4)),)))

@@ -1,0 +1,190 @@
+// Paged attention and the KV-cache write (layouts in ops.h, algorithm in attention.h).
+//
+//   paged_attention: q [T, Hq, D] bf16 (unit stride on D), k_cache / v_cache [S, Hkv, D] bf16
+//       contiguous (S = num_blocks * block_size, slot = block * block_size + offset),
+//       block_tables [C, W] int32, token_seq [T] int32 (row of block_tables),
+//       ctx_lens [T] int32 (keys 0 .. ctx_len - 1 attended) -> out [T, Hq * D] bf16.
+//   kv_write: k, v [T, Hkv, D] bf16 -> k_cache / v_cache rows slot_mapping [T] int64.
+//
+// Work items (token, KV head) are split over torch's intra-op threads. AVX-512 hosts run
+// attention_avx512.cpp; others the portable kernel below (same algorithm, std::exp).
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "attention.h"
+#include "isa.h"
+#include "ops.h"
+
+namespace fp8serve {
+namespace {
+
+float bf16_to_f32(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t f32_to_bf16(float f) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+  return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+const uint16_t* cache_row(const AttnArgs& a, const uint16_t* cache, const int32_t* bt,
+                          int64_t j, int64_t h) {
+  const int64_t slot = int64_t(bt[j / a.block_size]) * a.block_size + j % a.block_size;
+  return cache + (slot * a.hkv + h) * a.d;
+}
+
+// Portable kernel: per query head, the same tile order as the AVX-512 one.
+void attend_portable(const AttnArgs& a, int64_t t, int64_t h, std::vector<float>& buf) {
+  const int64_t g_n = a.hq / a.hkv, d = a.d, len = a.ctx_lens[t];
+  const int32_t* bt = a.block_tables + int64_t(a.token_seq[t]) * a.bt_stride;
+  buf.assign(2 * d + kKeyTile, 0.0f);
+  float *qf = buf.data(), *acc = qf + d, *s = acc + d;
+  for (int64_t g = 0; g < g_n; ++g) {
+    const int64_t head = h * g_n + g;
+    const uint16_t* qr = a.q + t * a.q_st + head * a.q_sh;
+    for (int64_t i = 0; i < d; ++i) qf[i] = bf16_to_f32(qr[i]) * a.scale, acc[i] = 0.0f;
+    float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+    for (int64_t j0 = 0; j0 < len; j0 += kKeyTile) {
+      const int64_t n = std::min(kKeyTile, len - j0);
+      float m_new = m;
+      for (int64_t jj = 0; jj < n; ++jj) {
+        const uint16_t* kr = cache_row(a, a.k, bt, j0 + jj, h);
+        float dot = 0.0f;
+        for (int64_t i = 0; i < d; ++i) dot += qf[i] * bf16_to_f32(kr[i]);
+        s[jj] = dot;
+        m_new = std::max(m_new, dot);
+      }
+      const float alpha = std::exp(m - m_new);
+      float sum = 0.0f;
+      for (int64_t jj = 0; jj < n; ++jj) sum += (s[jj] = std::exp(s[jj] - m_new));
+      l = l * alpha + sum;
+      m = m_new;
+      for (int64_t i = 0; i < d; ++i) acc[i] *= alpha;
+      for (int64_t jj = 0; jj < n; ++jj) {
+        const uint16_t* vr = cache_row(a, a.v, bt, j0 + jj, h);
+        for (int64_t i = 0; i < d; ++i) acc[i] += s[jj] * bf16_to_f32(vr[i]);
+      }
+    }
+    uint16_t* o = a.out + t * a.out_st + head * d;
+    for (int64_t i = 0; i < d; ++i) o[i] = f32_to_bf16(acc[i] / l);
+  }
+}
+
+void check_cache(const at::Tensor& c, const char* name, int64_t hkv, int64_t d) {
+  TORCH_CHECK(c.scalar_type() == at::kBFloat16 && c.dim() == 3 && c.is_contiguous() &&
+                  c.size(1) == hkv && c.size(2) == d,
+              "paged_attention: ", name, " must be contiguous bf16 [S, Hkv=", hkv, ", D=", d,
+              "], got ", c.scalar_type(), " ", c.sizes());
+}
+
+void check_int(const at::Tensor& t, const char* name, int64_t dim) {
+  TORCH_CHECK(t.scalar_type() == at::kInt && t.dim() == dim && t.is_contiguous(),
+              "paged_attention: ", name, " must be a contiguous ", dim, "-D int32 tensor, got ",
+              t.scalar_type(), " ", t.sizes());
+}
+
+// Every index the kernel will follow stays inside the cache.
+void check_indices(const AttnArgs& a, int64_t t_n, int64_t c_n, int64_t slots) {
+  const int64_t blocks = slots / a.block_size;
+  for (int64_t i = 0; i < c_n * a.bt_stride; ++i) {
+    TORCH_CHECK(a.block_tables[i] >= 0 && a.block_tables[i] < blocks,
+                "paged_attention: block id ", a.block_tables[i], " outside [0, ", blocks, ")");
+  }
+  for (int64_t t = 0; t < t_n; ++t) {
+    TORCH_CHECK(a.token_seq[t] >= 0 && a.token_seq[t] < c_n, "paged_attention: token_seq[",
+                t, "] = ", a.token_seq[t], " outside [0, ", c_n, ")");
+    TORCH_CHECK(a.ctx_lens[t] >= 1 && a.ctx_lens[t] <= a.bt_stride * a.block_size,
+                "paged_attention: ctx_lens[", t, "] = ", a.ctx_lens[t], " outside [1, ",
+                a.bt_stride * a.block_size, "]");
+  }
+}
+
+}  // namespace
+
+void paged_attention_into(const AttnArgs& a, int64_t t_n) {
+  const int64_t items = t_n * a.hkv;
+  if (cpu_isa() >= Isa::kAvx512) {
+    at::parallel_for(0, items, 1, [&](int64_t i0, int64_t i1) {
+      avx512::attend_items(a, i0, i1);
+    });
+    return;
+  }
+  at::parallel_for(0, items, 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> buf;
+    for (int64_t i = i0; i < i1; ++i) attend_portable(a, i / a.hkv, i % a.hkv, buf);
+  });
+}
+
+at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
+                           const at::Tensor& v_cache, const at::Tensor& block_tables,
+                           const at::Tensor& token_seq, const at::Tensor& ctx_lens,
+                           int64_t block_size, double scale) {
+  TORCH_CHECK(q.scalar_type() == at::kBFloat16 && q.dim() == 3 && q.stride(2) == 1,
+              "paged_attention: q must be bf16 [T, Hq, D] with unit stride on D, got ",
+              q.scalar_type(), " ", q.sizes());
+  const int64_t t_n = q.size(0), hq = q.size(1), d = q.size(2), hkv = k_cache.size(1);
+  TORCH_CHECK(d % 16 == 0 && d <= kMaxHeadDim, "paged_attention: head_dim ", d,
+              " must be a multiple of 16 and <= ", kMaxHeadDim);
+  TORCH_CHECK(hkv > 0 && hq % hkv == 0 && hq / hkv <= kMaxGroup, "paged_attention: Hq ", hq,
+              " must be a multiple of Hkv ", hkv, " with at most ", kMaxGroup, " per group");
+  check_cache(k_cache, "k_cache", hkv, d);
+  check_cache(v_cache, "v_cache", hkv, d);
+  TORCH_CHECK(v_cache.size(0) == k_cache.size(0) && block_size > 0 &&
+                  k_cache.size(0) % block_size == 0,
+              "paged_attention: K/V caches must have the same slots, a multiple of block_size");
+  check_int(block_tables, "block_tables", 2);
+  check_int(token_seq, "token_seq", 1);
+  check_int(ctx_lens, "ctx_lens", 1);
+  TORCH_CHECK(token_seq.size(0) == t_n && ctx_lens.size(0) == t_n,
+              "paged_attention: token_seq and ctx_lens must be [T] = [", t_n, "]");
+  at::Tensor out = at::empty({t_n, hq * d}, q.options().memory_format(at::MemoryFormat::Contiguous));
+  AttnArgs a{reinterpret_cast<const uint16_t*>(q.data_ptr()), q.stride(0), q.stride(1),
+             reinterpret_cast<const uint16_t*>(k_cache.data_ptr()),
+             reinterpret_cast<const uint16_t*>(v_cache.data_ptr()), hq, hkv, d, block_size,
+             block_tables.data_ptr<int32_t>(), block_tables.size(1), token_seq.data_ptr<int32_t>(),
+             ctx_lens.data_ptr<int32_t>(), static_cast<float>(scale),
+             reinterpret_cast<uint16_t*>(out.data_ptr()), hq * d};
+  check_indices(a, t_n, block_tables.size(0), k_cache.size(0));
+  if (t_n > 0) paged_attention_into(a, t_n);
+  return out;
+}
+
+void kv_write(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& k, const at::Tensor& v,
+              const at::Tensor& slot_mapping) {
+  const int64_t t_n = k.size(0);
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.dim() == 3 &&
+                  k_cache.sizes() == v_cache.sizes() && k_cache.scalar_type() == at::kBFloat16 &&
+                  v_cache.scalar_type() == at::kBFloat16,
+              "kv_write: caches must be contiguous bf16 [S, Hkv, D] of the same shape");
+  const int64_t row = k_cache.size(1) * k_cache.size(2), slots = k_cache.size(0);
+  for (const at::Tensor* x : {&k, &v}) {
+    TORCH_CHECK(x->scalar_type() == at::kBFloat16 && x->dim() == 3 && x->size(0) == t_n &&
+                    x->size(1) * x->size(2) == row && x->stride(2) == 1 &&
+                    x->stride(1) == x->size(2),
+                "kv_write: k/v must be bf16 [T, Hkv, D] with contiguous rows, got ", x->sizes());
+  }
+  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.dim() == 1 &&
+                  slot_mapping.size(0) == t_n && slot_mapping.is_contiguous(),
+              "kv_write: slot_mapping must be contiguous int64 [T] = [", t_n, "]");
+  const int64_t* sm = slot_mapping.data_ptr<int64_t>();
+  auto* kc = reinterpret_cast<uint16_t*>(k_cache.data_ptr());
+  auto* vc = reinterpret_cast<uint16_t*>(v_cache.data_ptr());
+  const auto* kp = reinterpret_cast<const uint16_t*>(k.data_ptr());
+  const auto* vp = reinterpret_cast<const uint16_t*>(v.data_ptr());
+  for (int64_t t = 0; t < t_n; ++t) {
+    TORCH_CHECK(sm[t] >= 0 && sm[t] < slots, "kv_write: slot ", sm[t], " outside [0, ", slots, ")");
+    std::memcpy(kc + sm[t] * row, kp + t * k.stride(0), row * 2);
+    std::memcpy(vc + sm[t] * row, vp + t * v.stride(0), row * 2);
+  }
+}
+
+}  // namespace fp8serve
