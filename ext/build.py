@@ -39,6 +39,7 @@ SOURCE_NAMES = (
     "fp8_gemm_avx2.cpp",
     "attention.cpp",
     "attention_avx512.cpp",
+    "decode_layer.cpp",
 )
 HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h", "avx512_kernels.inc", "attention.h")
 BASE_CFLAGS = ("-O3", "-fno-math-errno", "-Wall", "-Wno-unused-function", "-Wno-psabi")

@@ -95,6 +95,13 @@ def kv_write(k_cache, v_cache, k, v, slot_mapping):
                  lambda: "kv_write: k must be [T, Hkv, D] with slot_mapping [T]")
 
 
+def decode_layer(h, weights, dims, eps, rope_tables, positions, k_cache, v_cache,
+                 slot_mapping, index):
+    torch._check(h.dim() == 2 and h.dtype == torch.bfloat16,
+                 lambda: f"decode_layer: h must be bf16 [T, H], got {tuple(h.shape)}")
+    return torch.empty_like(h)
+
+
 FAKES = {
     "fp8_to_bf16": fp8_to_bf16,
     "pack_vnni32": pack_vnni32,
@@ -104,6 +111,7 @@ FAKES = {
     "gemm_avx2": gemm_avx2,
     "paged_attention": paged_attention,
     "kv_write": kv_write,
+    "decode_layer": decode_layer,
 }
 
 

@@ -5,7 +5,9 @@ GQA attention with RoPE and a SwiGLU MLP, bf16 activations.
     --lm_head--> logits [R, V] fp32
 
 Every FP8 linear runs through a LayerKernel (engine/model/layers.py); q/k/v and gate/up
-are fused into one GEMM each when their shards fuse exactly.
+are fused into one GEMM each when their shards fuse exactly. A layer whose linears all run
+on the AVX-512 vnni32 kernels runs as one C++ op (engine/model/decode_step.py); the
+Python DecoderLayer is the reference and the path for every other kernel.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch.nn.functional as F
 
 from engine.config import ModelConfig
 from engine.model.attention import AttentionMetadata, PagedAttention
+from engine.model.decode_step import FusedDecodeLayer, fusion_reason
 from engine.model.kv_store import KVStore
 from engine.model.layers import (
     Linear,
@@ -71,7 +74,10 @@ class Ministral:
     """The decoder built from :class:`ModelWeights`. Holds no per-request state: the KV
     store and the step's metadata are passed to :meth:`forward`."""
 
-    def __init__(self, weights: ModelWeights, make: LinearFactory, max_positions: int) -> None:
+    def __init__(self, weights: ModelWeights, make: LinearFactory, max_positions: int,
+                 fuse: bool | None = None) -> None:
+        """``fuse``: run eligible layers as one C++ op (None = whenever possible; False =
+        always the Python layers)."""
         c = weights.config
         self.config = c
         self.embed = weights.embed_tokens  # [V, H] bf16
@@ -84,15 +90,37 @@ class Ministral:
         head = weights.embed_tokens if weights.lm_head is None else weights.lm_head
         self.lm_head: Linear = make("lm_head", head)
         self.rope = RopeTables.build(c.rope, c.head_dim, max_positions)
+        self.fused: list[FusedDecodeLayer | None] = []
+        self.fusion_reasons: list[str | None] = []
+        self.set_fusion(fuse)
+
+    def set_fusion(self, fuse: bool | None) -> None:
+        """(Re)decide which layers run as one C++ op; reasons kept in fusion_reasons."""
+        reasons = [fusion_reason(layer) if fuse is not False else "fusion disabled"
+                   for layer in self.layers]
+        if fuse and any(reasons):
+            raise ValueError(f"cannot fuse every layer: {next(r for r in reasons if r)}")
+        self.fusion_reasons = reasons
+        self.fused = [FusedDecodeLayer.of(layer) if why is None else None
+                      for layer, why in zip(self.layers, reasons, strict=True)]
 
     def forward(self, tokens: torch.Tensor, meta: AttentionMetadata, kv: KVStore,
                 logit_rows: torch.Tensor) -> torch.Tensor:
         """tokens [T] int64, logit_rows [R] int64 (rows of T) -> logits [R, V] fp32."""
         h = F.embedding(tokens, self.embed)
         c = self.config
-        rope = StepRope.select(self.rope, meta.positions, c.num_heads, c.num_kv_heads)
+        rope = None
+        if not all(self.fused):
+            rope = StepRope.select(self.rope, meta.positions, c.num_heads, c.num_kv_heads)
+        elif meta.positions.numel() and int(meta.positions.max()) >= self.rope.max_positions:
+            raise ValueError(f"position {int(meta.positions.max())} beyond the rotary table "
+                             f"({self.rope.max_positions} positions = max_model_len)")
         for i, layer in enumerate(self.layers):
-            h = layer(h, rope, meta, kv.layer(i))
+            fused = self.fused[i]
+            if fused is not None:
+                h = fused(h, self.rope, meta, kv.layer(i))
+            else:
+                h = layer(h, rope, meta, kv.layer(i))  # type: ignore[arg-type]
         if logit_rows.numel() == 0:  # only filling the KV cache
             return torch.empty(0, self.config.vocab_size, dtype=torch.float32)
         h = rms_norm(h.index_select(0, logit_rows), self.norm, self.config.rms_norm_eps)

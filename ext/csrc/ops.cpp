@@ -41,6 +41,11 @@ TORCH_LIBRARY(fp8serve, m) {
   m.def(
       "kv_write(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, "
       "Tensor slot_mapping) -> ()");
+  // one decoder layer: h [T, H] bf16 -> [T, H] bf16 (decode_layer.cpp)
+  m.def(
+      "decode_layer(Tensor h, Tensor[] weights, int[] dims, float eps, Tensor[] rope_tables, "
+      "Tensor positions, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping, "
+      "Tensor[] index) -> Tensor");
   // cpuid + XCR0 features (names of engine/hardware.py CPU_FEATURES); the dispatch ISA
   m.def("cpu_features() -> str[]", &fp8serve::cpu_features_op);
   m.def("isa() -> str", &fp8serve::isa_op);
@@ -55,4 +60,5 @@ TORCH_LIBRARY_IMPL(fp8serve, CPU, m) {
   m.impl("gemm_avx2", &fp8serve::gemm_avx2);
   m.impl("paged_attention", &fp8serve::paged_attention);
   m.impl("kv_write", &fp8serve::kv_write);
+  m.impl("decode_layer", &fp8serve::decode_layer);
 }

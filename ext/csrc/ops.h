@@ -35,6 +35,12 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
 // kv_write: k, v [T, Hkv, D] bf16 -> rows slot_mapping [T] int64 of k_cache / v_cache [S, Hkv, D]
 void kv_write(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& k,
               const at::Tensor& v, const at::Tensor& slot_mapping);
+// decode_layer: one decoder layer h [T, H] bf16 -> [T, H] bf16 (argument list in
+//   decode_layer.cpp), writing the layer's K/V of the step into k_cache / v_cache
+at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
+                        double eps, at::TensorList rope_tables, const at::Tensor& positions,
+                        const at::Tensor& k_cache, const at::Tensor& v_cache,
+                        const at::Tensor& slot_mapping, at::TensorList index);
 std::vector<std::string> cpu_features_op();
 std::string isa_op();
 

@@ -1,0 +1,97 @@
+"""The fused decoder layer: one C++ op per layer (ext/csrc/decode_layer.cpp) instead of a
+dozen eager torch ops, for every step once the model is on the AVX-512 FP8 kernels.
+
+    h [T, H] bf16 --rms_norm, qkv GEMM, RoPE, KV write, paged attention, o_proj, residual,
+    rms_norm, gate_up GEMM, silu*mul, down GEMM, residual--> [T, H] bf16
+
+The op calls the same FP8 GEMM as the layer's kernels (gemm_avx512 on the same packed
+weights), so the kernel report stays true: each linear still runs on the kernel it
+reports. :func:`fusion_reason` says why a layer cannot fuse (then the Python layer in
+ministral.py runs; it is also the reference the fused op is tested against).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.kernels.avx512 import GEMV_MAX_M, VNNI32_LAYOUT
+from engine.model.attention import AttentionMetadata
+from engine.model.layers import Fp8Linear, FusedLinear, Linear, RopeTables
+
+FUSABLE_KERNELS = frozenset({"avx512_w8a16", "avx512_block_w8a16"})
+
+
+def _linear_reason(name: str, m: Linear) -> str | None:
+    if not isinstance(m, Fp8Linear):
+        return f"{name} is not an FP8 linear"
+    p = m.kernel.packed
+    if m.kernel.kernel.id not in FUSABLE_KERNELS or p.layout != VNNI32_LAYOUT:
+        return f"{name} runs {m.kernel.kernel.id} ({p.layout}), not the vnni32 AVX-512 kernel"
+    if m.kernel.bias is not None:
+        return f"{name} has a bias"
+    return None
+
+
+def _fused_module(name: str, f: FusedLinear) -> tuple[Linear | None, str | None]:
+    if len(f.modules) != 1:
+        return None, f"{name} is not one fused GEMM"
+    return f.modules[0], _linear_reason(name, f.modules[0])
+
+
+def fusion_reason(layer) -> str | None:  # layer: ministral.DecoderLayer
+    """None when ``layer`` can run as one decode_layer op, else why not."""
+    import ext
+
+    st = ext.load()
+    if not st.built or not hasattr(torch.ops.fp8serve, "decode_layer"):
+        return f"C++ extension without decode_layer ({st.error or 'old build'})"
+    if not layer.attention.use_ext:
+        return "attention runs on the SDPA path"
+    for name, f in (("qkv_proj", layer.qkv), ("gate_up_proj", layer.gate_up)):
+        if (why := _fused_module(name, f)[1]) is not None:
+            return why
+    for name, m in (("o_proj", layer.o_proj), ("down_proj", layer.down_proj)):
+        if (why := _linear_reason(name, m)) is not None:
+            return why
+    return None
+
+
+def _gemm_args(m: Fp8Linear) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
+    p = m.kernel.packed
+    return p.tensors["weight"], p.tensors["scale"], p.meta["block"]  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class FusedDecodeLayer:
+    """The op's per-layer arguments, built once (tensors shared with the layer's kernels)."""
+
+    weights: tuple[torch.Tensor, ...]  # norms [H] bf16, then (packed weight, scale) x 4
+    dims: tuple[int, ...]  # see decode_layer.cpp
+    eps: float
+
+    @classmethod
+    def of(cls, layer) -> FusedDecodeLayer:
+        """From a ministral.DecoderLayer that passed :func:`fusion_reason`."""
+        mods = (layer.qkv.modules[0], layer.o_proj, layer.gate_up.modules[0], layer.down_proj)
+        weights: list[torch.Tensor] = [layer.input_norm.contiguous(), layer.post_norm.contiguous()]
+        blocks: list[int] = []
+        for m in mods:
+            w, s, (bn, bk) = _gemm_args(m)
+            weights += [w, s]
+            blocks += [int(bn), int(bk)]
+        inter = layer.gate_up.sizes[0]
+        head = (layer.hq, layer.hkv, layer.d, inter, 0, GEMV_MAX_M)
+        return cls(tuple(weights), head + tuple(blocks), float(layer.eps))
+
+    def __call__(self, h: torch.Tensor, tables: RopeTables, meta: AttentionMetadata,
+                 cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """h [T, H] bf16 -> [T, H] bf16; writes this layer's K/V of the step into cache."""
+        p = meta.paged
+        dims = list(self.dims)
+        dims[4] = p.block_size
+        rope = [tables.cos, tables.sin, tables.q_cos, tables.q_sin]
+        return torch.ops.fp8serve.decode_layer(
+            h, list(self.weights), dims, self.eps, rope, meta.positions, cache[0], cache[1],
+            meta.slot_mapping, [p.block_tables, p.token_seq, p.ctx_lens])

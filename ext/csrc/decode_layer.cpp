@@ -1,0 +1,177 @@
+// One decoder layer in one op (the fused path of engine/model/decode_step.py):
+//
+//   x  = rms_norm(h, input_norm)                    fp32 math, bf16 out, times weight
+//   qkv = x @ Wqkv.T                                FP8 vnni32 GEMM (gemm_avx512)
+//   q, k = rope(q, k) at positions                  half-split, fp32, Llama-4 q scale in
+//                                                   the q tables; bf16 out
+//   cache[slot_mapping] = k, v;  a = paged_attention(q, cache)
+//   h = h + a @ Wo.T
+//   g, u = rms_norm(h, post_norm) @ Wgu.T;  h = h + bf16(bf16(silu(g)) * u) @ Wdown.T
+//
+// Tensors (T tokens, H hidden, I intermediate, D head_dim, P rope positions):
+//   h [T, H] bf16 -> new h [T, H] bf16 (the input is not modified)
+//   weights = [input_norm [H] bf16, post_norm [H] bf16, qkv_w, qkv_scale, o_w, o_scale,
+//              gu_w, gu_scale, down_w, down_scale]  (each *_w vnni32 fp8, *_scale fp32 as
+//              for gemm_avx512)
+//   dims = [Hq, Hkv, D, I, block_size, gemv_max_m, qkv_bn, qkv_bk, o_bn, o_bk, gu_bn,
+//           gu_bk, down_bn, down_bk]
+//   rope = [cos, sin, q_cos, q_sin] fp32 [P, D/2] contiguous;  positions [T] int64
+//   k_cache / v_cache [S, Hkv, D] bf16 (written), slot_mapping [T] int64, block_tables,
+//   token_seq, ctx_lens as for paged_attention.
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "isa.h"
+#include "ops.h"
+
+namespace fp8serve {
+
+namespace {
+
+inline float bf(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline uint16_t to_bf(float f) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+  return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+uint16_t* bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr()); }
+
+// out[t] = w * bf16(x[t] * rsqrt(mean(x[t]^2) + eps)), rows of H
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  const int64_t t_n = x.size(0), h = x.size(1);
+  at::Tensor out = at::empty_like(x);
+  const uint16_t *xp = bits(x), *wp = bits(w);
+  uint16_t* op = bits(out);
+  for (int64_t t = 0; t < t_n; ++t) {
+    const uint16_t* r = xp + t * h;
+    float ss = 0.0f;
+    for (int64_t i = 0; i < h; ++i) ss += bf(r[i]) * bf(r[i]);
+    const float inv = 1.0f / std::sqrt(ss / float(h) + float(eps));
+    for (int64_t i = 0; i < h; ++i) op[t * h + i] = to_bf(bf(wp[i]) * bf(to_bf(bf(r[i]) * inv)));
+  }
+  return out;
+}
+
+// In place on qkv [T, (Hq + 2 Hkv) D]: heads < Hq use the q tables, the next Hkv the k ones.
+void rope(const at::Tensor& qkv, const std::vector<at::Tensor>& tables, const at::Tensor& pos,
+          int64_t hq, int64_t hkv, int64_t d) {
+  const int64_t t_n = qkv.size(0), ld = qkv.size(1), half = d / 2;
+  const int64_t* pp = pos.data_ptr<int64_t>();
+  const float *cos = tables[0].data_ptr<float>(), *sin = tables[1].data_ptr<float>();
+  const float *qcos = tables[2].data_ptr<float>(), *qsin = tables[3].data_ptr<float>();
+  uint16_t* base = bits(qkv);
+  for (int64_t t = 0; t < t_n; ++t) {
+    for (int64_t hd = 0; hd < hq + hkv; ++hd) {
+      const float* c = (hd < hq ? qcos : cos) + pp[t] * half;
+      const float* s = (hd < hq ? qsin : sin) + pp[t] * half;
+      uint16_t* x = base + t * ld + hd * d;
+      for (int64_t i = 0; i < half; ++i) {
+        const float x1 = bf(x[i]), x2 = bf(x[i + half]);
+        x[i] = to_bf(x1 * c[i] - x2 * s[i]);
+        x[i + half] = to_bf(x2 * c[i] + x1 * s[i]);
+      }
+    }
+  }
+}
+
+// gu [T, 2I] (gate | up) -> bf16(bf16(silu(gate)) * up) [T, I]
+at::Tensor silu_mul(const at::Tensor& gu, int64_t inter) {
+  const int64_t t_n = gu.size(0);
+  at::Tensor out = at::empty({t_n, inter}, gu.options());
+  const uint16_t* g = bits(gu);
+  uint16_t* o = bits(out);
+  for (int64_t t = 0; t < t_n; ++t) {
+    for (int64_t i = 0; i < inter; ++i) {
+      const float x = bf(g[t * 2 * inter + i]);
+      const float s = bf(to_bf(x / (1.0f + std::exp(-x))));
+      o[t * inter + i] = to_bf(s * bf(g[t * 2 * inter + inter + i]));
+    }
+  }
+  return out;
+}
+
+// h += y (bf16 add, one rounding)
+void add_into(const at::Tensor& h, const at::Tensor& y) {
+  uint16_t* hp = bits(h);
+  const uint16_t* yp = bits(y);
+  for (int64_t i = 0, n = h.numel(); i < n; ++i) hp[i] = to_bf(bf(hp[i]) + bf(yp[i]));
+}
+
+struct Linear {
+  const at::Tensor& w;
+  const at::Tensor& scale;
+  int64_t n, bn, bk;
+};
+
+at::Tensor linear(const at::Tensor& x, const Linear& l, int64_t gemv_max_m) {
+  return gemm_avx512(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk, gemv_max_m);
+}
+
+at::Tensor attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                     const at::Tensor& slot_mapping, const std::vector<at::Tensor>& idx,
+                     c10::IntArrayRef dims) {
+  const int64_t hq = dims[0], hkv = dims[1], d = dims[2], t_n = qkv.size(0);
+  const at::Tensor k = qkv.narrow(1, hq * d, hkv * d).view({t_n, hkv, d});
+  const at::Tensor v = qkv.narrow(1, (hq + hkv) * d, hkv * d).view({t_n, hkv, d});
+  kv_write(k_cache, v_cache, k, v, slot_mapping);
+  return paged_attention(qkv.narrow(1, 0, hq * d).view({t_n, hq, d}), k_cache, v_cache, idx[0],
+                         idx[1], idx[2], dims[4], 1.0 / std::sqrt(double(d)));
+}
+
+}  // namespace
+
+at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
+                        double eps, at::TensorList rope_tables, const at::Tensor& positions,
+                        const at::Tensor& k_cache, const at::Tensor& v_cache,
+                        const at::Tensor& slot_mapping, at::TensorList index) {
+  TORCH_CHECK(weights.size() == 10 && dims.size() == 14 && rope_tables.size() == 4 &&
+                  index.size() == 3,
+              "decode_layer: expects 10 weights, 14 dims, 4 rope tables, 3 index tensors");
+  TORCH_CHECK(h.scalar_type() == at::kBFloat16 && h.dim() == 2 && h.is_contiguous(),
+              "decode_layer: h must be contiguous bf16 [T, H], got ", h.sizes());
+  const int64_t hq = dims[0], hkv = dims[1], d = dims[2], inter = dims[3], hid = h.size(1);
+  const int64_t gm = dims[5];
+  std::vector<at::Tensor> tables(rope_tables.begin(), rope_tables.end());
+  for (const auto& tb : tables) {
+    TORCH_CHECK(tb.scalar_type() == at::kFloat && tb.is_contiguous() && tb.dim() == 2 &&
+                    tb.size(1) == d / 2,
+                "decode_layer: rope tables must be contiguous fp32 [P, D/2 = ", d / 2, "]");
+  }
+  TORCH_CHECK(positions.scalar_type() == at::kLong && positions.numel() == h.size(0) &&
+                  positions.is_contiguous(),
+              "decode_layer: positions must be contiguous int64 [T]");
+  for (int64_t t = 0; t < h.size(0); ++t) {
+    const int64_t p = positions.data_ptr<int64_t>()[t];
+    TORCH_CHECK(p >= 0 && p < tables[0].size(0), "decode_layer: position ", p,
+                " outside the rope tables [0, ", tables[0].size(0), ")");
+  }
+  for (int i = 0; i < 2; ++i) {
+    TORCH_CHECK(weights[i].scalar_type() == at::kBFloat16 && weights[i].numel() == hid &&
+                    weights[i].is_contiguous(), "decode_layer: norms must be bf16 [H]");
+  }
+  const Linear qkv_l{weights[2], weights[3], (hq + 2 * hkv) * d, dims[6], dims[7]};
+  const Linear o_l{weights[4], weights[5], hid, dims[8], dims[9]};
+  const Linear gu_l{weights[6], weights[7], 2 * inter, dims[10], dims[11]};
+  const Linear down_l{weights[8], weights[9], hid, dims[12], dims[13]};
+  std::vector<at::Tensor> idx(index.begin(), index.end());
+
+  at::Tensor qkv = linear(rms_norm(h, weights[0], eps), qkv_l, gm);
+  rope(qkv, tables, positions, hq, hkv, d);
+  at::Tensor out = h.clone();
+  add_into(out, linear(attention(qkv, k_cache, v_cache, slot_mapping, idx, dims), o_l, gm));
+  at::Tensor gu = linear(rms_norm(out, weights[1], eps), gu_l, gm);
+  add_into(out, linear(silu_mul(gu, inter), down_l, gm));
+  return out;
+}
+
+}  // namespace fp8serve

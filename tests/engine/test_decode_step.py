@@ -1,0 +1,120 @@
+"""The fused decoder layer (engine/model/decode_step.py, ext/csrc/decode_layer.cpp) against
+the Python layer it replaces, on the AVX-512 FP8 kernels.
+
+Tolerance for one layer: both sides run the same FP8 GEMMs on the same packed weights;
+they differ only in fp32 summation order inside RMSNorm and in RoPE's fp32 rounding, each
+at most one bf16 ulp of an intermediate, which the following GEMM can carry into a one-
+or two-ulp difference of the output (2^-7 relative); a wrong head, position, slot or
+weight gives errors of order 1. Whole-model logits use the runner tests' 2e-2 bound.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.batch import BatchInputs, SeqChunk
+from engine.kernels.registry import KernelOverrides
+from engine.model.attention import build_metadata
+from engine.model.layers import StepRope
+from engine.runner import ModelRunner, generate_greedy, load_runner
+from tests.engine.test_model_support import (
+    engine_config,
+    logit_error,
+    random_weights,
+    tiny_config,
+)
+from tests.ext.support import AVX512_HOST, fake_hw, needs_avx512
+
+pytestmark = needs_avx512
+
+
+def _runner(weights, fuse: bool) -> ModelRunner:
+    runner = ModelRunner(weights, engine_config(), fake_hw(*AVX512_HOST), KernelOverrides())
+    runner.model.set_fusion(fuse)
+    return runner
+
+
+@pytest.fixture(scope="module")
+def weights():
+    return random_weights(tiny_config(num_layers=3), seed=21)
+
+
+def _ids(n: int, seed: int) -> list[int]:
+    return torch.randint(0, 320, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def test_every_layer_fuses_on_the_avx512_kernels(weights) -> None:
+    runner = _runner(weights, fuse=None)
+    assert runner.model.fusion_reasons == [None] * 3
+    kernels = {c.kernel_id for c in runner.kernel_report.choices.values()
+               if c.layer.startswith("layers.")}
+    assert kernels == {"avx512_w8a16"}  # the report names the kernel the op calls
+
+
+def test_python_kernels_do_not_fuse(weights) -> None:
+    from engine.hardware import HardwareInfo
+
+    runner = ModelRunner(weights, engine_config(), HardwareInfo.fake(), KernelOverrides())
+    assert all(r is not None and "not the vnni32" in r for r in runner.model.fusion_reasons)
+    with pytest.raises(ValueError, match="cannot fuse"):
+        runner.model.set_fusion(True)
+
+
+def test_fused_layer_matches_the_python_layer(weights) -> None:
+    runner = _runner(weights, fuse=True)
+    model = runner.model
+    chunks = (SeqChunk(0, tuple(_ids(9, 1)), 0, (0, 1, 2)), SeqChunk(1, (5,), 6, (3, 4)))
+    batch = BatchInputs(chunks)
+    meta = build_metadata(batch, runner.block_size, runner.kv.num_slots, spans=False)
+    c = model.config
+    h = torch.randn(10, c.hidden_size, generator=torch.Generator().manual_seed(2)).bfloat16()
+    rope = StepRope.select(model.rope, meta.positions, c.num_heads, c.num_kv_heads)
+    kv_py, kv_fused = runner.kv.kv.clone(), runner.kv.kv.clone()
+    layer_views = [(kv[1, 0].flatten(0, 1), kv[1, 1].flatten(0, 1)) for kv in (kv_py, kv_fused)]
+    ref = model.layers[1](h, rope, meta, layer_views[0])
+    got = model.fused[1](h, model.rope, meta, layer_views[1])
+    err = (got.float() - ref.float()).abs()
+    assert float(err.max()) <= 2 ** -7 * float(ref.float().abs().max()), float(err.max())
+    written = meta.slot_mapping
+    for a, b in zip(layer_views[0], layer_views[1], strict=True):
+        assert float((a[written].float() - b[written].float()).abs().max()) <= 2 ** -6 * float(
+            a[written].float().abs().max())
+    assert torch.equal(kv_py[0], kv_fused[0])  # other layers untouched
+
+
+def test_fused_runner_logits_match_python_runner(weights) -> None:
+    fused, py = _runner(weights, True), _runner(weights, False)
+    prompt = _ids(14, 3)
+    chunk = SeqChunk(0, tuple(prompt), 0, tuple(range(5)))
+    a, b = fused.run(BatchInputs((chunk,))), py.run(BatchInputs((chunk,)))
+    assert logit_error(a, b) < 2e-2
+    nxt = SeqChunk(0, (int(a.argmax()),), 14, tuple(range(5)))
+    assert logit_error(fused.run(BatchInputs((nxt,))), py.run(BatchInputs((nxt,)))) < 2e-2
+
+
+def test_greedy_tokens_fused_equal_python_on_the_tiny_checkpoint(tiny_checkpoint) -> None:
+    cfg = engine_config(kv_cache_gib=0.02, kv_block_size=16)
+    hw = fake_hw(*AVX512_HOST)
+    runs = []
+    for fuse in (True, False):
+        runner = load_runner(tiny_checkpoint(), cfg, hw, KernelOverrides())
+        runner.model.set_fusion(fuse)
+        runs.append(generate_greedy(runner, _ids(11, 4), max_new_tokens=12))
+    assert runs[0] == runs[1]
+
+
+def test_fused_batched_decode_equals_solo_bitwise(weights) -> None:
+    """A sequence's logits inside a batch of decodes equal its logits alone (fused path:
+    batch-invariant attention and, with the batch-invariant GEMMs, linears)."""
+    runner = _runner(weights, True)
+    lens = [3, 17, 9, 30, 1, 12]
+    seqs = {s: _ids(n, 10 + s) for s, n in enumerate(lens)}
+    tables = {s: tuple(range(8 * s, 8 * s + 8)) for s in seqs}
+    for s, ids in seqs.items():  # prefill each alone
+        runner.run(BatchInputs((SeqChunk(s, tuple(ids), 0, tables[s]),)))
+    step = [SeqChunk(s, (7,), lens[s], tables[s]) for s in seqs]
+    batched = runner.run(BatchInputs(tuple(step)))
+    for i, chunk in enumerate(step):
+        alone = runner.run(BatchInputs((chunk,)))  # rewrites the same K/V slot
+        assert torch.equal(alone[0], batched[i]), i
