@@ -98,6 +98,9 @@ def format_table(res: dict[str, Any]) -> str:
     for label, pre, dec, xp, xd in rows:
         lines.append(f"{label:<28}{_fmt(pre):>14}{_fmt(dec):>14}"
                      f"{_fmt(xp, '{:.2f}'):>18}{_fmt(xd, '{:.2f}'):>18}")
+    ext = ours.get("extension", {})
+    lines.append(f"fp8serve kernels (layers): {ours['kernels']}; extension built: "
+                 f"{ext.get('built')}" + (f" ({ext['error']})" if ext.get("error") else ""))
     lines.append("(vs bandwidth bound: fraction of the bound reached; "
                  "vs bf16 matmul: fraction of torch's bf16 throughput for the same FLOPs)")
     return "\n".join(lines)

@@ -168,8 +168,9 @@ def time_runner(runner: Any, prompt: list[int], gen_len: int) -> GenTiming:
     return GenTiming(len(prompt), t1 - t0, gen_len - 1, t2 - t1, tuple(out))
 
 
-def load_bench_runner(cfg: GenerateBenchConfig) -> tuple[Any, dict[str, Any]]:
-    """(runner sized for one sequence of prompt_len + gen_len tokens, bytes per token)."""
+def load_bench_runner(cfg: GenerateBenchConfig) -> tuple[Any, dict[str, Any], Any]:
+    """(runner sized for one sequence of prompt_len + gen_len tokens, bytes per token,
+    the HardwareInfo it was built for)."""
     from engine.config import EngineConfig
     from engine.hardware import probe_hardware
     from engine.kernels.registry import KernelOverrides
@@ -183,14 +184,15 @@ def load_bench_runner(cfg: GenerateBenchConfig) -> tuple[Any, dict[str, Any]]:
                         threads=cfg.threads, max_num_batched_tokens=max(512, need),
                         kv_cache_gib=max(per_token * (need + 64) * 1.25 / 2**30, 1e-3))
     bytes_tok = decode_bytes_per_token(weights)
-    runner = ModelRunner(weights, ecfg, probe_hardware(), KernelOverrides.from_env())
-    return runner, bytes_tok
+    hw = probe_hardware()
+    runner = ModelRunner(weights, ecfg, hw, KernelOverrides.from_env())
+    return runner, bytes_tok, hw
 
 
 def run_fp8serve(cfg: GenerateBenchConfig, prompt: list[int], log: Log) -> dict[str, Any]:
     """Load, warm up (16-token prompt, 4 tokens), then one timed greedy generation."""
     t0 = time.perf_counter()
-    runner, bytes_tok = load_bench_runner(cfg)
+    runner, bytes_tok, hw = load_bench_runner(cfg)
     load_s = time.perf_counter() - t0
     log(f"fp8serve: loaded in {load_s:.1f} s; warm-up")
     time_runner(runner, prompt[: min(16, len(prompt))], 4)
@@ -200,8 +202,9 @@ def run_fp8serve(cfg: GenerateBenchConfig, prompt: list[int], log: Log) -> dict[
                runner.kernel_report.selected_counts().items()}
     del runner
     gc.collect()
+    ext = hw.extension
     return {"timing": timing, "bytes_per_token": bytes_tok, "load_s": load_s,
-            "kernels": kernels}
+            "kernels": kernels, "extension": {"built": ext.built, "error": ext.error}}
 
 
 def _host(threads: int) -> dict[str, Any]:
