@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cli.kernels import add_kernel_args, overrides_from_args
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate text from a prompt, streamed to the terminal")
@@ -31,9 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--frequency-penalty", type=float, default=0.0)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true")
-    p.add_argument("--kernel", default=None, help="force this FP8 kernel id")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     p.add_argument("--max-model-len", type=int, default=4096)
+    add_kernel_args(p)
     p.set_defaults(func=run)
 
 
@@ -103,7 +105,6 @@ def _prompt_ids(tokenizer: Any, args: argparse.Namespace) -> list[int]:
 
 def _load(args: argparse.Namespace, params: Any) -> tuple[Any, Any, list[int]]:
     from engine.config import EngineConfig
-    from engine.kernels.registry import KernelOverrides
     from engine.loader import read_model_config
     from engine.runner import load_runner
     from engine.tokenizer import Tokenizer
@@ -125,8 +126,7 @@ def _load(args: argparse.Namespace, params: Any) -> tuple[Any, Any, list[int]]:
     cfg = EngineConfig(model_dir=Path(model_dir), max_model_len=args.max_model_len,
                        threads=args.threads, kernel=args.kernel, max_num_seqs=1,
                        kv_cache_gib=max(per_token * (need + 64) * 1.25 / 2**30, 1e-3))
-    env = KernelOverrides.from_env()
-    overrides = KernelOverrides(args.kernel or env.forced, env.disabled)
+    overrides = overrides_from_args(args)
     return load_runner(model_dir, cfg, overrides=overrides), tokenizer, prompt_ids
 
 

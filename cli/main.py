@@ -55,4 +55,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m cli.main`: run the copy imported as cli.main, so the CliError that
+    # subcommands import is the class caught here.
+    from cli.main import main as _main
+
+    sys.exit(_main())

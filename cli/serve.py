@@ -76,13 +76,32 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if settings.model is not None and not settings.model.is_dir():
         raise CliError(f"--model {settings.model}: not a directory")
-    app = create_app(settings)
+    backend = _load_backend(settings)
+    app = create_app(settings, load_backend=lambda _settings: backend)
     config = uvicorn.Config(app, host=settings.host, port=settings.port,
                             log_level=logging.getLevelName(logging.getLogger().level).lower(),
                             timeout_graceful_shutdown=max(1, int(settings.drain_timeout)))
     server = DrainingServer(config, app.state.serving, settings.drain_timeout)
     server.run()
     return 0 if server.started else 1
+
+
+def _load_backend(settings: Any) -> Any:
+    """Load the model before uvicorn starts, so a bad checkpoint or tokenizer ends the
+    process with one line naming the file and tensor (not a lifespan traceback), and the
+    port only opens once the model is ready."""
+    from engine.checkpoint.errors import CheckpointError
+    from engine.config import ConfigError
+    from engine.demo_model import DemoModelError
+    from engine.kernels.registry import NoKernelError
+    from engine.tokenizer import TokenizerLoadError
+    from service.backend import load_backend
+
+    try:
+        return load_backend(settings)
+    except (CheckpointError, ConfigError, DemoModelError, NoKernelError, TokenizerLoadError,
+            OSError, ValueError) as exc:
+        raise CliError(str(exc) or type(exc).__name__) from None
 
 
 class DrainingServer:
