@@ -40,8 +40,10 @@ SOURCE_NAMES = (
     "attention.cpp",
     "attention_avx512.cpp",
     "decode_layer.cpp",
+    "decode_layer_avx512.cpp",
 )
-HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h", "avx512_kernels.inc", "attention.h")
+HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h", "avx512_kernels.inc", "attention.h",
+                "decode_layer.h", "avx512_math.inc")
 BASE_CFLAGS = ("-O3", "-fno-math-errno", "-Wall", "-Wno-unused-function", "-Wno-psabi")
 
 

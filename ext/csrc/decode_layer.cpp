@@ -21,8 +21,9 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
-#include <cstring>
+#include <vector>
 
+#include "decode_layer.h"
 #include "isa.h"
 #include "ops.h"
 
@@ -30,34 +31,14 @@ namespace fp8serve {
 
 namespace {
 
-inline float bf(uint16_t b) {
-  uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-inline uint16_t to_bf(float f) {  // round to nearest even
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
-  return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
 uint16_t* bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr()); }
 
-// out[t] = w * bf16(x[t] * rsqrt(mean(x[t]^2) + eps)), rows of H
+// x [T, H] -> w * bf16(x * rsqrt(mean(x^2) + eps)) per row
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   const int64_t t_n = x.size(0), h = x.size(1);
   at::Tensor out = at::empty_like(x);
-  const uint16_t *xp = bits(x), *wp = bits(w);
-  uint16_t* op = bits(out);
   for (int64_t t = 0; t < t_n; ++t) {
-    const uint16_t* r = xp + t * h;
-    float ss = 0.0f;
-    for (int64_t i = 0; i < h; ++i) ss += bf(r[i]) * bf(r[i]);
-    const float inv = 1.0f / std::sqrt(ss / float(h) + float(eps));
-    for (int64_t i = 0; i < h; ++i) op[t * h + i] = to_bf(bf(wp[i]) * bf(to_bf(bf(r[i]) * inv)));
+    avx512::rms_norm_row(bits(x) + t * h, bits(w), h, float(eps), bits(out) + t * h);
   }
   return out;
 }
@@ -69,17 +50,11 @@ void rope(const at::Tensor& qkv, const std::vector<at::Tensor>& tables, const at
   const int64_t* pp = pos.data_ptr<int64_t>();
   const float *cos = tables[0].data_ptr<float>(), *sin = tables[1].data_ptr<float>();
   const float *qcos = tables[2].data_ptr<float>(), *qsin = tables[3].data_ptr<float>();
-  uint16_t* base = bits(qkv);
   for (int64_t t = 0; t < t_n; ++t) {
     for (int64_t hd = 0; hd < hq + hkv; ++hd) {
-      const float* c = (hd < hq ? qcos : cos) + pp[t] * half;
-      const float* s = (hd < hq ? qsin : sin) + pp[t] * half;
-      uint16_t* x = base + t * ld + hd * d;
-      for (int64_t i = 0; i < half; ++i) {
-        const float x1 = bf(x[i]), x2 = bf(x[i + half]);
-        x[i] = to_bf(x1 * c[i] - x2 * s[i]);
-        x[i + half] = to_bf(x2 * c[i] + x1 * s[i]);
-      }
+      const int64_t off = pp[t] * half;
+      avx512::rope_row(bits(qkv) + t * ld + hd * d, (hd < hq ? qcos : cos) + off,
+                       (hd < hq ? qsin : sin) + off, half);
     }
   }
 }
@@ -88,23 +63,16 @@ void rope(const at::Tensor& qkv, const std::vector<at::Tensor>& tables, const at
 at::Tensor silu_mul(const at::Tensor& gu, int64_t inter) {
   const int64_t t_n = gu.size(0);
   at::Tensor out = at::empty({t_n, inter}, gu.options());
-  const uint16_t* g = bits(gu);
-  uint16_t* o = bits(out);
   for (int64_t t = 0; t < t_n; ++t) {
-    for (int64_t i = 0; i < inter; ++i) {
-      const float x = bf(g[t * 2 * inter + i]);
-      const float s = bf(to_bf(x / (1.0f + std::exp(-x))));
-      o[t * inter + i] = to_bf(s * bf(g[t * 2 * inter + inter + i]));
-    }
+    const uint16_t* g = bits(gu) + t * 2 * inter;
+    avx512::silu_mul_row(g, g + inter, inter, bits(out) + t * inter);
   }
   return out;
 }
 
-// h += y (bf16 add, one rounding)
+// h += y (bf16 add, one rounding); both contiguous [T, H]
 void add_into(const at::Tensor& h, const at::Tensor& y) {
-  uint16_t* hp = bits(h);
-  const uint16_t* yp = bits(y);
-  for (int64_t i = 0, n = h.numel(); i < n; ++i) hp[i] = to_bf(bf(hp[i]) + bf(yp[i]));
+  avx512::add_row(bits(h), bits(y), h.numel());
 }
 
 struct Linear {
@@ -137,6 +105,8 @@ at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArr
   TORCH_CHECK(weights.size() == 10 && dims.size() == 14 && rope_tables.size() == 4 &&
                   index.size() == 3,
               "decode_layer: expects 10 weights, 14 dims, 4 rope tables, 3 index tensors");
+  TORCH_CHECK(cpu_isa() >= Isa::kAvx512, "decode_layer: needs AVX-512 (dispatch ISA is ",
+              isa_name(cpu_isa()), ")");
   TORCH_CHECK(h.scalar_type() == at::kBFloat16 && h.dim() == 2 && h.is_contiguous(),
               "decode_layer: h must be contiguous bf16 [T, H], got ", h.sizes());
   const int64_t hq = dims[0], hkv = dims[1], d = dims[2], inter = dims[3], hid = h.size(1);
