@@ -95,3 +95,28 @@ class FusedDecodeLayer:
         return torch.ops.fp8serve.decode_layer(
             h, list(self.weights), dims, self.eps, rope, meta.positions, cache[0], cache[1],
             meta.slot_mapping, [p.block_tables, p.token_seq, p.ctx_lens])
+
+
+class PackedBf16Head:
+    """The bf16 lm_head on the C++ batch-invariant bf16 GEMM (gemm_bf16_avx512):
+    x [R, H] bf16 -> logits [R, V] fp32 straight from the fp32 accumulators.
+    packed: pack_bf16_vnni32 of w [V, H] bf16 -> [ceil(V/32), ceil(H/32)*16, 32, 2] bf16."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        self.n = int(weight.shape[0])
+        self.packed = torch.ops.fp8serve.pack_bf16_vnni32(weight.contiguous())
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.fp8serve.gemm_bf16_avx512(x, self.packed, None, self.n, True)
+
+
+def packed_head_reason() -> str | None:
+    """None when the C++ bf16 GEMM can run the lm_head here, else why not."""
+    import ext
+
+    st = ext.load()
+    if not st.built or not hasattr(torch.ops.fp8serve, "gemm_bf16_avx512"):
+        return f"C++ extension without gemm_bf16_avx512 ({st.error or 'old build'})"
+    if ext.isa() not in ("avx512", "avx512_vbmi", "amx"):
+        return f"dispatch ISA {ext.isa()} lacks AVX-512 BF16"
+    return None

@@ -17,9 +17,15 @@ import torch.nn.functional as F
 
 from engine.config import ModelConfig
 from engine.model.attention import AttentionMetadata, PagedAttention
-from engine.model.decode_step import FusedDecodeLayer, fusion_reason
+from engine.model.decode_step import (
+    FusedDecodeLayer,
+    PackedBf16Head,
+    fusion_reason,
+    packed_head_reason,
+)
 from engine.model.kv_store import KVStore
 from engine.model.layers import (
+    Bf16Linear,
     Linear,
     LinearFactory,
     RopeTables,
@@ -88,7 +94,10 @@ class Ministral:
         if len(self.layers) != c.num_layers:
             raise ValueError(f"{len(self.layers)} layers of weights, config says {c.num_layers}")
         head = weights.embed_tokens if weights.lm_head is None else weights.lm_head
-        self.lm_head: Linear = make("lm_head", head)
+        self.lm_head: Linear | PackedBf16Head = make("lm_head", head)
+        if (fuse is not False and isinstance(self.lm_head, Bf16Linear)
+                and packed_head_reason() is None):  # replaces the torch copy: no 2x memory
+            self.lm_head = PackedBf16Head(self.lm_head.weight)
         self.rope = RopeTables.build(c.rope, c.head_dim, max_positions)
         self.fused: list[FusedDecodeLayer | None] = []
         self.fusion_reasons: list[str | None] = []
