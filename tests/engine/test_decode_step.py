@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.batch import BatchInputs, SeqChunk
+from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.kernels.registry import KernelOverrides
 from engine.model.attention import build_metadata
 from engine.model.layers import StepRope
@@ -27,6 +27,7 @@ from tests.engine.test_model_support import (
 from tests.ext.support import AVX512_HOST, fake_hw, needs_avx512
 
 pytestmark = needs_avx512
+NONE = LogitsWanted.NONE
 
 
 def _runner(weights, fuse: bool) -> ModelRunner:
@@ -118,3 +119,17 @@ def test_fused_batched_decode_equals_solo_bitwise(weights) -> None:
     for i, chunk in enumerate(step):
         alone = runner.run(BatchInputs((chunk,)))  # rewrites the same K/V slot
         assert torch.equal(alone[0], batched[i]), i
+
+
+def test_fused_chunked_prefill_equals_one_shot_bitwise(weights) -> None:
+    """Prompt logits do not depend on how the prompt was chunked (batch-invariant
+    attention and GEMMs: a row's result never depends on the other rows of the step)."""
+    prompt = _ids(23, 5)
+    blocks = tuple(range(6))
+    one = _runner(weights, True)
+    whole = one.run(BatchInputs((SeqChunk(0, tuple(prompt), 0, blocks),)))
+    chunked = _runner(weights, True)
+    for a, b in ((0, 6), (6, 13), (13, 22)):
+        chunked.run(BatchInputs((SeqChunk(0, tuple(prompt[a:b]), a, blocks, NONE),)))
+    last = chunked.run(BatchInputs((SeqChunk(0, (prompt[22],), 22, blocks),)))
+    assert torch.equal(last, whole)
