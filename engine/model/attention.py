@@ -136,6 +136,9 @@ def _decode_span(idx: list[int], offsets: torch.Tensor, starts: list[int], bt: t
     return DecodeSpan(offsets[sel], slots.reshape(-1), valid[:, None, None, :], max_len)
 
 
+AVX512_ISAS = ("avx512", "avx512_vbmi", "amx")
+
+
 def extension_attention_reason(num_heads: int, num_kv_heads: int, head_dim: int) -> str | None:
     """None when the C++ paged_attention op can run this model here, else why not."""
     import ext
@@ -147,6 +150,8 @@ def extension_attention_reason(num_heads: int, num_kv_heads: int, head_dim: int)
         return "C++ extension has no paged_attention op"
     if head_dim % 16 or head_dim > 256 or num_heads // num_kv_heads > 16:
         return f"head_dim {head_dim} / group {num_heads // num_kv_heads} not supported"
+    if ext.isa() not in AVX512_ISAS:  # the portable C++ kernel is exact but slower than SDPA
+        return f"dispatch ISA {ext.isa()} below AVX-512"
     return None
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.kernels.avx512 import GEMV_MAX_M, VNNI32_LAYOUT
-from engine.model.attention import AttentionMetadata
+from engine.model.attention import AVX512_ISAS, AttentionMetadata
 from engine.model.layers import Fp8Linear, FusedLinear, Linear, RopeTables
 
 FUSABLE_KERNELS = frozenset({"avx512_w8a16", "avx512_block_w8a16"})
@@ -47,6 +47,8 @@ def fusion_reason(layer) -> str | None:  # layer: ministral.DecoderLayer
     st = ext.load()
     if not st.built or not hasattr(torch.ops.fp8serve, "decode_layer"):
         return f"C++ extension without decode_layer ({st.error or 'old build'})"
+    if ext.isa() not in AVX512_ISAS:
+        return f"dispatch ISA {ext.isa()} below AVX-512"
     if not layer.attention.use_ext:
         return "attention runs on the SDPA path"
     for name, f in (("qkv_proj", layer.qkv), ("gate_up_proj", layer.gate_up)):
@@ -117,6 +119,6 @@ def packed_head_reason() -> str | None:
     st = ext.load()
     if not st.built or not hasattr(torch.ops.fp8serve, "gemm_bf16_avx512"):
         return f"C++ extension without gemm_bf16_avx512 ({st.error or 'old build'})"
-    if ext.isa() not in ("avx512", "avx512_vbmi", "amx"):
+    if ext.isa() not in AVX512_ISAS:
         return f"dispatch ISA {ext.isa()} lacks AVX-512 BF16"
     return None

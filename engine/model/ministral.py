@@ -12,6 +12,8 @@ Python DecoderLayer is the reference and the path for every other kernel.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.nn.functional as F
 
@@ -34,6 +36,8 @@ from engine.model.layers import (
     rms_norm,
 )
 from engine.weights import LayerWeights, ModelWeights
+
+log = logging.getLogger(__name__)
 
 
 def _heads_qk(q: torch.Tensor, k: torch.Tensor, d: int) -> torch.Tensor:
@@ -110,26 +114,47 @@ class Ministral:
         if fuse and any(reasons):
             raise ValueError(f"cannot fuse every layer: {next(r for r in reasons if r)}")
         self.fusion_reasons = reasons
+        self._fused_ok: set[int] = set()  # layers whose fused op has run once
         self.fused = [FusedDecodeLayer.of(layer) if why is None else None
                       for layer, why in zip(self.layers, reasons, strict=True)]
+
+    def _fused_layer(self, i: int, h: torch.Tensor, meta: AttentionMetadata,
+                     cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor | None:
+        """Layer i as one op; None if its first call failed (the layer then stays on the
+        Python path, whose kernels the report names). Later errors propagate."""
+        fused = self.fused[i]
+        assert fused is not None
+        try:
+            out = fused(h, self.rope, meta, cache)
+        except RuntimeError as exc:
+            if i in self._fused_ok:
+                raise
+            log.warning("layers.%d: fused decode layer failed (%s); using the Python layer",
+                        i, exc)
+            self.fused[i] = None
+            self.fusion_reasons[i] = f"runtime error: {exc}"
+            return None
+        self._fused_ok.add(i)
+        return out
 
     def forward(self, tokens: torch.Tensor, meta: AttentionMetadata, kv: KVStore,
                 logit_rows: torch.Tensor) -> torch.Tensor:
         """tokens [T] int64, logit_rows [R] int64 (rows of T) -> logits [R, V] fp32."""
         h = F.embedding(tokens, self.embed)
         c = self.config
-        rope = None
-        if not all(self.fused):
-            rope = StepRope.select(self.rope, meta.positions, c.num_heads, c.num_kv_heads)
-        elif meta.positions.numel() and int(meta.positions.max()) >= self.rope.max_positions:
+        if meta.positions.numel() and int(meta.positions.max()) >= self.rope.max_positions:
             raise ValueError(f"position {int(meta.positions.max())} beyond the rotary table "
                              f"({self.rope.max_positions} positions = max_model_len)")
+        rope: StepRope | None = None
         for i, layer in enumerate(self.layers):
-            fused = self.fused[i]
-            if fused is not None:
-                h = fused(h, self.rope, meta, kv.layer(i))
-            else:
-                h = layer(h, rope, meta, kv.layer(i))  # type: ignore[arg-type]
+            if self.fused[i] is not None:
+                out = self._fused_layer(i, h, meta, kv.layer(i))
+                if out is not None:
+                    h = out
+                    continue
+            if rope is None:  # built once per step, only when a Python layer runs
+                rope = StepRope.select(self.rope, meta.positions, c.num_heads, c.num_kv_heads)
+            h = layer(h, rope, meta, kv.layer(i))
         if logit_rows.numel() == 0:  # only filling the KV cache
             return torch.empty(0, self.config.vocab_size, dtype=torch.float32)
         h = rms_norm(h.index_select(0, logit_rows), self.norm, self.config.rms_norm_eps)

@@ -133,3 +133,16 @@ def test_fused_chunked_prefill_equals_one_shot_bitwise(weights) -> None:
         chunked.run(BatchInputs((SeqChunk(0, tuple(prompt[a:b]), a, blocks, NONE),)))
     last = chunked.run(BatchInputs((SeqChunk(0, (prompt[22],), 22, blocks),)))
     assert torch.equal(last, whole)
+
+
+def test_fused_layer_failing_on_first_call_falls_back_to_python(weights) -> None:
+    fused, py = _runner(weights, True), _runner(weights, False)
+
+    def broken(*args):
+        raise RuntimeError("decode_layer: simulated failure")
+
+    fused.model.fused[1] = broken  # type: ignore[assignment]
+    chunk = SeqChunk(0, tuple(_ids(7, 6)), 0, (0, 1))
+    assert logit_error(fused.run(BatchInputs((chunk,))), py.run(BatchInputs((chunk,)))) < 2e-2
+    assert fused.model.fused[1] is None and fused.model.fused[0] is not None
+    assert "simulated failure" in str(fused.model.fusion_reasons[1])
