@@ -1,10 +1,14 @@
 """ModelRunner: BatchInputs (from the scheduler) -> logits, over the model and its paged
 KV store. The scheduler allocates blocks (engine/kv_cache.py) and names them in each
-chunk's block_table; the runner owns the KV tensors and the per-layer kernel choices."""
+chunk's block_table; the runner owns the KV tensors and the per-layer kernel choices.
+
+FP8SERVE_FUSED=0 forces the reference path (Python layers, SDPA attention, torch lm_head)
+instead of the fused C++ layers where they apply (engine/model/decode_step.py)."""
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import torch
@@ -46,7 +50,15 @@ class ModelRunner:
         self.engine_config = engine_config
         self.kernel_report = report if report is not None else KernelReport()
         make = LinearFactory(hw, overrides, self.kernel_report)
-        self.model = Ministral(weights, make, max_positions=engine_config.max_model_len)
+        eager = os.environ.get("FP8SERVE_FUSED", "") == "0"
+        self.model = Ministral(weights, make, max_positions=engine_config.max_model_len,
+                               fuse=False if eager else None)
+        if eager:  # the reference path: Python layers, SDPA attention, torch lm_head
+            self.model.attention.use_ext = False
+        reasons = self.model.fusion_reasons
+        why = next((r for r in reasons if r), None)
+        log.info("fused C++ layers: %d of %d%s", reasons.count(None), len(reasons),
+                 f" (not fused: {why})" if why else "")
         self.block_size = engine_config.kv_block_size
         self.num_kv_blocks = num_blocks_for(self.config, engine_config)
         self.kv = KVStore.allocate(self.config, self.num_kv_blocks, self.block_size)
