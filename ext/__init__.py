@@ -15,6 +15,11 @@ Tensor layouts (row-major; N = out_features, K = in_features; Np, Kp padded with
                   [ceil(N/block_n), ceil(K/block_k)], bias f32 [N] | None -> y[M, N] bf16
     gemm_amx      same arguments as gemm_avx512 (brgemm over 128-deep K tiles)
     gemm_avx2     x[M, K] bf16, avx2_16 weight, scale f32 [N], bias f32 [N] | None -> y[M, N]
+    pack_bf16_vnni32  w[N, K] bf16 -> [Np/32, Kp/2, 32, 2] bf16, pack_vnni32's element order
+    gemm_bf16_avx512  x[M, K] bf16, bf16 vnni32 weight, bias f32 [N] | None -> y[M, N] bf16
+                      (fp32 with out_fp32)
+gemm_avx512 and gemm_bf16_avx512 are batch-invariant: row i of y is bitwise the same for
+any M and any other rows (ext/csrc/gemm.h).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from ext.cpu import cpuinfo_flags, request_amx_permission
 __all__ = [
     "BuildConfig", "load", "ops", "status", "cpuid_features", "request_amx_permission",
     "isa", "fp8_to_bf16", "pack_vnni32", "pack_avx2", "gemm_avx512", "gemm_amx", "gemm_avx2",
+    "pack_bf16_vnni32", "gemm_bf16_avx512",
 ]
 
 _lock = threading.Lock()
@@ -115,3 +121,14 @@ def gemm_avx2(x: torch.Tensor, w_packed: torch.Tensor, scale: torch.Tensor,
               bias: torch.Tensor | None, n: int) -> torch.Tensor:
     """x[M, K] bf16 @ (avx2_16 w * scale[N]).T + bias -> y[M, n] bf16."""
     return ops().gemm_avx2(x, w_packed, scale, bias, n)
+
+
+def pack_bf16_vnni32(w: torch.Tensor) -> torch.Tensor:
+    """w[N, K] bf16 contiguous -> [ceil(N/32), ceil(K/32)*16, 32, 2] bf16."""
+    return ops().pack_bf16_vnni32(w)
+
+
+def gemm_bf16_avx512(x: torch.Tensor, w_packed: torch.Tensor, bias: torch.Tensor | None,
+                     n: int, out_fp32: bool = False) -> torch.Tensor:
+    """x[M, K] bf16 @ (bf16 vnni32 w).T + bias -> y[M, n] bf16 (fp32 if out_fp32)."""
+    return ops().gemm_bf16_avx512(x, w_packed, bias, n, out_fp32)

@@ -37,12 +37,14 @@ SOURCE_NAMES = (
     "fp8_gemm_avx512.cpp",
     "fp8_gemm_avx512_vbmi.cpp",
     "fp8_gemm_avx2.cpp",
+    "bf16_gemm.cpp",
+    "bf16_gemm_avx512.cpp",
     "attention.cpp",
     "attention_avx512.cpp",
     "decode_layer.cpp",
     "decode_layer_avx512.cpp",
 )
-HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h", "avx512_kernels.inc", "attention.h",
+HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h", "avx512_kernels.inc", "gemm.h", "attention.h",
                 "decode_layer.h", "avx512_math.inc")
 BASE_CFLAGS = ("-O3", "-fno-math-errno", "-Wall", "-Wno-unused-function", "-Wno-psabi")
 

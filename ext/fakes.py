@@ -78,6 +78,23 @@ def gemm_avx2(x, w_packed, scale, bias, n):
     return x.new_empty((x.shape[0], n))
 
 
+def pack_bf16_vnni32(w: torch.Tensor) -> torch.Tensor:
+    torch._check(w.dim() == 2 and w.dtype == torch.bfloat16,
+                 lambda: "pack_bf16_vnni32: w must be [N, K] bf16")
+    n, k = w.shape
+    return w.new_empty((_cdiv(n, 32), _cdiv(k, 32) * 16, 32, 2))
+
+
+def gemm_bf16_avx512(x, w_packed, bias, n, out_fp32=False):
+    _check_x(x, "gemm_bf16_avx512")
+    want = (_cdiv(n, 32), _cdiv(x.shape[1], 32) * 16, 32, 2)
+    torch._check(tuple(w_packed.shape) == want and w_packed.dtype == torch.bfloat16,
+                 lambda: f"gemm_bf16_avx512: w_packed must be [N/32, K/2, 32, 2] = {want} "
+                         f"bf16, got {tuple(w_packed.shape)}")
+    _check_bias(bias, n, "gemm_bf16_avx512")
+    return x.new_empty((x.shape[0], n), dtype=torch.float32 if out_fp32 else torch.bfloat16)
+
+
 def paged_attention(q, k_cache, v_cache, block_tables, token_seq, ctx_lens, block_size,
                     scale):
     torch._check(q.dim() == 3 and q.dtype == torch.bfloat16,
@@ -112,6 +129,8 @@ FAKES = {
     "paged_attention": paged_attention,
     "kv_write": kv_write,
     "decode_layer": decode_layer,
+    "pack_bf16_vnni32": pack_bf16_vnni32,
+    "gemm_bf16_avx512": gemm_bf16_avx512,
 }
 
 

@@ -1,12 +1,13 @@
-// AVX-512 (F, BW, VL, BF16) FP8 kernels: conversion, the decode GEMV, and the tile
-// unpack / epilogue used around brgemm. Compiled for AVX-512 only (ISA_BEGIN); called
-// only when dispatch.cpp chose Isa::kAvx512 or higher. No torch or STL headers here.
+// AVX-512 (F, BW, VL, BF16) FP8 kernels: conversion, the batch-invariant GEMM (direct
+// and panel paths, avx512_kernels.inc), and the tile unpack / epilogue used around
+// brgemm by gemm_amx. Compiled for AVX-512 only (ISA_BEGIN); called only when
+// dispatch.cpp chose Isa::kAvx512 or higher. No torch or STL headers here.
 //
 // FP8 e4m3 -> BF16 in registers (32 codes per zmm):
 //   s = sign-extend(code) to 16 bits; t = s << 4 puts the 7 magnitude bits at 10..4.
 //   normal codes: bf16 = sign | ((t & 0x07F0) + 0x3C00)  (exponent + 120: exact value)
 //            or   bf16 = sign | (t & 0x07F0) | 0x3800    (exponent + 112: value * 2^-8,
-//                                                         one ternlog; the GEMV uses it
+//                                                         one ternlog; the GEMM uses it
 //                                                         and folds 256 into the scale)
 //   exponent-0 codes (zero and subnormals m * 2^-9) are replaced from an 8-entry table
 //   indexed by the mantissa (vpermw under a mask), so they land as exact bf16 *normals*:
@@ -73,8 +74,12 @@ void fp8_to_bf16(const uint8_t* src, uint16_t* dst, int64_t n) {
   }
 }
 
-void gemv_tiles(const GemvArgs& a, int64_t t0, int64_t t1) {
-  gemv_tiles_impl<Cvt<false>>(a, t0, t1);
+void direct_tiles(const GemvArgs& a, int64_t t0, int64_t t1) {
+  direct_tiles_impl<Cvt<false>>(a, t0, t1);
+}
+
+void panel_tiles(const GemvArgs& a, int64_t t0, int64_t t1) {
+  panel_tiles_impl<Cvt<false>>(a, t0, t1);
 }
 
 void unpack_tile(const uint8_t* w, int64_t p0, int64_t p1, uint16_t* dst,

@@ -75,8 +75,12 @@ struct Cvt {
 
 }  // namespace
 
-void gemv_tiles(const GemvArgs& a, int64_t t0, int64_t t1) {
-  gemv_tiles_impl<Cvt<false>>(a, t0, t1);
+void direct_tiles(const GemvArgs& a, int64_t t0, int64_t t1) {
+  direct_tiles_impl<Cvt<false>>(a, t0, t1);
+}
+
+void panel_tiles(const GemvArgs& a, int64_t t0, int64_t t1) {
+  panel_tiles_impl<Cvt<false>>(a, t0, t1);
 }
 
 void unpack_tile(const uint8_t* w, int64_t p0, int64_t p1, uint16_t* dst,

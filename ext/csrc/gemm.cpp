@@ -1,18 +1,21 @@
 // FP8 W8A16 GEMM ops: y[M, N] bf16 = x[M, K] bf16 @ (w[N, K] fp8 * scale).T + bias[N].
 //
-// gemm_avx512: M <= gemv_max_m -> GEMV (fp8_gemm_avx512.cpp): the weight is streamed once,
-//   32-column tiles split over torch's intra-op threads, dpbf16 accumulation.
-//   Larger M -> per 32-column tile, unpack the whole [Kp x 32] panel to bf16 once (exact,
-//   or with block scales folded in), then brgemm it against all M rows.
-// gemm_amx: M <= 4 -> the same GEMV; else per 128-deep K chunk unpack a [128 x 32] bf16
+// gemm_avx512 (the default path on AVX-512 hosts): batch-invariant (gemm.h). M <=
+//   gemv_max_m -> the direct path (FP8 -> BF16 in registers per row group of <= 4);
+//   larger M -> the panel path (each 64-deep K-chunk of two 32-column tiles converted to
+//   BF16 once, then 6-row micro-kernel calls over a block of <= 96 rows). Both run the
+//   same dpbf16 chains, so gemv_max_m only affects speed. Split over N tiles, never K.
+// gemm_amx: M <= 4 -> the direct path; else per 128-deep K chunk unpack a [128 x 32] bf16
 //   tile and brgemm (AMX tiles on AMX hosts, oneDNN AVX-512 elsewhere) with add_C over
-//   the K chunks, as vLLM's CPU FP8 path does.
+//   the K chunks, as vLLM's CPU FP8 path does. NOT batch-invariant: a row's result
+//   changes when M crosses 4 (different accumulation order and block-scale rounding).
 // gemm_avx2: 16-column tiles, FP8 -> FP16 -> FP32 and FMA (fp8_gemm_avx2.cpp).
 #include <ATen/Parallel.h>
 #include <ATen/native/CPUBlas.h>
 
 #include <vector>
 
+#include "gemm.h"
 #include "isa.h"
 #include "ops.h"
 
@@ -80,17 +83,6 @@ Problem make_problem(const char* op, const at::Tensor& x, const at::Tensor& w,
   return p;
 }
 
-void run_gemv(const GemvArgs& a) {
-  at::parallel_for(0, ceil_div(a.n, kTileN), 1,
-                   [&](int64_t t0, int64_t t1) {
-                     if (use_vbmi()) {
-                       avx512_vbmi::gemv_tiles(a, t0, t1);
-                     } else {
-                       avx512::gemv_tiles(a, t0, t1);
-                     }
-                   });
-}
-
 constexpr int64_t kRowBlock = 128;  // brgemm M per call
 
 // Per 32-column tile: unpack k_chunk-deep bf16 slices and brgemm them into an fp32
@@ -132,16 +124,29 @@ void run_panel(const GemvArgs& a, int64_t k_chunk) {
 
 }  // namespace
 
+void fp8_linear_tiles(const GemvArgs& a, int64_t t0, int64_t t1, int64_t direct_max_m) {
+  TORCH_CHECK(cpu_isa() >= Isa::kAvx512, "fp8_linear: needs AVX-512 BF16; dispatch ISA is ",
+              isa_name(cpu_isa()));
+  const bool direct = a.m <= direct_max_m;
+  if (use_vbmi()) {
+    direct ? avx512_vbmi::direct_tiles(a, t0, t1) : avx512_vbmi::panel_tiles(a, t0, t1);
+  } else {
+    direct ? avx512::direct_tiles(a, t0, t1) : avx512::panel_tiles(a, t0, t1);
+  }
+}
+
+void fp8_linear(const GemvArgs& a, int64_t direct_max_m) {
+  if (a.m == 0) return;
+  at::parallel_for(0, ceil_div(a.n, kTileN), 1, [&](int64_t t0, int64_t t1) {
+    fp8_linear_tiles(a, t0, t1, direct_max_m);
+  });
+}
+
 at::Tensor gemm_avx512(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,
                        const std::optional<at::Tensor>& bias, int64_t n, int64_t block_n,
                        int64_t block_k, int64_t gemv_max_m) {
   Problem p = make_problem("gemm_avx512", x, w_packed, scale, bias, n, block_n, block_k);
-  if (p.a.m == 0) return p.y;
-  if (p.a.m <= gemv_max_m) {
-    run_gemv(p.a);
-  } else {
-    run_panel(p.a, p.a.kp);
-  }
+  fp8_linear(p.a, gemv_max_m);
   return p.y;
 }
 
@@ -152,7 +157,7 @@ at::Tensor gemm_amx(const at::Tensor& x, const at::Tensor& w_packed, const at::T
   Problem p = make_problem("gemm_amx", x, w_packed, scale, bias, n, block_n, block_k);
   if (p.a.m == 0) return p.y;
   if (p.a.m <= kAmxGemvMaxM) {
-    run_gemv(p.a);
+    fp8_linear(p.a, kAmxGemvMaxM);
   } else {
     run_panel(p.a, kAmxChunk);
   }

@@ -55,14 +55,35 @@ struct GemvArgs {
   int64_t block_k;        // 0: per-channel; else multiple of 32
   int64_t k_blocks;       // ceil(K/bk) (row stride of the block scale)
   const float* bias;      // [N] or nullptr
-  uint16_t* y;            // [M, N] bf16
+  uint16_t* y;            // [M, ldy] bf16
+  int64_t ldy = 0;        // output row stride; 0 means n
+};
+
+// Arguments of the BF16-weight linear (gemm.h bf16_linear). All row-major.
+struct Bf16GemmArgs {
+  const uint16_t* x;      // [M, ldx] bf16, columns K..Kp-1 zero
+  int64_t ldx;            // >= Kp
+  int64_t m;
+  const uint16_t* w;      // bf16 vnni32 [Np/32][Kp/2][32][2] (pack_bf16_vnni32)
+  int64_t kp;             // Kp
+  int64_t n;              // true N (outputs >= N are not written)
+  const float* bias;      // [N] or nullptr
+  void* y;                // [M, ldy] bf16 (uint16_t bits) or fp32
+  int64_t ldy;            // output row stride in elements; 0 means n
+  bool y_fp32;            // fp32 output instead of bf16
 };
 
 namespace avx512 {
 // src[n] fp8 -> dst[n] bf16, exact for every non-NaN code.
 void fp8_to_bf16(const uint8_t* src, uint16_t* dst, int64_t n);
-// y[:, 32t : 32t+32] for tiles [t0, t1) of the vnni32 weight; rows in chunks of <= 4.
-void gemv_tiles(const GemvArgs& a, int64_t t0, int64_t t1);
+// y[:, 32t : 32t+32] for tiles [t0, t1) of the vnni32 weight. Batch-invariant (gemm.h):
+// direct_tiles converts FP8 -> BF16 in registers for every row group (small M);
+// panel_tiles converts each K-chunk once and runs all rows over it (large M). Both give
+// bitwise the same y.
+void direct_tiles(const GemvArgs& a, int64_t t0, int64_t t1);
+void panel_tiles(const GemvArgs& a, int64_t t0, int64_t t1);
+// The same chains on a BF16 vnni32 weight (bf16_gemm_avx512.cpp).
+void bf16_tiles(const Bf16GemmArgs& a, int64_t t0, int64_t t1);
 // One tile's k-pairs [p0, p1) ([p1-p0][32][2] fp8 at `w`) -> bf16 VNNI [p1-p0][32][2].
 // block_scale == nullptr: exact values. Else block_scale[kb] (kb = 2p / block_k for the
 // global pair index p) multiplies each value in fp32, rounded once to bf16.
@@ -74,9 +95,11 @@ void epilogue(const float* c, int64_t rows, const float* scale, float mult,
               const float* bias, uint16_t* y, int64_t ldy, int64_t cols);
 }  // namespace avx512
 
-// Same contracts as avx512::gemv_tiles / unpack_tile, table-based FP8 conversion (VBMI).
+// Same contracts as avx512::direct_tiles / panel_tiles / unpack_tile, table-based FP8
+// conversion (VBMI); bitwise the same results as the avx512 versions.
 namespace avx512_vbmi {
-void gemv_tiles(const GemvArgs& a, int64_t t0, int64_t t1);
+void direct_tiles(const GemvArgs& a, int64_t t0, int64_t t1);
+void panel_tiles(const GemvArgs& a, int64_t t0, int64_t t1);
 void unpack_tile(const uint8_t* w, int64_t p0, int64_t p1, uint16_t* dst,
                  const float* block_scale, int64_t block_k);
 }  // namespace avx512_vbmi

@@ -32,6 +32,11 @@ TORCH_LIBRARY(fp8serve, m) {
       "int block_n=0, int block_k=0) -> Tensor");
   // x[M, K] bf16, w_packed [N/16, K, 16] fp8, scale f32 [N], bias f32 [N]? -> y[M, n] bf16
   m.def("gemm_avx2(Tensor x, Tensor w_packed, Tensor scale, Tensor? bias, int n) -> Tensor");
+  // w[N, K] bf16 -> [N/32, K/2, 32, 2] bf16 (N, K zero-padded to multiples of 32)
+  m.def("pack_bf16_vnni32(Tensor w) -> Tensor");
+  // x[M, K] bf16, w_packed [N/32, K/2, 32, 2] bf16, bias f32 [N]? -> y[M, n] bf16 | f32
+  m.def("gemm_bf16_avx512(Tensor x, Tensor w_packed, Tensor? bias, int n, "
+        "bool out_fp32=False) -> Tensor");
   // q [T, Hq, D] bf16, k_cache / v_cache [S, Hkv, D] bf16, block_tables [C, W] int32,
   // token_seq [T] int32, ctx_lens [T] int32 -> [T, Hq * D] bf16 (attention.cpp)
   m.def(
@@ -58,6 +63,8 @@ TORCH_LIBRARY_IMPL(fp8serve, CPU, m) {
   m.impl("gemm_avx512", &fp8serve::gemm_avx512);
   m.impl("gemm_amx", &fp8serve::gemm_amx);
   m.impl("gemm_avx2", &fp8serve::gemm_avx2);
+  m.impl("pack_bf16_vnni32", &fp8serve::pack_bf16_vnni32);
+  m.impl("gemm_bf16_avx512", &fp8serve::gemm_bf16_avx512);
   m.impl("paged_attention", &fp8serve::paged_attention);
   m.impl("kv_write", &fp8serve::kv_write);
   m.impl("decode_layer", &fp8serve::decode_layer);

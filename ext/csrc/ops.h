@@ -18,6 +18,12 @@ namespace fp8serve {
 at::Tensor fp8_to_bf16(const at::Tensor& fp8);
 at::Tensor pack_vnni32(const at::Tensor& w);
 at::Tensor pack_avx2(const at::Tensor& w);
+// pack_bf16_vnni32: w[N, K] bf16 -> [Np/32, Kp/2, 32, 2] bf16 (pack_vnni32's order)
+at::Tensor pack_bf16_vnni32(const at::Tensor& w);
+// gemm_bf16_avx512: x[M, K] bf16, w_packed bf16 [Np/32, Kp/2, 32, 2], bias f32 [N] or none
+//   -> y[M, n] bf16 (fp32 when out_fp32); batch-invariant (gemm.h)
+at::Tensor gemm_bf16_avx512(const at::Tensor& x, const at::Tensor& w_packed,
+                            const std::optional<at::Tensor>& bias, int64_t n, bool out_fp32);
 at::Tensor gemm_avx512(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,
                        const std::optional<at::Tensor>& bias, int64_t n, int64_t block_n,
                        int64_t block_k, int64_t gemv_max_m);

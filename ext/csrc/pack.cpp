@@ -1,5 +1,6 @@
-// Weight packing: canonical w[N, K] fp8 (row-major, contiguous) -> kernel tile layouts.
-// Pure data movement; padding is zero (fp8 code 0x00 == +0.0).
+// Weight packing: canonical w[N, K] fp8 (or bf16 for pack_bf16_vnni32), row-major
+// contiguous -> kernel tile layouts.
+// Pure data movement; padding is zero (fp8 code 0x00 and bf16 0x0000 are +0.0).
 #include <ATen/Parallel.h>
 
 #include <cstring>
@@ -23,25 +24,46 @@ void check_canonical(const at::Tensor& w, const char* op) {
   TORCH_CHECK(w.device().is_cpu(), op, ": w must be on CPU");
 }
 
-}  // namespace
-
 // w[N, K] -> [Np/32][Kp/2][32][2]: out[t][p][j][i] = w[32t + j][2p + i]
-at::Tensor pack_vnni32(const at::Tensor& w) {
-  check_canonical(w, "pack_vnni32");
-  const int64_t n = w.size(0), k = w.size(1);
+template <class T>
+void pack_vnni32_into(const T* src, int64_t n, int64_t k, T* dst) {
   const int64_t np = round_up(n, kTileN), kp = round_up(k, kPadK);
-  at::Tensor out = at::zeros({np / kTileN, kp / 2, kTileN, 2}, w.options());
-  const auto* src = reinterpret_cast<const uint8_t*>(w.data_ptr());
-  auto* dst = reinterpret_cast<uint8_t*>(out.data_ptr());
   at::parallel_for(0, np / kTileN, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      uint8_t* tile = dst + t * (kp / 2) * kTileN * 2;
+      T* tile = dst + t * (kp / 2) * kTileN * 2;
       for (int64_t j = 0; j < kTileN && t * kTileN + j < n; ++j) {
-        const uint8_t* row = src + (t * kTileN + j) * k;
+        const T* row = src + (t * kTileN + j) * k;
         for (int64_t c = 0; c < k; ++c) tile[(c / 2) * kTileN * 2 + j * 2 + (c & 1)] = row[c];
       }
     }
   });
+}
+
+}  // namespace
+
+at::Tensor pack_vnni32(const at::Tensor& w) {
+  check_canonical(w, "pack_vnni32");
+  const int64_t n = w.size(0), k = w.size(1);
+  at::Tensor out = at::zeros({round_up(n, kTileN) / kTileN, round_up(k, kPadK) / 2, kTileN, 2},
+                             w.options());
+  pack_vnni32_into(reinterpret_cast<const uint8_t*>(w.data_ptr()), n, k,
+                   reinterpret_cast<uint8_t*>(out.data_ptr()));
+  return out;
+}
+
+// bf16 w[N, K] -> bf16 [Np/32][Kp/2][32][2], the same element order as pack_vnni32
+at::Tensor pack_bf16_vnni32(const at::Tensor& w) {
+  TORCH_CHECK(w.scalar_type() == at::kBFloat16 && w.dim() == 2 && w.device().is_cpu(),
+              "pack_bf16_vnni32: w must be a 2-D [N, K] bfloat16 CPU tensor, got ",
+              w.scalar_type(), " ", w.sizes());
+  TORCH_CHECK(w.is_contiguous(), "pack_bf16_vnni32: w must be row-major contiguous [N, K] "
+              "(a transposed [K, N] view is rejected, never reinterpreted); strides ",
+              w.strides());
+  const int64_t n = w.size(0), k = w.size(1);
+  at::Tensor out = at::zeros({round_up(n, kTileN) / kTileN, round_up(k, kPadK) / 2, kTileN, 2},
+                             w.options());
+  pack_vnni32_into(reinterpret_cast<const uint16_t*>(w.data_ptr()), n, k,
+                   reinterpret_cast<uint16_t*>(out.data_ptr()));
   return out;
 }
 
