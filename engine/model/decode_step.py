@@ -4,10 +4,11 @@ dozen eager torch ops, for every step once the model is on the AVX-512 FP8 kerne
     h [T, H] bf16 --rms_norm, qkv GEMM, RoPE, KV write, paged attention, o_proj, residual,
     rms_norm, gate_up GEMM, silu*mul, down GEMM, residual--> [T, H] bf16
 
-The op calls the same FP8 GEMM as the layer's kernels (gemm_avx512 on the same packed
-weights), so the kernel report stays true: each linear still runs on the kernel it
-reports. :func:`fusion_reason` says why a layer cannot fuse (then the Python layer in
-ministral.py runs; it is also the reference the fused op is tested against).
+The op calls the same FP8 GEMM as the layer's kernels (gemm.h fp8_linear, what
+gemm_avx512 runs, on the same packed weights), so the kernel report stays true: each
+linear still runs on the kernel it reports. :func:`fusion_reason` says why a layer
+cannot fuse (then the Python layer in ministral.py runs; it is also the reference the
+fused op is tested against).
 """
 
 from __future__ import annotations

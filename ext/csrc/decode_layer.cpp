@@ -1,7 +1,7 @@
 // One decoder layer in one op (the fused path of engine/model/decode_step.py):
 //
 //   x  = rms_norm(h, input_norm)                    fp32 math, bf16 out, times weight
-//   qkv = x @ Wqkv.T                                FP8 vnni32 GEMM (gemm_avx512)
+//   qkv = x @ Wqkv.T                                FP8 vnni32 GEMM (gemm.h fp8_linear)
 //   q, k = rope(q, k) at positions                  half-split, fp32, Llama-4 q scale in
 //                                                   the q tables; bf16 out
 //   cache[slot_mapping] = k, v;  a = paged_attention(q, cache)
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "decode_layer.h"
+#include "gemm.h"
 #include "isa.h"
 #include "ops.h"
 
@@ -76,13 +77,34 @@ void add_into(const at::Tensor& h, const at::Tensor& y) {
 }
 
 struct Linear {
-  const at::Tensor& w;
-  const at::Tensor& scale;
+  const at::Tensor& w;      // vnni32 fp8 [ceil(N/32), Kp/2, 32, 2]
+  const at::Tensor& scale;  // fp32 [N] (bk == 0) or [ceil(N/bn), ceil(K/bk)]
   int64_t n, bn, bk;
 };
 
-at::Tensor linear(const at::Tensor& x, const Linear& l, int64_t gemv_max_m) {
-  return gemm_avx512(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk, gemv_max_m);
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// y [M, N] bf16 = x [M, K] @ (w * scale).T through gemm.h (no dispatcher, no padding copy
+// when K is a multiple of 32; otherwise the gemm_avx512 op pads x).
+at::Tensor linear(const at::Tensor& x, const Linear& l, int64_t direct_max_m) {
+  const int64_t m = x.size(0), k = x.size(1);
+  if (k % kPadK != 0 || !x.is_contiguous()) {
+    return gemm_avx512(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk, direct_max_m);
+  }
+  TORCH_CHECK(l.w.scalar_type() == at::kFloat8_e4m3fn && l.w.is_contiguous() &&
+                  l.w.dim() == 4 && l.w.size(0) == ceil_div(l.n, kTileN) &&
+                  l.w.size(1) == k / 2 && l.scale.scalar_type() == at::kFloat &&
+                  l.scale.is_contiguous() &&
+                  l.scale.numel() == (l.bk ? ceil_div(l.n, l.bn) * ceil_div(k, l.bk) : l.n),
+              "decode_layer: packed weight / scale do not match N=", l.n, ", K=", k);
+  at::Tensor y = at::empty({m, l.n}, x.options());
+  if (m == 0) return y;
+  const GemvArgs a{reinterpret_cast<const uint16_t*>(x.data_ptr()), k, m,
+                   reinterpret_cast<const uint8_t*>(l.w.data_ptr()), k, l.n,
+                   l.scale.data_ptr<float>(), l.bn, l.bk, l.bk ? ceil_div(k, l.bk) : 0,
+                   nullptr, bits(y), l.n};
+  fp8_linear(a, direct_max_m);
+  return y;
 }
 
 at::Tensor attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,
