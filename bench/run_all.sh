@@ -12,6 +12,7 @@
 # transformers; '' = none), RUN_8B=1 to include the 8B-shaped RSS run, SKIP="kernels serve"
 # to skip steps (names: kernels generate-demo generate-3b serve rss-demo rss-3b rss-8b).
 set -euo pipefail
+shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 
 OUT=${OUT:-bench/results}
@@ -27,12 +28,12 @@ mkdir -p "$OUT" "$MODELS"
 want() { [[ " $SKIP " != *" $1 "* ]]; }
 step() { echo; echo "=== $* ($(date +%H:%M:%S), load $(cut -d' ' -f1 /proc/loadavg))"; }
 
-synth() {  # synth SHAPE: a complete random-weight checkpoint under $MODELS/SHAPE, once
+synth() {  # synth SHAPE: a random-weight checkpoint under $MODELS/SHAPE, written once
   local dir="$MODELS/$1"
-  if [[ ! -f "$dir/.bench-complete" ]]; then
-    rm -rf "$dir"
-    "${FP8SERVE[@]}" synth-model --shape "$1" --layout hf-text --out "$dir"
-    touch "$dir/.bench-complete"
+  if [[ ! -f "$dir/config.json" ]]; then
+    rm -rf "$dir.partial"
+    "${FP8SERVE[@]}" synth-model --shape "$1" --layout hf-text --out "$dir.partial" >&2
+    mv "$dir.partial" "$dir"
   fi
   echo "$dir"
 }
@@ -67,7 +68,7 @@ if want generate-demo; then
 fi
 if want generate-3b; then
   step "generate: 3B-shaped synth model"
-  "${FP8SERVE[@]}" bench generate --model "$(synth ministral-3-3b | tail -1)" \
+  "${FP8SERVE[@]}" bench generate --model "$(synth ministral-3-3b)" \
     --threads "$THREADS" --baselines "$BASELINES_3B" --hf-dtype bfloat16 \
     --json "$OUT/generate-3b.json"
 fi
@@ -81,12 +82,12 @@ if want rss-demo; then
 fi
 if want rss-3b; then
   step "rss: 3B-shaped synth model"
-  "${FP8SERVE[@]}" bench rss --model "$(synth ministral-3-3b | tail -1)" --threads "$THREADS" \
+  "${FP8SERVE[@]}" bench rss --model "$(synth ministral-3-3b)" --threads "$THREADS" \
     --json "$OUT/rss-3b.json"
 fi
 if [[ "$RUN_8B" == 1 ]] && want rss-8b; then
   step "rss: 8B-shaped synth model"
-  "${FP8SERVE[@]}" bench rss --model "$(synth ministral-3-8b | tail -1)" --threads "$THREADS" \
+  "${FP8SERVE[@]}" bench rss --model "$(synth ministral-3-8b)" --threads "$THREADS" \
     --json "$OUT/rss-8b.json"
 fi
 

@@ -70,7 +70,8 @@ def _fmt(v: float | None, spec: str = "{:.1f}") -> str:
 def _label(name: str, b: dict[str, Any]) -> str:
     if name == "transformers":
         return f"transformers ({b.get('dtype')})"
-    return f"llama.cpp ({Path(b.get('gguf') or '?').name})"[:28]
+    parts = Path(b.get("gguf") or "?").name.split(".")  # e.g. SmolLM2-135M.Q4_1.gguf
+    return f"llama.cpp ({parts[-2] if len(parts) > 2 else 'GGUF'})"
 
 
 def format_table(res: dict[str, Any]) -> str:
