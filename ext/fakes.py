@@ -119,6 +119,12 @@ def decode_layer(h, weights, dims, eps, rope_tables, positions, k_cache, v_cache
     return torch.empty_like(h)
 
 
+def decode_stack(h, weights, dims, eps, rope_tables, positions, kv, slot_mapping, index):
+    torch._check(h.dim() == 2 and h.dtype == torch.bfloat16,
+                 lambda: f"decode_stack: h must be bf16 [T, H], got {tuple(h.shape)}")
+    return torch.empty_like(h)
+
+
 FAKES = {
     "fp8_to_bf16": fp8_to_bf16,
     "pack_vnni32": pack_vnni32,
@@ -129,6 +135,7 @@ FAKES = {
     "paged_attention": paged_attention,
     "kv_write": kv_write,
     "decode_layer": decode_layer,
+    "decode_stack": decode_stack,
     "pack_bf16_vnni32": pack_bf16_vnni32,
     "gemm_bf16_avx512": gemm_bf16_avx512,
 }

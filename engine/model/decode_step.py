@@ -100,6 +100,33 @@ class FusedDecodeLayer:
             meta.slot_mapping, [p.block_tables, p.token_seq, p.ctx_lens])
 
 
+@dataclass(frozen=True, slots=True)
+class FusedDecodeStack:
+    """Every layer in one decode_stack call (no Python between layers)."""
+
+    weights: tuple[torch.Tensor, ...]  # the layers' FusedDecodeLayer.weights, in order
+    dims: tuple[int, ...]  # the layers' dims, in order (block_size filled per call)
+    eps: float
+    num_layers: int
+
+    @classmethod
+    def of(cls, layers: list[FusedDecodeLayer]) -> FusedDecodeStack:
+        if len({f.eps for f in layers}) != 1:
+            raise ValueError("layers with different rms_norm eps cannot stack")
+        return cls(tuple(w for f in layers for w in f.weights),
+                   tuple(d for f in layers for d in f.dims), layers[0].eps, len(layers))
+
+    def __call__(self, h: torch.Tensor, tables: RopeTables, meta: AttentionMetadata,
+                 kv: torch.Tensor) -> torch.Tensor:
+        """h [T, H] bf16 -> [T, H] bf16; kv [L, 2, blocks, block_size, Hkv, D] (written)."""
+        p = meta.paged
+        dims = list(self.dims)
+        dims[4::14] = [p.block_size] * self.num_layers
+        rope = [tables.cos, tables.sin, tables.q_cos, tables.q_sin]
+        return torch.ops.fp8serve.decode_stack(
+            h, list(self.weights), dims, self.eps, rope, meta.positions, kv,
+            meta.slot_mapping, [p.block_tables, p.token_seq, p.ctx_lens])
+
 class PackedBf16Head:
     """The bf16 lm_head on the C++ batch-invariant bf16 GEMM (gemm_bf16_avx512):
     x [R, H] bf16 -> logits [R, V] fp32 straight from the fp32 accumulators.

@@ -21,6 +21,7 @@ from engine.config import ModelConfig
 from engine.model.attention import AttentionMetadata, PagedAttention
 from engine.model.decode_step import (
     FusedDecodeLayer,
+    FusedDecodeStack,
     PackedBf16Head,
     fusion_reason,
     packed_head_reason,
@@ -115,6 +116,7 @@ class Ministral:
             raise ValueError(f"cannot fuse every layer: {next(r for r in reasons if r)}")
         self.fusion_reasons = reasons
         self._fused_ok: set[int] = set()  # layers whose fused op has run once
+        self.stack: FusedDecodeStack | None = None  # once every fused layer has run once
         self.fused = [FusedDecodeLayer.of(layer) if why is None else None
                       for layer, why in zip(self.layers, reasons, strict=True)]
 
@@ -141,10 +143,21 @@ class Ministral:
                 logit_rows: torch.Tensor) -> torch.Tensor:
         """tokens [T] int64, logit_rows [R] int64 (rows of T) -> logits [R, V] fp32."""
         h = F.embedding(tokens, self.embed)
-        c = self.config
         if meta.positions.numel() and int(meta.positions.max()) >= self.rope.max_positions:
             raise ValueError(f"position {int(meta.positions.max())} beyond the rotary table "
                              f"({self.rope.max_positions} positions = max_model_len)")
+        if self.stack is not None:
+            h = self.stack(h, self.rope, meta, kv.kv)
+        else:
+            h = self._layers(h, meta, kv)
+        if logit_rows.numel() == 0:  # only filling the KV cache
+            return torch.empty(0, self.config.vocab_size, dtype=torch.float32)
+        h = rms_norm(h.index_select(0, logit_rows), self.norm, self.config.rms_norm_eps)
+        return self.lm_head(h).float()
+
+    def _layers(self, h: torch.Tensor, meta: AttentionMetadata, kv: KVStore) -> torch.Tensor:
+        """Layer by layer (fused ops checked on their first call, Python layers)."""
+        c = self.config
         rope: StepRope | None = None
         for i, layer in enumerate(self.layers):
             if self.fused[i] is not None:
@@ -155,7 +168,6 @@ class Ministral:
             if rope is None:  # built once per step, only when a Python layer runs
                 rope = StepRope.select(self.rope, meta.positions, c.num_heads, c.num_kv_heads)
             h = layer(h, rope, meta, kv.layer(i))
-        if logit_rows.numel() == 0:  # only filling the KV cache
-            return torch.empty(0, self.config.vocab_size, dtype=torch.float32)
-        h = rms_norm(h.index_select(0, logit_rows), self.norm, self.config.rms_norm_eps)
-        return self.lm_head(h).float()
+        if len(self._fused_ok) == len(self.layers) and kv.kv.is_contiguous():
+            self.stack = FusedDecodeStack.of([f for f in self.fused if f is not None])
+        return h

@@ -167,3 +167,29 @@ at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArr
 }
 
 }  // namespace fp8serve
+
+namespace fp8serve {
+
+// Every layer in one call: weights = L x the 10 of decode_layer, dims = L x its 14,
+// kv [L, 2, num_blocks, block_size, Hkv, D] bf16 contiguous (engine/model/kv_store.py).
+at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
+                        double eps, at::TensorList rope_tables, const at::Tensor& positions,
+                        const at::Tensor& kv, const at::Tensor& slot_mapping,
+                        at::TensorList index) {
+  const int64_t layers = kv.dim() == 6 ? kv.size(0) : -1;
+  TORCH_CHECK(layers >= 0 && kv.size(1) == 2 && kv.is_contiguous() &&
+                  int64_t(weights.size()) == 10 * layers && int64_t(dims.size()) == 14 * layers,
+              "decode_stack: kv must be contiguous [L, 2, blocks, block_size, Hkv, D] with "
+              "10 L weights and 14 L dims, got kv ", kv.sizes(), ", ", weights.size(),
+              " weights, ", dims.size(), " dims");
+  at::Tensor x = h;
+  for (int64_t i = 0; i < layers; ++i) {
+    const at::Tensor layer_kv = kv.select(0, i);
+    x = decode_layer(x, weights.slice(10 * i, 10), dims.slice(14 * i, 14), eps, rope_tables,
+                     positions, layer_kv.select(0, 0).flatten(0, 1),
+                     layer_kv.select(0, 1).flatten(0, 1), slot_mapping, index);
+  }
+  return x;
+}
+
+}  // namespace fp8serve

@@ -51,6 +51,10 @@ TORCH_LIBRARY(fp8serve, m) {
       "decode_layer(Tensor h, Tensor[] weights, int[] dims, float eps, Tensor[] rope_tables, "
       "Tensor positions, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping, "
       "Tensor[] index) -> Tensor");
+  // all decoder layers: h [T, H] bf16 -> [T, H] bf16, kv [L, 2, blocks, bs, Hkv, D] written
+  m.def(
+      "decode_stack(Tensor h, Tensor[] weights, int[] dims, float eps, Tensor[] rope_tables, "
+      "Tensor positions, Tensor(a!) kv, Tensor slot_mapping, Tensor[] index) -> Tensor");
   // cpuid + XCR0 features (names of engine/hardware.py CPU_FEATURES); the dispatch ISA
   m.def("cpu_features() -> str[]", &fp8serve::cpu_features_op);
   m.def("isa() -> str", &fp8serve::isa_op);
@@ -68,4 +72,5 @@ TORCH_LIBRARY_IMPL(fp8serve, CPU, m) {
   m.impl("paged_attention", &fp8serve::paged_attention);
   m.impl("kv_write", &fp8serve::kv_write);
   m.impl("decode_layer", &fp8serve::decode_layer);
+  m.impl("decode_stack", &fp8serve::decode_stack);
 }

@@ -47,6 +47,11 @@ at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArr
                         double eps, at::TensorList rope_tables, const at::Tensor& positions,
                         const at::Tensor& k_cache, const at::Tensor& v_cache,
                         const at::Tensor& slot_mapping, at::TensorList index);
+// decode_stack: every layer's decode_layer in one call, kv [L, 2, blocks, bs, Hkv, D]
+at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
+                        double eps, at::TensorList rope_tables, const at::Tensor& positions,
+                        const at::Tensor& kv, const at::Tensor& slot_mapping,
+                        at::TensorList index);
 std::vector<std::string> cpu_features_op();
 std::string isa_op();
 

@@ -88,8 +88,10 @@ def test_fused_runner_logits_match_python_runner(weights) -> None:
     fused, py = _runner(weights, True), _runner(weights, False)
     prompt = _ids(14, 3)
     chunk = SeqChunk(0, tuple(prompt), 0, tuple(range(5)))
+    assert fused.model.stack is None  # the first step checks each fused layer
     a, b = fused.run(BatchInputs((chunk,))), py.run(BatchInputs((chunk,)))
     assert logit_error(a, b) < 2e-2
+    assert fused.model.stack is not None  # later steps: all layers in one call
     nxt = SeqChunk(0, (int(a.argmax()),), 14, tuple(range(5)))
     assert logit_error(fused.run(BatchInputs((nxt,))), py.run(BatchInputs((nxt,)))) < 2e-2
 
