@@ -5,10 +5,13 @@ avx512_w8a16 (per-tensor, per-channel) / avx512_block_w8a16 (block scales)
                        element [t, p, j, i] = w[32t + j, 2p + i], zero padded),
              "scale":  fp32 [N] (per-tensor broadcast at prepare time) or
                        fp32 [ceil(N/bn), ceil(K/bk)] (block)}
-    apply:  x[M, K] bf16 -> y[M, N] bf16. M <= GEMV_MAX_M: GEMV that streams the weight
-            once over torch's intra-op threads (FP8 -> BF16 in registers, dpbf16, scale on
-            the fp32 sums); larger M: each 32-column panel is converted to BF16 once and
-            multiplied against all rows with brgemm.
+    apply:  x[M, K] bf16 -> y[M, N] bf16, batch-invariant: row i is bitwise the same for
+            any M and any other rows (ext/csrc/gemm.h). M <= GEMV_MAX_M: the weight is
+            streamed once over torch's intra-op threads, FP8 -> BF16 in registers per
+            group of <= 4 rows; larger M: each 64-deep K chunk of two 32-column tiles is
+            converted to BF16 once and a 6-row micro-kernel runs all rows over it. Both
+            run one dpbf16 chain per output over K in order (scale on the fp32 sums), so
+            the switch changes speed only. No brgemm on this path.
 Gate: avx512f/bw/vl + avx512_bf16 and the extension built.
 """
 
@@ -32,8 +35,8 @@ from engine.kernels.base import (
 
 VNNI32_LAYOUT = "fp8_vnni32[ceil(N/32)][ceil(K/32)*16][32][2]"
 AVX512_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512_bf16")
-# GEMV up to this M: on a Zen 4 core the GEMV matches brgemm on the converted panel at
-# M ~ 48 (both near the dpbf16 peak) and wins below; measured with 4096x4096.
+# The in-register conversion path up to this M; the panel path wins above ~48 on Zen 4
+# (4096x4096). Results are identical either way (batch invariance).
 GEMV_MAX_M = 32
 TILE = 32
 

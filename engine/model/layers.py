@@ -14,6 +14,7 @@ Tensor boundaries (T = tokens in the step, H = hidden size, D = head_dim):
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,8 @@ import torch.nn.functional as F
 from engine.config import RopeConfig
 from engine.hardware import HardwareInfo
 from engine.kernels.base import Fp8Weight, Platform, ScaleKind
+from engine.kernels.bf16_linear import KERNEL_ID as BF16_KERNEL_ID
+from engine.kernels.bf16_linear import Bf16Gemm, bf16_gemm_reason
 from engine.kernels.layer_kernel import KernelReport, LayerKernel
 from engine.kernels.registry import KernelOverrides
 from engine.weights import LinearWeight
@@ -148,17 +151,41 @@ def apply_rope(qk: torch.Tensor, rope: StepRope) -> torch.Tensor:
 
 
 class Bf16Linear:
-    """y [M, N] bf16 = x [M, K] bf16 @ w.T, w bf16 [N, K]."""
+    """y [M, N] bf16 = x [M, K] bf16 @ w.T, w bf16 [N, K] (``weight``, kept as given).
 
-    def __init__(self, name: str, weight: torch.Tensor) -> None:
+    With ``hw`` able to run bf16_avx512 (engine/kernels/bf16_linear.py) the product is
+    the batch-invariant C++ GEMM on a packed copy of w, made on the first call (a caller
+    that replaces this module before running it never pays for the copy); else torch.mm,
+    whose row i depends on M. ``kernel_id`` / ``reason`` say which and why."""
+
+    def __init__(self, name: str, weight: torch.Tensor, hw: HardwareInfo | None = None) -> None:
         if weight.dim() != 2:
             raise ValueError(f"{name}: bf16 weight must be [N, K], got {tuple(weight.shape)}")
         self.name = name
         self.weight = weight.to(torch.bfloat16).contiguous()
         self.n, self.k = int(weight.shape[0]), int(weight.shape[1])
+        self.reason = bf16_gemm_reason(hw) if hw is not None else "no hardware profile"
+        self.kernel_id = BF16_KERNEL_ID if self.reason is None else "torch_mm"
+        self._gemm: Bf16Gemm | None = None
+        self._lock = threading.Lock()
+
+    def gemm(self) -> Bf16Gemm | None:
+        """The packed C++ GEMM (packed on first use), or None on the torch path."""
+        if self.reason is not None:
+            return None
+        with self._lock:
+            if self._gemm is None:
+                self._gemm = Bf16Gemm.prepare(self.weight)
+            return self._gemm
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.mm(x, self.weight.t())
+        gemm = self.gemm()
+        return torch.mm(x, self.weight.t()) if gemm is None else gemm(x)
+
+    def fp32(self, x: torch.Tensor) -> torch.Tensor:
+        """x [M, K] bf16 -> y [M, N] fp32 (the C++ GEMM's accumulators, unrounded)."""
+        gemm = self.gemm()
+        return torch.mm(x, self.weight.t()).float() if gemm is None else gemm(x, out_fp32=True)
 
 
 class Fp8Linear:
@@ -190,7 +217,7 @@ class LinearFactory:
     def __call__(self, name: str, weight: LinearWeight) -> Linear:
         if isinstance(weight, Fp8Weight):
             return Fp8Linear(name, weight, self.hw, self.overrides, self.report)
-        return Bf16Linear(name, weight)
+        return Bf16Linear(name, weight, self.hw)
 
     def fused(self, name: str, parts: dict[str, LinearWeight]) -> FusedLinear:
         """One GEMM over the concatenated rows of ``parts`` when they fuse exactly (see
