@@ -31,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def format_summary(res: dict[str, Any]) -> str:
     w, gib = res["weight_bytes"], 2**30
     base = res["interpreter_baseline"].get("VmHWM", 0) / gib
+    after = res["memory"]["after_requests"]
     return "\n".join([
         f"model {res['model']}: weights on disk {w['text_decoder'] / gib:.2f} GiB "
         f"(text decoder; all tensors {w['all_tensors'] / gib:.2f} GiB) + KV "
@@ -38,6 +39,8 @@ def format_summary(res: dict[str, Any]) -> str:
         f"server peak RSS (VmHWM) {res['peak_rss_gib']:.2f} GiB: "
         f"{res['overhead_gib']:+.2f} GiB over weights + KV "
         f"({res['peak_vs_budget']:.2f}x); python+torch+service alone {base:.2f} GiB",
+        f"resident after the requests: anonymous {after.get('RssAnon', 0) / gib:.2f} GiB, "
+        f"file-backed (mapped checkpoint pages) {after.get('RssFile', 0) / gib:.2f} GiB",
         f"requests completed {res['requests']['completed']}, failed "
         f"{res['requests']['failed']}; ready in {res['ready_s']:.1f} s"])
 

@@ -67,10 +67,12 @@ def serve_section(s: dict[str, Any], name: str) -> list[str]:
 
 def rss_section(runs: list[dict[str, Any]]) -> list[str]:
     head = ["model", "weights (GiB)", "KV budget (GiB)", "peak RSS (GiB)",
-            "over weights + KV (GiB)", "python+torch alone (GiB)"]
+            "over weights + KV (GiB)", "anon / file-backed (GiB)", "python+torch alone (GiB)"]
     rows = [[r["model"], f"{r['weight_bytes']['text_decoder'] / GIB:.2f}",
              f"{r['kv_cache_bytes'] / GIB:.2f}", f"{r['peak_rss_gib']:.2f}",
              f"{r['overhead_gib']:+.2f}",
+             f"{r['memory']['after_requests'].get('RssAnon', 0) / GIB:.2f} / "
+             f"{r['memory']['after_requests'].get('RssFile', 0) / GIB:.2f}",
              f"{r['interpreter_baseline'].get('VmHWM', 0) / GIB:.2f}"] for r in runs]
     return (["### Server peak RSS (`fp8serve bench rss`: VmHWM after a few requests)", ""]
             + _table(head, rows))
