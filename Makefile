@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 IMAGE ?= fp8serve:latest
 
-.PHONY: setup ext demo serve test test-fast lint bench bench-kernels bench-generate image clean
+.PHONY: setup ext demo serve test test-fast lint bench bench-kernels bench-generate image image-local clean
 
 setup: $(VENV)/.installed
 
@@ -51,8 +51,17 @@ bench-generate: ext demo
 	mkdir -p bench/results
 	$(BIN)/fp8serve bench generate --json bench/results/generate-demo.json
 
+# --format docker: the OCI format has no HEALTHCHECK. podman if present, else docker.
 image:
-	podman build --isolation chroot -t $(IMAGE) . || docker build -t $(IMAGE) .
+	if command -v podman >/dev/null; then \
+		podman build --isolation chroot --format docker -t $(IMAGE) . ; \
+	else docker build -t $(IMAGE) . ; fi
+
+# No registry access: local debootstrapped base + this machine's pip sources (needs root,
+# podman, debootstrap), then check the result without running a container.
+image-local:
+	IMAGE=$(IMAGE) deploy/image/build-local.sh
+	deploy/image/verify-image.sh $(IMAGE)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
