@@ -1,0 +1,152 @@
+"""deploy/: the Kubernetes manifests, .env.example and the Prometheus files parse, name
+only real settings with valid values, point their probes and scrapes at real endpoints,
+and give in-flight requests time to drain before SIGKILL."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from service.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "k8s"
+SETTING_NAMES = {f"FP8SERVE_{name.upper()}" for name in Settings.model_fields}
+
+
+def _docs(path: Path) -> list[dict]:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    assert docs, f"{path} is empty"
+    return docs
+
+
+def _by_kind() -> dict[str, dict]:
+    out = {}
+    for path in sorted(K8S.glob("*.yaml")):
+        for doc in _docs(path):
+            assert {"apiVersion", "kind"} <= doc.keys(), path
+            out[doc["kind"]] = doc
+    return out
+
+
+@pytest.fixture(scope="module")
+def k8s() -> dict[str, dict]:
+    return _by_kind()
+
+
+@pytest.fixture(scope="module")
+def container(k8s) -> dict:
+    (c,) = k8s["Deployment"]["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def _dotenv() -> dict[str, str]:
+    env = {}
+    for line in (DEPLOY / ".env.example").read_text().splitlines():
+        if line.lstrip().startswith("#"):
+            continue  # commented-out names: _commented_names
+        m = re.fullmatch(r"\s*(FP8SERVE_\w+)=(\S*)(\s+#.*)?", line)
+        if m:
+            env[m.group(1)] = m.group(2)
+    return env
+
+
+def _commented_names(path: Path) -> set[str]:
+    return set(re.findall(r"#\s*(FP8SERVE_\w+)\s*[:=]", path.read_text()))
+
+
+def _settings_from(env: dict[str, str], monkeypatch) -> Settings:
+    for name in SETTING_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return Settings()
+
+
+def test_all_yaml_parses():
+    files = [*K8S.glob("*.yaml"), DEPLOY / "prometheus.yml", *DEPLOY.glob("prometheus/*.yml")]
+    assert len(files) >= 8
+    for path in files:
+        _docs(path)
+
+
+def test_kustomization_lists_existing_files(k8s):
+    for res in k8s["Kustomization"]["resources"]:
+        assert (K8S / res).is_file(), res
+
+
+def test_configmap_names_real_settings_with_valid_values(k8s, monkeypatch):
+    data = k8s["ConfigMap"]["data"]
+    assert set(data) <= SETTING_NAMES, set(data) - SETTING_NAMES
+    assert _commented_names(K8S / "configmap.yaml") <= SETTING_NAMES
+    s = _settings_from(data, monkeypatch)
+    assert s.max_num_seqs == int(data["FP8SERVE_MAX_NUM_SEQS"])
+    assert s.drain_timeout == float(data["FP8SERVE_DRAIN_TIMEOUT"])
+
+
+def test_env_example_names_real_settings_with_valid_values(monkeypatch):
+    env = _dotenv()
+    assert {"FP8SERVE_MODEL", "FP8SERVE_HOST", "FP8SERVE_PORT"} <= set(env)
+    assert set(env) <= SETTING_NAMES, set(env) - SETTING_NAMES
+    assert _commented_names(DEPLOY / ".env.example") <= SETTING_NAMES
+    s = _settings_from(env, monkeypatch)
+    assert str(s.model) == env["FP8SERVE_MODEL"] and s.port == int(env["FP8SERVE_PORT"])
+
+
+def test_deployment_env_and_args_are_understood(container):
+    for item in container.get("env", []):
+        assert item["name"] in SETTING_NAMES, item["name"]
+    from cli.main import build_parser
+
+    args = build_parser().parse_args(container["args"])
+    assert args.command == "serve"
+
+
+def test_probes_hit_health_on_the_container_port(container, k8s):
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        get = container[probe]["httpGet"]
+        assert get["path"] == "/health", probe
+        assert get["port"] in ports or get["port"] in ports.values(), probe
+    i = container["args"].index("--port")
+    assert int(container["args"][i + 1]) in ports.values()
+    (svc_port,) = k8s["Service"]["spec"]["ports"]
+    assert svc_port["targetPort"] in ports
+    annotations = k8s["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    assert int(annotations["prometheus.io/port"]) in ports.values()
+    assert annotations["prometheus.io/path"] == "/metrics"
+
+
+def test_selectors_match_pod_labels(k8s):
+    labels = k8s["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    for sel in (k8s["Deployment"]["spec"]["selector"]["matchLabels"],
+                k8s["Service"]["spec"]["selector"]):
+        assert sel.items() <= labels.items()
+    target = k8s["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", k8s["Deployment"]["metadata"]["name"])
+
+
+def test_grace_period_covers_prestop_sleep_plus_drain(k8s, container):
+    spec = k8s["Deployment"]["spec"]["template"]["spec"]
+    cmd = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert cmd[0] == "sleep"
+    drain = k8s["ConfigMap"]["data"].get("FP8SERVE_DRAIN_TIMEOUT")
+    drain_s = float(drain) if drain is not None else Settings.model_fields["drain_timeout"].default
+    assert spec["terminationGracePeriodSeconds"] > float(cmd[1]) + drain_s
+
+
+def test_metric_names_in_alerts_and_hpa_exist():
+    metrics_src = (ROOT / "service" / "metrics.py").read_text()
+    texts = (DEPLOY / "prometheus" / "alerts.yml").read_text() + (K8S / "hpa.yaml").read_text()
+    names = set(re.findall(r"\bfp8serve_(\w+)", texts))
+    assert names
+    for name in names:
+        base = re.sub(r"_(total|bucket|sum|count|created)$", "", name)
+        assert f'"{base}"' in metrics_src, f"fp8serve_{name} is not a metric of service/metrics.py"
+    for group in _docs(DEPLOY / "prometheus" / "alerts.yml")[0]["groups"]:
+        for rule in group["rules"]:
+            assert rule["alert"] and rule["expr"]
