@@ -148,3 +148,17 @@ def test_fused_layer_failing_on_first_call_falls_back_to_python(weights) -> None
     assert logit_error(fused.run(BatchInputs((chunk,))), py.run(BatchInputs((chunk,)))) < 2e-2
     assert fused.model.fused[1] is None and fused.model.fused[0] is not None
     assert "simulated failure" in str(fused.model.fusion_reasons[1])
+
+
+def test_fused_batched_prefill_equals_solo_bitwise(weights) -> None:
+    """Several prompts prefilled in one step give each prompt's solo logits bitwise."""
+    prompts = {s: _ids(n, 30 + s) for s, n in enumerate([5, 19, 1, 11])}
+    tables = {s: tuple(range(6 * s, 6 * s + 6)) for s in prompts}
+    chunks = tuple(SeqChunk(s, tuple(p), 0, tables[s], LogitsWanted.ALL)
+                   for s, p in prompts.items())
+    together = _runner(weights, True).run(BatchInputs(chunks))
+    row = 0
+    for chunk in chunks:
+        alone = _runner(weights, True).run(BatchInputs((chunk,)))
+        assert torch.equal(alone, together[row:row + chunk.num_tokens]), chunk.seq_id
+        row += chunk.num_tokens
