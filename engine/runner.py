@@ -2,7 +2,7 @@
 KV store. The scheduler allocates blocks (engine/kv_cache.py) and names them in each
 chunk's block_table; the runner owns the KV tensors and the per-layer kernel choices.
 
-FP8SERVE_FUSED=0 forces the reference path (Python layers, SDPA attention, torch lm_head)
+FP8SERVE_FUSED=0 forces the reference path (Python layers, SDPA attention, Bf16Linear head)
 instead of the fused C++ layers where they apply (engine/model/decode_step.py)."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class ModelRunner:
         eager = os.environ.get("FP8SERVE_FUSED", "") == "0"
         self.model = Ministral(weights, make, max_positions=engine_config.max_model_len,
                                fuse=False if eager else None)
-        if eager:  # the reference path: Python layers, SDPA attention, torch lm_head
+        if eager:  # the reference path: Python layers, SDPA attention, Bf16Linear head
             self.model.attention.use_ext = False
         reasons = self.model.fusion_reasons
         why = next((r for r in reasons if r), None)

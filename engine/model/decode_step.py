@@ -18,8 +18,10 @@ from dataclasses import dataclass
 import torch
 
 from engine.kernels.avx512 import GEMV_MAX_M, VNNI32_LAYOUT
+from engine.kernels.bf16_linear import KERNEL_ID as BF16_KERNEL_ID
+from engine.kernels.bf16_linear import Bf16Gemm
 from engine.model.attention import AVX512_ISAS, AttentionMetadata
-from engine.model.layers import Fp8Linear, FusedLinear, Linear, RopeTables
+from engine.model.layers import Bf16Linear, Fp8Linear, FusedLinear, Linear, RopeTables
 
 FUSABLE_KERNELS = frozenset({"avx512_w8a16", "avx512_block_w8a16"})
 
@@ -128,25 +130,23 @@ class FusedDecodeStack:
             meta.slot_mapping, [p.block_tables, p.token_seq, p.ctx_lens])
 
 class PackedBf16Head:
-    """The bf16 lm_head on the C++ batch-invariant bf16 GEMM (gemm_bf16_avx512):
-    x [R, H] bf16 -> logits [R, V] fp32 straight from the fp32 accumulators.
-    packed: pack_bf16_vnni32 of w [V, H] bf16 -> [ceil(V/32), ceil(H/32)*16, 32, 2] bf16."""
+    """The bf16 lm_head on the batch-invariant C++ bf16 GEMM (engine/kernels/bf16_linear.py)
+    holding only the packed copy: x [R, H] bf16 -> logits [R, V] fp32 straight from the
+    fp32 accumulators. Replacing the Bf16Linear with this before its first call releases
+    the unpacked [V, H] bf16 weight (for an untied head; a tied one is the embedding)."""
 
-    def __init__(self, weight: torch.Tensor) -> None:
-        self.n = int(weight.shape[0])
-        self.packed = torch.ops.fp8serve.pack_bf16_vnni32(weight.contiguous())
+    kernel_id = BF16_KERNEL_ID
+
+    def __init__(self, gemm: Bf16Gemm) -> None:
+        self.gemm = gemm
+
+    @classmethod
+    def replacing(cls, head: Linear) -> PackedBf16Head | None:
+        """The packed head for a Bf16Linear on the C++ kernel, else None."""
+        if not isinstance(head, Bf16Linear) or head.reason is not None:
+            return None
+        gemm = head.gemm()
+        return None if gemm is None else cls(gemm)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.fp8serve.gemm_bf16_avx512(x, self.packed, None, self.n, True)
-
-
-def packed_head_reason() -> str | None:
-    """None when the C++ bf16 GEMM can run the lm_head here, else why not."""
-    import ext
-
-    st = ext.load()
-    if not st.built or not hasattr(torch.ops.fp8serve, "gemm_bf16_avx512"):
-        return f"C++ extension without gemm_bf16_avx512 ({st.error or 'old build'})"
-    if ext.isa() not in AVX512_ISAS:
-        return f"dispatch ISA {ext.isa()} lacks AVX-512 BF16"
-    return None
+        return self.gemm(x, out_fp32=True)

@@ -24,11 +24,9 @@ from engine.model.decode_step import (
     FusedDecodeStack,
     PackedBf16Head,
     fusion_reason,
-    packed_head_reason,
 )
 from engine.model.kv_store import KVStore
 from engine.model.layers import (
-    Bf16Linear,
     Linear,
     LinearFactory,
     RopeTables,
@@ -100,9 +98,9 @@ class Ministral:
             raise ValueError(f"{len(self.layers)} layers of weights, config says {c.num_layers}")
         head = weights.embed_tokens if weights.lm_head is None else weights.lm_head
         self.lm_head: Linear | PackedBf16Head = make("lm_head", head)
-        if (fuse is not False and isinstance(self.lm_head, Bf16Linear)
-                and packed_head_reason() is None):  # replaces the torch copy: no 2x memory
-            self.lm_head = PackedBf16Head(self.lm_head.weight)
+        packed = PackedBf16Head.replacing(self.lm_head) if fuse is not False else None
+        if packed is not None:  # fp32 logits from the accumulators; no 2x head memory
+            self.lm_head = packed
         self.rope = RopeTables.build(c.rope, c.head_dim, max_positions)
         self.fused: list[FusedDecodeLayer | None] = []
         self.fusion_reasons: list[str | None] = []
