@@ -148,7 +148,7 @@ def extension_attention_reason(num_heads: int, num_kv_heads: int, head_dim: int)
         return f"C++ extension not built: {st.error}"
     if not hasattr(torch.ops.fp8serve, "paged_attention"):
         return "C++ extension has no paged_attention op"
-    if head_dim % 16 or head_dim > 256 or num_heads // num_kv_heads > 16:
+    if head_dim % 32 or head_dim > 256 or num_heads // num_kv_heads > 16:
         return f"head_dim {head_dim} / group {num_heads // num_kv_heads} not supported"
     if ext.isa() not in AVX512_ISAS:  # the portable C++ kernel is exact but slower than SDPA
         return f"dispatch ISA {ext.isa()} below AVX-512"

@@ -132,8 +132,8 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
               "paged_attention: q must be bf16 [T, Hq, D] with unit stride on D, got ",
               q.scalar_type(), " ", q.sizes());
   const int64_t t_n = q.size(0), hq = q.size(1), d = q.size(2), hkv = k_cache.size(1);
-  TORCH_CHECK(d % 16 == 0 && d <= kMaxHeadDim, "paged_attention: head_dim ", d,
-              " must be a multiple of 16 and <= ", kMaxHeadDim);
+  TORCH_CHECK(d % 32 == 0 && d <= kMaxHeadDim, "paged_attention: head_dim ", d,
+              " must be a multiple of 32 and <= ", kMaxHeadDim);
   TORCH_CHECK(hkv > 0 && hq % hkv == 0 && hq / hkv <= kMaxGroup, "paged_attention: Hq ", hq,
               " must be a multiple of Hkv ", hkv, " with at most ", kMaxGroup, " per group");
   check_cache(k_cache, "k_cache", hkv, d);

@@ -14,7 +14,7 @@
 namespace fp8serve {
 
 constexpr int64_t kKeyTile = 16;     // keys per softmax tile (absolute positions j0 = 16i)
-constexpr int64_t kMaxHeadDim = 256;  // multiple of 16
+constexpr int64_t kMaxHeadDim = 256;  // head_dim: a multiple of 32, at most this
 constexpr int64_t kMaxGroup = 16;     // query heads per KV head
 
 struct AttnArgs {
