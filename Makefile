@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 IMAGE ?= fp8serve:latest
 
-.PHONY: setup ext demo serve test test-fast lint bench bench-kernels bench-generate image image-local clean
+.PHONY: setup ext demo serve test test-fast lint bench bench-kernels bench-generate bench-llamacpp image image-local clean
 
 setup: $(VENV)/.installed
 
@@ -41,7 +41,10 @@ test-fast: setup
 lint: setup
 	$(BIN)/ruff check engine service ext cli tests
 
-bench: bench-kernels bench-generate
+# Every README figure (kernels, generate on demo + 3B-shaped, serve at 1/4/16, RSS):
+# bench/run_all.sh, settings in its header (RUN_8B=1 adds the 8B-shaped RSS run).
+bench: ext demo
+	PYTHON=$(PY) bash bench/run_all.sh
 
 bench-kernels: ext
 	mkdir -p bench/results
@@ -52,6 +55,10 @@ bench-generate: ext demo
 	$(BIN)/fp8serve bench generate --json bench/results/generate-demo.json
 
 # --format docker: the OCI format has no HEALTHCHECK. podman if present, else docker.
+# llama.cpp baseline for `fp8serve bench generate` (compiles from source: ~10-30 min).
+bench-llamacpp: setup
+	$(PY) -m pip install --quiet 'llama-cpp-python>=0.3'
+
 image:
 	if command -v podman >/dev/null; then \
 		podman build --isolation chroot --format docker -t $(IMAGE) . ; \
