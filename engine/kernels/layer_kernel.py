@@ -29,6 +29,7 @@ from engine.kernels.registry import (
     platform_for,
     select_kernel,
 )
+from engine.memory import WeightSource
 
 log = logging.getLogger(__name__)
 
@@ -107,18 +108,26 @@ class LayerKernel:
     If the chosen kernel fails to prepare the weight, or raises on its first call, the
     layer moves to the next kernel of its fallback chain (logged and recorded); once a
     call has succeeded, later errors propagate.
+
+    Memory: only the packed weight is kept. ``weight`` is an Fp8Weight or a
+    :class:`engine.memory.WeightSource` (e.g. the mapped q/k/v shards and how to fuse
+    them); the layer keeps the source, builds the weight from it for each prepare, drops
+    what it built and releases the source's mapped pages afterwards. A re-prepare after a
+    runtime failure builds it again from the file.
     """
 
-    def __init__(self, name: str, weight: Fp8Weight, hw: HardwareInfo,
+    def __init__(self, name: str, weight: Fp8Weight | WeightSource, hw: HardwareInfo,
                  overrides: KernelOverrides, report: KernelReport,
                  bias: torch.Tensor | None = None, platform: Platform | None = None,
                  catalog: KernelCatalog = DEFAULT_CATALOG) -> None:
-        weight.validate(name)
         self.name = name
-        self.weight = weight  # kept (memory-mapped) to re-prepare on runtime fallback
+        self.source = WeightSource.of(weight)
+        w = self.source.build()
+        w.validate(name)
+        self.n, self.k = w.n, w.k
         self.bias = bias  # fp32 [N] or None
         self._report = report
-        spec = Fp8Spec.of(weight, has_bias=bias is not None)
+        spec = Fp8Spec.of(w, has_bias=bias is not None)
         platform = platform or platform_for(hw)
         sel = select_kernel(spec, hw, overrides, platform, catalog)
         if sel.warning:
@@ -127,17 +136,27 @@ class LayerKernel:
         self._chain = list(sel.fallbacks)
         self._verified = False
         report.record_choice(LayerChoice(
-            name, self.kernel.id, platform.value, weight.scale_kind.value, weight.n, weight.k,
+            name, self.kernel.id, platform.value, w.scale_kind.value, w.n, w.k,
             sel.rejections, sel.warning,
         ))
-        self.packed: PackedWeight = self._prepare_with_fallback()
+        self.packed: PackedWeight = self._prepare_with_fallback(w)
 
-    def _prepare_with_fallback(self) -> PackedWeight:
-        while True:
-            try:
-                return self.kernel.prepare(self.weight)
-            except Exception as exc:  # noqa: BLE001 - any packing failure triggers fallback
-                self._next_kernel(exc, "prepare")
+    @property
+    def weight(self) -> Fp8Weight:
+        """The canonical weight, rebuilt from the source (not kept by the layer)."""
+        return self.source.build()
+
+    def _prepare_with_fallback(self, w: Fp8Weight | None = None) -> PackedWeight:
+        w = self.source.build() if w is None else w
+        try:
+            while True:
+                try:
+                    return self.kernel.prepare(w)
+                except Exception as exc:  # noqa: BLE001 - any packing failure: fallback
+                    self._next_kernel(exc, "prepare")
+        finally:
+            del w
+            self.source.release()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [M, K] bf16 -> [M, N] bf16."""

@@ -27,6 +27,7 @@ from engine.kernels.bf16_linear import KERNEL_ID as BF16_KERNEL_ID
 from engine.kernels.bf16_linear import Bf16Gemm, bf16_gemm_reason
 from engine.kernels.layer_kernel import KernelReport, LayerKernel
 from engine.kernels.registry import KernelOverrides
+from engine.memory import WeightSource
 from engine.weights import LinearWeight
 
 
@@ -193,11 +194,13 @@ class Fp8Linear:
     The decoder keeps its activations in host memory, so kernels come from the CPU tables
     even on a host with an XPU or CUDA device."""
 
-    def __init__(self, name: str, weight: Fp8Weight, hw: HardwareInfo,
+    def __init__(self, name: str, weight: Fp8Weight | WeightSource, hw: HardwareInfo,
                  overrides: KernelOverrides, report: KernelReport) -> None:
+        """``weight``: the (mapped) weight, or a WeightSource that builds it (fused
+        shards); the kernel keeps only its packed copy (engine/kernels/layer_kernel.py)."""
         self.name = name
         self.kernel = LayerKernel(name, weight, hw, overrides, report, platform=Platform.CPU)
-        self.n, self.k = weight.n, weight.k
+        self.n, self.k = self.kernel.n, self.kernel.k
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.kernel(x)
@@ -221,12 +224,21 @@ class LinearFactory:
 
     def fused(self, name: str, parts: dict[str, LinearWeight]) -> FusedLinear:
         """One GEMM over the concatenated rows of ``parts`` when they fuse exactly (see
-        fuse_weights), else one module per part."""
+        fuse_weights), else one module per part. FP8 shards are concatenated only to be
+        packed: the layer keeps the mapped shards and re-fuses them if it must prepare
+        again, so no fused FP8 copy outlives construction."""
         weights = list(parts.values())
         sizes = tuple(int(w.n if isinstance(w, Fp8Weight) else w.shape[0]) for w in weights)
-        merged = fuse_weights(weights)
-        if merged is not None:
-            return FusedLinear((self(name, merged),), sizes)
+        if all(isinstance(w, Fp8Weight) for w in weights):
+            shards: list[Fp8Weight] = weights  # type: ignore[assignment]
+            if fp8_fuse_reason(shards) is None:
+                source = WeightSource(tuple(shards), combine=_fuse_fp8_checked)
+                return FusedLinear((Fp8Linear(name, source, self.hw, self.overrides,
+                                              self.report),), sizes)
+        else:
+            merged = fuse_weights(weights)
+            if merged is not None:
+                return FusedLinear((self(name, merged),), sizes)
         return FusedLinear(tuple(self(f"{name}.{k}", w) for k, w in parts.items()), sizes)
 
 
@@ -262,27 +274,44 @@ def _fused_act_scale(ws: list[Fp8Weight]) -> torch.Tensor | None:
     return torch.stack(scales).max()  # type: ignore[arg-type]
 
 
+def fp8_fuse_reason(ws: list[Fp8Weight]) -> str | None:
+    """None when the FP8 shards fuse exactly (see fuse_fp8), else why not. Reads only
+    shapes and scale kinds: no tensor data."""
+    if len({w.k for w in ws}) != 1:
+        return "shards differ in K"
+    kinds = {w.scale_kind for w in ws}
+    if ScaleKind.BLOCK not in kinds:
+        return None
+    if kinds != {ScaleKind.BLOCK} or len({w.block_size for w in ws}) != 1:
+        return "block-scaled shards mixed with other scales or block sizes"
+    bn = ws[0].block_size[0]
+    if any(w.n % bn for w in ws):
+        return f"a shard's N is not a multiple of the block's {bn} rows"
+    return None
+
+
 def fuse_fp8(ws: list[Fp8Weight]) -> Fp8Weight | None:
     """Concatenate FP8 rows unchanged (no requantization). Per-tensor/per-channel shards
     become one PER_CHANNEL weight with scale fp32 [N_total]; block-scaled shards fuse by
     concatenating block-scale rows when each shard's N is a multiple of the block's bn.
-    None when the shards cannot fuse exactly (mixed K, mixed block sizes, ragged N)."""
-    if len({w.k for w in ws}) != 1:
+    None when the shards cannot fuse exactly (mixed K, mixed block sizes, ragged N).
+    The result is a new anonymous [sum N, K] fp8 tensor (the shards are only read)."""
+    if fp8_fuse_reason(ws) is not None:
         return None
     weight = torch.cat([w.weight for w in ws], dim=0)
     act = _fused_act_scale(ws)
-    kinds = {w.scale_kind for w in ws}
-    if ScaleKind.BLOCK in kinds:
-        sizes = {w.block_size for w in ws}
-        if kinds != {ScaleKind.BLOCK} or len(sizes) != 1:
-            return None
-        bn = ws[0].block_size[0]
-        if any(w.n % bn for w in ws):
-            return None
+    if ws[0].scale_kind is ScaleKind.BLOCK:
         scale = torch.cat([w.scale for w in ws], dim=0)
         return Fp8Weight(weight, scale, ScaleKind.BLOCK, act, ws[0].block_size)
     scale = torch.cat([_per_channel(w) for w in ws]).to(torch.float32).contiguous()
     return Fp8Weight(weight, scale, ScaleKind.PER_CHANNEL, act)
+
+
+def _fuse_fp8_checked(ws: list[Fp8Weight]) -> Fp8Weight:
+    fused = fuse_fp8(ws)
+    if fused is None:
+        raise ValueError(f"FP8 shards no longer fuse: {fp8_fuse_reason(ws)}")
+    return fused
 
 
 def fuse_weights(ws: list[LinearWeight]) -> LinearWeight | None:

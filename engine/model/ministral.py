@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.config import ModelConfig
+from engine.memory import release_pages
 from engine.model.attention import AttentionMetadata, PagedAttention
 from engine.model.decode_step import (
     FusedDecodeLayer,
@@ -92,19 +93,34 @@ class Ministral:
         self.embed = weights.embed_tokens  # [V, H] bf16
         self.norm = weights.norm
         self.attention = PagedAttention(c.num_heads, c.num_kv_heads, c.head_dim)
+        # The head first: packing it briefly holds the mapped [V, H] table and its packed
+        # copy, which costs least while nothing else is resident yet.
+        self.lm_head: Linear | PackedBf16Head = self._build_head(weights, make, fuse)
+        # Layer by layer: each layer's kernels pack its weights and release their mapped
+        # pages, so the peak is what is packed so far plus one layer's originals.
         self.layers = [DecoderLayer(i, lw, c, make, self.attention)
                        for i, lw in enumerate(weights.layers)]
         if len(self.layers) != c.num_layers:
             raise ValueError(f"{len(self.layers)} layers of weights, config says {c.num_layers}")
-        head = weights.embed_tokens if weights.lm_head is None else weights.lm_head
-        self.lm_head: Linear | PackedBf16Head = make("lm_head", head)
-        packed = PackedBf16Head.replacing(self.lm_head) if fuse is not False else None
-        if packed is not None:  # fp32 logits from the accumulators; no 2x head memory
-            self.lm_head = packed
         self.rope = RopeTables.build(c.rope, c.head_dim, max_positions)
         self.fused: list[FusedDecodeLayer | None] = []
         self.fusion_reasons: list[str | None] = []
         self.set_fusion(fuse)
+
+    @staticmethod
+    def _build_head(weights: ModelWeights, make: LinearFactory,
+                    fuse: bool | None) -> Linear | PackedBf16Head:
+        """The lm_head; on the packed C++ GEMM (fp32 logits from the accumulators, one
+        copy of the table) unless fusion is off. Once packed, the mapped table's pages are
+        released: a tied head's embedding then keeps only the rows lookups touch."""
+        head = weights.embed_tokens if weights.lm_head is None else weights.lm_head
+        module = make("lm_head", head)
+        packed = PackedBf16Head.replacing(module) if fuse is not False else None
+        if packed is None:
+            return module
+        if isinstance(head, torch.Tensor):
+            release_pages(head)
+        return packed
 
     def set_fusion(self, fuse: bool | None) -> None:
         """(Re)decide which layers run as one C++ op; reasons kept in fusion_reasons."""

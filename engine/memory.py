@@ -1,0 +1,138 @@
+"""Resident memory of memory-mapped checkpoint tensors, and where a layer's weight comes
+from when it has to be prepared again.
+
+Checkpoint tensors (engine/checkpoint/tensors.py) live in a private, read-only-in-practice
+mapping of the safetensors file (``rw-p``, file-backed). Reading one faults its pages in,
+and they stay resident (``RssFile``) for as long as the mapping exists, even after the
+weight has been packed into its kernel's own buffer. :func:`release_pages` hands those
+pages back with ``madvise(MADV_DONTNEED)``: for clean pages of a private file mapping that
+is lossless, a later read faults them in again from the file.
+
+    release_pages(t)     t: any tensor; only whole pages inside [data_ptr, +nbytes) that
+                         lie in a private file mapping are released -> bytes released
+    WeightSource         the mapped shards of one FP8 linear (+ how to combine them):
+                         build() -> Fp8Weight, release() -> bytes released
+
+Never call :func:`release_pages` on a mapped tensor that was written in place (its pages
+are then private anonymous copies and would be lost); nothing in the engine writes to
+checkpoint tensors.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from engine.kernels.base import Fp8Weight
+
+MADV_DONTNEED = 4  # linux/mman.h
+PAGE = mmap.PAGESIZE
+
+
+@dataclass(frozen=True, slots=True)
+class Mapping:
+    """One line of /proc/self/maps."""
+
+    start: int
+    end: int
+    perms: str  # e.g. "rw-p"
+    inode: int
+    path: str
+
+    @property
+    def private_file(self) -> bool:
+        return self.perms.endswith("p") and self.inode != 0 and self.path.startswith("/")
+
+
+def _parse(line: str) -> Mapping:
+    parts = line.split(maxsplit=5)
+    lo, hi = parts[0].split("-")
+    path = parts[5].strip() if len(parts) > 5 else ""
+    return Mapping(int(lo, 16), int(hi, 16), parts[1], int(parts[4]), path)
+
+
+def mapping_of(addr: int, maps_path: str = "/proc/self/maps") -> Mapping | None:
+    """The mapping of this process that contains ``addr``, or None."""
+    try:
+        with open(maps_path) as fh:
+            for line in fh:
+                m = _parse(line)
+                if m.start <= addr < m.end:
+                    return m
+    except OSError:
+        return None
+    return None
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def _madvise(start: int, length: int, advice: int) -> None:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    if _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), advice) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"madvise({start:#x}, {length}): {os.strerror(err)}")
+
+
+def page_span(addr: int, nbytes: int) -> tuple[int, int]:
+    """(start, length) of the whole pages inside [addr, addr + nbytes); length may be 0.
+    Partial pages at either end are left alone (a neighbour tensor may use them)."""
+    start = -(-addr // PAGE) * PAGE
+    end = (addr + nbytes) // PAGE * PAGE
+    return start, max(0, end - start)
+
+
+def release_pages(t: torch.Tensor) -> int:
+    """Drop the resident pages of a tensor backed by a private file mapping (a checkpoint
+    tensor). Returns the bytes of address range released (0 when ``t`` is not in such a
+    mapping, e.g. an ordinary anonymous tensor, or spans less than one whole page)."""
+    if t.device.type != "cpu" or not t.is_contiguous() or t.numel() == 0:
+        return 0
+    addr, nbytes = t.data_ptr(), t.numel() * t.element_size()
+    m = mapping_of(addr)
+    if m is None or not m.private_file or addr + nbytes > m.end:
+        return 0
+    start, length = page_span(addr, nbytes)
+    if length:
+        _madvise(start, length, MADV_DONTNEED)
+    return length
+
+
+@dataclass(frozen=True, slots=True)
+class WeightSource:
+    """An FP8 linear's weight as the (memory-mapped) shards it is made of.
+
+    ``build()`` returns the canonical Fp8Weight: the single part itself, or ``combine``
+    of the parts (e.g. the row concatenation of q/k/v, a fresh anonymous copy the caller
+    drops once its kernel has packed it). ``release()`` drops the parts' resident mapped
+    pages; a later ``build()`` reads them again from the file."""
+
+    parts: tuple[Fp8Weight, ...]
+    combine: Callable[[list[Fp8Weight]], Fp8Weight] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise ValueError("WeightSource needs at least one part")
+        if self.combine is None and len(self.parts) != 1:
+            raise ValueError("several parts need a combine function")
+
+    @classmethod
+    def of(cls, w: Fp8Weight | WeightSource) -> WeightSource:
+        return w if isinstance(w, WeightSource) else cls((w,))
+
+    def build(self) -> Fp8Weight:
+        if self.combine is None:
+            return self.parts[0]
+        return self.combine(list(self.parts))
+
+    def release(self) -> int:
+        return sum(release_pages(p.weight) for p in self.parts)
