@@ -69,9 +69,9 @@ class StepRunner:
             if req.first_scheduled_time is None:
                 req.first_scheduled_time = now
                 self.observer.on_admitted(now - req.arrival_time, len(req.prompt_ids))
-        rows = self._forward(out)  # chunk index -> logits [V] fp32 or an error string
+        logits, rows = self._forward(out)  # rows: chunk index -> row, error string or None
         finished: list[Request] = []
-        sampled: list[tuple[LiveRequest, torch.Tensor]] = []
+        sampled: list[tuple[LiveRequest, int]] = []
         for i, (req, chunk) in enumerate(zip(out.requests, out.batch.chunks, strict=True)):
             row = rows[i]
             if isinstance(row, str):
@@ -81,38 +81,48 @@ class StepRunner:
             req.num_computed += chunk.num_tokens
             if row is not None and req.num_uncomputed == 0:
                 sampled.append((live[req.request_id], row))
-        finished += self._sample(sampled)
+        finished += self._sample(logits, sampled)
         return finished
 
-    def _forward(self, out: SchedulerOutput) -> list[torch.Tensor | str | None]:
+    def _forward(self, out: SchedulerOutput) -> tuple[torch.Tensor, list[int | str | None]]:
+        """(logits [R, V] fp32, for each chunk its row in logits, an error string or None)."""
         try:
-            logits = self.runner.run(out.batch)
-            return [None if r is None else logits[r] for r in out.logit_row_of()]
+            return self.runner.run(out.batch), out.logit_row_of()
         except Exception:  # noqa: BLE001 - isolate the failing request(s) below
             log.exception("batched forward failed; retrying each sequence alone")
-        rows: list[torch.Tensor | str | None] = []
+        rows: list[int | str | None] = []
+        kept: list[torch.Tensor] = []
         for chunk in out.batch.chunks:
             try:
                 logits = self.runner.run(BatchInputs((chunk,)))
-                rows.append(logits[0] if chunk.num_logit_rows else None)
             except Exception as exc:  # noqa: BLE001
                 rows.append(f"forward pass failed: {type(exc).__name__}: {exc}")
-        return rows
+                continue
+            if chunk.num_logit_rows:
+                rows.append(len(kept))
+                kept.append(logits[-1])
+            else:
+                rows.append(None)
+        return (torch.stack(kept) if kept else torch.empty(0)), rows
 
-    def _sample(self, items: list[tuple[LiveRequest, torch.Tensor]]) -> list[Request]:
+    def _sample(self, logits: torch.Tensor, items: list[tuple[LiveRequest, int]]
+                ) -> list[Request]:
         if not items:
             return []
+        idx = [row for _, row in items]
+        x = logits if idx == list(range(logits.shape[0])) else logits[idx]
+        lives = [lv for lv, _ in items]
         try:
-            results = self._sample_rows(items)
+            results = self._sample_rows(x, lives)
         except Exception:  # noqa: BLE001 - isolate the failing request(s) below
             results = []
-            for item in items:
+            for j, lv in enumerate(lives):
                 try:
-                    results += self._sample_rows([item])
+                    results += self._sample_rows(x[j:j + 1], [lv])
                 except Exception as exc:  # noqa: BLE001
                     results.append(f"sampling failed: {type(exc).__name__}: {exc}")
         finished = []
-        for (lv, _), res in zip(items, results, strict=True):
+        for lv, res in zip(lives, results, strict=True):
             try:
                 done = (self.end(lv, FinishReason.ERROR, res) if isinstance(res, str)
                         else self._append(lv, *res))
@@ -122,13 +132,13 @@ class StepRunner:
                 finished.append(lv.req)
         return finished
 
-    def _sample_rows(self, items: list[tuple[LiveRequest, torch.Tensor]]) -> list[Any]:
-        reqs = [lv.req for lv, _ in items]
-        so = self.sampler(torch.stack([row for _, row in items]), [r.params for r in reqs],
-                          [r.prompt_ids for r in reqs], [r.output_ids for r in reqs],
-                          [lv.generator for lv, _ in items])
-        ids, lps = so.token_ids.tolist(), so.logprobs.tolist()
-        return [(ids[i], lps[i], so.top_logprobs[i]) for i in range(len(items))]
+    def _sample_rows(self, x: torch.Tensor, lives: list[LiveRequest]) -> list[Any]:
+        """x [n, V] fp32: row j is lives[j]'s logits -> (token, logprob, top) per row."""
+        reqs = [lv.req for lv in lives]
+        so = self.sampler(x, [r.params for r in reqs], [r.prompt_ids for r in reqs],
+                          [r.output_ids for r in reqs], [lv.generator for lv in lives])
+        ids = so.token_ids.tolist()
+        return list(zip(ids, so.chosen_logprobs, so.top_logprobs, strict=True))
 
     def _append(self, lv: LiveRequest, token: int, logprob: float, top: Any) -> bool:
         req, p, now = lv.req, lv.req.params, self.clock()

@@ -16,6 +16,12 @@ Processing order per row (OpenAI / vLLM definitions):
      min_p (drop tokens whose probability < min_p * max probability), top_k, top_p
      (smallest prefix of the sorted distribution whose mass reaches top_p), then sample.
 
+Cost: work is done only where a row asks for it. Logits are copied only when some row
+needs penalties, a bias or the min_tokens mask; a batch of plain greedy rows is one argmax
+over the input. log_softmax runs only over the rows that asked for logprobs;
+:attr:`SamplerOutput.logprobs` (every row's chosen-token logprob) is computed on first
+access.
+
 Sampling uses the exponential race: token = argmax(p / q), q ~ Exp(1) i.i.d., which draws
 exactly from p. A row with its own ``torch.Generator`` draws its V exponentials from that
 generator alone, so seeded output never depends on the other rows of the batch.
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -36,8 +43,17 @@ TopLogprobs = tuple[list[int], list[float]]  # (token ids, logprobs), best first
 @dataclass(frozen=True)
 class SamplerOutput:
     token_ids: torch.Tensor  # [B] int64
-    logprobs: torch.Tensor  # [B] fp32: logprob of the chosen token (processed logits)
     top_logprobs: list[TopLogprobs | None]  # per row; None when params.logprobs is None
+    chosen_logprobs: list[float | None]  # per row; None when params.logprobs is None
+    processed: torch.Tensor  # [B, V] fp32 processed logits; may alias the input: read only
+
+    @cached_property
+    def logprobs(self) -> torch.Tensor:
+        """[B] fp32: logprob of each row's chosen token under its processed logits
+        (computed on first access; rows that asked for logprobs report the same values
+        through ``chosen_logprobs``)."""
+        lp = torch.log_softmax(self.processed, dim=-1)
+        return lp.gather(1, self.token_ids[:, None])[:, 0]
 
 
 def apply_penalties(
@@ -148,6 +164,31 @@ def top_logprobs(logprobs: torch.Tensor, k: int) -> TopLogprobs:
     return (ids.tolist(), vals.tolist())
 
 
+def needs_processing(params: Sequence[SamplingParams],
+                     output_ids: Sequence[Sequence[int]]) -> bool:
+    """True when some row's logits change before sampling (penalties, bias, min_tokens)."""
+    return any(p.has_penalties or p.logit_bias or len(out) < p.min_tokens
+               for p, out in zip(params, output_ids, strict=True))
+
+
+def _logprob_rows(x: torch.Tensor, tokens: torch.Tensor, params: Sequence[SamplingParams]
+                  ) -> tuple[list[TopLogprobs | None], list[float | None]]:
+    """Top and chosen logprobs of the rows whose params ask for logprobs (None elsewhere)."""
+    b = x.shape[0]
+    tops: list[TopLogprobs | None] = [None] * b
+    chosen: list[float | None] = [None] * b
+    rows = [i for i, p in enumerate(params) if p.logprobs is not None]
+    if not rows:
+        return tops, chosen
+    sub = x if len(rows) == b else x[rows]
+    lp = torch.log_softmax(sub, dim=-1)
+    picked = lp.gather(1, tokens[rows][:, None])[:, 0].tolist()
+    for j, i in enumerate(rows):
+        tops[i] = top_logprobs(lp[j], params[i].logprobs)
+        chosen[i] = picked[j]
+    return tops, chosen
+
+
 def sample(
     logits: torch.Tensor,
     params: Sequence[SamplingParams],
@@ -162,18 +203,17 @@ def sample(
         raise ValueError(f"sample: {b} logit rows but {len(params)} params, "
                          f"{len(prompt_ids)} prompts, {len(output_ids)} outputs, "
                          f"{len(generators)} generators")
-    x = logits.to(torch.float32).clone()
-    apply_penalties(x, params, prompt_ids, output_ids)
-    apply_bias_and_min_tokens(x, params, output_ids, frozenset(eos_token_ids))
-    logprobs = torch.log_softmax(x, dim=-1)
+    x = logits.to(torch.float32)
+    if needs_processing(params, output_ids):
+        x = x.clone() if x is logits else x
+        apply_penalties(x, params, prompt_ids, output_ids)
+        apply_bias_and_min_tokens(x, params, output_ids, frozenset(eos_token_ids))
     tokens = x.argmax(dim=-1)
     rows = [i for i, p in enumerate(params) if not p.greedy]
     if rows:
         tokens[rows] = _sample_random(x, rows, params, generators)
-    chosen = logprobs.gather(1, tokens[:, None])[:, 0]
-    tops = [None if p.logprobs is None else top_logprobs(logprobs[i], p.logprobs)
-            for i, p in enumerate(params)]
-    return SamplerOutput(tokens, chosen, tops)
+    tops, chosen = _logprob_rows(x, tokens, params)
+    return SamplerOutput(tokens, tops, chosen, x)
 
 
 class Sampler:
