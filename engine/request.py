@@ -61,6 +61,16 @@ class Request:
     def all_ids(self) -> list[int]:
         return [*self.prompt_ids, *self.output_ids]
 
+    def token_slice(self, start: int, end: int) -> tuple[int, ...]:
+        """``tuple(all_ids[start:end])`` without building all_ids (a decode reads only the
+        newest output token)."""
+        np_ = len(self.prompt_ids)
+        if start >= np_:
+            return tuple(self.output_ids[start - np_:end - np_])
+        if end <= np_:
+            return tuple(self.prompt_ids[start:end])
+        return tuple(self.prompt_ids[start:]) + tuple(self.output_ids[:end - np_])
+
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)

@@ -145,7 +145,7 @@ class Scheduler:
     @staticmethod
     def _chunk(req: Request, n: int) -> SeqChunk:
         start = req.num_computed
-        tokens = tuple(req.all_ids[start:start + n])
+        tokens = req.token_slice(start, start + n)
         last = start + n == req.num_tokens
         return SeqChunk(seq_id=req.seq_id, token_ids=tokens, start_pos=start,
                         block_table=tuple(req.block_table),

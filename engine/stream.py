@@ -1,13 +1,16 @@
 """What the engine thread hands back per request, and how it crosses to asyncio.
 
 The engine thread calls ``sink(output)`` for every new piece of a request; an
-:class:`AsyncStream` turns those calls into an async iterator on the event loop through
-``loop.call_soon_threadsafe`` (the only thread-safe way into an asyncio.Queue).
+:class:`AsyncStream` turns those calls into an async iterator on the event loop. Crossing
+goes through a :class:`LoopDispatcher`: items put from the engine thread are buffered and
+handed to the loop by one ``loop.call_soon_threadsafe`` per burst (one engine step emits a
+burst: one output per running request), not one wake-up of the loop per token.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -40,6 +43,35 @@ class RequestOutput:
 OutputSink = Callable[[RequestOutput], None]
 
 
+class LoopDispatcher:
+    """Hands items from any thread to asyncio queues of one event loop, batched: the
+    first ``put`` after a drain schedules one drain callback on the loop; puts made before
+    it runs ride along. Order is kept per queue (and globally)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._pending: list[tuple[asyncio.Queue, object]] = []
+
+    def put(self, queue: asyncio.Queue, item: object) -> None:
+        """Any thread. Dropped silently once the loop is closed (nobody listens)."""
+        with self._lock:
+            self._pending.append((queue, item))
+            if len(self._pending) > 1:  # a drain is already scheduled
+                return
+        try:
+            self.loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # loop closed
+            with self._lock:
+                self._pending.clear()
+
+    def _drain(self) -> None:
+        with self._lock:
+            batch, self._pending = self._pending, []
+        for queue, item in batch:
+            queue.put_nowait(item)
+
+
 @dataclass
 class AsyncStream:
     """Async iterator over one request's outputs; ``put`` may be called from any thread."""
@@ -47,12 +79,14 @@ class AsyncStream:
     request_id: str
     loop: asyncio.AbstractEventLoop
     _queue: asyncio.Queue[RequestOutput] = field(default_factory=asyncio.Queue)
+    dispatcher: LoopDispatcher | None = None  # None: a private one on ``loop``
+
+    def __post_init__(self) -> None:
+        if self.dispatcher is None:
+            self.dispatcher = LoopDispatcher(self.loop)
 
     def put(self, out: RequestOutput) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self._queue.put_nowait, out)
-        except RuntimeError:  # loop closed: nobody is listening any more
-            pass
+        self.dispatcher.put(self._queue, out)
 
     async def __aiter__(self) -> AsyncIterator[RequestOutput]:
         while True:

@@ -7,6 +7,7 @@ backend to an :class:`engine.engine.Engine` and a per-app metrics registry.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from engine.engine import Engine
 from engine.hardware import HardwareInfo
 from engine.kernels.layer_kernel import KernelReport
 from engine.kernels.registry import KernelOverrides, overrides_from
+from engine.stream import LoopDispatcher
 from service.metrics import ServingMetrics, build_registry
 from service.settings import Settings
 
@@ -76,10 +78,13 @@ class ServingState:
         self.engine: Engine | None = None
         self.registry: CollectorRegistry | None = None
         self.metrics: ServingMetrics | None = None
+        self.dispatcher: LoopDispatcher | None = None  # engine thread -> event loop
         self.started = time.time()
 
     def attach(self, backend: ModelBackend) -> None:
+        """Start serving ``backend``; called on the event loop (the lifespan)."""
         self.backend = backend
+        self.dispatcher = LoopDispatcher(asyncio.get_running_loop())
         self.registry, self.metrics = build_registry(
             backend.model_name, lambda: self.engine.stats(), self.kernel_snapshot,
             backend.hardware.feature_map(), _extension_info(backend.hardware))

@@ -16,7 +16,7 @@ from fastapi import Request
 
 from engine.request import FinishReason
 from engine.sampling_params import SamplingParams
-from engine.stream import RequestOutput, TokenLogprob
+from engine.stream import LoopDispatcher, RequestOutput, TokenLogprob
 from service.backend import ServingState
 from service.errors import APIError, error_body
 
@@ -29,6 +29,9 @@ class Submission:
         self.timeout = state.settings.request_timeout
         self.id = f"{prefix}-{uuid.uuid4().hex}"
         self.loop = asyncio.get_running_loop()
+        shared = state.dispatcher
+        self.dispatcher = (shared if shared is not None and shared.loop is self.loop
+                           else LoopDispatcher(self.loop))
         self.queue: asyncio.Queue[tuple[int, RequestOutput]] = asyncio.Queue()
         self.ids: list[str] = []
         self.open: set[int] = set()
@@ -38,7 +41,7 @@ class Submission:
         rid = f"{self.id}-{index}"
 
         def sink(out: RequestOutput) -> None:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, (index, out))
+            self.dispatcher.put(self.queue, (index, out))
 
         self.engine.add_request(rid, prompt_ids, params, sink, timeout=self.timeout)
         self.ids.append(rid)

@@ -51,9 +51,13 @@ class ServingMetrics(EngineObserver):
         self.e2e = hist("e2e_request_latency_seconds", "End-to-end latency.", E2E_BUCKETS)
         self.queue = hist("request_queue_time_seconds", "Time waiting before first "
                           "scheduled.", E2E_BUCKETS)
-        for m in (self.prompt_tokens, self.generation_tokens, self.aborted, self.timed_out,
-                  self.failed, self.ttft, self.itl, self.e2e, self.queue):
-            m.labels(model_name)  # export zeros before the first request
+        # children bound once (exported as zeros before the first request); the per-token
+        # hooks then skip the label lookup
+        self._gen, self._itl, self._ttft, self._queue, self._prompt = (
+            m.labels(model_name) for m in (self.generation_tokens, self.itl, self.ttft,
+                                           self.queue, self.prompt_tokens))
+        for m in (self.aborted, self.timed_out, self.failed, self.e2e):
+            m.labels(model_name)
         for reason in (FinishReason.STOP, FinishReason.LENGTH):
             self.success.labels(model_name, reason.value)
 
@@ -61,16 +65,16 @@ class ServingMetrics(EngineObserver):
         self.rejected.labels(self.model_name, reason).inc()
 
     def on_admitted(self, queue_time: float, num_prompt_tokens: int) -> None:
-        self.queue.labels(self.model_name).observe(queue_time)
-        self.prompt_tokens.labels(self.model_name).inc(num_prompt_tokens)
+        self._queue.observe(queue_time)
+        self._prompt.inc(num_prompt_tokens)
 
     def on_first_token(self, ttft: float) -> None:
-        self.ttft.labels(self.model_name).observe(ttft)
-        self.generation_tokens.labels(self.model_name).inc()
+        self._ttft.observe(ttft)
+        self._gen.inc()
 
     def on_token(self, inter_token_latency: float) -> None:
-        self.itl.labels(self.model_name).observe(inter_token_latency)
-        self.generation_tokens.labels(self.model_name).inc()
+        self._itl.observe(inter_token_latency)
+        self._gen.inc()
 
     def on_finished(self, reason: FinishReason, e2e: float, num_output_tokens: int) -> None:
         m = self.model_name

@@ -123,18 +123,14 @@ async def _stream(aclient, prompt: str, n_tokens: int) -> list[str]:
     return [t async for c in s for t in c.choices[0].logprobs.tokens]
 
 
-NEAR_TIE = 0.1  # nats: a few bf16 ulps of a logit around 4
-
-
 def test_16_concurrent_streams_equal_solo_runs(server, client):
-    """Greedy outputs of 16 concurrent streams equal the solo runs token for token, up to
-    the first position where the solo run's top-2 logprobs are a near-tie: bf16 results
-    of a batched step may differ from a solo step in the last bit, which can flip such
-    ties on this random-weight model. Most requests must match completely."""
+    """Greedy outputs of 16 concurrent streams equal their solo runs token for token: the
+    model's GEMMs, lm_head and attention are batch-invariant and greedy sampling reads
+    only a row's own logits, so batching must not change a single token."""
     prompts = [f"Request number {i} asks about topic {i * 7}" for i in range(16)]
     solo = [client.completions.create(model="tiny", prompt=p, max_tokens=12, temperature=0,
                                       logprobs=2, extra_body={"ignore_eos": True}
-                                      ).choices[0].logprobs for p in prompts]
+                                      ).choices[0].logprobs.tokens for p in prompts]
 
     async def main():
         aclient = openai.AsyncOpenAI(base_url=server["url"] + "/v1", api_key=KEY,
@@ -142,17 +138,10 @@ def test_16_concurrent_streams_equal_solo_runs(server, client):
         return await asyncio.gather(*(_stream(aclient, p, 12) for p in prompts))
 
     together = asyncio.run(main())
-    exact = 0
-    for lp, got in zip(solo, together, strict=True):
-        assert len(got) == 12
-        margins = [sorted(top.values())[-1] - sorted(top.values())[-2]
-                   for top in lp.top_logprobs]
-        first_diff = next((k for k in range(12) if got[k] != lp.tokens[k]), None)
-        if first_diff is None:
-            exact += 1
-        else:
-            assert min(margins[:first_diff + 1]) < NEAR_TIE, (first_diff, margins, got)
-    assert exact >= 8, f"only {exact}/16 concurrent outputs equal their solo run"
+    assert [len(got) for got in together] == [12] * 16
+    mismatched = [i for i, (want, got) in enumerate(zip(solo, together, strict=True))
+                  if got != want]
+    assert not mismatched, [(i, solo[i], together[i]) for i in mismatched]
 
 
 def test_disconnect_frees_slot_and_full_queue_answers_429(server):
