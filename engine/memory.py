@@ -12,6 +12,8 @@ is lossless, a later read faults them in again from the file.
                          lie in a private file mapping are released -> bytes released
     WeightSource         the mapped shards of one FP8 linear (+ how to combine them):
                          build() -> Fp8Weight, release() -> bytes released
+    trim_heap()          give free malloc heap pages back to the OS (glibc malloc_trim):
+                         the fused copies made while packing leave holes in the heap
 
 Never call :func:`release_pages` on a mapped tensor that was written in place (its pages
 are then private anonymous copies and would be lost); nothing in the engine writes to
@@ -81,6 +83,19 @@ def _madvise(start: int, length: int, advice: int) -> None:
     if _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), advice) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"madvise({start:#x}, {length}): {os.strerror(err)}")
+
+
+def trim_heap() -> bool:
+    """glibc ``malloc_trim(0)``: return the free pages of the malloc heaps to the OS.
+    False where the C library has no malloc_trim (e.g. musl): then it is a no-op."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = (ctypes.c_size_t,)
+    trim(0)
+    return True
 
 
 def page_span(addr: int, nbytes: int) -> tuple[int, int]:

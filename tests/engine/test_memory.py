@@ -17,7 +17,7 @@ from engine.kernels.base import Fp8Weight, Platform, ScaleKind
 from engine.kernels.layer_kernel import KernelReport, LayerKernel
 from engine.kernels.reference import random_fp8_weight, reference_linear
 from engine.kernels.registry import KernelCatalog, KernelOverrides
-from engine.memory import PAGE, WeightSource, mapping_of, page_span, release_pages
+from engine.memory import PAGE, WeightSource, mapping_of, page_span, release_pages, trim_heap
 from engine.model.layers import LinearFactory, fp8_fuse_reason, fuse_fp8
 from tests.kernels.test_registry import FakeKernel
 
@@ -174,3 +174,7 @@ def test_layer_kernel_releases_mapped_pages_after_prepare(mapped: TensorStore) -
                      catalog=catalog(CopyingKernel("avx2_w8a16")))
     assert lk.packed.tensors["copy"].shape == (4096, 8192)
     assert rss_file() - before < 4 * MIB
+
+
+def test_trim_heap_calls_glibc() -> None:
+    assert trim_heap() is True  # the supported hosts and the image run glibc
