@@ -70,19 +70,21 @@ class AttentionMetadata:
     paged: PagedIndex
 
 
-def _block_tables(batch: BatchInputs, block_size: int, num_slots: int) -> torch.Tensor:
-    """[C, max_blocks] int64, zero-padded; checks each table covers its context."""
-    width = max(len(c.block_table) for c in batch.chunks)
-    bt = torch.zeros(len(batch.chunks), max(width, 1), dtype=torch.int64)
-    for i, c in enumerate(batch.chunks):
+def _block_tables(batch: BatchInputs, block_size: int, num_slots: int) -> list[list[int]]:
+    """[C][max_blocks] block ids, zero-padded; checks each table covers its context and
+    names blocks inside the store."""
+    width = max(1, max(len(c.block_table) for c in batch.chunks))
+    rows = []
+    for c in batch.chunks:
         need = -(-(c.start_pos + c.num_tokens) // block_size)
         if len(c.block_table) < need:
             raise ValueError(f"seq {c.seq_id}: block_table has {len(c.block_table)} blocks, "
                              f"{need} needed for {c.start_pos + c.num_tokens} tokens")
-        bt[i, : len(c.block_table)] = torch.tensor(c.block_table, dtype=torch.int64)
-    if bt.numel() and (bt.min() < 0 or int(bt.max() + 1) * block_size > num_slots):
-        raise ValueError(f"block id outside the KV store ({num_slots // block_size} blocks)")
-    return bt
+        if c.block_table and (min(c.block_table) < 0 or
+                              (max(c.block_table) + 1) * block_size > num_slots):
+            raise ValueError(f"block id outside the KV store ({num_slots // block_size} blocks)")
+        rows.append([*c.block_table, *[0] * (width - len(c.block_table))])
+    return rows
 
 
 def _slots(bt_rows: torch.Tensor, pos: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -93,20 +95,31 @@ def _slots(bt_rows: torch.Tensor, pos: torch.Tensor, block_size: int) -> torch.T
 def build_metadata(batch: BatchInputs, block_size: int, num_slots: int,
                    spans: bool = True) -> AttentionMetadata:
     """The step's attention inputs; ``spans=False`` skips the SDPA path's spans and masks
-    (enough for the C++ op)."""
+    (enough for the C++ op). Index lists are built in Python and turned into tensors once
+    each: tiny torch ops (repeat_interleave, cumsum) cost an OpenMP region per call."""
     if not batch.chunks:
         raise ValueError("empty batch")
-    bt = _block_tables(batch, block_size, num_slots)
-    starts = [c.start_pos for c in batch.chunks]
-    counts = torch.tensor([c.num_tokens for c in batch.chunks], dtype=torch.int64)
-    chunk_of = torch.repeat_interleave(torch.arange(len(batch.chunks)), counts)
-    offsets = torch.cumsum(counts, 0) - counts  # first row of each chunk
-    positions = torch.arange(int(counts.sum())) - offsets[chunk_of] + torch.tensor(starts)[chunk_of]
-    slot_mapping = _slots(bt[chunk_of], positions[:, None], block_size)[:, 0]
-    paged = PagedIndex(bt.to(torch.int32), chunk_of.to(torch.int32),
-                       (positions + 1).to(torch.int32), block_size)
+    rows = _block_tables(batch, block_size, num_slots)
+    positions: list[int] = []
+    slots: list[int] = []
+    chunk_of: list[int] = []
+    for i, c in enumerate(batch.chunks):
+        table, end = c.block_table, c.start_pos + c.num_tokens
+        positions += range(c.start_pos, end)
+        slots += [table[p // block_size] * block_size + p % block_size
+                  for p in range(c.start_pos, end)]
+        chunk_of += [i] * c.num_tokens
+    pos = torch.tensor(positions, dtype=torch.int64)
+    slot_mapping = torch.tensor(slots, dtype=torch.int64)
+    paged = PagedIndex(torch.tensor(rows, dtype=torch.int32),
+                       torch.tensor(chunk_of, dtype=torch.int32),
+                       torch.tensor([p + 1 for p in positions], dtype=torch.int32), block_size)
     if not spans:
-        return AttentionMetadata(positions, slot_mapping, (), None, paged)
+        return AttentionMetadata(pos, slot_mapping, (), None, paged)
+    bt = torch.tensor(rows, dtype=torch.int64)
+    counts = [c.num_tokens for c in batch.chunks]
+    offsets = torch.tensor([sum(counts[:i]) for i in range(len(counts))], dtype=torch.int64)
+    starts = [c.start_pos for c in batch.chunks]
     prefills, dec_idx = [], []
     for i, c in enumerate(batch.chunks):
         if c.num_tokens == 1:
@@ -115,7 +128,7 @@ def build_metadata(batch: BatchInputs, block_size: int, num_slots: int,
         row = int(offsets[i])
         prefills.append(_prefill_span(row, c.start_pos, c.num_tokens, bt[i], block_size))
     decode = _decode_span(dec_idx, offsets, starts, bt, block_size) if dec_idx else None
-    return AttentionMetadata(positions, slot_mapping, tuple(prefills), decode, paged)
+    return AttentionMetadata(pos, slot_mapping, tuple(prefills), decode, paged)
 
 
 def _prefill_span(row: int, start: int, n: int, bt_row: torch.Tensor,
