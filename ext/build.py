@@ -45,7 +45,7 @@ SOURCE_NAMES = (
     "decode_layer_avx512.cpp",
 )
 HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h", "avx512_kernels.inc", "gemm.h", "attention.h",
-                "decode_layer.h", "avx512_math.inc")
+                "decode_layer.h", "avx512_math.inc", "tile_sched.h")
 BASE_CFLAGS = ("-O3", "-fno-math-errno", "-Wall", "-Wno-unused-function", "-Wno-psabi")
 
 

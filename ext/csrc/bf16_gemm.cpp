@@ -6,6 +6,7 @@
 #include "gemm.h"
 #include "isa.h"
 #include "ops.h"
+#include "tile_sched.h"
 
 namespace fp8serve {
 namespace {
@@ -38,8 +39,8 @@ void bf16_linear_tiles(const Bf16GemmArgs& a, int64_t t0, int64_t t1) {
 
 void bf16_linear(const Bf16GemmArgs& a) {
   if (a.m == 0) return;
-  at::parallel_for(0, ceil_div(a.n, kTileN), 1,
-                   [&](int64_t t0, int64_t t1) { bf16_linear_tiles(a, t0, t1); });
+  parallel_tiles(ceil_div(a.n, kTileN), 2,
+                 [&](int64_t t0, int64_t t1) { bf16_linear_tiles(a, t0, t1); });
 }
 
 at::Tensor gemm_bf16_avx512(const at::Tensor& x, const at::Tensor& w_packed,

@@ -18,6 +18,7 @@
 #include "gemm.h"
 #include "isa.h"
 #include "ops.h"
+#include "tile_sched.h"
 
 namespace fp8serve {
 namespace {
@@ -137,9 +138,10 @@ void fp8_linear_tiles(const GemvArgs& a, int64_t t0, int64_t t1, int64_t direct_
 
 void fp8_linear(const GemvArgs& a, int64_t direct_max_m) {
   if (a.m == 0) return;
-  at::parallel_for(0, ceil_div(a.n, kTileN), 1, [&](int64_t t0, int64_t t1) {
-    fp8_linear_tiles(a, t0, t1, direct_max_m);
-  });
+  // one row: single tiles stream as fast as groups (memory-bound); else tile pairs
+  const int64_t step = a.m == 1 ? 1 : 2;
+  parallel_tiles(ceil_div(a.n, kTileN), step,
+                 [&](int64_t t0, int64_t t1) { fp8_linear_tiles(a, t0, t1, direct_max_m); });
 }
 
 at::Tensor gemm_avx512(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,

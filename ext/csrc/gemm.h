@@ -17,7 +17,7 @@
 //   * the weight is packed by pack_vnni32 (FP8) or pack_bf16_vnni32 (BF16), i.e.
 //     [Np/32][Kp/2][32][2] with element [t][p][j][i] = w[32t + j][2p + i], zero padded.
 //
-// Threads: fp8_linear / bf16_linear split the tiles with at::parallel_for (called inside
+// Threads: fp8_linear / bf16_linear hand out the tiles dynamically (tile_sched.h; inside
 // an at::parallel_for body they run inline on the calling thread). The *_tiles variants
 // compute only tiles [t0, t1) (columns [32 t0, min(32 t1, N))) on the calling thread.
 #pragma once
