@@ -178,3 +178,43 @@ def test_params_normalisation():
         p.logit_bias[3] = 2.0  # read-only
     with pytest.raises(SamplingParamsError, match="stop_token_ids"):
         SamplingParams(stop_token_ids=(99,)).validate_for_vocab(10)
+
+
+def test_plain_greedy_batch_reads_logits_without_copy_and_skips_logprobs():
+    logits = torch.randn(4, 50)
+    before = logits.clone()
+    out = _run(logits, [SamplingParams(temperature=0)] * 4)
+    assert out.processed is logits  # no copy for plain greedy rows
+    assert out.token_ids.tolist() == logits.argmax(-1).tolist()
+    assert out.chosen_logprobs == [None] * 4 and out.top_logprobs == [None] * 4
+    torch.testing.assert_close(out.logprobs, torch.log_softmax(logits, -1).gather(
+        1, out.token_ids[:, None])[:, 0])  # computed on demand
+    assert torch.equal(logits, before)
+
+
+def test_logprobs_only_for_rows_that_ask_and_input_untouched_by_processing():
+    logits = torch.randn(3, 50)
+    before = logits.clone()
+    params = [SamplingParams(temperature=0), SamplingParams(temperature=0, logprobs=3),
+              SamplingParams(temperature=0, logit_bias={7: 100.0})]
+    out = _run(logits, params)
+    assert torch.equal(logits, before) and out.processed is not logits
+    assert out.token_ids[2].item() == 7
+    assert out.chosen_logprobs[0] is None and out.chosen_logprobs[2] is None
+    ids, lps = out.top_logprobs[1]
+    assert len(ids) == 3 and ids[0] == out.token_ids[1].item()
+    assert out.chosen_logprobs[1] == pytest.approx(lps[0])
+    assert out.chosen_logprobs[1] == pytest.approx(out.logprobs[1].item())
+
+
+def test_greedy_row_identical_alone_and_in_a_mixed_batch():
+    torch.manual_seed(1)
+    logits = torch.randn(5, 300)
+    params = [SamplingParams(temperature=0.8, seed=3), SamplingParams(temperature=0),
+              SamplingParams(temperature=0, logprobs=2), SamplingParams(temperature=1.0),
+              SamplingParams(temperature=0, repetition_penalty=1.3)]
+    gens = [make_generator(3), None, None, None, None]
+    batch = _run(logits, params, prompts=[[1, 2]] * 5, outputs=[[4]] * 5, gens=gens)
+    for i in (1, 2, 4):
+        alone = _run(logits[i:i + 1], [params[i]], prompts=[[1, 2]], outputs=[[4]])
+        assert alone.token_ids.item() == batch.token_ids[i].item()

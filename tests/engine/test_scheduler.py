@@ -127,3 +127,13 @@ def test_remove_frees_blocks_of_waiting_and_running():
     sched.remove(a)
     sched.remove(b)
     assert sched.allocator.num_free == 8 and sched.num_unfinished == 0
+
+
+def test_token_slice_equals_all_ids_slice():
+    from engine.request import Request
+
+    r = Request("t", (1, 2, 3), None, 0.0)
+    r.output_ids = [4, 5, 6]
+    for a in range(7):
+        for b in range(a, 8):
+            assert r.token_slice(a, b) == tuple(r.all_ids[a:b]), (a, b)
