@@ -52,11 +52,21 @@ class Submission:
             self.engine.abort(self.ids[i])
 
     async def __aiter__(self) -> AsyncIterator[tuple[int, RequestOutput]]:
+        async for batch in self.batches():
+            for item in batch:
+                yield item
+
+    async def batches(self) -> AsyncIterator[list[tuple[int, RequestOutput]]]:
+        """Outputs in arrival order, grouped: everything already queued when the consumer
+        comes back is one batch (a consumer that fell behind catches up in one write)."""
         while self.open:
-            index, out = await self.queue.get()
-            if out.finished:
-                self.open.discard(index)
-            yield index, out
+            batch = [await self.queue.get()]
+            while not self.queue.empty():
+                batch.append(self.queue.get_nowait())
+            for index, out in batch:
+                if out.finished:
+                    self.open.discard(index)
+            yield batch
 
 
 def submit(state: ServingState, prefix: str, prompts: list[list[int]],
@@ -125,6 +135,24 @@ async def _watch_disconnect(sub: Submission, request: Request) -> None:
         await asyncio.sleep(DISCONNECT_POLL_S)
 
 
+def _events(batch: list[tuple[int, RequestOutput]],
+            chunk: Callable[[int, RequestOutput], dict[str, Any] | None]
+            ) -> tuple[list[str], bool]:
+    """SSE events of one batch of outputs, and whether an error or timeout ended it (its
+    error event is the last one)."""
+    events: list[str] = []
+    for i, out in batch:
+        if out.finish_reason in (FinishReason.ERROR, FinishReason.TIMEOUT):
+            status = 408 if out.finish_reason is FinishReason.TIMEOUT else 500
+            events.append(sse(error_body(status, out.error or "generation failed",
+                                         code=out.finish_reason.value)))
+            return events, True
+        body = chunk(i, out)
+        if body is not None:
+            events.append(sse(body))
+    return events, False
+
+
 def sse(obj: Any) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
@@ -138,16 +166,14 @@ async def stream_events(sub: Submission, first: list[dict[str, Any]],
     try:
         for c in first:
             yield sse(c)
-        async for i, out in sub:
-            if out.finish_reason in (FinishReason.ERROR, FinishReason.TIMEOUT):
-                status = 408 if out.finish_reason is FinishReason.TIMEOUT else 500
-                yield sse(error_body(status, out.error or "generation failed",
-                                     code=out.finish_reason.value))
+        failed = False
+        async for batch in sub.batches():
+            events, failed = _events(batch, chunk)
+            if events:
+                yield "".join(events)
+            if failed:
                 break
-            body = chunk(i, out)
-            if body is not None:
-                yield sse(body)
-        else:
+        if not failed:
             for c in last():
                 yield sse(c)
         yield "data: [DONE]\n\n"
