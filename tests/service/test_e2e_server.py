@@ -237,7 +237,7 @@ def test_sigterm_drains_then_exits(server):
     """Last in this module: it stops the shared server."""
     proc, url = server["proc"], server["url"]
     headers = {"Authorization": f"Bearer {KEY}"}
-    body = {"model": "tiny", "prompt": "drain me", "max_tokens": 60, "stream": True,
+    body = {"model": "tiny", "prompt": "drain me", "max_tokens": 3000, "stream": True,
             "ignore_eos": True, "temperature": 0}
     with httpx.Client(base_url=url, headers=headers, timeout=60) as hc:
         with hc.stream("POST", "/v1/completions", json=body) as resp:
