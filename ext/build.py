@@ -15,15 +15,19 @@ header; everything else is compiled for the baseline ISA. Never ``-march=native`
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shlex
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from engine.hardware import ExtensionStatus
+
+log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 LIB_NAME = "fp8serve_ext"
@@ -46,7 +50,7 @@ SOURCE_NAMES = (
 )
 HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h", "avx512_kernels.inc", "gemm.h", "attention.h",
                 "decode_layer.h", "avx512_math.inc", "tile_sched.h")
-BASE_CFLAGS = ("-O3", "-fno-math-errno", "-Wall", "-Wno-unused-function", "-Wno-psabi")
+BASE_CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno", "-Wall", "-Wno-unused-function", "-Wno-psabi")
 
 
 def _default_sources() -> tuple[Path, ...]:
@@ -100,6 +104,22 @@ def build_dir_for(cfg: BuildConfig) -> Path:
     return cfg.build_dir if cfg.build_dir is not None else default_build_dir(cfg)
 
 
+STALE_LOCK_SECONDS = 900  # a cold build takes 1-2 minutes here
+
+
+def _remove_stale_lock(out_dir: Path) -> None:
+    """cpp_extension.load waits forever on the lock file of a build whose process died
+    (killed server, OOM). A lock far older than any build is removed, with a warning."""
+    lock = out_dir / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return
+    if age > STALE_LOCK_SECONDS:
+        log.warning("removing stale extension build lock %s (%.0f s old)", lock, age)
+        lock.unlink(missing_ok=True)
+
+
 def compiler_version() -> str | None:
     cxx = os.environ.get("CXX", "c++")
     try:
@@ -119,6 +139,7 @@ def build(cfg: BuildConfig | None = None) -> ExtensionStatus:
     try:
         out_dir = build_dir_for(cfg)
         out_dir.mkdir(parents=True, exist_ok=True)  # load() requires it to exist
+        _remove_stale_lock(out_dir)
         path = cpp_extension.load(
             name=LIB_NAME,
             sources=[str(s) for s in cfg.sources],

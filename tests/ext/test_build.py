@@ -178,3 +178,22 @@ def test_cli_build_ext_failure_is_a_cli_error(tmp_path):
     assert out.returncode == 1, out.stderr[-2000:]
     assert "extension build failed" in out.stdout
     assert "no-such-fp8serve-flag" in out.stdout
+
+
+def test_stale_build_lock_is_removed_fresh_one_kept(tmp_path):
+    """A lock left by a build whose process died would make cpp_extension.load wait
+    forever; one older than any build is removed, a recent one (a live build) is kept."""
+    import os
+    import time
+
+    from ext.build import STALE_LOCK_SECONDS, _remove_stale_lock
+
+    lock = tmp_path / "lock"
+    lock.write_text("")
+    _remove_stale_lock(tmp_path)
+    assert lock.exists()
+    old = time.time() - STALE_LOCK_SECONDS - 60
+    os.utime(lock, (old, old))
+    _remove_stale_lock(tmp_path)
+    assert not lock.exists()
+    _remove_stale_lock(tmp_path)  # no lock: nothing to do
