@@ -1,7 +1,8 @@
 """JIT build of the C++ extension with torch.utils.cpp_extension + ninja.
 
 The library is built into a cache directory (``FP8SERVE_EXT_DIR``; default
-``$FP8SERVE_CACHE_DIR/ext/<torch version>-<source hash>``, the cache root defaulting to ``~/.cache/fp8serve``) and loaded into the process,
+``$FP8SERVE_CACHE_DIR/ext/<torch version>-<source hash>``, the cache root defaulting
+to ``~/.cache/fp8serve``) and loaded into the process,
 which registers the ``torch.ops.fp8serve`` ops. A failed compile never raises: the
 returned :class:`ExtensionStatus` carries the compiler output as ``error``.
 

@@ -46,7 +46,7 @@ def test_fp8_gemm_same_bits_for_any_thread_count(n: int, m: int) -> None:
     ref = x.float() @ (w.weight.float() * w.scale.reshape(-1, 1)).t()
     err = (ys[0].float() - ref).abs()
     assert (err <= 2**-6 * ref.abs() + 2**-6 * ref.pow(2).mean().sqrt()).all()
-    for t, y in zip(THREADS[1:], ys[1:]):
+    for t, y in zip(THREADS[1:], ys[1:], strict=True):
         assert torch.equal(y, ys[0]), f"{t} threads differ from 1"
 
 
@@ -59,5 +59,5 @@ def test_bf16_gemm_same_bits_for_any_thread_count(n: int, m: int) -> None:
     ys = _per_thread_count(lambda: gemm(x, out_fp32=True))
     ref = x.float() @ w.float().t()
     assert ((ys[0] - ref).abs() <= 1e-3 * ref.abs().max()).all()
-    for t, y in zip(THREADS[1:], ys[1:]):
+    for t, y in zip(THREADS[1:], ys[1:], strict=True):
         assert torch.equal(y, ys[0]), f"{t} threads differ from 1"
