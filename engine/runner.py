@@ -78,23 +78,12 @@ class ModelRunner:
         contributes chunk.num_logit_rows rows (NONE: 0, LAST: 1, ALL: one per token)."""
         meta = build_metadata(batch, self.block_size, self.kv.num_slots,
                               spans=not self.model.attention.use_ext)
-        tokens = torch.tensor([t for c in batch.chunks for t in c.token_ids], dtype=torch.int64)
+        ids = [t for c in batch.chunks for t in c.token_ids]
         vocab = self.config.vocab_size
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab):
+        if ids and (min(ids) < 0 or max(ids) >= vocab):
             raise ValueError(f"token id outside the vocabulary [0, {vocab})")
+        tokens = torch.tensor(ids, dtype=torch.int64)  # [T]
         return self.model.forward(tokens, meta, self.kv, logit_rows(batch))
-
-
-def _probe(hw: HardwareInfo | None) -> HardwareInfo:
-    if hw is not None:
-        return hw
-    from engine import hardware
-
-    probe = getattr(hardware, "probe_hardware", None)
-    if probe is None:  # the probe is not in this build: run on the portable kernels
-        log.warning("engine.hardware.probe_hardware missing; using a featureless profile")
-        return HardwareInfo.fake()
-    return probe()
 
 
 def load_runner(model_dir: str | Path, engine_config: EngineConfig,
@@ -107,7 +96,11 @@ def load_runner(model_dir: str | Path, engine_config: EngineConfig,
     weights = load_weights(Path(model_dir))
     if overrides is None:
         overrides = KernelOverrides.from_env()
-    return ModelRunner(weights, engine_config, _probe(hw), overrides)
+    if hw is None:
+        from engine.hardware import probe_hardware
+
+        hw = probe_hardware()
+    return ModelRunner(weights, engine_config, hw, overrides)
 
 
 def generate_greedy(runner: ModelRunner, prompt_ids: list[int], max_new_tokens: int,

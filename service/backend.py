@@ -54,18 +54,14 @@ def load_backend(settings: Settings) -> ModelBackend:
                        max_num_batched_tokens=settings.max_num_batched_tokens,
                        threads=settings.threads, kernel=settings.kernel,
                        disabled_kernels=tuple(settings.disabled_kernels))
-    hw = _probe()
+    from engine.hardware import probe_hardware
+
+    hw = probe_hardware()
     overrides = overrides_from(settings.kernel, settings.disabled_kernels)
     runner = load_runner(model_dir, cfg, hw=hw, overrides=overrides)
     name = settings.served_model_name or model_dir.resolve().name
     return ModelBackend(runner, Tokenizer.from_dir(model_dir), name, hw, cfg,
                         overrides=overrides)
-
-
-def _probe() -> HardwareInfo:
-    from engine import hardware
-    probe = getattr(hardware, "probe_hardware", None)
-    return probe() if probe is not None else HardwareInfo.fake()
 
 
 class ServingState:

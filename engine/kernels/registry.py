@@ -299,7 +299,3 @@ def table_infos(hw: HardwareInfo, overrides: KernelOverrides = KernelOverrides()
     return out
 
 
-def describe_tables(hw: HardwareInfo, overrides: KernelOverrides = KernelOverrides(),
-                    catalog: KernelCatalog = DEFAULT_CATALOG) -> dict[str, list[TableEntry]]:
-    """``{"cpu/per_tensor": [TableEntry, ...], ...}`` (see :func:`table_infos`)."""
-    return {t.name: list(t.entries) for t in table_infos(hw, overrides, catalog)}

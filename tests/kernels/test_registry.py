@@ -24,7 +24,6 @@ from engine.kernels.registry import (
     NoKernelError,
     Rejection,
     candidate_ids,
-    describe_tables,
     overrides_from,
     select_kernel,
     table_infos,
@@ -260,4 +259,3 @@ def test_table_infos_mark_support_forced_and_disabled() -> None:
     assert not got["amx_w8a16"].supported and got["amx_w8a16"].reason == "no AMX"
     assert got["avx2_w8a16"].disabled and got["avx2_w8a16"].reason == DISABLED_REASON
     assert got["torch_w8a16"].supported and got["torch_w8a16"].forced
-    assert describe_tables(HW, ov, standard())["cpu/per_tensor"] == list(pt.entries)
