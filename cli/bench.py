@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCH_MODULES = ("cli.bench_kernels", "cli.bench_generate", "cli.bench_serve", "cli.bench_rss")
+BENCH_MODULES = ("cli.bench_kernels", "cli.bench_generate", "cli.bench_serve", "cli.bench_rss",
+                 "cli.bench_gpu_kernels")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
