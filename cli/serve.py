@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument(flag, type=kind, default=None, help=text)
     p.add_argument("--api-key", action="append", default=None, metavar="KEY",
                    help="require 'Authorization: Bearer KEY' (repeatable; FP8SERVE_API_KEYS)")
+    p.add_argument("--generation-config", choices=("auto", "none"), default=None,
+                   help="auto (default): sampling defaults from the model's "
+                        "generation_config.json for fields a request leaves out; none: ignore")
     add_kernel_args(p)
     p.set_defaults(func=run)
 
@@ -52,7 +55,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     from service.settings import Settings
 
     given: dict[str, Any] = {}
-    for name in ["model"] + [f[0][2:].replace("-", "_") for f in FLAGS]:
+    for name in ["model", "generation_config"] + [f[0][2:].replace("-", "_") for f in FLAGS]:
         if getattr(args, name, None) is not None:
             given[name] = getattr(args, name)
     if args.api_key:

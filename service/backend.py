@@ -16,6 +16,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from engine.checkpoint.generation import GENERATION_CONFIG, SamplingDefaults, sampling_defaults
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.hardware import HardwareInfo
@@ -37,6 +38,8 @@ class ModelBackend:
     engine_config: EngineConfig
     detokenizer: Callable[..., Any] | None = None  # None = IncrementalDetokenizer
     overrides: KernelOverrides | None = None  # operator kernel overrides in effect
+    # defaults for sampling fields a request leaves out (generation_config.json)
+    sampling_defaults: SamplingDefaults = SamplingDefaults()
 
 
 def load_backend(settings: Settings) -> ModelBackend:
@@ -60,8 +63,15 @@ def load_backend(settings: Settings) -> ModelBackend:
     overrides = overrides_from(settings.kernel, settings.disabled_kernels)
     runner = load_runner(model_dir, cfg, hw=hw, overrides=overrides)
     name = settings.served_model_name or model_dir.resolve().name
+    defaults = SamplingDefaults()
+    if settings.generation_config == "auto":
+        defaults = sampling_defaults(model_dir)
+        if defaults.as_dict():
+            log.info("sampling defaults from %s: %s (requests override them; "
+                     "--generation-config none ignores them)", GENERATION_CONFIG,
+                     defaults.as_dict())
     return ModelBackend(runner, Tokenizer.from_dir(model_dir), name, hw, cfg,
-                        overrides=overrides)
+                        overrides=overrides, sampling_defaults=defaults)
 
 
 class ServingState:

@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine.checkpoint.generation import SamplingDefaults
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -14,6 +16,11 @@ class _Body(BaseModel):
 
 class StreamOptions(_Body):
     include_usage: bool = False
+
+
+# Request fields a model's generation_config.json can give defaults for.
+DISTRIBUTION_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+NO_DEFAULTS = SamplingDefaults()
 
 
 class _Sampling(_Body):
@@ -40,13 +47,17 @@ class _Sampling(_Body):
     skip_special_tokens: bool = True
     user: str | None = None
 
-    def sampling_kwargs(self) -> dict[str, Any]:
+    def sampling_kwargs(self, defaults: SamplingDefaults = NO_DEFAULTS) -> dict[str, Any]:
+        """SamplingParams keyword arguments. A distribution field the request leaves out
+        takes the model's default (generation_config.json) when it has one."""
+        dist = {name: getattr(self, name) for name in DISTRIBUTION_FIELDS}
+        for name, value in defaults.as_dict().items():
+            if name in dist and name not in self.model_fields_set:
+                dist[name] = value
         return dict(
-            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-            min_p=self.min_p, stop=self.stop, stop_token_ids=self.stop_token_ids or (),
+            **dist, stop=self.stop, stop_token_ids=self.stop_token_ids or (),
             presence_penalty=self.presence_penalty,
-            frequency_penalty=self.frequency_penalty,
-            repetition_penalty=self.repetition_penalty, ignore_eos=self.ignore_eos,
+            frequency_penalty=self.frequency_penalty, ignore_eos=self.ignore_eos,
             min_tokens=self.min_tokens,
             logit_bias={int(k): v for k, v in (self.logit_bias or {}).items()},
             include_stop_str_in_output=self.include_stop_str_in_output,
@@ -65,6 +76,12 @@ class CompletionRequest(_Sampling):
     echo: bool = False
     suffix: str | None = None
 
+    def output_limit(self, default: int | None) -> int | None:
+        """max_tokens as sent; left out: the model's default, else OpenAI's 16."""
+        if "max_tokens" in self.model_fields_set or default is None:
+            return self.max_tokens
+        return default
+
 
 class ChatMessage(_Body):
     role: str
@@ -79,6 +96,12 @@ class ChatCompletionRequest(_Sampling):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     add_generation_prompt: bool = True
+
+    def output_limit(self, default: int | None) -> int | None:
+        """max_completion_tokens, else max_tokens; neither: the model's default, else
+        None (up to max_model_len)."""
+        given = self.max_completion_tokens or self.max_tokens
+        return given if given is not None else default
 
 
 class TokenizeRequest(_Body):

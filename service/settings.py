@@ -8,7 +8,7 @@ import ipaddress
 import json
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     threads: int | None = Field(None, ge=1)
     kernel: str | None = None
     disabled_kernels: Annotated[tuple[str, ...], NoDecode] = ()
+    # auto: generation_config.json's temperature, top_p, top_k, min_p, repetition_penalty
+    # and max_new_tokens are the defaults for requests that leave them out; none: ignore it
+    generation_config: Literal["auto", "none"] = "auto"
 
     @field_validator("api_keys", "disabled_kernels", mode="before")
     @classmethod

@@ -1,12 +1,15 @@
-"""Special token ids (bos/eos) from generation_config.json and the model config."""
+"""From generation_config.json: special token ids (bos/eos, merged with the model config)
+and the sampling defaults a served model applies to fields a request leaves out."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from engine.checkpoint.detect import read_json
 from engine.checkpoint.errors import CheckpointError
+from engine.sampling_params import SamplingParams, SamplingParamsError
 
 GENERATION_CONFIG = "generation_config.json"
 
@@ -33,3 +36,49 @@ def special_ids(
             eos = eos + (extra,)
     bos = gen.get("bos_token_id", config.get("bos_token_id", 1))
     return (bos if isinstance(bos, int) else None), (eos or (2,))
+
+
+# generation_config.json key -> request field it gives the default for (vLLM's
+# ``--generation-config auto`` set). Only keys present in the file become defaults.
+SAMPLING_KEYS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
+                 "min_p": "min_p", "repetition_penalty": "repetition_penalty",
+                 "max_new_tokens": "max_tokens"}
+_INT_FIELDS = frozenset({"top_k", "max_tokens"})
+
+
+@dataclass(frozen=True)
+class SamplingDefaults:
+    """Per-model defaults for request fields a client leaves out (None: no default).
+    Values are checked like request values when a request uses them."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    max_tokens: int | None = None
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def sampling_defaults(model_dir: Path) -> SamplingDefaults:
+    """The sampling defaults in ``model_dir``/generation_config.json (none if absent).
+    A value of the wrong type raises CheckpointError naming the file and key."""
+    path = Path(model_dir) / GENERATION_CONFIG
+    gen = read_json(path) if path.exists() else {}
+    found: dict[str, float | int] = {}
+    for key, field in SAMPLING_KEYS.items():
+        value = gen.get(key)
+        if value is None:
+            continue
+        want = int if field in _INT_FIELDS else (int, float)
+        if isinstance(value, bool) or not isinstance(value, want):
+            kind = "an integer" if field in _INT_FIELDS else "a number"
+            raise CheckpointError(f"{path}: {key} must be {kind}, got {value!r}")
+        found[field] = value if field in _INT_FIELDS else float(value)
+    try:
+        SamplingParams(**found)  # the same checks a request's values get
+    except SamplingParamsError as exc:
+        raise CheckpointError(f"{path}: {exc}") from exc
+    return SamplingDefaults(**found)  # type: ignore[arg-type]

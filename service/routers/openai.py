@@ -22,11 +22,14 @@ router = APIRouter(dependencies=[Depends(require_api_key)])
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def make_params(state: ServingState, body: Any, max_tokens: int | None,
-                logprobs: int | None) -> SamplingParams:
+def make_params(state: ServingState, body: Any, logprobs: int | None) -> SamplingParams:
+    """The request's sampling parameters; fields it leaves out take the model's
+    generation_config.json defaults where the server applies them."""
+    defaults = state.backend.sampling_defaults
     try:
-        params = SamplingParams(max_tokens=max_tokens, seed=body.seed, logprobs=logprobs,
-                                **body.sampling_kwargs())
+        params = SamplingParams(max_tokens=body.output_limit(defaults.max_tokens),
+                                seed=body.seed, logprobs=logprobs,
+                                **body.sampling_kwargs(defaults))
         params.validate_for_vocab(state.backend.tokenizer.vocab_size)
     except SamplingParamsError as exc:
         raise APIError(400, str(exc), str(exc).split(":", 1)[0]) from exc
@@ -51,7 +54,7 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
     if body.echo and body.logprobs is not None:
         raise APIError(400, "echo together with logprobs is not supported", "echo")
     prompts, texts = await run_in_threadpool(encode_prompts, state, body.prompt)
-    params = make_params(state, body, body.max_tokens, body.logprobs)
+    params = make_params(state, body, body.logprobs)
     sub = submit(state, "cmpl", prompts, params, body.n)
     fmt = Formatter(sub.id, model, _text_of(state))
     echo = texts if body.echo else []
@@ -83,9 +86,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     model = check_model(state, body.model)
     prompt = await run_in_threadpool(encode_chat, state, body.messages,
                                      body.add_generation_prompt)
-    max_tokens = body.max_completion_tokens or body.max_tokens
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    params = make_params(state, body, max_tokens, logprobs)
+    params = make_params(state, body, logprobs)
     sub = submit(state, "chatcmpl", [prompt], params, body.n)
     fmt = Formatter(sub.id, model, _text_of(state))
     if not body.stream:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engine.checkpoint.generation import SamplingDefaults
 from engine.config import EngineConfig
 from engine.hardware import HardwareInfo
 from service.backend import ModelBackend
@@ -16,7 +17,8 @@ from tests.engine.fake_runner import (
 MODEL = "fake-model"
 
 
-def fake_loader(delay_s: float = 0.0, num_kv_blocks: int = 64, fail_on_token=None):
+def fake_loader(delay_s: float = 0.0, num_kv_blocks: int = 64, fail_on_token=None,
+                sampling_defaults: SamplingDefaults | None = None):
     def load(settings: Settings) -> ModelBackend:
         runner = CacheCheckingRunner(num_kv_blocks=num_kv_blocks, block_size=4,
                                      fail_on_token=fail_on_token, delay_s=delay_s)
@@ -25,5 +27,6 @@ def fake_loader(delay_s: float = 0.0, num_kv_blocks: int = 64, fail_on_token=Non
                            max_model_len=settings.max_model_len,
                            max_num_batched_tokens=settings.max_num_batched_tokens)
         hw = HardwareInfo.fake("avx2", "fma")
-        return ModelBackend(runner, FakeTokenizer(), MODEL, hw, cfg, FakeDetokenizer)
+        return ModelBackend(runner, FakeTokenizer(), MODEL, hw, cfg, FakeDetokenizer,
+                            sampling_defaults=sampling_defaults or SamplingDefaults())
     return load

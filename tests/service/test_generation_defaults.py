@@ -1,0 +1,69 @@
+"""Sampling defaults from generation_config.json: applied to the fields a request leaves
+out, never over a value the client sent, and off with --generation-config none."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from fastapi.testclient import TestClient
+
+from engine.checkpoint.generation import SamplingDefaults
+from service.app import create_app
+from service.backend import load_backend
+from service.schemas import ChatCompletionRequest, CompletionRequest
+from service.settings import Settings
+from tests.service.fake_backend import MODEL, fake_loader
+
+DEFAULTS = SamplingDefaults(temperature=0.15, top_p=0.9, top_k=20, min_p=0.05,
+                            repetition_penalty=1.1, max_tokens=3)
+
+
+def test_left_out_fields_take_the_defaults() -> None:
+    body = CompletionRequest(prompt="hi")
+    kw = body.sampling_kwargs(DEFAULTS)
+    assert (kw["temperature"], kw["top_p"], kw["top_k"], kw["min_p"],
+            kw["repetition_penalty"]) == (0.15, 0.9, 20, 0.05, 1.1)
+    assert body.output_limit(DEFAULTS.max_tokens) == 3
+    assert body.output_limit(None) == 16  # OpenAI's completions default
+
+
+def test_values_sent_win_even_when_equal_to_the_schema_default() -> None:
+    body = CompletionRequest(prompt="hi", temperature=1.0, top_k=-1, max_tokens=16)
+    kw = body.sampling_kwargs(DEFAULTS)
+    assert (kw["temperature"], kw["top_k"], kw["top_p"]) == (1.0, -1, 0.9)
+    assert body.output_limit(3) == 16
+    chat = ChatCompletionRequest(messages=[{"role": "user", "content": "x"}],
+                                 max_completion_tokens=7)
+    assert chat.output_limit(3) == 7
+    assert ChatCompletionRequest(messages=[{"role": "user", "content": "x"}]) \
+        .output_limit(3) == 3
+
+
+def test_served_requests_use_the_default_max_tokens() -> None:
+    settings = Settings(max_model_len=64, max_num_seqs=4)
+    app = create_app(settings, load_backend=fake_loader(
+        sampling_defaults=SamplingDefaults(max_tokens=3)))
+    with TestClient(app) as c:
+        r = c.post("/v1/completions", json={"model": MODEL, "prompt": [5, 6]})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+        r = c.post("/v1/completions", json={"model": MODEL, "prompt": [5, 6],
+                                            "max_tokens": 5})
+        assert r.json()["usage"]["completion_tokens"] == 5
+        r = c.post("/v1/chat/completions",
+                   json={"model": MODEL, "messages": [{"role": "user", "content": "6 7"}]})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+
+
+@pytest.mark.parametrize("mode,want", [("auto", {"temperature": 0.3, "max_tokens": 9}),
+                                       ("none", {})])
+def test_load_backend_reads_generation_config_unless_none(tiny_checkpoint, tmp_path,
+                                                          mode, want) -> None:
+    model = tmp_path / "m"
+    shutil.copytree(tiny_checkpoint(tokenizer=True), model)
+    gen = json.loads((model / "generation_config.json").read_text())
+    gen.update(temperature=0.3, max_new_tokens=9, do_sample=True)
+    (model / "generation_config.json").write_text(json.dumps(gen))
+    backend = load_backend(Settings(model=model, generation_config=mode, kv_cache_gib=0.01))
+    assert backend.sampling_defaults.as_dict() == want
