@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from engine.batch import BatchInputs
+from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.request import FinishReason, Request, RequestStatus
+from engine.sampler import token_logprobs
 from engine.scheduler import SchedulerOutput
 from engine.stream import EngineObserver, OutputSink, RequestOutput, TokenLogprob
 
@@ -69,41 +70,71 @@ class StepRunner:
             if req.first_scheduled_time is None:
                 req.first_scheduled_time = now
                 self.observer.on_admitted(now - req.arrival_time, len(req.prompt_ids))
-        logits, rows = self._forward(out)  # rows: chunk index -> row, error string or None
+        logits, spans = self._forward(out)  # chunk index -> (first row, rows) or error
         finished: list[Request] = []
         sampled: list[tuple[LiveRequest, int]] = []
         for i, (req, chunk) in enumerate(zip(out.requests, out.batch.chunks, strict=True)):
-            row = rows[i]
-            if isinstance(row, str):
-                self.end(live[req.request_id], FinishReason.ERROR, row)
+            span = spans[i]
+            if isinstance(span, str):
+                self.end(live[req.request_id], FinishReason.ERROR, span)
+                finished.append(req)
+                continue
+            first, n = span
+            if chunk.logits is LogitsWanted.ALL and not self._score_prompt(
+                    live[req.request_id], chunk, logits[first:first + n]):
                 finished.append(req)
                 continue
             req.num_computed += chunk.num_tokens
-            if row is not None and req.num_uncomputed == 0:
-                sampled.append((live[req.request_id], row))
+            if n and req.num_uncomputed == 0:
+                sampled.append((live[req.request_id], first + n - 1))
         finished += self._sample(logits, sampled)
         return finished
 
-    def _forward(self, out: SchedulerOutput) -> tuple[torch.Tensor, list[int | str | None]]:
-        """(logits [R, V] fp32, for each chunk its row in logits, an error string or None)."""
+    def _forward(self, out: SchedulerOutput
+                 ) -> tuple[torch.Tensor, list[tuple[int, int] | str]]:
+        """(logits [R, V] fp32, for each chunk (its first row in logits, its number of
+        rows) or an error string)."""
         try:
-            return self.runner.run(out.batch), out.logit_row_of()
+            return self.runner.run(out.batch), out.logit_spans()
         except Exception:  # noqa: BLE001 - isolate the failing request(s) below
             log.exception("batched forward failed; retrying each sequence alone")
-        rows: list[int | str | None] = []
+        spans: list[tuple[int, int] | str] = []
         kept: list[torch.Tensor] = []
+        row = 0
         for chunk in out.batch.chunks:
             try:
                 logits = self.runner.run(BatchInputs((chunk,)))
             except Exception as exc:  # noqa: BLE001
-                rows.append(f"forward pass failed: {type(exc).__name__}: {exc}")
+                spans.append(f"forward pass failed: {type(exc).__name__}: {exc}")
                 continue
-            if chunk.num_logit_rows:
-                rows.append(len(kept))
-                kept.append(logits[-1])
-            else:
-                rows.append(None)
-        return (torch.stack(kept) if kept else torch.empty(0)), rows
+            spans.append((row, chunk.num_logit_rows))
+            row += chunk.num_logit_rows
+            kept.append(logits)
+        return (torch.cat(kept) if kept else torch.empty(0)), spans
+
+    def _score_prompt(self, lv: LiveRequest, chunk: SeqChunk, rows: torch.Tensor) -> bool:
+        """Append the prompt logprobs this chunk's logits give: rows [chunk tokens, V],
+        row t predicts position chunk.start_pos + t + 1. Positions already scored (before
+        a preemption) are skipped. False when scoring failed and the request was ended."""
+        req = lv.req
+        got = req.prompt_logprobs
+        try:
+            if not got:
+                got.append(None)  # the first prompt token has no context
+            begin = len(got)
+            end = min(chunk.start_pos + chunk.num_tokens + 1, len(req.prompt_ids))
+            if begin < end:
+                lo = begin - 1 - chunk.start_pos
+                targets = req.prompt_ids[begin:end]
+                vals, tops = token_logprobs(rows[lo:lo + len(targets)], targets,
+                                           req.params.prompt_logprobs)
+                got += [TokenLogprob(t, v, tuple(zip(*top, strict=True)))
+                        for t, v, top in zip(targets, vals, tops, strict=True)]
+        except Exception as exc:  # noqa: BLE001 - this request only
+            self.end(lv, FinishReason.ERROR,
+                     f"prompt logprobs failed: {type(exc).__name__}: {exc}")
+            return False
+        return True
 
     def _sample(self, logits: torch.Tensor, items: list[tuple[LiveRequest, int]]
                 ) -> list[Request]:
@@ -167,9 +198,12 @@ class StepRunner:
         if p.logprobs is not None:
             pairs = tuple(zip(*top, strict=True)) if top else ()
             lps = (TokenLogprob(token, logprob, pairs),)
+        prompt_lps = None
+        if n == 1 and p.prompt_logprobs is not None:
+            prompt_lps = tuple(req.prompt_logprobs)
         self._emit(lv, RequestOutput(req.request_id, text, (token,), lps,
                                      reason is not None, reason, None, len(req.prompt_ids),
-                                     n, stop_reason))
+                                     n, stop_reason, prompt_lps))
         if reason is not None:
             self._close(lv, reason)
         return reason is not None

@@ -52,6 +52,10 @@ class Request:
     first_token_time: float | None = None
     last_token_time: float | None = None
     num_preemptions: int = 0
+    # params.prompt_logprobs set: entry p scores prompt_ids[p] given prompt_ids[:p]
+    # (engine.stream.TokenLogprob; entry 0 is None), filled as prefill chunks run and kept
+    # across preemption (a recomputed chunk scores only positions not yet scored)
+    prompt_logprobs: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
@@ -83,6 +87,12 @@ class Request:
     def is_decoding(self) -> bool:
         """Exactly one token (the newest sample) waits to be run."""
         return self.num_uncomputed == 1 and bool(self.output_ids)
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        """Prompt logprobs were asked for and some prompt position is not scored yet."""
+        return (getattr(self.params, "prompt_logprobs", None) is not None
+                and len(self.prompt_logprobs) < len(self.prompt_ids))
 
     @property
     def is_finished(self) -> bool:

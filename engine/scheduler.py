@@ -40,16 +40,17 @@ class SchedulerOutput:
     requests: tuple[Request, ...]  # requests[i] runs batch.chunks[i]
     preempted: tuple[Request, ...] = ()
 
-    def logit_row_of(self) -> list[int | None]:
-        """For each chunk, the row of its LAST logits in the runner output (None if the
-        chunk asked for none). Rows are in chunk order (engine/batch.py)."""
-        rows: list[int | None] = []
+    def logit_spans(self) -> list[tuple[int, int]]:
+        """For each chunk, (first row, number of rows) of its logits in the runner output
+        (rows are in chunk order, engine/batch.py); a chunk's last row is the one a
+        sample is drawn from."""
+        spans: list[tuple[int, int]] = []
         row = 0
         for chunk in self.batch.chunks:
             n = chunk.num_logit_rows
-            rows.append(row + n - 1 if n else None)
+            spans.append((row, n))
             row += n
-        return rows
+        return spans
 
 
 class Scheduler:
@@ -147,6 +148,9 @@ class Scheduler:
         start = req.num_computed
         tokens = req.token_slice(start, start + n)
         last = start + n == req.num_tokens
+        if req.wants_prompt_logprobs and start < len(req.prompt_ids):
+            wanted = LogitsWanted.ALL  # every row: it scores the next prompt token
+        else:
+            wanted = LogitsWanted.LAST if last else LogitsWanted.NONE
         return SeqChunk(seq_id=req.seq_id, token_ids=tokens, start_pos=start,
-                        block_table=tuple(req.block_table),
-                        logits=LogitsWanted.LAST if last else LogitsWanted.NONE)
+                        block_table=tuple(req.block_table), logits=wanted)

@@ -38,6 +38,8 @@ class RequestOutput:
     num_prompt_tokens: int = 0
     num_output_tokens: int = 0  # cumulative
     stop_reason: int | str | None = None
+    # with the first token, when asked: one per prompt token, entry 0 None (no context)
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
 
 
 OutputSink = Callable[[RequestOutput], None]

@@ -94,8 +94,11 @@ class Choice:
     stop_reason: int | str | None = None
     error: str | None = None
     num_prompt_tokens: int = 0
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None  # when asked
 
     def add(self, out: RequestOutput) -> None:
+        if out.prompt_logprobs is not None:
+            self.prompt_logprobs = out.prompt_logprobs
         self.text.append(out.text)
         self.token_ids += out.token_ids
         self.logprobs += out.logprobs

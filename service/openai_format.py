@@ -40,6 +40,26 @@ def completion_logprobs(lps: Sequence[TokenLogprob], text_of: TokenText,
             "text_offset": offsets}
 
 
+def echo_logprobs(prompt_ids: Sequence[int], prompt_lps: Sequence[TokenLogprob | None],
+                  generated: dict[str, Any], text_of: TokenText) -> dict[str, Any]:
+    """Completion logprobs with the echoed prompt in front (OpenAI's echo + logprobs): one
+    entry per prompt token, the first with null logprobs (it has no context), offsets from
+    0; ``generated`` (completion_logprobs with the prompt text's length as offset) follows."""
+    tokens = [text_of(t) for t in prompt_ids]
+    offsets, pos = [], 0
+    for t in tokens:
+        offsets.append(pos)
+        pos += len(t)
+    return {
+        "tokens": tokens + generated["tokens"],
+        "token_logprobs": [None if lp is None else lp.logprob for lp in prompt_lps]
+        + generated["token_logprobs"],
+        "top_logprobs": [None if lp is None else {text_of(t): v for t, v in lp.top}
+                         for lp in prompt_lps] + generated["top_logprobs"],
+        "text_offset": offsets + generated["text_offset"],
+    }
+
+
 def chat_logprobs(lps: Sequence[TokenLogprob], text_of: TokenText) -> dict[str, Any]:
     def entry(tid: int, lp: float) -> dict[str, Any]:
         text = text_of(tid)
@@ -60,23 +80,46 @@ class Formatter:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
     def completion(self, choices: Sequence[Choice], n: int, echo: Sequence[str],
-                   want_logprobs: bool) -> dict[str, Any]:
+                   want_logprobs: bool, prompt_ids: Sequence[Sequence[int]] = ()
+                   ) -> dict[str, Any]:
+        """``echo``: each prompt's text (empty: no echo); with logprobs, ``prompt_ids``
+        gives each prompt's tokens and each choice carries its prompt logprobs."""
         out = []
         for i, c in enumerate(choices):
             prefix = echo[i // n] if echo else ""
             out.append({"index": i, "text": prefix + "".join(c.text),
-                        "logprobs": completion_logprobs(c.logprobs, self.text_of, len(prefix))
-                        if want_logprobs else None,
+                        "logprobs": self.completion_logprobs(
+                            c.logprobs, len(prefix),
+                            prompt_ids[i // n] if echo and prompt_ids else None,
+                            c.prompt_logprobs) if want_logprobs else None,
                         "finish_reason": finish_reason(c.finish_reason),
                         "stop_reason": c.stop_reason})
         return {**self._head("text_completion"), "choices": out,
                 "usage": choices_usage(choices, n)}
 
+    def completion_logprobs(self, lps: Sequence[TokenLogprob], offset: int,
+                            prompt_ids: Sequence[int] | None = None,
+                            prompt_lps: Sequence[TokenLogprob | None] | None = None
+                            ) -> dict[str, Any]:
+        """Generated tokens' logprobs; with ``prompt_ids`` and ``prompt_lps`` (echo), the
+        prompt's in front."""
+        generated = completion_logprobs(lps, self.text_of, offset)
+        if prompt_ids is None or prompt_lps is None:
+            return generated
+        return echo_logprobs(prompt_ids, prompt_lps, generated, self.text_of)
+
     def completion_chunk(self, index: int, text: str, lps: Sequence[TokenLogprob] | None,
-                         reason: FinishReason | None, stop_reason: Any = None
-                         ) -> dict[str, Any]:
-        choice = {"index": index, "text": text,
-                  "logprobs": None if lps is None else completion_logprobs(lps, self.text_of),
+                         reason: FinishReason | None, stop_reason: Any = None,
+                         echo: tuple[str, Sequence[int], Sequence[TokenLogprob | None]]
+                         | None = None) -> dict[str, Any]:
+        """``echo`` (text, ids, logprobs of the prompt) puts the prompt in front of this
+        chunk, logprobs included: the first chunk of an echo + logprobs stream."""
+        prefix = "" if echo is None else echo[0]
+        logprobs = None
+        if lps is not None:
+            logprobs = (self.completion_logprobs(lps, len(prefix), echo[1], echo[2])
+                        if echo is not None else completion_logprobs(lps, self.text_of))
+        choice = {"index": index, "text": prefix + text, "logprobs": logprobs,
                   "finish_reason": finish_reason(reason)}
         if reason is not None:
             choice["stop_reason"] = stop_reason

@@ -22,13 +22,15 @@ router = APIRouter(dependencies=[Depends(require_api_key)])
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def make_params(state: ServingState, body: Any, logprobs: int | None) -> SamplingParams:
+def make_params(state: ServingState, body: Any, logprobs: int | None,
+                prompt_logprobs: int | None = None) -> SamplingParams:
     """The request's sampling parameters; fields it leaves out take the model's
     generation_config.json defaults where the server applies them."""
     defaults = state.backend.sampling_defaults
     try:
         params = SamplingParams(max_tokens=body.output_limit(defaults.max_tokens),
                                 seed=body.seed, logprobs=logprobs,
+                                prompt_logprobs=prompt_logprobs,
                                 **body.sampling_kwargs(defaults))
         params.validate_for_vocab(state.backend.tokenizer.vocab_size)
     except SamplingParamsError as exc:
@@ -51,24 +53,29 @@ async def models(state: ReadyStateDep) -> dict[str, Any]:
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request, state: ReadyStateDep):
     model = check_model(state, body.model)
-    if body.echo and body.logprobs is not None:
-        raise APIError(400, "echo together with logprobs is not supported", "echo")
     prompts, texts = await run_in_threadpool(encode_prompts, state, body.prompt)
-    params = make_params(state, body, body.logprobs)
+    echo_lps = body.echo and body.logprobs is not None  # prompt logprobs are computed
+    params = make_params(state, body, body.logprobs, body.logprobs if echo_lps else None)
     sub = submit(state, "cmpl", prompts, params, body.n)
     fmt = Formatter(sub.id, model, _text_of(state))
     echo = texts if body.echo else []
     if not body.stream:
         choices = await collect(sub, request)
-        return fmt.completion(choices, body.n, echo, body.logprobs is not None)
+        return fmt.completion(choices, body.n, echo, body.logprobs is not None, prompts)
     counts = {"completion": 0}
+    # echo alone goes out at once; with logprobs it rides on each choice's first chunk,
+    # which carries the prompt logprobs
     first = [fmt.completion_chunk(i, echo[i // body.n], None, None)
-             for i in range(len(sub.ids))] if echo else []
+             for i in range(len(sub.ids))] if echo and not echo_lps else []
 
     def chunk(i: int, out: RequestOutput) -> dict[str, Any] | None:
         counts["completion"] += len(out.token_ids)
         lps = out.logprobs if body.logprobs is not None else None
-        return fmt.completion_chunk(i, out.text, lps, out.finish_reason, out.stop_reason)
+        head = None
+        if echo_lps and out.prompt_logprobs is not None:
+            head = (echo[i // body.n], prompts[i // body.n], out.prompt_logprobs)
+        return fmt.completion_chunk(i, out.text, lps, out.finish_reason, out.stop_reason,
+                                    head)
 
     def last() -> list[dict[str, Any]]:
         if not body.include_usage:

@@ -40,12 +40,12 @@ def drive(sched: Scheduler, runner: CacheCheckingRunner, reqs: list[Request], *,
         assert used == round(sched.allocator.usage * sched.allocator.num_blocks)
         log.append(out)
         logits = runner.run(batch)
-        rows = out.logit_row_of()
-        for req, chunk, row in zip(out.requests, batch.chunks, rows, strict=True):
+        spans = out.logit_spans()
+        for req, chunk, (first, n) in zip(out.requests, batch.chunks, spans, strict=True):
             assert chunk.start_pos == req.num_computed
             req.num_computed += chunk.num_tokens
-            if row is not None:
-                req.output_ids.append(int(logits[row].argmax()))
+            if n:
+                req.output_ids.append(int(logits[first + n - 1].argmax()))
                 if len(req.output_ids) == req.params.max_tokens:
                     req.status = RequestStatus.FINISHED
                     sched.remove(req)

@@ -88,6 +88,31 @@ def test_echo_stop_and_logprobs(c):
     assert all(len(t) == 2 for t in lp["top_logprobs"])
 
 
+def test_echo_with_logprobs_scores_the_prompt(c):
+    """The fake model predicts (sum + len) % 50: after [2] it predicts 3 (a hit, logprob
+    ~0), after [2, 3] it predicts 7, not 5 (logprob ~-20)."""
+    seq = expected_tokens([2, 3, 5], 2)
+    body = {"prompt": "2 3 5", "max_tokens": 2, "temperature": 0, "ignore_eos": True,
+            "echo": True, "logprobs": 1}
+    r = c.post("/v1/completions", json=body).json()
+    choice = r["choices"][0]
+    assert choice["text"] == "2 3 5" + text_of(seq)
+    lp = choice["logprobs"]
+    assert lp["tokens"] == [" 2", " 3", " 5"] + [f" {t}" for t in seq]
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    assert lp["token_logprobs"][1] == pytest.approx(0.0, abs=1e-3)
+    assert lp["token_logprobs"][2] == pytest.approx(-20.0, abs=1e-3)
+    assert list(lp["top_logprobs"][2]) == [" 7"]
+    assert lp["text_offset"][:3] == [0, 2, 4] and lp["text_offset"][3] == len("2 3 5")
+    assert r["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    events = sse_events(c.post("/v1/completions", json={**body, "stream": True}))
+    first = events[0]["choices"][0]
+    assert first["text"] == "2 3 5" + text_of(seq[:1])
+    assert first["logprobs"]["tokens"] == lp["tokens"][:4]
+    assert first["logprobs"]["token_logprobs"][:3] == lp["token_logprobs"][:3]
+    assert "".join(e["choices"][0]["text"] for e in events) == choice["text"]
+
+
 def test_chat_plain_stream_and_logprobs(c):
     msgs = [{"role": "system", "content": "5"},
             {"role": "user", "content": [{"type": "text", "text": "6 7"}]}]
