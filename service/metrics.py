@@ -5,16 +5,16 @@ from the engine stats and the kernel report by a collector."""
 
 from __future__ import annotations
 
-from collections import Counter as Tally
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from engine.request import FinishReason
 from engine.stream import EngineObserver
+from service.kernel_metrics import kernel_families
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -90,7 +90,8 @@ class ServingMetrics(EngineObserver):
 
 
 class EngineCollector(Collector):
-    """Scrape-time gauges: engine queue state, kernel choices, hardware features."""
+    """Scrape-time gauges: engine queue state, kernel choices (service/kernel_metrics.py),
+    hardware features."""
 
     def __init__(self, model_name: str, engine_stats: Callable[[], Any],
                  kernel_report: Callable[[], dict[str, Any]],
@@ -102,7 +103,7 @@ class EngineCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._engine()
-        yield from self._kernels()
+        yield from kernel_families(self.kernel_report())
         hw = GaugeMetricFamily(P + "hardware_feature", "Host feature present (1) or not (0).",
                                labels=["feature"])
         for name, present in sorted(self.features.items()):
@@ -119,31 +120,6 @@ class EngineCollector(Collector):
             g = GaugeMetricFamily(P + name, doc, labels=["model_name"])
             g.add_metric([self.model_name], float(value))
             yield g
-
-    def _kernels(self) -> Iterator[Metric]:
-        rep = self.kernel_report()
-        sel = GaugeMetricFamily(P + "kernel_selected", "Layers running on each kernel.",
-                                labels=["kernel", "platform", "scale_kind"])
-        rej = GaugeMetricFamily(P + "kernel_rejections", "Layers for which a kernel was "
-                                "passed over at selection.", labels=["kernel", "reason"])
-        fb = CounterMetricFamily(P + "kernel_runtime_fallbacks", "Layers moved to another "
-                                 "kernel after a runtime error.",
-                                 labels=["from_kernel", "to_kernel"])
-        chosen: Tally = Tally()
-        rejected: Tally = Tally()
-        for layer in rep.get("layers", []):
-            chosen[(layer["kernel_id"], layer["platform"], layer["scale_kind"])] += 1
-            for r in layer.get("rejections", []):
-                rejected[(r["kernel_id"], r["reason"])] += 1
-        for key, n in sorted(chosen.items()):
-            sel.add_metric(list(key), n)
-        for key, n in sorted(rejected.items()):
-            rej.add_metric(list(key), n)
-        falls: Tally = Tally((f["from_kernel"], f["to_kernel"])
-                             for f in rep.get("runtime_fallbacks", []))
-        for key, n in sorted(falls.items()):
-            fb.add_metric(list(key), n)
-        yield from (sel, rej, fb)
 
 
 def build_registry(model_name: str, engine_stats: Callable[[], Any],

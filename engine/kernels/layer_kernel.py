@@ -7,6 +7,11 @@ Counter data for the metrics (see :meth:`KernelReport.selected_counts`,
     fp8serve_kernel_selected{kernel, platform, scale_kind}      layers on that kernel
     fp8serve_kernel_rejections{kernel, reason}                  layers that passed it over
     fp8serve_kernel_runtime_fallbacks_total{from_kernel, to_kernel}
+
+and, per layer group (service/kernel_metrics.py, from :meth:`KernelReport.snapshot`):
+
+    fp8serve_layer_group_kernel{layer_group, kernel}            layers on that kernel
+    fp8serve_kernel_startup_fallbacks{layer_group, from_kernel, to_kernel}
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ class LayerChoice:
     k: int
     rejections: tuple[Rejection, ...]
     warning: str | None = None
+    # registry.first_choice for this layer's table; kernel_id differing from it at
+    # startup is a startup fallback (a later runtime fallback changes kernel_id only)
+    first_choice: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +145,7 @@ class LayerKernel:
         self._verified = False
         report.record_choice(LayerChoice(
             name, self.kernel.id, platform.value, w.scale_kind.value, w.n, w.k,
-            sel.rejections, sel.warning,
+            sel.rejections, sel.warning, sel.first_choice,
         ))
         self.packed: PackedWeight = self._prepare_with_fallback(w)
 

@@ -120,6 +120,9 @@ class Selection:
     # runtime-fallback chain.
     fallbacks: tuple[Fp8Kernel, ...] = ()
     warning: str | None = None  # e.g. the forced kernel could not implement this layer
+    # The kernel this layer gets when it can implement it (see first_choice): a winner
+    # other than this one is a startup fallback.
+    first_choice: str | None = None
 
 
 KernelFactory = Callable[[], Fp8Kernel]
@@ -234,6 +237,18 @@ def _forced_warning(overrides: KernelOverrides, winner: str,
     return f"forced kernel {overrides.forced} cannot run this layer ({reason}); using {winner}"
 
 
+def first_choice(platform: Platform, kind: ScaleKind, hw: HardwareInfo,
+                 overrides: KernelOverrides = KernelOverrides(),
+                 catalog: KernelCatalog = DEFAULT_CATALOG) -> str | None:
+    """The forced kernel, else the first table entry the operator left enabled and the
+    host runs (is_supported); None when there is none. Layer shapes play no part: a
+    layer that gets another kernel fell back at startup."""
+    if overrides.forced:
+        return overrides.forced
+    return next((k for k in catalog.table(platform, kind) if k not in overrides.disabled
+                 and hardware_reason(k, hw, catalog) is None), None)
+
+
 def select_kernel(
     spec: Fp8Spec,
     hw: HardwareInfo,
@@ -259,7 +274,8 @@ def select_kernel(
             f"{detail}"
         )
     warning = _forced_warning(overrides, ok[0].id, rejections)
-    return Selection(ok[0], tuple(rejections), tuple(ok[1:]), warning)
+    return Selection(ok[0], tuple(rejections), tuple(ok[1:]), warning,
+                     first_choice(platform, spec.scale_kind, hw, overrides, catalog))
 
 
 @dataclass(frozen=True, slots=True)

@@ -133,7 +133,10 @@ class FakeKernelReport:
             {"layer": f"layers.{i}.{p}", "kernel_id": "torch_w8a16", "platform": "cpu",
              "scale_kind": "per_tensor", "n": 8, "k": 8,
              "rejections": [{"kernel_id": "avx512_w8a16", "reason": "no avx512"}],
-             "warning": None}
+             "warning": None,
+             # q_proj's first choice is avx2: layers.1 fell back at startup, layers.0
+             # started on avx2 and fell back at run time (below)
+             "first_choice": "avx2_w8a16" if p == "q_proj" else "torch_w8a16"}
             for i in range(2) for p in ("q_proj", "o_proj")],
         "runtime_fallbacks": [{"layer": "layers.0.q_proj", "from_kernel": "avx2_w8a16",
                                "to_kernel": "torch_w8a16", "error": "boom"}]})

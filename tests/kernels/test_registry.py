@@ -259,3 +259,17 @@ def test_table_infos_mark_support_forced_and_disabled() -> None:
     assert not got["amx_w8a16"].supported and got["amx_w8a16"].reason == "no AMX"
     assert got["avx2_w8a16"].disabled and got["avx2_w8a16"].reason == DISABLED_REASON
     assert got["torch_w8a16"].supported and got["torch_w8a16"].forced
+
+
+def test_first_choice_ignores_the_layer_shape_but_not_host_or_operator() -> None:
+    cat = catalog(amx_w8a16=FakeKernel("amx_w8a16", unsupported="no AMX"),
+                  avx512_w8a16=FakeKernel("avx512_w8a16", cannot="K=128 too small"),
+                  avx2_w8a16=FakeKernel("avx2_w8a16"))
+    sel = select_kernel(PT, HW, catalog=cat)
+    assert (sel.first_choice, sel.kernel.id) == ("avx512_w8a16", "avx2_w8a16")  # a fallback
+    assert select_kernel(PT, HW, catalog=standard()).first_choice == "avx2_w8a16"  # none
+    off = KernelOverrides(disabled=frozenset({"avx2_w8a16"}))
+    assert select_kernel(PT, HW, off, catalog=standard()).first_choice == "torch_w8a16"
+    forced = KernelOverrides(forced="avx512_w8a16")
+    sel = select_kernel(PT, HW, forced, catalog=standard())
+    assert (sel.first_choice, sel.kernel.id) == ("avx512_w8a16", "avx2_w8a16")

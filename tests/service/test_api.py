@@ -179,6 +179,9 @@ def test_metrics(c):
     assert 'fp8serve_kernel_rejections{kernel="avx512_w8a16",reason="no avx512"} 4.0' in text
     assert ('fp8serve_kernel_runtime_fallbacks_total{from_kernel="avx2_w8a16",'
             'to_kernel="torch_w8a16"} 1.0') in text
+    assert 'fp8serve_layer_group_kernel{kernel="torch_w8a16",layer_group="q_proj"} 2.0' in text
+    assert ('fp8serve_kernel_startup_fallbacks{from_kernel="avx2_w8a16",layer_group="q_proj",'
+            'to_kernel="torch_w8a16"} 1.0') in text
     assert 'fp8serve_hardware_feature{feature="avx2"} 1.0' in text
     assert 'fp8serve_hardware_feature{feature="avx512f"} 0.0' in text
     assert 'fp8serve_extension_info{' in text

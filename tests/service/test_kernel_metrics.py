@@ -1,0 +1,91 @@
+"""service/kernel_metrics.py on a real KernelReport filled by LayerKernel with scripted
+kernels: per-group kernel gauge, startup fallbacks (not confused with runtime ones)."""
+
+from __future__ import annotations
+
+import torch
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.registry import Collector
+
+from engine.hardware import HardwareInfo
+from engine.kernels.base import Platform, ScaleKind
+from engine.kernels.layer_kernel import KernelReport, LayerKernel
+from engine.kernels.reference import random_fp8_weight
+from engine.kernels.registry import KernelCatalog, KernelOverrides
+from service.kernel_metrics import kernel_families, layer_group, startup_kernels
+from tests.kernels.test_registry import FakeKernel
+
+HW = HardwareInfo.fake("avx2", "fma", "f16c")
+TABLE = ("avx512_w8a16", "avx2_w8a16", "torch_w8a16")
+
+
+class _Snapshot(Collector):
+    def __init__(self, report: KernelReport) -> None:
+        self.report = report
+
+    def collect(self):
+        yield from kernel_families(self.report.snapshot())
+
+
+def _model(report: KernelReport) -> list[LayerKernel]:
+    """Four layers; the host runs avx2 (avx512 unsupported). qkv_proj: avx2 cannot run
+    its shape (startup fallback to torch); down_proj: avx2 raises on the first call
+    (runtime fallback, startup kernel avx2); o_proj, lm_head: avx2, nothing to report."""
+    def cat(cannot: str | None = None, fail_apply: int = 0) -> KernelCatalog:
+        ks = (FakeKernel("avx512_w8a16", unsupported="no avx512f"),
+              FakeKernel("avx2_w8a16", cannot=cannot, fail_apply=fail_apply),
+              FakeKernel("torch_w8a16"))
+        return KernelCatalog(kernels={k.id: (lambda k=k: k) for k in ks},
+                             priority={(Platform.CPU, ScaleKind.PER_TENSOR): TABLE})
+    specs = [("model.layers.0.self_attn.qkv_proj", cat(cannot="N not a multiple of 16")),
+             ("model.layers.0.self_attn.o_proj", cat()),
+             ("model.layers.0.mlp.down_proj", cat(fail_apply=1)),
+             ("lm_head", cat())]
+    out = []
+    for name, c in specs:
+        w = random_fp8_weight(32, 64, ScaleKind.PER_TENSOR)
+        out.append(LayerKernel(name, w, HW, KernelOverrides(), report, catalog=c))
+    return out
+
+
+def _scrape(report: KernelReport) -> str:
+    registry = CollectorRegistry()
+    registry.register(_Snapshot(report))
+    return generate_latest(registry).decode()
+
+
+def test_layer_group_is_the_last_name_component():
+    assert layer_group("model.layers.12.mlp.gate_up_proj") == "gate_up_proj"
+    assert layer_group("model.layers.1.self_attn.qkv_proj.k_proj") == "k_proj"
+    assert layer_group("lm_head") == "lm_head"
+
+
+def test_group_kernels_and_startup_fallbacks_before_and_after_a_runtime_fallback():
+    report = KernelReport()
+    layers = _model(report)
+    text = _scrape(report)
+    for group, kernel in (("qkv_proj", "torch_w8a16"), ("o_proj", "avx2_w8a16"),
+                          ("down_proj", "avx2_w8a16"), ("lm_head", "avx2_w8a16")):
+        assert (f'fp8serve_layer_group_kernel{{kernel="{kernel}",layer_group="{group}"}} 1.0'
+                in text), group
+    assert ('fp8serve_kernel_startup_fallbacks{from_kernel="avx2_w8a16",'
+            'layer_group="qkv_proj",to_kernel="torch_w8a16"} 1.0') in text
+    assert text.count("fp8serve_kernel_startup_fallbacks{") == 1
+
+    layers[2](torch.randn(2, 64).to(torch.bfloat16))  # down_proj: avx2 fails, -> torch
+    assert startup_kernels(report.snapshot())["model.layers.0.mlp.down_proj"] == "avx2_w8a16"
+    text = _scrape(report)
+    assert ('fp8serve_layer_group_kernel{kernel="torch_w8a16",layer_group="down_proj"} 1.0'
+            in text)
+    assert ('fp8serve_kernel_runtime_fallbacks_total{from_kernel="avx2_w8a16",'
+            'to_kernel="torch_w8a16"} 1.0') in text
+    # a runtime fallback is not a startup fallback
+    assert text.count("fp8serve_kernel_startup_fallbacks{") == 1
+    assert 'layer_group="down_proj",to_kernel' not in text
+
+
+def test_empty_report_exports_the_gauges_without_samples():
+    text = _scrape(KernelReport())
+    for name in ("kernel_selected", "layer_group_kernel", "kernel_startup_fallbacks"):
+        assert f"# TYPE fp8serve_{name} " in text
+        assert f"\nfp8serve_{name}{{" not in text
