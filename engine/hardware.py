@@ -23,6 +23,8 @@ CPU_FEATURES = (
     "amx_int8",
     "amx_fp16",
 )
+# The extension's dispatch levels, lowest first (ext/csrc/dispatch.cpp).
+DISPATCH_LEVELS = ("scalar", "avx2", "avx512", "avx512_vbmi", "amx")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,9 @@ class HardwareInfo:
     cuda_capability: tuple[int, int] | None = None
     cuda_name: str | None = None
     extension: ExtensionStatus = field(default_factory=lambda: ExtensionStatus(built=False))
+    # The extension's dispatch level (ext.isa(): the host's best, or lower when
+    # FP8SERVE_ISA caps it); None when unknown (no extension, hand-built profiles).
+    dispatch_isa: str | None = None
 
     def has(self, *features: str) -> bool:
         return all(f in self.cpu_flags for f in features)
@@ -57,6 +62,16 @@ class HardwareInfo:
     def amx_usable(self) -> bool:
         """AMX counts only when the tile unit exists *and* the OS granted its state."""
         return self.has("amx_tile", "amx_bf16") and self.amx_permitted
+
+    def dispatch_reason(self, level: str) -> str | None:
+        """Why the extension will not run ``level`` code (a DISPATCH_LEVELS name) although
+        the CPU may: FP8SERVE_ISA lowered the dispatch. None when it will, or unknown."""
+        isa = self.dispatch_isa
+        if isa is None or isa not in DISPATCH_LEVELS:
+            return None
+        if DISPATCH_LEVELS.index(isa) >= DISPATCH_LEVELS.index(level):
+            return None
+        return f"extension dispatch level {isa} is below {level} (FP8SERVE_ISA)"
 
     def feature_map(self) -> dict[str, bool]:
         """Feature name -> available, for /kernels and the hardware_feature metric."""

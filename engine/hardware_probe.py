@@ -108,6 +108,15 @@ def _cpu_flags(ext: Any | None, ext_built: bool, cpuinfo_flags: frozenset[str],
     return cpuinfo_flags
 
 
+def _dispatch_isa(ext: Any | None, ext_built: bool) -> str | None:
+    if ext is None or not ext_built or not hasattr(ext, "isa"):
+        return None
+    try:
+        return str(ext.isa())
+    except Exception:  # noqa: BLE001 - unknown level: no dispatch restriction applied
+        return None
+
+
 def _amx_permitted(flags: frozenset[str], ext: Any | None, ext_built: bool,
                    request: Callable[[], bool]) -> bool:
     if "amx_tile" not in flags:
@@ -178,5 +187,6 @@ def probe_hardware(
         amx_permitted=_amx_permitted(flags, ext, status.built, amx_request),
         num_cpus=num_cpus or _usable_cpus(),
         extension=status,
+        dispatch_isa=_dispatch_isa(ext, status.built),
         **_accelerators(torch_mod),  # type: ignore[arg-type]
     )

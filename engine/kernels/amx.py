@@ -9,7 +9,8 @@ amx_w8a16 (per-tensor, per-channel) / amx_block_w8a16 (block scales)
             AVX-512 BF16). Else per 32-column tile and 128-deep K chunk: unpack the FP8
             tile to BF16 (block scale folded in), at::native::cpublas::brgemm into an fp32
             [M, 32] accumulator (AMX tiles on AMX hosts; oneDNN AVX-512 elsewhere).
-Gate: AMX tile + bf16 granted by the OS (hw.amx_usable), AVX-512 BF16, extension built.
+Gate: AMX tile + bf16 granted by the OS (hw.amx_usable), AVX-512 BF16, extension built,
+dispatch level amx (FP8SERVE_ISA may lower it).
 Real AMX execution is unverified on the development host (no AMX); its tests run the
 same code with brgemm on oneDNN's AVX-512 kernels.
 """
@@ -34,7 +35,7 @@ class _AmxKernel(_Vnni32Kernel):
             if hw.has("amx_tile", "amx_bf16"):
                 return "AMX present but the OS did not grant tile state (arch_prctl)"
             return "CPU lacks AMX tile/bf16"
-        return super().is_supported(hw)
+        return super().is_supported(hw) or hw.dispatch_reason("amx")
 
     def _scale(self, w: Fp8Weight) -> tuple[torch.Tensor, tuple[int, int]]:
         if w.scale_kind is ScaleKind.PER_TENSOR:

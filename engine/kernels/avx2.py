@@ -6,7 +6,7 @@ avx2_w8a16 (per-tensor, per-channel)
              "scale":  fp32 [N] (per-tensor broadcast at prepare time)}
     apply:  x[M, K] bf16 -> y[M, N] bf16: FP8 -> FP16 bits -> FP32 (vcvtph2ps), FP32 FMA,
             16-column tiles over torch's intra-op threads.
-Gate: avx2, fma, f16c and the extension built.
+Gate: avx2, fma, f16c, the extension built, its dispatch level >= avx2.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ class Avx2W8A16(Fp8Kernel):
     scale_kinds = frozenset({ScaleKind.PER_TENSOR, ScaleKind.PER_CHANNEL})
 
     def is_supported(self, hw: HardwareInfo) -> str | None:
-        return missing_flags(hw, AVX2_FLAGS) or extension_reason(hw)
+        return (missing_flags(hw, AVX2_FLAGS) or extension_reason(hw)
+                or hw.dispatch_reason("avx2"))
 
     def can_implement(self, spec: Fp8Spec) -> str | None:
         if not spec.weight_contiguous:

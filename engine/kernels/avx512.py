@@ -12,7 +12,7 @@ avx512_w8a16 (per-tensor, per-channel) / avx512_block_w8a16 (block scales)
             converted to BF16 once and a 6-row micro-kernel runs all rows over it. Both
             run one dpbf16 chain per output over K in order (scale on the fp32 sums), so
             the switch changes speed only. No brgemm on this path.
-Gate: avx512f/bw/vl + avx512_bf16 and the extension built.
+Gate: avx512f/bw/vl + avx512_bf16, the extension built, its dispatch level >= avx512.
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ class _Vnni32Kernel(Fp8Kernel):
     required_flags: ClassVar[tuple[str, ...]] = AVX512_FLAGS
 
     def is_supported(self, hw: HardwareInfo) -> str | None:
-        return missing_flags(hw, self.required_flags) or extension_reason(hw)
+        return (missing_flags(hw, self.required_flags) or extension_reason(hw)
+                or hw.dispatch_reason("avx512"))
 
     def can_implement(self, spec: Fp8Spec) -> str | None:
         if not spec.weight_contiguous:

@@ -8,6 +8,7 @@ Shape (every key always present; lists may be empty)::
       "platform": "cpu" | "xpu" | "cuda",          # the tables this host uses
       "hardware": {
         "machine": str, "cpu_model": str, "num_cpus": int,
+        "dispatch_isa": str | null,                # ext.isa(), FP8SERVE_ISA may lower it
         "features": {feature: bool},               # HardwareInfo.feature_map()
         "xpu":  {"available": bool, "name": str | null},
         "cuda": {"available": bool, "capability": "8.9" | null, "name": str | null}
@@ -60,6 +61,7 @@ def hardware_dict(hw: HardwareInfo) -> dict[str, Any]:
         "machine": hw.machine,
         "cpu_model": hw.cpu_model,
         "num_cpus": hw.num_cpus,
+        "dispatch_isa": hw.dispatch_isa,
         "features": hw.feature_map(),
         "xpu": {"available": hw.xpu_available, "name": hw.xpu_name},
         "cuda": {"available": hw.cuda_available,

@@ -85,6 +85,17 @@ def test_built_extension_cpuid_wins_over_cpuinfo() -> None:
     assert hw.extension.built and hw.extension.path == "/x/fp8serve_ext.so"
 
 
+def test_dispatch_level_comes_from_the_built_extension() -> None:
+    ext = FakeExt(features=("avx2", "fma", "f16c", "avx512f"))
+    ext.isa = lambda: "avx2"  # FP8SERVE_ISA=avx2 on an AVX-512 host
+    hw = probe(SAPPHIRE, ext=ext)
+    assert hw.dispatch_isa == "avx2" and hw.has("avx512f")  # features stay truthful
+    assert hw.dispatch_reason("avx2") is None
+    assert "avx2 is below avx512" in (hw.dispatch_reason("avx512") or "")
+    assert probe(ZEN5, ext=FakeExt(built=False)).dispatch_isa is None
+    assert HardwareInfo.fake("avx2").dispatch_reason("amx") is None  # unknown: no cap
+
+
 def test_unbuilt_extension_falls_back_to_cpuinfo_and_keeps_the_error() -> None:
     hw = probe(ZEN5, ext=FakeExt(built=False, features=()))
     assert hw.has("avx512f") and hw.extension.error == "g++ failed"
