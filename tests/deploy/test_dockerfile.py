@@ -105,7 +105,7 @@ def test_runtime_user_is_numeric_non_root_and_matches_the_k8s_security_context(i
 
     user = _one(_stage(instrs, "runtime"), "USER").args
     assert re.fullmatch(r"\d+", user) and int(user) != 0, "runAsNonRoot needs a numeric UID"
-    dep = yaml.safe_load((ROOT / "deploy/k8s/deployment.yaml").read_text())
+    dep = yaml.safe_load((ROOT / "deploy/k8s/base/deployment.yaml").read_text())
     assert dep["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == int(user)
     runtime = _stage(instrs, "runtime")
     chowned = [i for i in runtime if i.keyword == "COPY" and "chown" in i.flags]
