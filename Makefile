@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 IMAGE ?= fp8serve:latest
 
-.PHONY: setup ext demo serve test test-fast lint bench bench-kernels bench-generate bench-llamacpp image image-local clean
+.PHONY: setup ext demo serve test test-fast lint bench bench-kernels bench-generate bench-llamacpp image image-local deploy-schemas validate-deploy verify-deploy clean
 
 setup: $(VENV)/.installed
 
@@ -32,7 +32,7 @@ demo: setup
 serve: ext demo
 	$(BIN)/fp8serve serve --host $(HOST) --port $(PORT)
 
-test: ext
+test: ext deploy-schemas
 	$(PY) -m pytest -q -ra
 
 test-fast: setup
@@ -69,6 +69,23 @@ image:
 image-local:
 	IMAGE=$(IMAGE) deploy/image/build-local.sh
 	deploy/image/verify-image.sh $(IMAGE)
+
+# CRD schemas (npm @kubernetes-models/*) for deploy/validate.py; needs node and npm
+# (apt-get install -y nodejs npm). Without npm the CRD check reports what to install.
+CRD_SCHEMAS := deploy/crd-schemas
+deploy-schemas: $(CRD_SCHEMAS)/node_modules/.package-lock.json
+$(CRD_SCHEMAS)/node_modules/.package-lock.json: $(CRD_SCHEMAS)/package-lock.json
+	if command -v npm >/dev/null; then \
+		npm ci --prefix $(CRD_SCHEMAS) --no-audit --no-fund --loglevel=error; \
+	else echo "npm not found: CRD schema checks will not run (apt-get install -y nodejs npm)"; fi
+
+# Offline checks of deploy/ and the Dockerfile (schemas, hadolint, promtool): seconds.
+validate-deploy: setup deploy-schemas
+	$(PY) deploy/validate.py
+
+# The full deployment check of deploy/verify.sh (as root; builds the image: 10-25 min).
+verify-deploy: setup deploy-schemas
+	PYTHON=$(PY) deploy/verify.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -8,15 +8,22 @@
 #      no C/C++ compiler anywhere on PATH;
 #   3. smoke test (SMOKE=1, the default): the image's own venv, run with chroot as the
 #      image's user: the extension loads without rebuilding (its files keep their
-#      mtimes), then `fp8serve serve` answers /health, /v1/models and one completion,
-#      and the HEALTHCHECK command exits 0. This runs the image's files on the host
-#      kernel, in the host's network namespace; it is not a container run.
+#      mtimes), then `fp8serve serve` answers /health, /v1/models, /kernels (every FP8
+#      layer on a native kernel, or on $EXPECT_KERNEL when set) and one completion, and
+#      the HEALTHCHECK command exits 0. This runs the image's files on the host kernel,
+#      in the host's network namespace; it is not a container run.
 #
 #   deploy/image/verify-image.sh [IMAGE]      (default fp8serve:latest; needs root)
+#
+# ISA=avx2 (or scalar, avx512, amx) runs the server with FP8SERVE_ISA=$ISA: the extension
+# dispatches at that level and the kernel tables choose as on such a host, so one
+# AVX-512 machine checks the image's AVX2 path too (EXPECT_KERNEL=avx2_w8a16).
 set -euo pipefail
 
 IMAGE=${1:-fp8serve:latest}
 SMOKE=${SMOKE:-1}
+ISA=${ISA:-}
+EXPECT_KERNEL=${EXPECT_KERNEL:-}
 PORT=${PORT:-18$((RANDOM % 900 + 100))}
 NAME=fp8serve-verify-$$
 FAILED=0
@@ -80,12 +87,13 @@ image_runner() {
     local envs=()
     mapfile -t envs < <(lines .Config.Env)
     IN_IMAGE=(chroot --userspec="$USER_ID:$USER_ID" "$ROOTFS" /usr/bin/env -i "${envs[@]}"
-              HOME=/home/fp8serve FP8SERVE_HOST=127.0.0.1 FP8SERVE_PORT="$PORT")
+              HOME=/home/fp8serve FP8SERVE_HOST=127.0.0.1 FP8SERVE_PORT="$PORT"
+              ${ISA:+FP8SERVE_ISA=$ISA})
 }
 in_image() { "${IN_IMAGE[@]}" "$@"; }
 
 if [[ $SMOKE == 1 ]]; then
-    echo "== smoke test (chroot, port $PORT)"
+    echo "== smoke test (chroot, port $PORT${ISA:+, FP8SERVE_ISA=$ISA})"
     for d in proc sys dev; do mount --rbind "/$d" "$ROOTFS/$d"; done
     image_runner
     before=$(find "$ROOTFS$EXT_DIR" -type f ! -name lock -printf '%P %T@\n' | sort)
@@ -105,6 +113,18 @@ if [[ $SMOKE == 1 ]]; then
     MODEL=$(curl -sf "http://127.0.0.1:$PORT/v1/models" \
         | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["id"])' || true)
     check "GET /v1/models ($MODEL)" test -n "$MODEL"
+    # every FP8 layer on one kernel: $EXPECT_KERNEL if set, else any but the torch ones
+    curl -sf "http://127.0.0.1:$PORT/kernels" > "/tmp/$NAME.kernels.json" || true
+    check "GET /kernels: every layer on ${EXPECT_KERNEL:-a native kernel}" python3 -c '
+import collections, json, sys
+r = json.load(open(sys.argv[1]))
+n = collections.Counter(layer["kernel_id"] for layer in r["layers"])
+print("     dispatch", r["hardware"].get("dispatch_isa"), "|",
+      " ".join(f"{k}: {v} layers" for k, v in sorted(n.items())))
+want = sys.argv[2]
+sys.exit(not n or any(k != want if want else k.startswith("torch_") for k in n))
+' "/tmp/$NAME.kernels.json" "$EXPECT_KERNEL"
+    rm -f "/tmp/$NAME.kernels.json"
     BODY="{\"model\": \"$MODEL\", \"prompt\": \"The capital of France is\", \"max_tokens\": 8}"
     check "POST /v1/completions" bash -c 'curl -sf "$0" -H "content-type: application/json" \
         -d "$1" | python3 -c "import json, sys; print(json.load(sys.stdin)[\"choices\"][0][\"text\"])"' \

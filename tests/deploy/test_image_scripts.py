@@ -5,6 +5,7 @@ records its arguments; no image is built)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from tests.deploy.buildfiles import arg_of, parse_dockerfile
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = sorted((ROOT / "deploy" / "image").glob("*.sh"))
+SCRIPTS = [*sorted((ROOT / "deploy" / "image").glob("*.sh")), ROOT / "deploy" / "verify.sh"]
 
 FAKE_PODMAN = """#!/bin/sh
 printf '%s\\n' "$@" > "$PODMAN_LOG.$1"
@@ -71,3 +72,46 @@ def test_build_local_mounts_local_pip_sources_and_passes_them(tmp_path):
     declared = {arg_of(i)[0] for i in parse_dockerfile((ROOT / "Dockerfile").read_text())
                 if i.keyword == "ARG"}
     assert set(build_args) <= declared, set(build_args) - declared
+
+
+def _stub_tree(tmp_path: Path, fail: str = "") -> Path:
+    """deploy/verify.sh beside stand-ins for its scripts that log their calls."""
+    tree = tmp_path / "deploy"
+    (tree / "image").mkdir(parents=True)
+    shutil.copy(ROOT / "deploy/verify.sh", tree / "verify.sh")
+    log = tmp_path / "calls"
+    for name in ("image/build-base.sh", "image/build-local.sh", "image/verify-image.sh",
+                 "validate.py"):
+        code = 1 if name == fail else 0
+        (tree / name).write_text(f'#!/bin/sh\necho "{name} $* ISA=$ISA '
+                                 f'EXPECT=$EXPECT_KERNEL IMAGE=$IMAGE" >> {log}\nexit {code}\n')
+        (tree / name).chmod(0o755)
+    return tree
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="verify.sh refuses to run without root")
+def test_verify_runs_the_four_steps_in_order_and_summarises(tmp_path):
+    tree = _stub_tree(tmp_path)
+    env = {**os.environ, "PYTHON": "sh", "IMAGE": "img:t", "BASE_IMAGE": "base:t"}
+    out = subprocess.run([str(tree / "verify.sh")], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [c.split()[0] for c in calls] == ["image/build-base.sh", "image/build-local.sh",
+                                             "image/verify-image.sh", "image/verify-image.sh",
+                                             "validate.py"]
+    assert calls[0].startswith("image/build-base.sh base:t")
+    assert "ISA= EXPECT= IMAGE=img:t" in calls[2]
+    assert "ISA=avx2 EXPECT=avx2_w8a16" in calls[3]
+    assert out.stdout.count("\nok   ") == 5 and "in all)" in out.stdout
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="verify.sh refuses to run without root")
+def test_verify_stops_building_after_a_failed_build_but_still_validates(tmp_path):
+    tree = _stub_tree(tmp_path, fail="image/build-local.sh")
+    out = subprocess.run([str(tree / "verify.sh")], env={**os.environ, "PYTHON": "sh"},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    calls = [c.split()[0] for c in (tmp_path / "calls").read_text().splitlines()]
+    assert calls == ["image/build-base.sh", "image/build-local.sh", "validate.py"]
+    assert "FAIL 2. image" in out.stdout
