@@ -63,7 +63,8 @@ FROM ${PYTHON_IMAGE} AS runtime
 # hadolint ignore=DL3008
 RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --create-home --uid 10001 fp8serve
+    && useradd --create-home --uid 10001 fp8serve \
+    && mkdir /models
 COPY --from=build /opt/venv /opt/venv
 # Owned by the service user: torch's extension loader takes a lock file in the ext dir.
 COPY --from=build --chown=fp8serve /opt/fp8serve /opt/fp8serve
@@ -76,6 +77,9 @@ ENV PATH=/opt/venv/bin:$PATH \
 LABEL org.opencontainers.image.title="fp8serve" \
       org.opencontainers.image.description="OpenAI-compatible server for FP8 Ministral-3 models on CPUs" \
       org.opencontainers.image.licenses="Apache-2.0"
+# Checkpoints are mounted here (read-only is enough): serve --model /models/<name>, or
+# FP8SERVE_MODEL. Without one the image serves its built-in demo model.
+VOLUME ["/models"]
 USER 10001
 WORKDIR /home/fp8serve
 EXPOSE 8000

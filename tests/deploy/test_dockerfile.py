@@ -127,6 +127,13 @@ def test_entrypoint_cmd_expose_and_healthcheck(instrs):
     assert health.args.split("CMD", 1)[1].strip().startswith("["), "exec form: no shell"
 
 
+def test_models_volume_matches_the_k8s_mount(instrs):
+    runtime = _stage(instrs, "runtime")
+    assert _one(runtime, "VOLUME").words() == ["/models"]
+    deployment = (ROOT / "deploy" / "k8s" / "base" / "deployment.yaml").read_text()
+    assert "mountPath: /models" in deployment
+
+
 def test_fp8serve_env_names_in_the_image_are_real_settings(instrs):
     fields = {f"FP8SERVE_{name.upper()}" for name in Settings.model_fields}
     names = {k for i in instrs if i.keyword == "ENV" for k in env_of(i) if
