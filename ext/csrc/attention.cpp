@@ -6,8 +6,11 @@
 //       ctx_lens [T] int32 (keys 0 .. ctx_len - 1 attended) -> out [T, Hq * D] bf16.
 //   kv_write: k, v [T, Hkv, D] bf16 -> k_cache / v_cache rows slot_mapping [T] int64.
 //
-// Work items (token, KV head) are split over torch's intra-op threads. AVX-512 hosts run
-// attention_avx512.cpp; others the portable kernel below (same algorithm, std::exp).
+// Work items (token, KV head) are split over torch's intra-op threads dynamically
+// (tile_sched.h): a prefill chunk's items cost in proportion to their context length, so a
+// static split of the causal triangle leaves one thread with most of the work. AVX-512
+// hosts run attention_avx512.cpp; others the portable kernel below (same algorithm,
+// std::exp).
 #include <ATen/Parallel.h>
 
 #include <cmath>
@@ -18,6 +21,7 @@
 #include "attention.h"
 #include "isa.h"
 #include "ops.h"
+#include "tile_sched.h"
 
 namespace fp8serve {
 namespace {
@@ -113,12 +117,10 @@ void check_indices(const AttnArgs& a, int64_t t_n, int64_t c_n, int64_t slots) {
 void paged_attention_into(const AttnArgs& a, int64_t t_n) {
   const int64_t items = t_n * a.hkv;
   if (cpu_isa() >= Isa::kAvx512) {
-    at::parallel_for(0, items, 1, [&](int64_t i0, int64_t i1) {
-      avx512::attend_items(a, i0, i1);
-    });
+    parallel_tiles(items, 1, [&](int64_t i0, int64_t i1) { avx512::attend_items(a, i0, i1); });
     return;
   }
-  at::parallel_for(0, items, 1, [&](int64_t i0, int64_t i1) {
+  parallel_tiles(items, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> buf;
     for (int64_t i = i0; i < i1; ++i) attend_portable(a, i / a.hkv, i % a.hkv, buf);
   });
