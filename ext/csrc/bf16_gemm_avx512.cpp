@@ -35,7 +35,7 @@ void bf16_group(const Bf16GemmArgs& a, const OutSpec& o, int64_t r0, int64_t row
 
 void bf16_tiles(const Bf16GemmArgs& a, int64_t t0, int64_t t1) {
   const OutSpec o{a.y, a.ldy ? a.ldy : a.n, a.n, a.y_fp32, nullptr, 1.0f, a.bias};
-  Scratch s;
+  Scratch& s = thread_scratch();
   for (int64_t r0 = 0; r0 < a.m; r0 += kMc) {
     const int64_t rows = min64(kMc, a.m - r0);
     int64_t t = t0;

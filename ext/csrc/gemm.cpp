@@ -2,9 +2,9 @@
 //
 // gemm_avx512 (the default path on AVX-512 hosts): batch-invariant (gemm.h). M <=
 //   gemv_max_m -> the direct path (FP8 -> BF16 in registers per row group of <= 4);
-//   larger M -> the panel path (each 64-deep K-chunk of two 32-column tiles converted to
-//   BF16 once, then 6-row micro-kernel calls over a block of <= 96 rows). Both run the
-//   same dpbf16 chains, so gemv_max_m only affects speed. Split over N tiles, never K.
+//   larger M -> the panel path (a K-chunk of two 32-column tiles converted to BF16 once,
+//   then 6-row micro-kernel calls over a block of <= 512 rows; avx512_kernels.inc). Both
+//   run the same dpbf16 chains, so gemv_max_m only affects speed. Split over N tiles, never K.
 // gemm_amx: M <= 4 -> the direct path; else per 128-deep K chunk unpack a [128 x 32] bf16
 //   tile and brgemm (AMX tiles on AMX hosts, oneDNN AVX-512 elsewhere) with add_C over
 //   the K chunks, as vLLM's CPU FP8 path does. NOT batch-invariant: a row's result

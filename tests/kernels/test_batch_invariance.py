@@ -31,9 +31,9 @@ def _x(m: int, k: int, seed: int) -> torch.Tensor:
     return (torch.randn(m, k, generator=g) * torch.rand(m, 1, generator=g) * 4).bfloat16()
 
 
-def _batches(row: torch.Tensor):
+def _batches(row: torch.Tensor, ms: list[int]):
     """(M, x, r): x [M, K] with `row` at index r and random other rows (seeded by M)."""
-    for m in MS:
+    for m in ms:
         x = _x(m, row.shape[1], seed=100 + m)
         for r in {0, m // 2, m - 1}:
             xr = x.clone()
@@ -54,13 +54,13 @@ def _dequant(w: Fp8Weight) -> torch.Tensor:
     return w.weight.float() * s
 
 
-def _assert_invariant(fn, w: torch.Tensor) -> None:
+def _assert_invariant(fn, w: torch.Tensor, ms: list[int] = MS) -> None:
     """fn(x [M, K], bias [N]) -> y [M, N]; w [N, K] the dequantized weight."""
     row = _x(1, w.shape[1], seed=7)
     bias = _cancelling_bias(row, w)
     alone = fn(row, bias)
     assert alone.abs().max() < 1e-3 * (row.float() @ w.t()).abs().max()  # a residue
-    for m, x, r in _batches(row):
+    for m, x, r in _batches(row, ms):
         y = fn(x, bias)
         assert torch.equal(y[r], alone[0]), (
             f"M={m}, row {r}: differs from M=1 by {(y[r].float() - alone[0].float()).abs().max()}")
@@ -84,6 +84,16 @@ def test_fp8_row_is_bitwise_batch_invariant(kernel, kind, block, with_bias):
     _assert_invariant(lambda x, b: kernel.apply(packed, x, b), _dequant(w))
     x = _x(130, K, seed=5)
     assert_close_to_oracle(kernel.apply(packed, x, bias), w, x, bias)
+
+
+@pytest.mark.parametrize("kind", [ScaleKind.PER_CHANNEL, ScaleKind.BLOCK])
+def test_long_k_chunks_and_row_blocks_are_bitwise_invariant(kind):
+    # K = 1600 (800 k-pairs): one K chunk below 32 rows is 64 pairs, from 32 rows on 768
+    # pairs (two chunks, the second partial); M = 520 crosses the 512-row block
+    w = make_weight(96, 1600, kind, seed=8)
+    kernel = Avx512W8A16() if kind is ScaleKind.PER_CHANNEL else Avx512BlockW8A16()
+    packed = kernel.prepare(w)
+    _assert_invariant(lambda x, b: kernel.apply(packed, x, b), _dequant(w), [31, 32, 520])
 
 
 @pytest.mark.parametrize("kind", [ScaleKind.PER_CHANNEL, ScaleKind.BLOCK])
