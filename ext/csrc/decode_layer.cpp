@@ -19,6 +19,7 @@
 //   k_cache / v_cache [S, Hkv, D] bf16 (written), slot_mapping [T] int64, block_tables,
 //   token_seq, ctx_lens as for paged_attention.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <cmath>
 #include <vector>
@@ -34,13 +35,25 @@ namespace {
 
 uint16_t* bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr()); }
 
+// fn(t0, t1) over row ranges covering [0, t_n), split over torch's threads in ranges of at
+// least ~32K elements (a prefill chunk's rows in parallel; a few decode rows stay on the
+// calling thread). Each row is computed by the same code whichever thread runs it.
+template <class F>
+void for_rows(int64_t t_n, int64_t row_elems, const F& fn) {
+  constexpr int64_t kGrainElems = 1 << 15;
+  const int64_t grain = row_elems >= kGrainElems ? 1 : kGrainElems / row_elems;
+  at::parallel_for(0, t_n, grain, fn);
+}
+
 // x [T, H] -> w * bf16(x * rsqrt(mean(x^2) + eps)) per row
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   const int64_t t_n = x.size(0), h = x.size(1);
   at::Tensor out = at::empty_like(x);
-  for (int64_t t = 0; t < t_n; ++t) {
-    avx512::rms_norm_row(bits(x) + t * h, bits(w), h, float(eps), bits(out) + t * h);
-  }
+  for_rows(t_n, h, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      avx512::rms_norm_row(bits(x) + t * h, bits(w), h, float(eps), bits(out) + t * h);
+    }
+  });
   return out;
 }
 
@@ -51,29 +64,36 @@ void rope(const at::Tensor& qkv, const std::vector<at::Tensor>& tables, const at
   const int64_t* pp = pos.data_ptr<int64_t>();
   const float *cos = tables[0].data_ptr<float>(), *sin = tables[1].data_ptr<float>();
   const float *qcos = tables[2].data_ptr<float>(), *qsin = tables[3].data_ptr<float>();
-  for (int64_t t = 0; t < t_n; ++t) {
-    for (int64_t hd = 0; hd < hq + hkv; ++hd) {
-      const int64_t off = pp[t] * half;
-      avx512::rope_row(bits(qkv) + t * ld + hd * d, (hd < hq ? qcos : cos) + off,
-                       (hd < hq ? qsin : sin) + off, half);
+  for_rows(t_n, (hq + hkv) * d, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t hd = 0; hd < hq + hkv; ++hd) {
+        const int64_t off = pp[t] * half;
+        avx512::rope_row(bits(qkv) + t * ld + hd * d, (hd < hq ? qcos : cos) + off,
+                         (hd < hq ? qsin : sin) + off, half);
+      }
     }
-  }
+  });
 }
 
 // gu [T, 2I] (gate | up) -> bf16(bf16(silu(gate)) * up) [T, I]
 at::Tensor silu_mul(const at::Tensor& gu, int64_t inter) {
   const int64_t t_n = gu.size(0);
   at::Tensor out = at::empty({t_n, inter}, gu.options());
-  for (int64_t t = 0; t < t_n; ++t) {
-    const uint16_t* g = bits(gu) + t * 2 * inter;
-    avx512::silu_mul_row(g, g + inter, inter, bits(out) + t * inter);
-  }
+  for_rows(t_n, 2 * inter, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const uint16_t* g = bits(gu) + t * 2 * inter;
+      avx512::silu_mul_row(g, g + inter, inter, bits(out) + t * inter);
+    }
+  });
   return out;
 }
 
 // h += y (bf16 add, one rounding); both contiguous [T, H]
 void add_into(const at::Tensor& h, const at::Tensor& y) {
-  avx512::add_row(bits(h), bits(y), h.numel());
+  const int64_t cols = h.size(1);
+  for_rows(h.size(0), cols, [&](int64_t t0, int64_t t1) {
+    avx512::add_row(bits(h) + t0 * cols, bits(y) + t0 * cols, (t1 - t0) * cols);
+  });
 }
 
 struct Linear {

@@ -162,3 +162,38 @@ def test_fused_batched_prefill_equals_solo_bitwise(weights) -> None:
         alone = _runner(weights, True).run(BatchInputs((chunk,)))
         assert torch.equal(alone, together[row:row + chunk.num_tokens]), chunk.seq_id
         row += chunk.num_tokens
+
+
+@pytest.fixture(scope="module")
+def wide_weights():
+    # wide enough rows that a 96-token chunk's norms, RoPE, SwiGLU and adds are split
+    # over threads (ext/csrc/decode_layer.cpp for_rows: ranges of >= 32K elements)
+    cfg = tiny_config(hidden_size=1024, intermediate_size=2048, num_layers=1, num_heads=8,
+                      num_kv_heads=2, head_dim=128)
+    return random_weights(cfg, seed=23)
+
+
+def test_fused_prefill_is_bitwise_the_same_for_1_2_3_threads(wide_weights) -> None:
+    chunk = SeqChunk(0, tuple(_ids(96, 8)), 0, tuple(range(24)), LogitsWanted.ALL)
+    before = torch.get_num_threads()
+    outs = []
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            outs.append(_runner(wide_weights, True).run(BatchInputs((chunk,))))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+    python = _runner(wide_weights, False).run(BatchInputs((chunk,)))
+    assert logit_error(outs[0], python) < 2e-2
+
+
+def test_fused_wide_prefill_chunked_equals_one_shot_bitwise(wide_weights) -> None:
+    prompt, blocks = _ids(96, 9), tuple(range(24))
+    whole = _runner(wide_weights, True).run(
+        BatchInputs((SeqChunk(0, tuple(prompt), 0, blocks, LogitsWanted.ALL),)))
+    chunked = _runner(wide_weights, True)
+    parts = [chunked.run(BatchInputs((SeqChunk(0, tuple(prompt[a:b]), a, blocks,
+                                                LogitsWanted.ALL),)))
+             for a, b in ((0, 40), (40, 41), (41, 96))]
+    assert torch.equal(torch.cat(parts), whole)
