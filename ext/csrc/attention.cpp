@@ -6,11 +6,11 @@
 //       ctx_lens [T] int32 (keys 0 .. ctx_len - 1 attended) -> out [T, Hq * D] bf16.
 //   kv_write: k, v [T, Hkv, D] bf16 -> k_cache / v_cache rows slot_mapping [T] int64.
 //
-// Work items (token, KV head) are split over torch's intra-op threads dynamically
-// (tile_sched.h): a prefill chunk's items cost in proportion to their context length, so a
-// static split of the causal triangle leaves one thread with most of the work. AVX-512
-// hosts run attention_avx512.cpp; others the portable kernel below (same algorithm,
-// std::exp).
+// Work items (token, KV head), or for a few rows their key segments, are split over
+// torch's intra-op threads dynamically (tile_sched.h): a prefill chunk's items cost in
+// proportion to their context length, so a static split of the causal triangle leaves one
+// thread with most of the work. AVX-512 hosts run attention_avx512.cpp; others the
+// portable kernel below (same segments and tiles, std::exp).
 #include <ATen/Parallel.h>
 
 #include <cmath>
@@ -46,40 +46,62 @@ const uint16_t* cache_row(const AttnArgs& a, const uint16_t* cache, const int32_
   return cache + (slot * a.hkv + h) * a.d;
 }
 
-// Portable kernel: per query head, the same tile order as the AVX-512 one.
-void attend_portable(const AttnArgs& a, int64_t t, int64_t h, std::vector<float>& buf) {
-  const int64_t g_n = a.hq / a.hkv, d = a.d, len = a.ctx_lens[t];
+struct Partial {  // one segment (or the running merge) of one query head
+  float m, l;
+  std::vector<float> acc;
+};
+
+// Segment [j0, j1) of query head `head` (KV head h) of token t, from scratch.
+void segment_portable(const AttnArgs& a, int64_t t, int64_t h, int64_t head, int64_t j0,
+                      int64_t j1, Partial& p) {
+  const int64_t d = a.d;
   const int32_t* bt = a.block_tables + int64_t(a.token_seq[t]) * a.bt_stride;
-  buf.assign(2 * d + kKeyTile, 0.0f);
-  float *qf = buf.data(), *acc = qf + d, *s = acc + d;
+  const uint16_t* qr = a.q + t * a.q_st + head * a.q_sh;
+  std::vector<float> qf(d), s(kKeyTile);
+  for (int64_t i = 0; i < d; ++i) qf[i] = bf16_to_f32(qr[i]);
+  p.acc.assign(d, 0.0f);
+  p.m = -std::numeric_limits<float>::infinity();
+  p.l = 0.0f;
+  for (int64_t jt = j0; jt < j1; jt += kKeyTile) {
+    const int64_t n = std::min(kKeyTile, j1 - jt);
+    float m_new = p.m;
+    for (int64_t jj = 0; jj < n; ++jj) {
+      const uint16_t* kr = cache_row(a, a.k, bt, jt + jj, h);
+      float dot = 0.0f;
+      for (int64_t i = 0; i < d; ++i) dot += qf[i] * bf16_to_f32(kr[i]);
+      s[jj] = dot * a.scale;
+      m_new = std::max(m_new, s[jj]);
+    }
+    const float alpha = std::exp(p.m - m_new);
+    float sum = 0.0f;
+    for (int64_t jj = 0; jj < n; ++jj) sum += (s[jj] = std::exp(s[jj] - m_new));
+    p.l = p.l * alpha + sum;
+    p.m = m_new;
+    for (int64_t i = 0; i < d; ++i) p.acc[i] *= alpha;
+    for (int64_t jj = 0; jj < n; ++jj) {
+      const uint16_t* vr = cache_row(a, a.v, bt, jt + jj, h);
+      for (int64_t i = 0; i < d; ++i) p.acc[i] += s[jj] * bf16_to_f32(vr[i]);
+    }
+  }
+}
+
+// Portable kernel: per query head, the segments and tiles of the AVX-512 one (attention.h).
+void attend_portable(const AttnArgs& a, int64_t t, int64_t h) {
+  const int64_t g_n = a.hq / a.hkv, d = a.d, len = a.ctx_lens[t];
+  Partial run, seg;
   for (int64_t g = 0; g < g_n; ++g) {
     const int64_t head = h * g_n + g;
-    const uint16_t* qr = a.q + t * a.q_st + head * a.q_sh;
-    for (int64_t i = 0; i < d; ++i) qf[i] = bf16_to_f32(qr[i]) * a.scale, acc[i] = 0.0f;
-    float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-    for (int64_t j0 = 0; j0 < len; j0 += kKeyTile) {
-      const int64_t n = std::min(kKeyTile, len - j0);
-      float m_new = m;
-      for (int64_t jj = 0; jj < n; ++jj) {
-        const uint16_t* kr = cache_row(a, a.k, bt, j0 + jj, h);
-        float dot = 0.0f;
-        for (int64_t i = 0; i < d; ++i) dot += qf[i] * bf16_to_f32(kr[i]);
-        s[jj] = dot;
-        m_new = std::max(m_new, dot);
-      }
-      const float alpha = std::exp(m - m_new);
-      float sum = 0.0f;
-      for (int64_t jj = 0; jj < n; ++jj) sum += (s[jj] = std::exp(s[jj] - m_new));
-      l = l * alpha + sum;
-      m = m_new;
-      for (int64_t i = 0; i < d; ++i) acc[i] *= alpha;
-      for (int64_t jj = 0; jj < n; ++jj) {
-        const uint16_t* vr = cache_row(a, a.v, bt, j0 + jj, h);
-        for (int64_t i = 0; i < d; ++i) acc[i] += s[jj] * bf16_to_f32(vr[i]);
-      }
+    segment_portable(a, t, h, head, 0, std::min(len, kSegment), run);
+    for (int64_t j0 = kSegment; j0 < len; j0 += kSegment) {
+      segment_portable(a, t, h, head, j0, std::min(len, j0 + kSegment), seg);
+      const float m_new = std::max(run.m, seg.m);
+      const float ea = std::exp(run.m - m_new), eb = std::exp(seg.m - m_new);
+      run.l = run.l * ea + seg.l * eb;
+      run.m = m_new;
+      for (int64_t i = 0; i < d; ++i) run.acc[i] = run.acc[i] * ea + seg.acc[i] * eb;
     }
     uint16_t* o = a.out + t * a.out_st + head * d;
-    for (int64_t i = 0; i < d; ++i) o[i] = f32_to_bf16(acc[i] / l);
+    for (int64_t i = 0; i < d; ++i) o[i] = f32_to_bf16(run.acc[i] / run.l);
   }
 }
 
@@ -112,17 +134,44 @@ void check_indices(const AttnArgs& a, int64_t t_n, int64_t c_n, int64_t slots) {
   }
 }
 
+// Below this many (key, KV head) pairs in the call, attention runs on the calling thread.
+constexpr int64_t kInlineKeys = 1024;
+
+// AVX-512: whole (token, KV head) rows spread over the threads; when there are too few
+// rows to keep the threads busy (single-sequence decode), their key segments instead, then
+// one merge pass. Both give the same bits (attention.h), whatever the thread count.
+void attend_avx512(const AttnArgs& a, int64_t t_n) {
+  const int64_t rows = t_n * a.hkv;
+  const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
+  int64_t nseg = 1, keys = 0;
+  for (int64_t t = 0; t < t_n; ++t) {
+    nseg = std::max(nseg, num_segments(a.ctx_lens[t]));
+    keys += a.ctx_lens[t];
+  }
+  if (threads <= 1 || keys * a.hkv < kInlineKeys) {  // a few us: not worth a fork
+    avx512::attend_items(a, 0, rows);
+    return;
+  }
+  if (nseg == 1 || rows >= 2 * threads) {
+    parallel_tiles(rows, 1, [&](int64_t i0, int64_t i1) { avx512::attend_items(a, i0, i1); });
+    return;
+  }
+  std::vector<float> part(size_t(rows * nseg * partial_floats(a)));
+  parallel_tiles(rows * nseg, 1, [&](int64_t i0, int64_t i1) {
+    avx512::attend_segments(a, nseg, i0, i1, part.data());
+  });
+  avx512::merge_segments(a, nseg, 0, rows, part.data());
+}
+
 }  // namespace
 
 void paged_attention_into(const AttnArgs& a, int64_t t_n) {
-  const int64_t items = t_n * a.hkv;
   if (cpu_isa() >= Isa::kAvx512) {
-    parallel_tiles(items, 1, [&](int64_t i0, int64_t i1) { avx512::attend_items(a, i0, i1); });
+    attend_avx512(a, t_n);
     return;
   }
-  parallel_tiles(items, 1, [&](int64_t i0, int64_t i1) {
-    std::vector<float> buf;
-    for (int64_t i = i0; i < i1; ++i) attend_portable(a, i / a.hkv, i % a.hkv, buf);
+  parallel_tiles(t_n * a.hkv, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) attend_portable(a, i / a.hkv, i % a.hkv);
   });
 }
 

@@ -2,18 +2,26 @@
 // translation unit (attention.cpp: checks, threading, portable kernel) and the AVX-512 one
 // (attention_avx512.cpp, compiled for its ISA only, no torch or STL headers).
 //
-// One work item = (query token t, KV head h): the G = Hq / Hkv query heads of h attend
-// together, so each K/V row is read once per item. Keys are visited in position order in
-// tiles of kKeyTile starting at position 0, with an fp32 online softmax; the arithmetic
-// for a query row depends only on that row, its context length and the cache contents,
-// never on the other rows in the call (batch composition, prefill chunking).
+// A query row (token t) attends keys [0, ctx_len). Per KV head h, the G = Hq / Hkv query
+// heads of h attend together, so each K/V row is read once for the group. The keys are cut
+// into fixed segments of kSegment absolute positions ([0, 128), [128, 256), ...); inside a
+// segment keys are visited in position order in tiles of kKeyTile with an fp32 online
+// softmax started from scratch, giving (m_s, l_s, acc_s) = (max score, sum of
+// exp(score - m_s), sum of exp(score - m_s) V) per query head. The segments are then
+// merged left to right:
+//   M = max(M, m_s);  L = L e^(M_old - M) + l_s e^(m_s - M);  A likewise;  out = bf16(A / L)
+// (the first segment is taken as is, so a row with ctx_len <= kSegment is one plain online
+// softmax). The arithmetic for a query row depends only on that row, its context length
+// and the cache contents, never on the other rows in the call (batch composition, prefill
+// chunking) nor on whether its segments ran on one thread or several.
 #pragma once
 
 #include <cstdint>
 
 namespace fp8serve {
 
-constexpr int64_t kKeyTile = 16;     // keys per softmax tile (absolute positions j0 = 16i)
+constexpr int64_t kKeyTile = 16;      // keys per softmax tile (absolute positions j0 = 16i)
+constexpr int64_t kSegment = 128;     // keys per segment, a multiple of kKeyTile
 constexpr int64_t kMaxHeadDim = 256;  // head_dim: a multiple of 32, at most this
 constexpr int64_t kMaxGroup = 16;     // query heads per KV head
 
@@ -27,14 +35,27 @@ struct AttnArgs {
   int64_t bt_stride;
   const int32_t* token_seq;     // [T] row of block_tables for each query token
   const int32_t* ctx_lens;      // [T] keys attended by each token (its position + 1)
-  float scale;                  // softmax scale, folded into q
+  float scale;                  // softmax scale, folded into the scores
   uint16_t* out;                // bf16, out[t, hq * d + i] at out + t * out_st + hq * d + i
   int64_t out_st;
 };
 
+// Segments of a context of ctx_len keys.
+inline int64_t num_segments(int64_t ctx_len) { return (ctx_len + kSegment - 1) / kSegment; }
+
+// fp32 floats of one segment's partial result: m [G], l [G], acc [G][d].
+inline int64_t partial_floats(const AttnArgs& a) { return (a.hq / a.hkv) * (2 + a.d); }
+
 namespace avx512 {
-// Items [i0, i1) of T * Hkv, item = t * hkv + h.
+// Whole rows, one thread: items [i0, i1) of T * Hkv, item = t * hkv + h (every segment of
+// the row, merged in order).
 void attend_items(const AttnArgs& a, int64_t i0, int64_t i1);
+// Split rows: items [i0, i1) of T * Hkv * nseg, item = (t * hkv + h) * nseg + s: segment s
+// of row (t, h) -> part + item * partial_floats(a) (nothing when s >= the row's segments).
+void attend_segments(const AttnArgs& a, int64_t nseg, int64_t i0, int64_t i1, float* part);
+// Rows [i0, i1) of T * Hkv from their partials (as written by attend_segments) -> out.
+void merge_segments(const AttnArgs& a, int64_t nseg, int64_t i0, int64_t i1,
+                    const float* part);
 }  // namespace avx512
 
 }  // namespace fp8serve

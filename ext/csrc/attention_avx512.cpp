@@ -1,13 +1,13 @@
-// AVX-512 paged attention (contract in attention.h). Compiled for AVX-512 only
-// (ISA_BEGIN); called only when dispatch.cpp chose Isa::kAvx512 or higher.
+// AVX-512 paged attention (contract and segment merge in attention.h). Compiled for
+// AVX-512 only (ISA_BEGIN); called only when dispatch.cpp chose Isa::kAvx512 or higher.
 //
-// Per item (token t, KV head h), G query heads at once (q and K stay bf16):
-//   for each key tile [j0, j0 + 16) in position order (the last one partial):
-//     s[g][j]  = scale * dot(q[g], K[slot(j), h])       (dpbf16 over d in order, then
+// Per (token t, KV head h, segment [j0, j1)), G query heads at once (q and K stay bf16):
+//   for each key tile [j, j + 16) in position order (the last one partial):
+//     s[g][jj] = scale * dot(q[g], K[slot(j + jj), h])  (dpbf16 over d in order, then
 //                                                        one fixed 16-lane shuffle tree)
 //     m'       = max(m, max_j s);  alpha = exp(m - m');  p = exp(s - m')
 //     l        = l * alpha + sum_j p (one 16-lane reduction); acc = acc * alpha + sum_j p_j V_j
-//   out[t, hG + g] = bf16(acc / l)
+// then segments merge in order (attention.h) and out[t, hG + g] = bf16(acc * (1 / l)).
 // exp is a fixed polynomial (Cody-Waite reduction, degree-6, scalef), so results are
 // reproducible across calls. No torch or STL headers here.
 #include <immintrin.h>
@@ -23,16 +23,27 @@ namespace {
 
 #include "avx512_math.inc"
 
+// Running (or one segment's) state of the G query heads of one (t, h).
 struct Item {
   float acc[kMaxGroup][kMaxHeadDim];
   float s[kMaxGroup][kKeyTile];
   float m[kMaxGroup], l[kMaxGroup];
 };
 
-const uint16_t* row(const AttnArgs& a, const uint16_t* cache, const int32_t* bt, int64_t j,
-                    int64_t h) {
-  const int64_t slot = int64_t(bt[j / a.block_size]) * a.block_size + j % a.block_size;
-  return cache + (slot * a.hkv + h) * a.d;
+// Element offsets (into a cache) of the rows of keys [j, j + n) of KV head h: one
+// division per tile, the block walked incrementally.
+void tile_offsets(const AttnArgs& a, const int32_t* bt, int64_t h, int64_t j, int64_t n,
+                  int64_t off[kKeyTile]) {
+  int64_t b = j / a.block_size, o = j - b * a.block_size;
+  const int64_t row = a.hkv * a.d;
+  int64_t base = int64_t(bt[b]) * a.block_size * row + h * a.d;
+  for (int64_t jj = 0; jj < n; ++jj) {
+    off[jj] = base + o * row;
+    if (++o == a.block_size && jj + 1 < n) {
+      o = 0;
+      base = int64_t(bt[++b]) * a.block_size * row + h * a.d;
+    }
+  }
 }
 
 // v[j] = sum of the 16 lanes of x[j], j < 16 (a fixed shuffle tree: within 128-bit lanes,
@@ -57,14 +68,12 @@ inline __m512 reduce16(const __m512 x[16]) {
 
 alignas(64) const uint16_t kZeroRow[kMaxHeadDim] = {};
 
-// s[g][jj] = scale * (q[g] . K[j0 + jj]) for jj < n (lanes >= n hold 0): bf16 pairs
+// s[g][jj] = scale * (q[g] . K[jj]) for jj < n (lanes >= n hold 0): bf16 pairs
 // multiplied into fp32 sums by dpbf16 (q and K stay bf16), then one 16-lane tree.
-void scores(const AttnArgs& a, Item& it, const int32_t* bt, int64_t h, int64_t g_n,
-            int64_t j0, int64_t n, const uint16_t* q) {
+void scores(const AttnArgs& a, Item& it, int64_t g_n, const int64_t off[kKeyTile], int64_t n,
+            const uint16_t* q) {
   const uint16_t* kr[kKeyTile];
-  for (int64_t jj = 0; jj < kKeyTile; ++jj) {
-    kr[jj] = jj < n ? row(a, a.k, bt, j0 + jj, h) : kZeroRow;
-  }
+  for (int64_t jj = 0; jj < kKeyTile; ++jj) kr[jj] = jj < n ? a.k + off[jj] : kZeroRow;
   const __m512 scale = _mm512_set1_ps(a.scale);
   for (int64_t g = 0; g < g_n; ++g) {
     const uint16_t* qg = q + g * a.q_sh;
@@ -98,39 +107,85 @@ void softmax_tile(Item& it, int64_t g_n, int64_t n, int64_t d) {
   }
 }
 
-// acc[g] += sum_jj p[g][jj] V[j0 + jj], per 16-wide column chunk in registers
-void accumulate_v(const AttnArgs& a, Item& it, const int32_t* bt, int64_t h, int64_t g_n,
-                  int64_t j0, int64_t n) {
-  const uint16_t* vr[kKeyTile];
-  for (int64_t jj = 0; jj < n; ++jj) vr[jj] = row(a, a.v, bt, j0 + jj, h);
-  for (int64_t c = 0; c < a.d; c += 16) {
-    __m512 acc[kMaxGroup];
-    for (int64_t g = 0; g < g_n; ++g) acc[g] = _mm512_loadu_ps(it.acc[g] + c);
+// acc[g] += sum_jj p[g][jj] V[jj] for G heads and NC 16-wide column chunks at a time:
+// compile-time bounds keep the G x NC accumulators in registers (independent fma chains).
+template <int G, int NC>
+void accumulate_v_fixed(const AttnArgs& a, Item& it, const int64_t off[kKeyTile],
+                        int64_t n) {
+  for (int64_t c0 = 0; c0 < a.d; c0 += 16 * NC) {
+    __m512 acc[G][NC];
+    for (int g = 0; g < G; ++g)
+      for (int c = 0; c < NC; ++c) acc[g][c] = _mm512_loadu_ps(it.acc[g] + c0 + 16 * c);
     for (int64_t jj = 0; jj < n; ++jj) {
-      const __m512 vc = load_bf16(vr[jj] + c);
-      for (int64_t g = 0; g < g_n; ++g) {
-        acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(it.s[g][jj]), vc, acc[g]);
+      const uint16_t* vr = a.v + off[jj] + c0;
+      __m512 vc[NC];
+      for (int c = 0; c < NC; ++c) vc[c] = load_bf16(vr + 16 * c);
+      for (int g = 0; g < G; ++g) {
+        const __m512 pg = _mm512_set1_ps(it.s[g][jj]);
+        for (int c = 0; c < NC; ++c) acc[g][c] = _mm512_fmadd_ps(pg, vc[c], acc[g][c]);
       }
     }
-    for (int64_t g = 0; g < g_n; ++g) _mm512_storeu_ps(it.acc[g] + c, acc[g]);
+    for (int g = 0; g < G; ++g)
+      for (int c = 0; c < NC; ++c) _mm512_storeu_ps(it.acc[g] + c0 + 16 * c, acc[g][c]);
   }
 }
 
-// Software prefetch of the K and V rows of keys [j0, j1): rows are scattered over blocks,
-// so the hardware prefetcher sees no stream.
-void prefetch_tile(const AttnArgs& a, const int32_t* bt, int64_t h, int64_t j0, int64_t j1) {
-  for (int64_t j = j0; j < j1; ++j) {
-    const char* kr = reinterpret_cast<const char*>(row(a, a.k, bt, j, h));
-    const char* vr = reinterpret_cast<const char*>(row(a, a.v, bt, j, h));
-    for (int64_t off = 0; off < a.d * 2; off += 64) {
-      _mm_prefetch(kr + off, _MM_HINT_T0);
-      _mm_prefetch(vr + off, _MM_HINT_T0);
+// The same sums for any G (accumulators in memory): the same fma per element in the same
+// key order, so the same bits.
+void accumulate_v_any(const AttnArgs& a, Item& it, int64_t g_n, const int64_t off[kKeyTile],
+                      int64_t n) {
+  for (int64_t c = 0; c < a.d; c += 16) {
+    for (int64_t g = 0; g < g_n; ++g) {
+      __m512 acc = _mm512_loadu_ps(it.acc[g] + c);
+      for (int64_t jj = 0; jj < n; ++jj) {
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(it.s[g][jj]), load_bf16(a.v + off[jj] + c), acc);
+      }
+      _mm512_storeu_ps(it.acc[g] + c, acc);
     }
   }
 }
 
-void attend_one(const AttnArgs& a, Item& it, int64_t t, int64_t h) {
-  const int64_t g_n = a.hq / a.hkv, len = a.ctx_lens[t];
+// d is a multiple of 32: two chunks always divide it; four when d % 64 == 0.
+template <int G>
+void accumulate_v_g(const AttnArgs& a, Item& it, const int64_t off[kKeyTile], int64_t n) {
+  if (G <= 4 && a.d % 64 == 0) {
+    accumulate_v_fixed<G, 4>(a, it, off, n);
+  } else {
+    accumulate_v_fixed<G, 2>(a, it, off, n);
+  }
+}
+
+void accumulate_v(const AttnArgs& a, Item& it, int64_t g_n, const int64_t off[kKeyTile],
+                  int64_t n) {
+  switch (g_n) {
+    case 1: accumulate_v_g<1>(a, it, off, n); break;
+    case 2: accumulate_v_g<2>(a, it, off, n); break;
+    case 3: accumulate_v_g<3>(a, it, off, n); break;
+    case 4: accumulate_v_g<4>(a, it, off, n); break;
+    case 5: accumulate_v_g<5>(a, it, off, n); break;
+    case 6: accumulate_v_g<6>(a, it, off, n); break;
+    case 8: accumulate_v_g<8>(a, it, off, n); break;
+    default: accumulate_v_any(a, it, g_n, off, n); break;
+  }
+}
+
+// Software prefetch of the K and V rows at off[0, n): rows are scattered over blocks, so
+// the hardware prefetcher sees no stream.
+void prefetch_rows(const AttnArgs& a, const int64_t off[kKeyTile], int64_t n) {
+  for (int64_t jj = 0; jj < n; ++jj) {
+    const char* kr = reinterpret_cast<const char*>(a.k + off[jj]);
+    const char* vr = reinterpret_cast<const char*>(a.v + off[jj]);
+    for (int64_t b = 0; b < a.d * 2; b += 64) {
+      _mm_prefetch(kr + b, _MM_HINT_T0);
+      _mm_prefetch(vr + b, _MM_HINT_T0);
+    }
+  }
+}
+
+// One segment [j0, j1) of row (t, h) from scratch into it (acc unnormalized).
+void attend_segment(const AttnArgs& a, Item& it, int64_t t, int64_t h, int64_t j0,
+                    int64_t j1) {
+  const int64_t g_n = a.hq / a.hkv;
   const int32_t* bt = a.block_tables + int64_t(a.token_seq[t]) * a.bt_stride;
   const uint16_t* q = a.q + t * a.q_st + h * g_n * a.q_sh;
   for (int64_t g = 0; g < g_n; ++g) {
@@ -138,20 +193,62 @@ void attend_one(const AttnArgs& a, Item& it, int64_t t, int64_t h) {
     it.m[g] = -__builtin_inff();
     it.l[g] = 0.0f;
   }
-  for (int64_t j0 = 0; j0 < len; j0 += kKeyTile) {
-    const int64_t n = len - j0 < kKeyTile ? len - j0 : kKeyTile;
-    const int64_t next = j0 + kKeyTile + kKeyTile < len ? j0 + 2 * kKeyTile : len;
-    prefetch_tile(a, bt, h, j0 + n, next);
-    scores(a, it, bt, h, g_n, j0, n, q);
+  int64_t cur[kKeyTile], next[kKeyTile];
+  int64_t n = j1 - j0 < kKeyTile ? j1 - j0 : kKeyTile;
+  tile_offsets(a, bt, h, j0, n, cur);
+  for (int64_t j = j0; j < j1; j += kKeyTile) {
+    const int64_t j_next = j + kKeyTile;
+    const int64_t n_next = j_next >= j1 ? 0 : (j1 - j_next < kKeyTile ? j1 - j_next : kKeyTile);
+    if (n_next > 0) {
+      tile_offsets(a, bt, h, j_next, n_next, next);
+      prefetch_rows(a, next, n_next);
+    }
+    scores(a, it, g_n, cur, n, q);
     softmax_tile(it, g_n, n, a.d);
-    accumulate_v(a, it, bt, h, g_n, j0, n);
+    accumulate_v(a, it, g_n, cur, n);
+    for (int64_t jj = 0; jj < n_next; ++jj) cur[jj] = next[jj];
+    n = n_next;
   }
+}
+
+inline float exp_scalar(float x) { return _mm512_cvtss_f32(exp_ps(_mm512_set1_ps(x))); }
+
+// Folds one segment (m, l, acc rows acc_st floats apart) into the running state run.
+void merge_into(Item& run, int64_t g_n, int64_t d, const float* m, const float* l,
+                const float* acc, int64_t acc_st) {
+  for (int64_t g = 0; g < g_n; ++g) {
+    const float m_new = __builtin_fmaxf(run.m[g], m[g]);
+    const float ea = exp_scalar(run.m[g] - m_new), eb = exp_scalar(m[g] - m_new);
+    run.l[g] = run.l[g] * ea + l[g] * eb;
+    run.m[g] = m_new;
+    const __m512 va = _mm512_set1_ps(ea), vb = _mm512_set1_ps(eb);
+    const float* src = acc + g * acc_st;
+    for (int64_t c = 0; c < d; c += 16) {
+      const __m512 keep = _mm512_mul_ps(_mm512_loadu_ps(run.acc[g] + c), va);
+      _mm512_storeu_ps(run.acc[g] + c, _mm512_fmadd_ps(_mm512_loadu_ps(src + c), vb, keep));
+    }
+  }
+}
+
+// Copies one segment (layout as merge_into) into the running state (the first segment).
+void take(Item& run, int64_t g_n, int64_t d, const float* m, const float* l,
+          const float* acc, int64_t acc_st) {
+  for (int64_t g = 0; g < g_n; ++g) {
+    run.m[g] = m[g];
+    run.l[g] = l[g];
+    for (int64_t c = 0; c < d; c += 16) {
+      _mm512_storeu_ps(run.acc[g] + c, _mm512_loadu_ps(acc + g * acc_st + c));
+    }
+  }
+}
+
+void finish(const AttnArgs& a, const Item& run, int64_t t, int64_t h) {
+  const int64_t g_n = a.hq / a.hkv;
   for (int64_t g = 0; g < g_n; ++g) {
     uint16_t* o = a.out + t * a.out_st + (h * g_n + g) * a.d;
-    const __m512 inv = _mm512_set1_ps(1.0f / it.l[g]);
+    const __m512 inv = _mm512_set1_ps(1.0f / run.l[g]);
     for (int64_t c = 0; c < a.d; c += 16) {
-      const __m512 r = _mm512_mul_ps(_mm512_loadu_ps(it.acc[g] + c), inv);
-      store_bf16(o + c, r);
+      store_bf16(o + c, _mm512_mul_ps(_mm512_loadu_ps(run.acc[g] + c), inv));
     }
   }
 }
@@ -159,8 +256,55 @@ void attend_one(const AttnArgs& a, Item& it, int64_t t, int64_t h) {
 }  // namespace
 
 void attend_items(const AttnArgs& a, int64_t i0, int64_t i1) {
-  alignas(64) Item it;
-  for (int64_t i = i0; i < i1; ++i) attend_one(a, it, i / a.hkv, i % a.hkv);
+  alignas(64) Item run, seg;
+  const int64_t g_n = a.hq / a.hkv;
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t t = i / a.hkv, h = i % a.hkv, len = a.ctx_lens[t];
+    attend_segment(a, run, t, h, 0, len < kSegment ? len : kSegment);
+    for (int64_t j0 = kSegment; j0 < len; j0 += kSegment) {
+      attend_segment(a, seg, t, h, j0, len - j0 < kSegment ? len : j0 + kSegment);
+      merge_into(run, g_n, a.d, seg.m, seg.l, seg.acc[0], kMaxHeadDim);
+    }
+    finish(a, run, t, h);
+  }
+}
+
+void attend_segments(const AttnArgs& a, int64_t nseg, int64_t i0, int64_t i1, float* part) {
+  alignas(64) Item seg;
+  const int64_t g_n = a.hq / a.hkv, pf = partial_floats(a);
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t row = i / nseg, s = i % nseg, t = row / a.hkv, h = row % a.hkv;
+    const int64_t len = a.ctx_lens[t], j0 = s * kSegment;
+    if (j0 >= len) continue;
+    attend_segment(a, seg, t, h, j0, len - j0 < kSegment ? len : j0 + kSegment);
+    float* p = part + i * pf;
+    for (int64_t g = 0; g < g_n; ++g) {
+      p[g] = seg.m[g];
+      p[g_n + g] = seg.l[g];
+      float* dst = p + 2 * g_n + g * a.d;
+      for (int64_t c = 0; c < a.d; c += 16) {
+        _mm512_storeu_ps(dst + c, _mm512_loadu_ps(seg.acc[g] + c));
+      }
+    }
+  }
+}
+
+void merge_segments(const AttnArgs& a, int64_t nseg, int64_t i0, int64_t i1,
+                    const float* part) {
+  alignas(64) Item run;
+  const int64_t g_n = a.hq / a.hkv, pf = partial_floats(a);
+  for (int64_t row = i0; row < i1; ++row) {
+    const int64_t t = row / a.hkv, h = row % a.hkv, segs = num_segments(a.ctx_lens[t]);
+    for (int64_t s = 0; s < segs; ++s) {
+      const float* p = part + (row * nseg + s) * pf;
+      if (s == 0) {
+        take(run, g_n, a.d, p, p + g_n, p + 2 * g_n, a.d);
+      } else {
+        merge_into(run, g_n, a.d, p, p + g_n, p + 2 * g_n, a.d);
+      }
+    }
+    finish(a, run, t, h);
+  }
 }
 
 }  // namespace avx512

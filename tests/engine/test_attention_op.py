@@ -52,13 +52,13 @@ def _tables(lens: list[int], num_blocks: int, seed: int) -> torch.Tensor:
     return bt
 
 
-def _reference(q, k_cache, v_cache, bt, token_seq, ctx_lens) -> torch.Tensor:
+def _reference(q, k_cache, v_cache, bt, token_seq, ctx_lens, bs: int = BS) -> torch.Tensor:
     """float64 softmax(q K^T / sqrt(D)) V per token over its first ctx_len keys."""
     out = torch.empty(q.shape[0], HQ * D, dtype=torch.float64)
     for t in range(q.shape[0]):
         n = int(ctx_lens[t])
         pos = torch.arange(n)
-        slots = bt[int(token_seq[t])].long()[pos // BS] * BS + pos % BS
+        slots = bt[int(token_seq[t])].long()[pos // bs] * bs + pos % bs
         kk = k_cache[slots].double().repeat_interleave(HQ // HKV, dim=1)  # [n, HQ, D]
         vv = v_cache[slots].double().repeat_interleave(HQ // HKV, dim=1)
         s = torch.einsum("hd,nhd->hn", q[t].double(), kk) * D ** -0.5
@@ -157,6 +157,40 @@ def test_thread_count_does_not_change_bits(ops) -> None:
     assert torch.equal(one, two)
 
 
+def test_long_single_decode_rows_split_over_threads(ops) -> None:
+    """One decode row with a long context runs its 128-key segments on several threads
+    and merges them: against the reference, bitwise the same on 1/2/3 threads and inside
+    a batch (whole rows per thread), with a block size (7) that cuts the 16-key tiles."""
+    bs, lens = 7, [513, 129, 128, 300, 1000, 17]
+    blocks = sum(-(-n // bs) for n in lens)
+    g = torch.Generator().manual_seed(20)
+    k = torch.randn(blocks * bs, HKV, D, generator=g).bfloat16()
+    v = torch.randn(blocks * bs, HKV, D, generator=g).bfloat16()
+    perm = torch.randperm(blocks, generator=g).to(torch.int32)
+    width = max(-(-n // bs) for n in lens)
+    bt = torch.zeros(len(lens), width, dtype=torch.int32)
+    used = 0
+    for i, n in enumerate(lens):
+        bt[i, :-(-n // bs)] = perm[used:used + -(-n // bs)]
+        used += -(-n // bs)
+    q = _q(len(lens), seed=21) * 4  # peaked softmax: segments with very different maxima
+    seq = torch.arange(len(lens), dtype=torch.int32)
+    ctx = torch.tensor(lens, dtype=torch.int32)
+    batched = ops.paged_attention(q, k, v, bt, seq, ctx, bs, D ** -0.5)
+    _assert_close(batched, _reference(q, k, v, bt, seq, ctx, bs))
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            for i in range(len(lens)):
+                alone = ops.paged_attention(q[i:i + 1], k, v, bt[i:i + 1].contiguous(),
+                                            torch.zeros(1, dtype=torch.int32),
+                                            ctx[i:i + 1], bs, D ** -0.5)
+                assert torch.equal(alone[0], batched[i]), (threads, lens[i])
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_kv_write_fills_the_named_slots(ops) -> None:
     k_cache = torch.zeros(4 * BS, HKV, D).bfloat16()
     v_cache = torch.zeros(4 * BS, HKV, D).bfloat16()
@@ -189,6 +223,7 @@ from tests.engine import test_attention_op as t
 assert ext.isa() == "scalar", ext.isa()
 t.test_matches_float64_reference_mixed_prefill_and_decode(torch.ops.fp8serve)
 t.test_decode_row_alone_equals_inside_a_batch_of_16(torch.ops.fp8serve)
+t.test_long_single_decode_rows_split_over_threads(torch.ops.fp8serve)
 print("portable ok")
 """
 
