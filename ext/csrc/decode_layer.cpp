@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "decode_layer.h"
+#include "decode_single_op.h"
 #include "gemm.h"
 #include "isa.h"
 #include "ops.h"
@@ -140,10 +141,12 @@ at::Tensor attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at:
 
 }  // namespace
 
-at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
-                        double eps, at::TensorList rope_tables, const at::Tensor& positions,
-                        const at::Tensor& k_cache, const at::Tensor& v_cache,
-                        const at::Tensor& slot_mapping, at::TensorList index) {
+namespace {
+
+// decode_layer's argument checks (shapes, dtypes, positions inside the rope tables).
+void check_layer(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
+                 at::TensorList rope_tables, const at::Tensor& positions,
+                 at::TensorList index) {
   TORCH_CHECK(weights.size() == 10 && dims.size() == 14 && rope_tables.size() == 4 &&
                   index.size() == 3,
               "decode_layer: expects 10 weights, 14 dims, 4 rope tables, 3 index tensors");
@@ -151,10 +154,8 @@ at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArr
               isa_name(cpu_isa()), ")");
   TORCH_CHECK(h.scalar_type() == at::kBFloat16 && h.dim() == 2 && h.is_contiguous(),
               "decode_layer: h must be contiguous bf16 [T, H], got ", h.sizes());
-  const int64_t hq = dims[0], hkv = dims[1], d = dims[2], inter = dims[3], hid = h.size(1);
-  const int64_t gm = dims[5];
-  std::vector<at::Tensor> tables(rope_tables.begin(), rope_tables.end());
-  for (const auto& tb : tables) {
+  const int64_t d = dims[2], hid = h.size(1);
+  for (const auto& tb : rope_tables) {
     TORCH_CHECK(tb.scalar_type() == at::kFloat && tb.is_contiguous() && tb.dim() == 2 &&
                     tb.size(1) == d / 2,
                 "decode_layer: rope tables must be contiguous fp32 [P, D/2 = ", d / 2, "]");
@@ -164,13 +165,37 @@ at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArr
               "decode_layer: positions must be contiguous int64 [T]");
   for (int64_t t = 0; t < h.size(0); ++t) {
     const int64_t p = positions.data_ptr<int64_t>()[t];
-    TORCH_CHECK(p >= 0 && p < tables[0].size(0), "decode_layer: position ", p,
-                " outside the rope tables [0, ", tables[0].size(0), ")");
+    TORCH_CHECK(p >= 0 && p < rope_tables[0].size(0), "decode_layer: position ", p,
+                " outside the rope tables [0, ", rope_tables[0].size(0), ")");
   }
   for (int i = 0; i < 2; ++i) {
     TORCH_CHECK(weights[i].scalar_type() == at::kBFloat16 && weights[i].numel() == hid &&
                     weights[i].is_contiguous(), "decode_layer: norms must be bf16 [H]");
   }
+}
+
+// The single-token path (decode_single.h) takes T == 1 with every GEMM's K a multiple of
+// 32 (no padding copy) and no caller parallel region; else the per-op path runs.
+bool single_token(const at::Tensor& h, c10::IntArrayRef dims) {
+  const int64_t hq = dims[0], d = dims[2], inter = dims[3];
+  return h.size(0) == 1 && h.size(1) % kPadK == 0 && (hq * d) % kPadK == 0 &&
+         inter % kPadK == 0 && !at::in_parallel_region();
+}
+
+}  // namespace
+
+at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
+                        double eps, at::TensorList rope_tables, const at::Tensor& positions,
+                        const at::Tensor& k_cache, const at::Tensor& v_cache,
+                        const at::Tensor& slot_mapping, at::TensorList index) {
+  check_layer(h, weights, dims, rope_tables, positions, index);
+  if (single_token(h, dims)) {
+    return decode_single_op(h, {weights}, {dims}, eps, rope_tables, positions, {k_cache},
+                            {v_cache}, slot_mapping, index);
+  }
+  const int64_t hq = dims[0], hkv = dims[1], d = dims[2], inter = dims[3], hid = h.size(1);
+  const int64_t gm = dims[5];
+  std::vector<at::Tensor> tables(rope_tables.begin(), rope_tables.end());
   const Linear qkv_l{weights[2], weights[3], (hq + 2 * hkv) * d, dims[6], dims[7]};
   const Linear o_l{weights[4], weights[5], hid, dims[8], dims[9]};
   const Linear gu_l{weights[6], weights[7], 2 * inter, dims[10], dims[11]};
@@ -202,6 +227,21 @@ at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArr
               "decode_stack: kv must be contiguous [L, 2, blocks, block_size, Hkv, D] with "
               "10 L weights and 14 L dims, got kv ", kv.sizes(), ", ", weights.size(),
               " weights, ", dims.size(), " dims");
+  if (layers > 0 && h.dim() == 2 && h.size(0) == 1 && single_token(h, dims.slice(0, 14))) {
+    std::vector<at::TensorList> ws;
+    std::vector<c10::IntArrayRef> ds;
+    std::vector<at::Tensor> ks, vs;
+    for (int64_t i = 0; i < layers; ++i) {
+      ws.push_back(weights.slice(10 * i, 10));
+      ds.push_back(dims.slice(14 * i, 14));
+      check_layer(h, ws.back(), ds.back(), rope_tables, positions, index);
+      const at::Tensor layer_kv = kv.select(0, i);
+      ks.push_back(layer_kv.select(0, 0).flatten(0, 1));
+      vs.push_back(layer_kv.select(0, 1).flatten(0, 1));
+    }
+    return decode_single_op(h, ws, ds, eps, rope_tables, positions, ks, vs, slot_mapping,
+                            index);
+  }
   at::Tensor x = h;
   for (int64_t i = 0; i < layers; ++i) {
     const at::Tensor layer_kv = kv.select(0, i);
