@@ -97,10 +97,14 @@ void softmax_tile(Item& it, int64_t g_n, int64_t n, int64_t d) {
     const __m512 sv = _mm512_mask_loadu_ps(ninf, valid, it.s[g]);
     const float m_new = __builtin_fmaxf(it.m[g], _mm512_reduce_max_ps(sv));
     const __m512 p = _mm512_maskz_mov_ps(valid, exp_ps(_mm512_sub_ps(sv, _mm512_set1_ps(m_new))));
+    _mm512_storeu_ps(it.s[g], p);
+    if (m_new == it.m[g]) {  // alpha = exp(0) = 1 exactly: l * 1 and acc * 1 change nothing
+      it.l[g] += _mm512_reduce_add_ps(p);
+      continue;
+    }
     const __m512 alpha = exp_ps(_mm512_set1_ps(it.m[g] - m_new));
     it.l[g] = it.l[g] * _mm512_cvtss_f32(alpha) + _mm512_reduce_add_ps(p);
     it.m[g] = m_new;
-    _mm512_storeu_ps(it.s[g], p);
     for (int64_t c = 0; c < d; c += 16) {
       _mm512_storeu_ps(it.acc[g] + c, _mm512_mul_ps(_mm512_loadu_ps(it.acc[g] + c), alpha));
     }
