@@ -197,3 +197,36 @@ def test_fused_wide_prefill_chunked_equals_one_shot_bitwise(wide_weights) -> Non
                                                 LogitsWanted.ALL),)))
              for a, b in ((0, 40), (40, 41), (41, 96))]
     assert torch.equal(torch.cat(parts), whole)
+
+
+def test_single_token_decode_equals_batched_on_any_thread_count(weights) -> None:
+    """One decode token runs the whole stack in one parallel region (decode_single.cpp),
+    with attention split into 128-key segments past 128 keys: its logits equal the same
+    token's row in a batched step (the per-op path) bitwise, on 1, 2 and 3 threads."""
+    runner = ModelRunner(weights, engine_config(max_model_len=256), fake_hw(*AVX512_HOST),
+                         KernelOverrides())
+    lens = [250, 129, 128, 40, 2]
+    tables = {s: tuple(range(64 * s, 64 * s + 64)) for s in range(len(lens))}
+    for s, n in enumerate(lens):
+        runner.run(BatchInputs((SeqChunk(s, tuple(_ids(n, 40 + s)), 0, tables[s]),)))
+    step = [SeqChunk(s, (7,), n, tables[s]) for s, n in enumerate(lens)]
+    batched = runner.run(BatchInputs(tuple(step)))
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            for i, chunk in enumerate(step):
+                alone = runner.run(BatchInputs((chunk,)))  # rewrites the same K/V slot
+                assert torch.equal(alone[0], batched[i]), (threads, lens[i])
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_single_token_decode_layer_op_equals_the_stack(weights) -> None:
+    """A first call with one token runs layer by layer (decode_layer, T == 1 path); later
+    calls run decode_stack: the same token gives the same logits either way."""
+    first = _runner(weights, True)
+    by_layer = first.run(BatchInputs((SeqChunk(0, (5,), 0, (0, 1)),)))
+    assert first.model.stack is not None  # built after that first call
+    by_stack = first.run(BatchInputs((SeqChunk(1, (5,), 0, (2, 3)),)))
+    assert torch.equal(by_layer, by_stack)
