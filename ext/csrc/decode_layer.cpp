@@ -139,10 +139,6 @@ at::Tensor attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at:
                          idx[1], idx[2], dims[4], 1.0 / std::sqrt(double(d)));
 }
 
-}  // namespace
-
-namespace {
-
 // decode_layer's argument checks (shapes, dtypes, positions inside the rope tables).
 void check_layer(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
                  at::TensorList rope_tables, const at::Tensor& positions,
