@@ -1,5 +1,6 @@
 // The single-token decode stack in one parallel region (contract in decode_single.h).
 #include <omp.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -15,9 +16,10 @@
 namespace fp8serve {
 namespace {
 
-// Sense-reversing spin barrier for one team; yields after a while so a descheduled
-// teammate (shared 2-core hosts) gets the core back.
+// Spin barrier for one team; yields after a few microseconds so a descheduled teammate
+// (shared 2-core hosts) gets the core back.
 struct SpinBarrier {
+  static constexpr int kSpins = 2000;
   alignas(64) std::atomic<int64_t> arrived{0};
   alignas(64) std::atomic<int64_t> generation{0};
   int64_t team = 1;
@@ -31,7 +33,7 @@ struct SpinBarrier {
       return;
     }
     for (int spins = 0; generation.load(std::memory_order_acquire) == gen; ++spins) {
-      if (spins < 20000) {
+      if (spins < kSpins) {
         __builtin_ia32_pause();
       } else {
         std::this_thread::yield();
@@ -137,11 +139,19 @@ void layer(Shared& s, const LayerRef& l, TileRange* ranges, int tid, const Priva
 
 int64_t tiles(const LinearRef& l) { return (l.n + kTileN - 1) / kTileN; }
 
+// Threads for the region: spinning teammates must each have a CPU, so never more than the
+// CPUs this process may run on (more threads than that would wait on every barrier).
+int64_t team_size(int64_t threads) {
+  cpu_set_t set;
+  const int64_t cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  return std::max<int64_t>(1, std::min(threads, cpus));
+}
+
 }  // namespace
 
 void decode_single(const TokenRef& tok, const LayerRef* layers, int64_t n_layers,
                    uint16_t* h, int64_t threads) {
-  const int64_t nseg = num_segments(tok.ctx_len), team_max = std::max<int64_t>(1, threads);
+  const int64_t nseg = num_segments(tok.ctx_len), team_max = team_size(threads);
   const int64_t priv = std::max(tok.hid, tok.inter) + tok.hq * tok.d;
   std::vector<uint16_t> buf(size_t((tok.hq + 2 * tok.hkv) * tok.d + 2 * tok.hid +
                                    2 * tok.inter + team_max * priv));

@@ -47,7 +47,8 @@ struct TokenRef {
   int32_t ctx_len;                         // position + 1
 };
 
-// h bf16 [H] in place through layers[0 .. n_layers) on up to `threads` threads.
+// h bf16 [H] in place through layers[0 .. n_layers) on up to `threads` threads (and no
+// more than the CPUs the process may run on).
 void decode_single(const TokenRef& tok, const LayerRef* layers, int64_t n_layers,
                    uint16_t* h, int64_t threads);
 
