@@ -216,8 +216,8 @@ def test_prompt_logprobs_score_continuations_like_the_reference(demo_dir, gguf_r
     context from the prompt logprobs alone (prefill chunked into 8-token pieces). The true
     continuation wins (measured: Paris -0.23, London -4.73, Berlin -7.04 nats), and each
     token's logprob is within the FP8 error of transformers fp32 on the original GGUF
-    (mean |diff| measured 0.26 nats, max 0.48, on these short high-entropy prefixes;
-    scoring the wrong position or row gives errors of several nats)."""
+    (mean |diff| measured 0.26 nats, max 0.48, on these short high-entropy prefixes; the
+    row/position mapping itself is checked exactly in tests/engine/test_prompt_logprobs.py)."""
     from engine.config import EngineConfig
     from engine.engine import Engine
     from engine.runner import load_runner
