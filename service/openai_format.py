@@ -28,13 +28,19 @@ def choices_usage(choices: Sequence[Choice], n: int) -> dict[str, int]:
     return usage(prompt, sum(len(c.token_ids) for c in choices))
 
 
-def completion_logprobs(lps: Sequence[TokenLogprob], text_of: TokenText,
-                        offset: int = 0) -> dict[str, Any]:
-    tokens = [text_of(lp.token_id) for lp in lps]
-    offsets, pos = [], offset
+def text_offsets(tokens: Sequence[str], start: int = 0) -> list[int]:
+    """Character offset of each token's text, the first at ``start``."""
+    offsets, pos = [], start
     for t in tokens:
         offsets.append(pos)
         pos += len(t)
+    return offsets
+
+
+def completion_logprobs(lps: Sequence[TokenLogprob], text_of: TokenText,
+                        offset: int = 0) -> dict[str, Any]:
+    tokens = [text_of(lp.token_id) for lp in lps]
+    offsets = text_offsets(tokens, offset)
     return {"tokens": tokens, "token_logprobs": [lp.logprob for lp in lps],
             "top_logprobs": [{text_of(t): v for t, v in lp.top} for lp in lps],
             "text_offset": offsets}
@@ -46,10 +52,7 @@ def echo_logprobs(prompt_ids: Sequence[int], prompt_lps: Sequence[TokenLogprob |
     entry per prompt token, the first with null logprobs (it has no context), offsets from
     0; ``generated`` (completion_logprobs with the prompt text's length as offset) follows."""
     tokens = [text_of(t) for t in prompt_ids]
-    offsets, pos = [], 0
-    for t in tokens:
-        offsets.append(pos)
-        pos += len(t)
+    offsets = text_offsets(tokens)
     return {
         "tokens": tokens + generated["tokens"],
         "token_logprobs": [None if lp is None else lp.logprob for lp in prompt_lps]

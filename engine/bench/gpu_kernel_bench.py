@@ -25,13 +25,13 @@ from typing import Any
 
 import torch
 
-from engine.bench.kernel_bench import MINISTRAL_3_8B, Shape
+from engine.bench.kernel_bench import BF16, MINISTRAL_3_8B, Shape
+from engine.bench.timing import copies_to_exceed
 from engine.kernels.base import ScaleKind
 from engine.kernels.reference import dequantize, random_fp8_weight
 from engine.kernels.registry import get_kernel
 
 CUDA_KERNELS = ("cuda_scaled_mm_w8a8", "cuda_torch_w8a16")
-BF16 = "torch_bf16_matmul"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +93,9 @@ def _time_us(fns: list, reps: int, warmup: int = 3, graphs: bool = False) -> flo
 
 
 def _copies(nbytes: int) -> int:
+    """Distinct weights that together exceed 2x the device's L2 cache (at most 16)."""
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20)
-    return max(2, min(16, 2 * l2 // max(1, nbytes) + 1))
+    return copies_to_exceed(nbytes, l2, max_copies=16)
 
 
 def bench_shape(shape: Shape, ms: tuple[int, ...], bw_gbps: float, reps: int,

@@ -9,14 +9,20 @@ from engine.stream import RequestOutput
 from service.generation import Submission, stream_events
 
 
+def _queued(outputs) -> Submission:
+    """A two-choice submission with ``outputs`` already queued (inside an event loop)."""
+    state = SimpleNamespace(engine=SimpleNamespace(abort=lambda rid: None),
+                            settings=SimpleNamespace(request_timeout=None), dispatcher=None)
+    sub = Submission(state, "t")
+    sub.ids, sub.open = ["t-0", "t-1"], {0, 1}
+    for item in outputs:
+        sub.queue.put_nowait(item)
+    return sub
+
+
 def _submission(outputs):
     async def main():
-        state = SimpleNamespace(engine=SimpleNamespace(abort=lambda rid: None),
-                                settings=SimpleNamespace(request_timeout=None), dispatcher=None)
-        sub = Submission(state, "t")
-        sub.ids, sub.open = ["t-0", "t-1"], {0, 1}
-        for item in outputs:
-            sub.queue.put_nowait(item)
+        sub = _queued(outputs)
         return sub, [b async for b in sub.batches()]
 
     return asyncio.run(main())
@@ -37,12 +43,7 @@ def test_stream_events_one_write_per_batch_and_error_ends_stream():
             (0, RequestOutput("a", text="never sent"))]
 
     async def main():
-        state = SimpleNamespace(engine=SimpleNamespace(abort=lambda rid: None),
-                                settings=SimpleNamespace(request_timeout=None), dispatcher=None)
-        sub = Submission(state, "t")
-        sub.ids, sub.open = ["t-0", "t-1"], {0, 1}
-        for item in outs:
-            sub.queue.put_nowait(item)
+        sub = _queued(outs)
         gen = stream_events(sub, [{"first": 1}], lambda i, o: {"i": i, "text": o.text},
                             lambda: [{"last": 1}])
         return [piece async for piece in gen]
