@@ -1,7 +1,8 @@
 // FP8 W8A16 GEMM ops: y[M, N] bf16 = x[M, K] bf16 @ (w[N, K] fp8 * scale).T + bias[N].
 //
 // gemm_avx512 (the default path on AVX-512 hosts): batch-invariant (gemm.h). M <=
-//   gemv_max_m -> the direct path (FP8 -> BF16 in registers per row group of <= 4);
+//   gemv_max_m -> the direct path (FP8 -> BF16 in registers per row group of <= 4, or
+//   of 8 from M = 8 on);
 //   larger M -> the panel path (a K-chunk of two 32-column tiles converted to BF16 once,
 //   then 6-row micro-kernel calls over a block of <= 512 rows; avx512_kernels.inc). Both
 //   run the same dpbf16 chains, so gemv_max_m only affects speed. Split over N tiles, never K.

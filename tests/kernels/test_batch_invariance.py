@@ -103,7 +103,7 @@ def test_direct_and_panel_paths_agree_bitwise(kind):
     kernel = Avx512W8A16() if kind is ScaleKind.PER_CHANNEL else Avx512BlockW8A16()
     t = kernel.prepare(w).tensors
     bn, bk = (0, 0) if kind is ScaleKind.PER_CHANNEL else w.block_size
-    for m in (1, 4, 7, GEMV_MAX_M + 1):
+    for m in (1, 4, 7, 8, 21, GEMV_MAX_M + 1):  # 8, 21: 8-row groups (+ a remainder)
         x = _x(m, K, seed=m)
         bias = _cancelling_bias(x[:1], _dequant(w))
         ys = [ext.gemm_avx512(x, t["weight"], t["scale"], bias, N, bn, bk, gm)
