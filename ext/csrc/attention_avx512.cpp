@@ -174,14 +174,16 @@ void accumulate_v(const AttnArgs& a, Item& it, int64_t g_n, const int64_t off[kK
 }
 
 // Software prefetch of the K and V rows at off[0, n): rows are scattered over blocks, so
-// the hardware prefetcher sees no stream.
+// the hardware prefetcher sees no stream. Into L2 (T1), not L1: a tile is 4 d / 32 lines
+// (64 at d = 64), more than the L1 miss buffers hold, and T0 prefetches stall on them;
+// with T1 a decode batch whose KV comes from DRAM runs about 1.3x faster (Zen 5).
 void prefetch_rows(const AttnArgs& a, const int64_t off[kKeyTile], int64_t n) {
   for (int64_t jj = 0; jj < n; ++jj) {
     const char* kr = reinterpret_cast<const char*>(a.k + off[jj]);
     const char* vr = reinterpret_cast<const char*>(a.v + off[jj]);
     for (int64_t b = 0; b < a.d * 2; b += 64) {
-      _mm_prefetch(kr + b, _MM_HINT_T0);
-      _mm_prefetch(vr + b, _MM_HINT_T0);
+      _mm_prefetch(kr + b, _MM_HINT_T1);
+      _mm_prefetch(vr + b, _MM_HINT_T1);
     }
   }
 }
