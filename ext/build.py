@@ -48,11 +48,11 @@ SOURCE_NAMES = (
     "attention_avx512.cpp",
     "decode_layer.cpp",
     "decode_layer_avx512.cpp",
-    "decode_single.cpp",
-    "decode_single_op.cpp",
+    "decode_team.cpp",
+    "decode_team_op.cpp",
 )
 HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h", "avx512_kernels.inc", "gemm.h", "attention.h",
-                "decode_layer.h", "decode_single.h", "decode_single_op.h", "avx512_math.inc",
+                "decode_layer.h", "decode_team.h", "decode_team_op.h", "avx512_math.inc",
                 "tile_sched.h")
 BASE_CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno", "-Wall", "-Wno-unused-function", "-Wno-psabi")
 

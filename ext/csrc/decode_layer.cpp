@@ -25,7 +25,8 @@
 #include <vector>
 
 #include "decode_layer.h"
-#include "decode_single_op.h"
+#include "decode_team_op.h"
+#include "decode_team.h"
 #include "gemm.h"
 #include "isa.h"
 #include "ops.h"
@@ -170,12 +171,12 @@ void check_layer(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef d
   }
 }
 
-// The single-token path (decode_single.h) takes T == 1 with every GEMM's K a multiple of
-// 32 (no padding copy) and no caller parallel region; else the per-op path runs.
-bool single_token(const at::Tensor& h, c10::IntArrayRef dims) {
+// The team path (decode_team.h) takes 1 <= T <= max_rows with every GEMM's K a multiple
+// of 32 (no padding copy) and no caller parallel region; else the per-op path runs.
+bool team_step(const at::Tensor& h, c10::IntArrayRef dims, int64_t max_rows) {
   const int64_t hq = dims[0], d = dims[2], inter = dims[3];
-  return h.size(0) == 1 && h.size(1) % kPadK == 0 && (hq * d) % kPadK == 0 &&
-         inter % kPadK == 0 && !at::in_parallel_region();
+  return h.dim() == 2 && h.size(0) >= 1 && h.size(0) <= max_rows && h.size(1) % kPadK == 0 &&
+         (hq * d) % kPadK == 0 && inter % kPadK == 0 && !at::in_parallel_region();
 }
 
 }  // namespace
@@ -185,9 +186,9 @@ at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArr
                         const at::Tensor& k_cache, const at::Tensor& v_cache,
                         const at::Tensor& slot_mapping, at::TensorList index) {
   check_layer(h, weights, dims, rope_tables, positions, index);
-  if (single_token(h, dims)) {
-    return decode_single_op(h, {weights}, {dims}, eps, rope_tables, positions, {k_cache},
-                            {v_cache}, slot_mapping, index);
+  if (team_step(h, dims, 1)) {  // T > 1: the per-op path (the team path's reference)
+    return decode_team_op(h, {weights}, {dims}, eps, rope_tables, positions, {k_cache},
+                          {v_cache}, slot_mapping, index);
   }
   const int64_t hq = dims[0], hkv = dims[1], d = dims[2], inter = dims[3], hid = h.size(1);
   const int64_t gm = dims[5];
@@ -223,7 +224,7 @@ at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArr
               "decode_stack: kv must be contiguous [L, 2, blocks, block_size, Hkv, D] with "
               "10 L weights and 14 L dims, got kv ", kv.sizes(), ", ", weights.size(),
               " weights, ", dims.size(), " dims");
-  if (layers > 0 && h.dim() == 2 && h.size(0) == 1 && single_token(h, dims.slice(0, 14))) {
+  if (layers > 0 && team_step(h, dims.slice(0, 14), kTeamMaxRows)) {
     std::vector<at::TensorList> ws;
     std::vector<c10::IntArrayRef> ds;
     std::vector<at::Tensor> ks, vs;
@@ -235,8 +236,8 @@ at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArr
       ks.push_back(layer_kv.select(0, 0).flatten(0, 1));
       vs.push_back(layer_kv.select(0, 1).flatten(0, 1));
     }
-    return decode_single_op(h, ws, ds, eps, rope_tables, positions, ks, vs, slot_mapping,
-                            index);
+    return decode_team_op(h, ws, ds, eps, rope_tables, positions, ks, vs, slot_mapping,
+                          index);
   }
   at::Tensor x = h;
   for (int64_t i = 0; i < layers; ++i) {

@@ -199,27 +199,58 @@ def test_fused_wide_prefill_chunked_equals_one_shot_bitwise(wide_weights) -> Non
     assert torch.equal(torch.cat(parts), whole)
 
 
-def test_single_token_decode_equals_batched_on_any_thread_count(weights) -> None:
-    """One decode token runs the whole stack in one parallel region (decode_single.cpp),
-    with attention split into 128-key segments past 128 keys: its logits equal the same
-    token's row in a batched step (the per-op path) bitwise, on 1, 2 and 3 threads."""
+def _per_op(runner: ModelRunner, batch: BatchInputs) -> torch.Tensor:
+    """The step layer by layer: decode_layer ops, whose T > 1 path runs op by op (the
+    reference of the team path); the stack is built again after the call."""
+    runner.model.stack = None
+    return runner.run(batch)
+
+
+def test_team_steps_equal_the_per_op_path_on_any_thread_count(weights) -> None:
+    """Steps of up to 32 rows run the whole stack in one parallel region (decode_team.cpp).
+    A decode batch (contexts on both sides of the 128-key segments: attention by whole
+    rows), one decode token (attention split into segments), and a mixed step (a prefill
+    chunk attending its own new keys, plus decodes) each give the per-op path's logits
+    bitwise, on 1, 2 and 3 threads."""
     runner = ModelRunner(weights, engine_config(max_model_len=256), fake_hw(*AVX512_HOST),
                          KernelOverrides())
     lens = [250, 129, 128, 40, 2]
-    tables = {s: tuple(range(64 * s, 64 * s + 64)) for s in range(len(lens))}
+    tables = {s: tuple(range(64 * s, 64 * s + 64)) for s in range(len(lens) + 1)}
     for s, n in enumerate(lens):
         runner.run(BatchInputs((SeqChunk(s, tuple(_ids(n, 40 + s)), 0, tables[s]),)))
-    step = [SeqChunk(s, (7,), n, tables[s]) for s, n in enumerate(lens)]
-    batched = runner.run(BatchInputs(tuple(step)))
+    decodes = tuple(SeqChunk(s, (7,), n, tables[s]) for s, n in enumerate(lens))
+    prompt = SeqChunk(len(lens), tuple(_ids(21, 50)), 0, tables[len(lens)], LogitsWanted.ALL)
+    steps = [decodes, decodes[:1], (prompt, *decodes[2:])]
     before = torch.get_num_threads()
     try:
-        for threads in (1, 2, 3):
-            torch.set_num_threads(threads)
-            for i, chunk in enumerate(step):
-                alone = runner.run(BatchInputs((chunk,)))  # rewrites the same K/V slot
-                assert torch.equal(alone[0], batched[i]), (threads, lens[i])
+        for step in steps:
+            batch = BatchInputs(step)
+            assert batch.num_tokens <= 32
+            reference = _per_op(runner, batch)
+            assert runner.model.stack is not None
+            for threads in (1, 2, 3):
+                torch.set_num_threads(threads)
+                team = runner.run(batch)  # rewrites the same K/V slots
+                assert torch.equal(team, reference), (threads, batch.num_tokens)
+            torch.set_num_threads(before)
     finally:
         torch.set_num_threads(before)
+
+
+def test_steps_past_32_rows_run_op_by_op_and_equal_solo_rows(weights) -> None:
+    """A 40-row step (over the team path's 32) runs op by op: each row's logits equal the
+    same chunk run alone (through the team path)."""
+    runner = _runner(weights, True)
+    runner.run(BatchInputs((SeqChunk(2, (3,), 0, (30,)),)))  # the first call builds the stack
+    assert runner.model.stack is not None
+    chunks = (SeqChunk(0, tuple(_ids(30, 60)), 0, tuple(range(10)), LogitsWanted.ALL),
+              SeqChunk(1, tuple(_ids(10, 61)), 0, tuple(range(10, 20)), LogitsWanted.ALL))
+    together = runner.run(BatchInputs(chunks))
+    row = 0
+    for chunk in chunks:
+        alone = runner.run(BatchInputs((chunk,)))
+        assert torch.equal(alone, together[row:row + chunk.num_tokens]), chunk.seq_id
+        row += chunk.num_tokens
 
 
 def test_single_token_decode_layer_op_equals_the_stack(weights) -> None:

@@ -1,0 +1,236 @@
+// A step of a few token rows through the decoder stack in one parallel region (contract
+// in decode_team.h).
+#include <omp.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "attention.h"
+#include "decode_layer.h"
+#include "decode_team.h"
+#include "tile_sched.h"
+
+namespace fp8serve {
+namespace {
+
+// Spin barrier for one team; yields after a few microseconds so a descheduled teammate
+// (shared 2-core hosts) gets the core back.
+struct SpinBarrier {
+  static constexpr int kSpins = 2000;
+  alignas(64) std::atomic<int64_t> arrived{0};
+  alignas(64) std::atomic<int64_t> generation{0};
+  int64_t team = 1;
+
+  void wait() {
+    if (team == 1) return;
+    const int64_t gen = generation.load(std::memory_order_acquire);
+    if (arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == team) {
+      arrived.store(0, std::memory_order_relaxed);
+      generation.store(gen + 1, std::memory_order_release);
+      return;
+    }
+    for (int spins = 0; generation.load(std::memory_order_acquire) == gen; ++spins) {
+      if (spins < kSpins) {
+        __builtin_ia32_pause();
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+};
+
+constexpr int kPhases = 5;  // claimable phases per layer: qkv, attention, o, gu, down
+
+struct Shared {
+  const StepRef& step;
+  uint16_t* h;                    // bf16 [T, H]
+  uint16_t *qkv, *o, *gu, *down;  // bf16 [T, (Hq + 2 Hkv) D], [T, H], [T, 2 I], [T, H]
+  uint16_t* attn;                 // bf16 [T, Hq D] (attention by whole rows)
+  float* part;                    // attention partials [T Hkv nseg partial_floats]
+  int64_t nseg;                   // 0: whole (row, KV head) items, else segments per row
+  int64_t xld;                    // row stride of the private x buffers: max(H, I)
+  TileRange* ranges;              // [n_layers * kPhases], each set to [0, items)
+  SpinBarrier barrier;
+};
+
+struct Private {  // one thread's buffers (bf16)
+  uint16_t* x;     // [T, xld]: normed h, or silu(g) * u
+  uint16_t* attn;  // [T, Hq D]: the merged attention (segment mode)
+};
+
+// Tiles per claim: the direct kernel's tile group (4 at M = 1, pairs below 8 rows).
+int64_t gemm_chunk(int64_t rows) { return rows == 1 ? 4 : 2; }
+
+// y [T, N] = x [T, ldx] @ W.T over tiles [t0, t1)
+void gemm_tiles(const LinearRef& l, int64_t rows, const uint16_t* x, int64_t ldx, uint16_t* y,
+                int64_t t0, int64_t t1) {
+  const GemvArgs a{x, ldx, rows, l.w, l.kp, l.n, l.scale, l.bn, l.bk, l.k_blocks, nullptr, y,
+                   l.n};
+  if (use_vbmi()) {
+    avx512_vbmi::direct_tiles(a, t0, t1);
+  } else {
+    avx512::direct_tiles(a, t0, t1);
+  }
+}
+
+// Claims chunks of `range` (thread parity picks the end) and runs fn(t0, t1) on each.
+template <class F>
+void claim_all(TileRange& range, int tid, int64_t chunk, const F& fn) {
+  int64_t t0 = 0, t1 = 0;
+  while (range.claim(chunk, tid % 2 == 1, t0, t1)) fn(t0, t1);
+}
+
+// y = x @ W.T over claimed tiles; with `residual`, h[:, cols] += y[:, cols] for those tiles.
+void gemm_phase(Shared& s, TileRange& range, int tid, const LinearRef& l, const uint16_t* x,
+                int64_t ldx, uint16_t* y, bool residual) {
+  const int64_t rows = s.step.t_n;
+  claim_all(range, tid, gemm_chunk(rows), [&](int64_t t0, int64_t t1) {
+    gemm_tiles(l, rows, x, ldx, y, t0, t1);
+    if (residual) {
+      const int64_t c0 = t0 * kTileN, c1 = std::min(t1 * kTileN, l.n);
+      for (int64_t r = 0; r < rows; ++r) {
+        avx512::add_row(s.h + r * s.step.hid + c0, y + r * l.n + c0, c1 - c0);
+      }
+    }
+  });
+}
+
+int64_t qkv_cols(const StepRef& t) { return (t.hq + 2 * t.hkv) * t.d; }
+
+AttnArgs attn_args(const Shared& s, const LayerRef& l, uint16_t* out) {
+  const StepRef& t = s.step;
+  return AttnArgs{s.qkv, qkv_cols(t), t.d, l.k_cache, l.v_cache, t.hq, t.hkv, t.d,
+                  t.block_size, t.block_tables, t.bt_stride, t.token_seq, t.ctx_lens,
+                  float(1.0 / __builtin_sqrt(double(t.d))), out, t.hq * t.d};
+}
+
+// rope on q and k of rows r = tid, tid + team, ..., then their K/V rows into the cache.
+void rope_and_store(const Shared& s, const LayerRef& l, int tid, int64_t team) {
+  const StepRef& t = s.step;
+  const int64_t half = t.d / 2, row = t.hkv * t.d, ld = qkv_cols(t);
+  for (int64_t r = tid; r < t.t_n; r += team) {
+    uint16_t* qkv = s.qkv + r * ld;
+    const int64_t off = t.positions[r] * half;
+    for (int64_t hd = 0; hd < t.hq + t.hkv; ++hd) {
+      const bool q = hd < t.hq;
+      avx512::rope_row(qkv + hd * t.d, (q ? t.q_cos : t.cos) + off, (q ? t.q_sin : t.sin) + off,
+                       half);
+    }
+    std::copy_n(qkv + t.hq * t.d, row, l.k_cache + t.slots[r] * row);
+    std::copy_n(qkv + (t.hq + t.hkv) * t.d, row, l.v_cache + t.slots[r] * row);
+  }
+}
+
+void rms_norm_rows(const Shared& s, const uint16_t* w, const Private& p) {
+  const StepRef& t = s.step;
+  for (int64_t r = 0; r < t.t_n; ++r) {
+    avx512::rms_norm_row(s.h + r * t.hid, w, t.hid, t.eps, p.x + r * s.xld);
+  }
+}
+
+// The layer's attention output rows [T, Hq D]: written to s.attn by whole rows (then a
+// barrier), or as segment partials merged by every thread into its own p.attn.
+const uint16_t* attention(Shared& s, const LayerRef& l, TileRange& range, int tid,
+                          const Private& p) {
+  if (s.nseg == 0) {
+    const AttnArgs a = attn_args(s, l, s.attn);
+    claim_all(range, tid, 1, [&](int64_t i0, int64_t i1) { avx512::attend_items(a, i0, i1); });
+    s.barrier.wait();
+    return s.attn;
+  }
+  const AttnArgs a = attn_args(s, l, p.attn);
+  claim_all(range, tid, 1, [&](int64_t i0, int64_t i1) {
+    avx512::attend_segments(a, s.nseg, i0, i1, s.part);
+  });
+  s.barrier.wait();
+  avx512::merge_segments(a, s.nseg, 0, s.step.t_n * s.step.hkv, s.part);
+  return p.attn;
+}
+
+void layer(Shared& s, const LayerRef& l, TileRange* ranges, int tid, int64_t team,
+           const Private& p) {
+  const StepRef& t = s.step;
+  rms_norm_rows(s, l.input_norm, p);
+  gemm_phase(s, ranges[0], tid, l.qkv, p.x, s.xld, s.qkv, false);
+  s.barrier.wait();
+  rope_and_store(s, l, tid, team);
+  s.barrier.wait();
+  const uint16_t* a = attention(s, l, ranges[1], tid, p);
+  gemm_phase(s, ranges[2], tid, l.o, a, t.hq * t.d, s.o, true);
+  s.barrier.wait();
+  rms_norm_rows(s, l.post_norm, p);
+  gemm_phase(s, ranges[3], tid, l.gu, p.x, s.xld, s.gu, false);
+  s.barrier.wait();
+  for (int64_t r = 0; r < t.t_n; ++r) {
+    const uint16_t* g = s.gu + r * 2 * t.inter;
+    avx512::silu_mul_row(g, g + t.inter, t.inter, p.x + r * s.xld);
+  }
+  gemm_phase(s, ranges[4], tid, l.down, p.x, s.xld, s.down, true);
+  s.barrier.wait();
+}
+
+int64_t tiles(const LinearRef& l) { return (l.n + kTileN - 1) / kTileN; }
+
+// Threads for the region: spinning teammates must each have a CPU, so never more than the
+// CPUs this process may run on (more threads than that would wait on every barrier).
+int64_t team_size(int64_t threads) {
+  cpu_set_t set;
+  const int64_t cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  return std::max<int64_t>(1, std::min(threads, cpus));
+}
+
+// Attention work split: whole (row, KV head) items when there are enough of them to keep
+// the team busy (or no row has more than one segment), else their 128-key segments.
+int64_t attention_segments(const StepRef& t, int64_t team) {
+  int64_t nseg = 1;
+  for (int64_t r = 0; r < t.t_n; ++r) nseg = std::max(nseg, num_segments(t.ctx_lens[r]));
+  return nseg == 1 || t.t_n * t.hkv >= 2 * team ? 0 : nseg;
+}
+
+}  // namespace
+
+void decode_team(const StepRef& step, const LayerRef* layers, int64_t n_layers, uint16_t* h,
+                 int64_t threads) {
+  const int64_t team_max = team_size(threads), rows = step.t_n;
+  const int64_t nseg = attention_segments(step, team_max);
+  const int64_t xld = std::max(step.hid, step.inter), attn_cols = step.hq * step.d;
+  const int64_t priv = rows * (xld + attn_cols);
+  std::vector<uint16_t> buf(size_t(rows * (qkv_cols(step) + 2 * step.hid + 2 * step.inter +
+                                           attn_cols) + team_max * priv));
+  const AttnArgs probe{nullptr, 0, 0, nullptr, nullptr, step.hq, step.hkv, step.d, 0, nullptr,
+                       0, nullptr, nullptr, 0.0f, nullptr, 0};
+  std::vector<float> part(size_t(rows * step.hkv * nseg * partial_floats(probe)));
+  std::unique_ptr<TileRange[]> ranges(new TileRange[n_layers * kPhases]);
+  const int64_t attn_items = rows * step.hkv * std::max<int64_t>(nseg, 1);
+  for (int64_t i = 0; i < n_layers; ++i) {
+    const LayerRef& l = layers[i];
+    const int64_t items[kPhases] = {tiles(l.qkv), attn_items, tiles(l.o), tiles(l.gu),
+                                    tiles(l.down)};
+    for (int j = 0; j < kPhases; ++j) ranges[i * kPhases + j].set(0, items[j]);
+  }
+  uint16_t* b = buf.data();
+  Shared s{step, h, b, nullptr, nullptr, nullptr, nullptr, part.data(), nseg, xld,
+           ranges.get(), {}};
+  s.o = s.qkv + rows * qkv_cols(step);
+  s.gu = s.o + rows * step.hid;
+  s.down = s.gu + rows * 2 * step.inter;
+  s.attn = s.down + rows * step.hid;
+  uint16_t* priv0 = s.attn + rows * attn_cols;
+#pragma omp parallel num_threads(int(team_max))
+  {
+    const int tid = omp_get_thread_num();
+    const int64_t team = omp_get_num_threads();
+    if (tid == 0) s.barrier.team = team;
+#pragma omp barrier
+    const Private p{priv0 + tid * priv, priv0 + tid * priv + rows * xld};
+    for (int64_t i = 0; i < n_layers; ++i) {
+      layer(s, layers[i], s.ranges + i * kPhases, tid, team, p);
+    }
+  }
+}
+
+}  // namespace fp8serve

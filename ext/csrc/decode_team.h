@@ -1,0 +1,67 @@
+// A step of up to kTeamMaxRows token rows (a decode batch, or a short prefill chunk)
+// through a stack of decoder layers inside ONE parallel region: the small-T path of
+// decode_stack (and of decode_layer for T == 1), decode_layer.cpp. Generic translation
+// unit interface: plain pointers, already checked by the caller (decode_team_op.cpp).
+//
+// Per layer the team of threads shares the work of each phase and meets at a spin
+// barrier between phases (6 per layer) instead of forking a region per op:
+//   x = rms_norm(h)              every thread, all rows, into its own buffer (same bits)
+//   qkv = x @ Wqkv.T             32-column tiles claimed front/back         | barrier
+//   rope(q, k), K/V -> cache     rows split over the threads                | barrier
+//   attention                    (row, KV head) items, or with few rows     | barrier
+//                                (row, KV head, 128-key segment) items merged by every
+//                                thread into its own buffer
+//   h[:, cols] += (a @ Wo.T)[:, cols]  per claimed tile                     | barrier
+//   gu = rms_norm(h) @ Wgu.T     tiles                                      | barrier
+//   h[:, cols] += (silu(g) u @ Wdown.T)[:, cols]  (silu*mul per thread)     | barrier
+// Every output element is computed by the same code whichever thread claims it, the GEMMs
+// are batch-invariant (gemm.h) and attention rows do not depend on the other rows or on
+// the segment split (attention.h), so the bits equal the per-op path's and do not depend
+// on the thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "isa.h"
+
+namespace fp8serve {
+
+// Rows up to which decode_stack runs the team path: the direct (in-register) GEMM range,
+// where a step is short enough (a few ms) that a fork and join per op is a visible share.
+constexpr int64_t kTeamMaxRows = 32;
+
+struct LinearRef {
+  const uint8_t* w;    // vnni32 fp8 [Np/32][Kp/2][32][2]
+  const float* scale;  // fp32 [N] (bk == 0) or [ceil(N/bn), ceil(K/bk)]
+  int64_t n, kp, bn, bk, k_blocks;
+};
+
+struct LayerRef {
+  const uint16_t* input_norm;  // bf16 [H]
+  const uint16_t* post_norm;   // bf16 [H]
+  LinearRef qkv, o, gu, down;  // K = H, Hq*D, H, I (each a multiple of 32)
+  uint16_t* k_cache;           // bf16 [S, Hkv, D]
+  uint16_t* v_cache;
+};
+
+struct StepRef {
+  int64_t t_n;  // token rows, 1 .. kTeamMaxRows
+  int64_t hid, hq, hkv, d, inter, block_size;
+  float eps;
+  const float *cos, *sin, *q_cos, *q_sin;  // fp32 [P, D/2] rope tables
+  const int64_t* positions;                // [T] each token's position (< P)
+  const int64_t* slots;                    // [T] cache row of each token's K/V
+  const int32_t* block_tables;             // [C, bt_stride] block ids
+  int64_t bt_stride;
+  const int32_t* token_seq;                // [T] row of block_tables of each token
+  const int32_t* ctx_lens;                 // [T] keys each token attends (position + 1)
+};
+
+// h bf16 [T, H] in place through layers[0 .. n_layers) on up to `threads` threads (and no
+// more than the CPUs the process may run on). Every token's K/V row is written before any
+// token of the step attends, so a prefill chunk's tokens see each other (causal by
+// ctx_lens).
+void decode_team(const StepRef& step, const LayerRef* layers, int64_t n_layers, uint16_t* h,
+                 int64_t threads);
+
+}  // namespace fp8serve

@@ -1,0 +1,23 @@
+// Torch-side entry of the team decode path (decode_team.h): checks the arguments of
+// decode_layer / decode_stack for 1 <= T <= kTeamMaxRows and builds the plain-pointer refs.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+namespace fp8serve {
+
+// h [T, H] bf16 -> [T, H] bf16 through layers i < weights.size(): weights[i] = the 10
+// tensors of decode_layer, dims[i] its 14 dims, k_caches[i] / v_caches[i] [S, Hkv, D] bf16
+// (token t's K/V row written at slot_mapping[t]); rope tables, positions [T] (checked by
+// the caller against the tables) and the index tensors (block_tables [C, W], token_seq [T],
+// ctx_lens [T], int32) as for decode_layer.
+at::Tensor decode_team_op(const at::Tensor& h, const std::vector<at::TensorList>& weights,
+                          const std::vector<c10::IntArrayRef>& dims, double eps,
+                          at::TensorList rope_tables, const at::Tensor& positions,
+                          const std::vector<at::Tensor>& k_caches,
+                          const std::vector<at::Tensor>& v_caches,
+                          const at::Tensor& slot_mapping, at::TensorList index);
+
+}  // namespace fp8serve
