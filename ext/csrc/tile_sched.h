@@ -58,16 +58,20 @@ struct alignas(64) TileRange {
 
 // fn(t0, t1) for disjoint [t0, t1) covering [0, tiles), each exactly once, on up to
 // at::get_num_threads() threads (inline on the caller inside a parallel region or with
-// one thread). tiles < 2^31.
+// one thread). tiles < 2^31. max_chunk caps the tiles per claim (rounded to a multiple
+// of step): callers whose tiles each take long (a prefill GEMM's tile is ~0.1 ms) claim
+// one step at a time, so the last claim leaves the other threads idle only briefly.
 template <class F>
-void parallel_tiles(int64_t tiles, int64_t step, const F& fn) {
+void parallel_tiles(int64_t tiles, int64_t step, const F& fn,
+                    int64_t max_chunk = kMaxTileChunk) {
   if (tiles <= 0) return;
   const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
   if (threads <= 1 || tiles <= step) {
     fn(int64_t(0), tiles);
     return;
   }
-  const int64_t chunk = tile_chunk(tiles, threads, step);
+  const int64_t cap = std::max(step, max_chunk - max_chunk % step);
+  const int64_t chunk = std::min(tile_chunk(tiles, threads, step), cap);
   const int64_t steps = (tiles + step - 1) / step;
   std::unique_ptr<TileRange[]> ranges(new TileRange[threads]);
   for (int64_t i = 0; i < threads; ++i) {  // the static split, in whole steps
