@@ -4,6 +4,7 @@
 #   generate-demo.json     fp8serve bench generate on the demo model (+ transformers, llama.cpp)
 #   generate-3b.json       fp8serve bench generate on a 3B-shaped synth checkpoint
 #   serve-demo.json        fp8serve bench serve at concurrency 1, 4, 16 on the demo model
+#                          (SERVE_ROUNDS interleaved rounds, default 3: medians per level)
 #   rss-{demo,3b,8b}.json  fp8serve bench rss (server peak RSS vs weights + KV budget)
 #   RESULTS.md             the markdown table for the README (python -m engine.bench.report)
 #
@@ -21,6 +22,7 @@ THREADS=${THREADS:-$(nproc)}
 BASELINES_3B=${BASELINES_3B-transformers}
 RUN_8B=${RUN_8B:-0}
 SKIP=${SKIP:-}
+SERVE_ROUNDS=${SERVE_ROUNDS:-3}
 PY=${PYTHON:-python}
 FP8SERVE=("$PY" -m cli.main --log-level WARNING)
 mkdir -p "$OUT" "$MODELS"
@@ -54,7 +56,8 @@ serve_bench() {  # the demo model behind a real server, concurrency 1, 4, 16
     sleep 1
   done
   "${FP8SERVE[@]}" bench serve --url "http://127.0.0.1:$port" --concurrency 1 4 16 \
-    --num-prompts 32 --input-len 128 --output-len 64 --json-out "$OUT/serve-demo.json"
+    --num-prompts 32 --input-len 128 --output-len 64 --rounds "$SERVE_ROUNDS" \
+    --json-out "$OUT/serve-demo.json"
   kill "$SERVER_PID"; wait "$SERVER_PID" || true; SERVER_PID=
 }
 

@@ -1,6 +1,6 @@
-"""`fp8serve bench serve --url URL --concurrency C --num-prompts N --input-len I
---output-len O`: drive a running server (see service/bench_serve.py); print a table and
-write JSON."""
+"""`fp8serve bench serve --url URL --concurrency C [C ...] --num-prompts N --input-len I
+--output-len O [--rounds R]`: drive a running server (see service/bench_serve.py); print a
+table per run and write JSON (every run, plus per-level medians over the rounds)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help="default: the server's model")
     p.add_argument("--api-key", default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="repeat the sweep over the concurrency levels R times, interleaved; "
+                        "each level is reported by its median (for drifting shared hosts)")
     p.add_argument("--json-out", type=Path, default=Path("bench/results/serve.json"))
     p.set_defaults(func=run)
 
@@ -31,27 +34,35 @@ def run(args: argparse.Namespace) -> int:
 
     import httpx
 
-    from service.bench_serve import BenchConfig, format_table, run_bench
+    from service.bench_serve import BenchConfig, combine_rounds, format_table, run_bench
 
+    if args.rounds < 1:
+        raise CliError("--rounds must be >= 1")
     runs = []
-    for conc in args.concurrency:
-        try:
-            cfg = BenchConfig(args.url, conc, args.num_prompts, args.input_len,
-                              args.output_len, args.model, args.api_key, args.seed)
-            summary = asyncio.run(run_bench(cfg))
-        except ValueError as exc:
-            raise CliError(str(exc)) from exc
-        except httpx.HTTPError as exc:
-            raise CliError(f"cannot reach {args.url}: {exc}") from exc
-        print(format_table(summary), end="\n\n", flush=True)
-        runs.append(summary)
-    if len(runs) > 1 and runs[0]["output_token_throughput"] > 0:
-        base = runs[0]["output_token_throughput"]
-        for r in runs[1:]:
+    for rnd in range(args.rounds):
+        for conc in args.concurrency:
+            try:
+                cfg = BenchConfig(args.url, conc, args.num_prompts, args.input_len,
+                                  args.output_len, args.model, args.api_key, args.seed)
+                summary = asyncio.run(run_bench(cfg))
+            except ValueError as exc:
+                raise CliError(str(exc)) from exc
+            except httpx.HTTPError as exc:
+                raise CliError(f"cannot reach {args.url}: {exc}") from exc
+            if args.rounds > 1:
+                print(f"round {rnd + 1} of {args.rounds}")
+            print(format_table(summary), end="\n\n", flush=True)
+            runs.append(summary | {"round": rnd})
+    levels = combine_rounds(runs)
+    base = levels[0]["output_token_throughput"]
+    if len(levels) > 1 and base > 0:
+        how = f" (medians of {args.rounds} rounds)" if args.rounds > 1 else ""
+        for r in levels[1:]:
             print(f"output throughput at concurrency {r['config']['concurrency']}: "
                   f"{r['output_token_throughput'] / base:.2f}x concurrency "
-                  f"{runs[0]['config']['concurrency']}")
+                  f"{levels[0]['config']['concurrency']}{how}")
     args.json_out.parent.mkdir(parents=True, exist_ok=True)
-    args.json_out.write_text(json.dumps({"runs": runs}, indent=2))
+    args.json_out.write_text(json.dumps({"runs": runs, "rounds": args.rounds,
+                                         "levels": levels}, indent=2))
     print(f"wrote {args.json_out}")
     return 0 if all(r["failed"] == 0 for r in runs) else 1

@@ -5,6 +5,10 @@ request and output-token throughput.
 TTFT: request sent -> first token chunk. ITL: gaps between token chunks. TPOT per request:
 (latency - TTFT) / (output_tokens - 1). Prompts are random token ids of exactly
 ``input_len`` tokens and generation ignores EOS, so every request costs the same.
+
+On a shared host the speed drifts between runs, so a sweep over concurrency levels can run
+in several rounds (each round visits every level once, interleaved in time) and
+:func:`combine_rounds` reports each level by the median over its rounds.
 """
 
 from __future__ import annotations
@@ -149,3 +153,31 @@ def format_table(s: dict[str, Any]) -> str:
                     f"{v['p99'] * 1e3:>10.1f}")
     rows += [f"error: {e}" for e in s["errors"]]
     return "\n".join(rows)
+
+
+MEDIAN_KEYS = ("output_token_throughput", "request_throughput", "duration_s")
+MEDIAN_PCT_KEYS = ("ttft_s", "tpot_s", "itl_s", "e2el_s")
+
+
+def combine_rounds(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One summary per concurrency level (in first-seen order) from runs that may repeat
+    levels: throughputs, durations and each latency percentile are the medians over that
+    level's runs; completed / failed / tokens are summed; ``rounds`` counts the runs and
+    ``output_token_throughput_rounds`` lists each run's throughput."""
+    levels: dict[int, list[dict[str, Any]]] = {}
+    for r in runs:
+        levels.setdefault(r["config"]["concurrency"], []).append(r)
+    out = []
+    for group in levels.values():
+        s = dict(group[0])
+        for key in MEDIAN_KEYS:
+            s[key] = statistics.median(r[key] for r in group)
+        for key in MEDIAN_PCT_KEYS:
+            s[key] = {p: statistics.median(r[key][p] for r in group) for p in group[0][key]}
+        for key in ("completed", "failed", "total_output_tokens"):
+            s[key] = sum(r[key] for r in group)
+        s["errors"] = sorted({e for r in group for e in r["errors"]})[:5]
+        s["rounds"] = len(group)
+        s["output_token_throughput_rounds"] = [r["output_token_throughput"] for r in group]
+        out.append(s)
+    return out

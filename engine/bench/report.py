@@ -51,18 +51,31 @@ def generate_section(runs: list[dict[str, Any]]) -> list[str]:
 
 
 def serve_section(s: dict[str, Any], name: str) -> list[str]:
-    runs = s["runs"]
-    base = runs[0]["output_token_throughput"] or None
+    """One row per concurrency level; with several rounds, each figure is the median over
+    the level's rounds (``levels``, from service/bench_serve.py combine_rounds) and the
+    rounds' throughputs are listed. JSON without ``levels`` has one run per level."""
+    levels = s.get("levels") or s["runs"]
+    rounds = max(r.get("rounds", 1) for r in levels)
+    base = levels[0]["output_token_throughput"] or None
     head = ["concurrency", "output tok/s", "x concurrency 1", "TTFT p50 / p99 (s)",
             "ITL p50 / p99 (ms)", "failed"]
-    rows = [[str(r["config"]["concurrency"]), _f(r["output_token_throughput"]),
-             _f(r["output_token_throughput"] / base if base else None, "{:.2f}"),
-             f"{r['ttft_s']['p50']:.3f} / {r['ttft_s']['p99']:.3f}",
-             f"{r['itl_s']['p50'] * 1e3:.1f} / {r['itl_s']['p99'] * 1e3:.1f}",
-             str(r["failed"])] for r in runs]
-    c = runs[0]["config"]
+    if rounds > 1:
+        head.insert(2, "each round")
+    rows = []
+    for r in levels:
+        row = [str(r["config"]["concurrency"]), _f(r["output_token_throughput"]),
+               _f(r["output_token_throughput"] / base if base else None, "{:.2f}"),
+               f"{r['ttft_s']['p50']:.3f} / {r['ttft_s']['p99']:.3f}",
+               f"{r['itl_s']['p50'] * 1e3:.1f} / {r['itl_s']['p99'] * 1e3:.1f}",
+               str(r["failed"])]
+        if rounds > 1:
+            row.insert(2, ", ".join(f"{x:.1f}" for x in r["output_token_throughput_rounds"]))
+        rows.append(row)
+    c = levels[0]["config"]
+    how = f", median of {rounds} interleaved rounds" if rounds > 1 else ""
     return ([f"### Serving `{name}` (`fp8serve bench serve`, {c['num_prompts']} prompts, "
-             f"input {c['input_len']}, output {c['output_len']})", ""] + _table(head, rows))
+             f"input {c['input_len']}, output {c['output_len']}{how})", ""]
+            + _table(head, rows))
 
 
 def rss_section(runs: list[dict[str, Any]]) -> list[str]:

@@ -191,6 +191,22 @@ def test_bench_serve_against_the_server(server, tmp_path):
     assert "TTFT" in format_table(s)
 
 
+def test_bench_serve_cli_rounds_interleave_levels(server, tmp_path, capsys):
+    from cli.main import main
+
+    out = tmp_path / "serve.json"
+    rc = main(["bench", "serve", "--url", server["url"], "--api-key", KEY, "--concurrency", "1",
+               "2", "--num-prompts", "2", "--input-len", "8", "--output-len", "3",
+               "--rounds", "2", "--json-out", str(out)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert [(r["round"], r["config"]["concurrency"]) for r in data["runs"]] == [
+        (0, 1), (0, 2), (1, 1), (1, 2)]
+    assert [lv["config"]["concurrency"] for lv in data["levels"]] == [1, 2]
+    assert all(lv["rounds"] == 2 and lv["completed"] == 4 for lv in data["levels"])
+    assert "medians of 2 rounds" in capsys.readouterr().out
+
+
 def test_prometheus_scrapes_kernel_metric(server):
     binary = shutil.which("prometheus")
     if binary is None:
