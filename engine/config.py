@@ -108,6 +108,8 @@ class EngineConfig:
     kv_cache_gib: float = 1.0
     kv_block_size: int = 16
     max_num_batched_tokens: int = 512  # prefill chunk budget per step
+    # prefill tokens in a step that also carries decodes; None = the rest of the budget
+    max_prefill_tokens_with_decodes: int | None = None
     threads: int | None = None  # torch intra-op threads; None = all cores
     kernel: str | None = None  # FP8SERVE_KERNEL: force this kernel id
     disabled_kernels: tuple[str, ...] = ()  # FP8SERVE_DISABLED_KERNELS
@@ -118,4 +120,7 @@ class EngineConfig:
         _require(self.kv_cache_gib > 0, "kv_cache_gib must be > 0")
         _require(self.kv_block_size >= 1, "kv_block_size must be >= 1")
         _require(self.max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1")
+        _require(self.max_prefill_tokens_with_decodes is None
+                 or self.max_prefill_tokens_with_decodes >= 1,
+                 "max_prefill_tokens_with_decodes must be >= 1")
         _require(self.threads is None or self.threads >= 1, "threads must be >= 1")

@@ -52,7 +52,8 @@ class Engine:
         self.clock = clock
         self.observer = observer or EngineObserver()
         allocator = BlockAllocator(runner.num_kv_blocks, runner.block_size)
-        self.scheduler = Scheduler(allocator, config.max_num_seqs, config.max_num_batched_tokens)
+        self.scheduler = Scheduler(allocator, config.max_num_seqs, config.max_num_batched_tokens,
+                                   config.max_prefill_tokens_with_decodes)
         self.steps = StepRunner(runner, tokenizer, config.max_model_len, self.observer, clock,
                                 sampler=sampler, detokenizer=detokenizer)
         self._live: dict[str, LiveRequest] = {}  # engine thread only

@@ -10,6 +10,11 @@ Policy, each step, under a token budget of ``max_num_batched_tokens``:
    budget remains and free KV blocks cover their first chunk. A waiting request that does
    not fit blocks the ones behind it (no overtaking: FIFO fairness).
 
+With ``max_prefill_tokens_with_decodes`` set, a step that carries decodes gives steps 2 and
+3 at most that many tokens: a long prompt then reaches the streams already running as
+several shorter steps instead of one that stalls them all (inter-token latency), while a
+step without decodes still uses the whole budget.
+
 KV exhaustion: when a running sequence needs a block and none is free, the most recently
 admitted running sequence that is not yet scheduled this step is *preempted by
 recompute*: its blocks are freed, ``num_computed`` drops to 0 and it goes back to the
@@ -55,10 +60,12 @@ class SchedulerOutput:
 
 class Scheduler:
     def __init__(self, allocator: BlockAllocator, max_num_seqs: int,
-                 max_num_batched_tokens: int) -> None:
+                 max_num_batched_tokens: int,
+                 max_prefill_tokens_with_decodes: int | None = None) -> None:
         self.allocator = allocator
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_prefill_tokens_with_decodes = max_prefill_tokens_with_decodes
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # admission order: oldest first
 
@@ -91,7 +98,24 @@ class Scheduler:
         preempted: list[Request] = []
         decodes = [r for r in self.running if r.is_decoding]
         prefills = [r for r in self.running if not r.is_decoding]
-        for req in decodes + prefills:
+        budget = self._pick(decodes, budget, picked, preempted)
+        cap = self.max_prefill_tokens_with_decodes
+        if picked and cap is not None:  # the step carries decodes: prefill gets <= cap
+            budget = min(budget, cap)
+        budget = self._pick(prefills, budget, picked, preempted)
+        if not preempted:
+            self._admit(budget, picked)
+        if not picked:
+            return None
+        chunks = tuple(self._chunk(req, n) for req, n in picked)
+        return SchedulerOutput(BatchInputs(chunks), tuple(r for r, _ in picked),
+                               tuple(preempted))
+
+    def _pick(self, reqs: list[Request], budget: int, picked: list[tuple[Request, int]],
+              preempted: list[Request]) -> int:
+        """Schedule the uncomputed tokens of running ``reqs`` in order as far as ``budget``
+        reaches; returns what is left of it."""
+        for req in reqs:
             if budget == 0:
                 break
             if req.status is not RequestStatus.RUNNING:  # preempted earlier this step
@@ -100,13 +124,7 @@ class Scheduler:
             if self._reserve(req, n, picked, preempted):
                 picked.append((req, n))
                 budget -= n
-        if not preempted:
-            budget = self._admit(budget, picked)
-        if not picked:
-            return None
-        chunks = tuple(self._chunk(req, n) for req, n in picked)
-        return SchedulerOutput(BatchInputs(chunks), tuple(r for r, _ in picked),
-                               tuple(preempted))
+        return budget
 
     def _reserve(self, req: Request, n: int, picked: list[tuple[Request, int]],
                  preempted: list[Request]) -> bool:

@@ -137,3 +137,64 @@ def test_token_slice_equals_all_ids_slice():
     for a in range(7):
         for b in range(a, 8):
             assert r.token_slice(a, b) == tuple(r.all_ids[a:b]), (a, b)
+
+
+def _running_decoders(sched: Scheduler, n: int) -> list[Request]:
+    """n requests whose one-token prompts are computed: each decodes next step."""
+    reqs = [make_req(i, [1], 50) for i in range(n)]
+    for r in reqs:
+        sched.add(r)
+    out = sched.schedule()
+    assert out is not None and out.batch.num_tokens == n
+    for r in reqs:
+        r.num_computed += 1
+        r.output_ids.append(5)
+    return reqs
+
+
+def test_prefill_cap_applies_only_to_steps_that_carry_decodes():
+    sched = Scheduler(BlockAllocator(256, 4), max_num_seqs=8, max_num_batched_tokens=64,
+                      max_prefill_tokens_with_decodes=10)
+    decoders = _running_decoders(sched, 3)
+    prompt = make_req(9, list(range(1, 101)), 4)
+    sched.add(prompt)
+    out = sched.schedule()
+    assert [c.num_tokens for c in out.batch.chunks] == [1, 1, 1, 10]
+    assert out.requests[:3] == tuple(decoders) and out.requests[3] is prompt
+    prompt.num_computed += 10
+    for r in decoders:  # the streams end: the next step carries no decode
+        r.num_computed += 1
+        sched.remove(r)
+    out = sched.schedule()
+    assert [c.num_tokens for c in out.batch.chunks] == [64]
+
+
+def test_without_a_cap_prefill_takes_the_rest_of_the_budget():
+    sched = Scheduler(BlockAllocator(256, 4), max_num_seqs=8, max_num_batched_tokens=64)
+    _running_decoders(sched, 3)
+    sched.add(make_req(9, list(range(1, 101)), 4))
+    out = sched.schedule()
+    assert [c.num_tokens for c in out.batch.chunks] == [1, 1, 1, 61]
+
+
+def test_prefill_cap_keeps_outputs_exact_on_a_random_workload():
+    rng = random.Random(7)
+    sched = Scheduler(BlockAllocator(48, 4), max_num_seqs=4, max_num_batched_tokens=16,
+                      max_prefill_tokens_with_decodes=3)
+    runner = CacheCheckingRunner(48, 4)
+    reqs = [make_req(i, [rng.randrange(1, 50) for _ in range(rng.randrange(1, 30))],
+                     rng.randrange(1, 12)) for i in range(12)]
+    arrivals: dict[int, list[Request]] = {}
+    for r in reqs:
+        arrivals.setdefault(rng.randrange(0, 40), []).append(r)
+    log = drive(sched, runner, reqs, arrivals=arrivals)
+    for r in reqs:
+        assert r.output_ids == expected_tokens(r.prompt_ids, r.params.max_tokens), r.request_id
+    capped = 0
+    for out in log:  # a one-token chunk past the prompt is a decode (or a short recompute)
+        n_dec = sum(1 for r, c in zip(out.requests, out.batch.chunks, strict=True)
+                    if c.num_tokens == 1 and c.start_pos >= len(r.prompt_ids))
+        if n_dec:
+            assert out.batch.num_tokens - n_dec <= 3
+            capped += out.batch.num_tokens - n_dec == 3
+    assert capped > 0  # the cap was reached in some steps

@@ -25,7 +25,9 @@ def fake_loader(delay_s: float = 0.0, num_kv_blocks: int = 64, fail_on_token=Non
         runner.kernel_report = FakeKernelReport()
         cfg = EngineConfig(model_dir=".", max_num_seqs=settings.max_num_seqs,
                            max_model_len=settings.max_model_len,
-                           max_num_batched_tokens=settings.max_num_batched_tokens)
+                           max_num_batched_tokens=settings.max_num_batched_tokens,
+                           max_prefill_tokens_with_decodes=(
+                               settings.max_prefill_tokens_with_decodes))
         hw = HardwareInfo.fake("avx2", "fma")
         return ModelBackend(runner, FakeTokenizer(), MODEL, hw, cfg, FakeDetokenizer,
                             sampling_defaults=sampling_defaults or SamplingDefaults())
