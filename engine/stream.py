@@ -112,3 +112,7 @@ class EngineObserver:
 
     def on_finished(self, reason: FinishReason, e2e: float, num_output_tokens: int) -> None:
         ...
+
+    def on_step(self, seconds: float, num_decode_rows: int, num_prefill_tokens: int) -> None:
+        """One engine step ran (model forward, sampling and outputs): its wall time, its
+        one-token decode rows and its prompt (prefill or recompute) tokens."""

@@ -20,6 +20,9 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
                7.5, 10.0, 20.0, 40.0, 80.0)
+STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15,
+                0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0)
+STEP_KINDS = ("decode", "prefill", "mixed")
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
                60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 P = "fp8serve_"
@@ -51,6 +54,12 @@ class ServingMetrics(EngineObserver):
         self.e2e = hist("e2e_request_latency_seconds", "End-to-end latency.", E2E_BUCKETS)
         self.queue = hist("request_queue_time_seconds", "Time waiting before first "
                           "scheduled.", E2E_BUCKETS)
+        # engine steps by kind: decode (one-token rows only), prefill (prompt tokens only),
+        # mixed (both in one step: a prefill chunk stalls the decodes riding with it)
+        self.step = Histogram(P + "engine_step_seconds", "Engine step wall time (forward, "
+                              "sampling, outputs) by what the step carried.", lbl + ["kind"],
+                              buckets=STEP_BUCKETS, registry=registry)
+        self._steps = {k: self.step.labels(model_name, k) for k in STEP_KINDS}
         # children bound once (exported as zeros before the first request); the per-token
         # hooks then skip the label lookup
         self._gen, self._itl, self._ttft, self._queue, self._prompt = (
@@ -75,6 +84,11 @@ class ServingMetrics(EngineObserver):
     def on_token(self, inter_token_latency: float) -> None:
         self._itl.observe(inter_token_latency)
         self._gen.inc()
+
+    def on_step(self, seconds: float, num_decode_rows: int, num_prefill_tokens: int) -> None:
+        kind = ("mixed" if num_decode_rows and num_prefill_tokens
+                else "decode" if num_decode_rows else "prefill")
+        self._steps[kind].observe(seconds)
 
     def on_finished(self, reason: FinishReason, e2e: float, num_output_tokens: int) -> None:
         m = self.model_name

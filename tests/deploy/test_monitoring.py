@@ -113,6 +113,7 @@ def _datasource_uid() -> str:
     ("Running and waiting requests", ["fp8serve_num_requests_running",
                                       "fp8serve_num_requests_waiting"]),
     ("KV cache usage", ["fp8serve_kv_cache_usage_perc"]),
+    ("Engine step time by kind", ["rate(fp8serve_engine_step_seconds_bucket", "le, kind"]),
 ])
 def test_dashboard_has_the_panel(title, needles):
     text = "\n".join(_panel(title))

@@ -199,3 +199,25 @@ def test_engine_death_fails_requests_and_flips_state():
     assert eng.stats().state == "dead"
     with pytest.raises(EngineUnavailableError):
         eng.add_request("b", [1], SamplingParams(max_tokens=1), sink)
+
+
+class StepRecorder(EngineObserver):
+    def __init__(self):
+        self.steps = []
+
+    def on_step(self, seconds, num_decode_rows, num_prefill_tokens):
+        assert seconds >= 0
+        self.steps.append((num_decode_rows, num_prefill_tokens))
+
+
+def test_on_step_reports_each_steps_decode_rows_and_prompt_tokens():
+    rec = StepRecorder()
+    eng = make_engine(observer=rec, budget=16)
+    collect(eng, "a", [1, 2, 3], SamplingParams(max_tokens=4, ignore_eos=True))
+    eng.step()  # prefills a's 3-token prompt
+    eng.step()  # a decodes
+    collect(eng, "b", list(range(1, 11)), SamplingParams(max_tokens=2, ignore_eos=True))
+    run_all(eng)
+    assert rec.steps[:3] == [(0, 3), (1, 0), (1, 10)]  # the third step is mixed
+    assert sum(d for d, _ in rec.steps) == 3 + 1  # a: 3 decode tokens, b: 1
+    assert sum(p for _, p in rec.steps) == 3 + 10

@@ -194,6 +194,25 @@ def test_metrics(c):
         assert f"fp8serve_{h}_bucket" in text
 
 
+def _step_counts(c) -> dict[str, float]:
+    text = c.get("/metrics").text
+    counts = {}
+    for kind in ("decode", "prefill", "mixed"):
+        line = f'fp8serve_engine_step_seconds_count{{kind="{kind}",model_name="{MODEL}"}}'
+        counts[kind] = float(next(x for x in text.splitlines() if x.startswith(line)).split()[-1])
+    return counts
+
+
+def test_engine_step_histogram_by_kind(c):
+    before = _step_counts(c)
+    c.post("/v1/completions", json={"prompt": "1 2", "max_tokens": 3, "ignore_eos": True})
+    after = _step_counts(c)
+    # one step prefills the 2-token prompt (sampling token 1), two decode tokens 2 and 3
+    assert after["prefill"] - before["prefill"] == 1
+    assert after["decode"] - before["decode"] == 2
+    assert after["mixed"] == before["mixed"]
+
+
 def test_auth_on():
     with client(api_keys=("k1", "k2")) as cl:
         err = error_of(cl.post("/v1/completions", json={"prompt": "1"}), 401)
