@@ -88,10 +88,8 @@ class StepRunner:
             if n and req.num_uncomputed == 0:
                 sampled.append((live[req.request_id], first + n - 1))
         finished += self._sample(logits, sampled)
-        decode_rows = sum(1 for req, c in zip(out.requests, out.batch.chunks, strict=True)
-                          if c.num_tokens == 1 and c.start_pos >= len(req.prompt_ids))
-        self.observer.on_step(self.clock() - now, decode_rows,
-                              out.batch.num_tokens - decode_rows)
+        self.observer.on_step(self.clock() - now, out.num_decodes,
+                              out.batch.num_tokens - out.num_decodes)
         return finished
 
     def _forward(self, out: SchedulerOutput

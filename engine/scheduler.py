@@ -44,6 +44,7 @@ class SchedulerOutput:
     batch: BatchInputs
     requests: tuple[Request, ...]  # requests[i] runs batch.chunks[i]
     preempted: tuple[Request, ...] = ()
+    num_decodes: int = 0  # the first num_decodes chunks are one-token decodes
 
     def logit_spans(self) -> list[tuple[int, int]]:
         """For each chunk, (first row, number of rows) of its logits in the runner output
@@ -99,8 +100,9 @@ class Scheduler:
         decodes = [r for r in self.running if r.is_decoding]
         prefills = [r for r in self.running if not r.is_decoding]
         budget = self._pick(decodes, budget, picked, preempted)
+        num_decodes = len(picked)
         cap = self.max_prefill_tokens_with_decodes
-        if picked and cap is not None:  # the step carries decodes: prefill gets <= cap
+        if num_decodes and cap is not None:  # the step carries decodes: prefill gets <= cap
             budget = min(budget, cap)
         budget = self._pick(prefills, budget, picked, preempted)
         if not preempted:
@@ -109,7 +111,7 @@ class Scheduler:
             return None
         chunks = tuple(self._chunk(req, n) for req, n in picked)
         return SchedulerOutput(BatchInputs(chunks), tuple(r for r, _ in picked),
-                               tuple(preempted))
+                               tuple(preempted), num_decodes)
 
     def _pick(self, reqs: list[Request], budget: int, picked: list[tuple[Request, int]],
               preempted: list[Request]) -> int:
@@ -148,7 +150,7 @@ class Scheduler:
         req.status = RequestStatus.WAITING
         self.waiting.appendleft(req)
 
-    def _admit(self, budget: int, picked: list[tuple[Request, int]]) -> int:
+    def _admit(self, budget: int, picked: list[tuple[Request, int]]) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             n = min(req.num_uncomputed, budget)
@@ -159,7 +161,6 @@ class Scheduler:
             self.running.append(req)
             picked.append((req, n))
             budget -= n
-        return budget
 
     @staticmethod
     def _chunk(req: Request, n: int) -> SeqChunk:

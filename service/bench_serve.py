@@ -169,7 +169,7 @@ def combine_rounds(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         levels.setdefault(r["config"]["concurrency"], []).append(r)
     out = []
     for group in levels.values():
-        s = dict(group[0])
+        s = {k: v for k, v in group[0].items() if k != "round"}
         for key in MEDIAN_KEYS:
             s[key] = statistics.median(r[key] for r in group)
         for key in MEDIAN_PCT_KEYS:

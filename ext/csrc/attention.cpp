@@ -118,22 +118,6 @@ void check_int(const at::Tensor& t, const char* name, int64_t dim) {
               t.scalar_type(), " ", t.sizes());
 }
 
-// Every index the kernel will follow stays inside the cache.
-void check_indices(const AttnArgs& a, int64_t t_n, int64_t c_n, int64_t slots) {
-  const int64_t blocks = slots / a.block_size;
-  for (int64_t i = 0; i < c_n * a.bt_stride; ++i) {
-    TORCH_CHECK(a.block_tables[i] >= 0 && a.block_tables[i] < blocks,
-                "paged_attention: block id ", a.block_tables[i], " outside [0, ", blocks, ")");
-  }
-  for (int64_t t = 0; t < t_n; ++t) {
-    TORCH_CHECK(a.token_seq[t] >= 0 && a.token_seq[t] < c_n, "paged_attention: token_seq[",
-                t, "] = ", a.token_seq[t], " outside [0, ", c_n, ")");
-    TORCH_CHECK(a.ctx_lens[t] >= 1 && a.ctx_lens[t] <= a.bt_stride * a.block_size,
-                "paged_attention: ctx_lens[", t, "] = ", a.ctx_lens[t], " outside [1, ",
-                a.bt_stride * a.block_size, "]");
-  }
-}
-
 // Below this many (key, KV head) pairs in the call, attention runs on the calling thread.
 constexpr int64_t kInlineKeys = 1024;
 
@@ -164,6 +148,22 @@ void attend_avx512(const AttnArgs& a, int64_t t_n) {
 }
 
 }  // namespace
+
+// Every index the kernel will follow stays inside the cache (attention.h).
+void check_paged_indices(const AttnArgs& a, int64_t t_n, int64_t c_n, int64_t slots) {
+  const int64_t blocks = slots / a.block_size;
+  for (int64_t i = 0; i < c_n * a.bt_stride; ++i) {
+    TORCH_CHECK(a.block_tables[i] >= 0 && a.block_tables[i] < blocks,
+                "paged_attention: block id ", a.block_tables[i], " outside [0, ", blocks, ")");
+  }
+  for (int64_t t = 0; t < t_n; ++t) {
+    TORCH_CHECK(a.token_seq[t] >= 0 && a.token_seq[t] < c_n, "paged_attention: token_seq[",
+                t, "] = ", a.token_seq[t], " outside [0, ", c_n, ")");
+    TORCH_CHECK(a.ctx_lens[t] >= 1 && a.ctx_lens[t] <= a.bt_stride * a.block_size,
+                "paged_attention: ctx_lens[", t, "] = ", a.ctx_lens[t], " outside [1, ",
+                a.bt_stride * a.block_size, "]");
+  }
+}
 
 void paged_attention_into(const AttnArgs& a, int64_t t_n) {
   if (cpu_isa() >= Isa::kAvx512) {
@@ -204,7 +204,7 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
              block_tables.data_ptr<int32_t>(), block_tables.size(1), token_seq.data_ptr<int32_t>(),
              ctx_lens.data_ptr<int32_t>(), static_cast<float>(scale),
              reinterpret_cast<uint16_t*>(out.data_ptr()), hq * d};
-  check_indices(a, t_n, block_tables.size(0), k_cache.size(0));
+  check_paged_indices(a, t_n, block_tables.size(0), k_cache.size(0));
   if (t_n > 0) paged_attention_into(a, t_n);
   return out;
 }

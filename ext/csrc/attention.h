@@ -40,6 +40,11 @@ struct AttnArgs {
   int64_t out_st;
 };
 
+// Torch-side argument check (attention.cpp; TORCH_CHECK on failure): every block id of
+// block_tables [c_n, bt_stride] lies in [0, slots / block_size), and each of the t_n tokens
+// has token_seq in [0, c_n) and ctx_len in [1, bt_stride * block_size].
+void check_paged_indices(const AttnArgs& a, int64_t t_n, int64_t c_n, int64_t slots);
+
 // Segments of a context of ctx_len keys.
 inline int64_t num_segments(int64_t ctx_len) { return (ctx_len + kSegment - 1) / kSegment; }
 

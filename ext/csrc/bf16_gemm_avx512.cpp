@@ -39,55 +39,29 @@ template <int MR, int NT>
 void bf16_direct_group(const Bf16GemmArgs& a, const OutSpec& o, int64_t m0, int64_t t) {
   const int64_t pairs = a.kp / 2;
   __m512 acc[MR][2 * NT];
-  for (int r = 0; r < MR; ++r)
-    for (int c = 0; c < 2 * NT; ++c) acc[r][c] = _mm512_setzero_ps();
+  zero_group<MR, NT>(acc);
   chain<MR, NT>(a.x + m0 * a.ldx, a.ldx, Bf16Src{a.w + t * pairs * 64, pairs * 64}, pairs, acc);
-  for (int r = 0; r < MR; ++r)
-    for (int c = 0; c < 2 * NT; ++c)
-      if (t * kTileN + 16 * c < a.n) store16(o, m0 + r, t * kTileN + 16 * c, acc[r][c]);
+  store_group<MR, NT>(o, m0, t, acc);
 }
 
-template <int NT>
-void bf16_direct_rows(const Bf16GemmArgs& a, const OutSpec& o, int64_t t, int64_t m0) {
-  for (; m0 < a.m; m0 += 4) {
-    switch (min64(4, a.m - m0)) {
-      case 1: bf16_direct_group<1, NT>(a, o, m0, t); break;
-      case 2: bf16_direct_group<2, NT>(a, o, m0, t); break;
-      case 3: bf16_direct_group<3, NT>(a, o, m0, t); break;
-      default: bf16_direct_group<4, NT>(a, o, m0, t); break;
-    }
-  }
-}
+struct Bf16DirectGroup {
+  const Bf16GemmArgs& a;
+  const OutSpec& o;
+  template <int MR, int NT>
+  void run(int64_t m0, int64_t t) const { bf16_direct_group<MR, NT>(a, o, m0, t); }
+};
 
-// Up to this M the direct path runs: 5-20% faster than the panel path's 64-pair chunks
-// (whose fp32 sums go to memory and back per chunk) for the 49k x 576 lm_head at M = 1-16.
+// Up to this M the direct path runs (row groups as for FP8: avx512_kernels.inc
+// group_tiles): 5-20% faster than the panel path's 64-pair chunks (whose fp32 sums go to
+// memory and back per chunk) for the 49k x 576 lm_head at M = 1-16.
 constexpr int64_t kBf16DirectMaxM = 32;
-
-// M <= kBf16DirectMaxM: one row runs 4 tiles at a time (8 independent chains, the weight
-// streaming from DRAM); 2-7 rows pair tiles in 4-row groups; from 8 rows, single tiles in
-// 8-row groups (the tile stays in cache for the next group).
-void bf16_direct_tiles(const Bf16GemmArgs& a, const OutSpec& o, int64_t t0, int64_t t1) {
-  int64_t t = t0;
-  if (a.m == 1) {
-    for (; t + 4 <= t1; t += 4) bf16_direct_group<1, 4>(a, o, 0, t);
-  } else if (a.m >= 8) {
-    for (; t < t1; ++t) {
-      int64_t m0 = 0;
-      for (; m0 + 8 <= a.m; m0 += 8) bf16_direct_group<8, 1>(a, o, m0, t);
-      bf16_direct_rows<1>(a, o, t, m0);
-    }
-  } else {
-    for (; t + 2 <= t1; t += 2) bf16_direct_rows<2>(a, o, t, 0);
-  }
-  for (; t < t1; ++t) bf16_direct_rows<1>(a, o, t, 0);
-}
 
 }  // namespace
 
 void bf16_tiles(const Bf16GemmArgs& a, int64_t t0, int64_t t1) {
   const OutSpec o{a.y, a.ldy ? a.ldy : a.n, a.n, a.y_fp32, nullptr, 1.0f, a.bias};
   if (a.m <= kBf16DirectMaxM) {
-    bf16_direct_tiles(a, o, t0, t1);
+    group_tiles(Bf16DirectGroup{a, o}, a.m, t0, t1);
     return;
   }
   Scratch& s = thread_scratch();

@@ -140,18 +140,17 @@ at::Tensor attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at:
                          idx[1], idx[2], dims[4], 1.0 / std::sqrt(double(d)));
 }
 
-// decode_layer's argument checks (shapes, dtypes, positions inside the rope tables).
-void check_layer(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
-                 at::TensorList rope_tables, const at::Tensor& positions,
-                 at::TensorList index) {
-  TORCH_CHECK(weights.size() == 10 && dims.size() == 14 && rope_tables.size() == 4 &&
-                  index.size() == 3,
-              "decode_layer: expects 10 weights, 14 dims, 4 rope tables, 3 index tensors");
+// The step's arguments, shared by every layer: h, the rope tables and the positions
+// inside them, the index tensors' count.
+void check_step(const at::Tensor& h, c10::IntArrayRef dims, at::TensorList rope_tables,
+                const at::Tensor& positions, at::TensorList index) {
+  TORCH_CHECK(dims.size() == 14 && rope_tables.size() == 4 && index.size() == 3,
+              "decode_layer: expects 14 dims, 4 rope tables, 3 index tensors");
   TORCH_CHECK(cpu_isa() >= Isa::kAvx512, "decode_layer: needs AVX-512 (dispatch ISA is ",
               isa_name(cpu_isa()), ")");
   TORCH_CHECK(h.scalar_type() == at::kBFloat16 && h.dim() == 2 && h.is_contiguous(),
               "decode_layer: h must be contiguous bf16 [T, H], got ", h.sizes());
-  const int64_t d = dims[2], hid = h.size(1);
+  const int64_t d = dims[2];
   for (const auto& tb : rope_tables) {
     TORCH_CHECK(tb.scalar_type() == at::kFloat && tb.is_contiguous() && tb.dim() == 2 &&
                     tb.size(1) == d / 2,
@@ -165,8 +164,14 @@ void check_layer(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef d
     TORCH_CHECK(p >= 0 && p < rope_tables[0].size(0), "decode_layer: position ", p,
                 " outside the rope tables [0, ", rope_tables[0].size(0), ")");
   }
+}
+
+// One layer's weights: 10 tensors, the norms bf16 [H] (the linears are checked where
+// their refs are built).
+void check_weights(const at::Tensor& h, at::TensorList weights) {
+  TORCH_CHECK(weights.size() == 10, "decode_layer: expects 10 weights, got ", weights.size());
   for (int i = 0; i < 2; ++i) {
-    TORCH_CHECK(weights[i].scalar_type() == at::kBFloat16 && weights[i].numel() == hid &&
+    TORCH_CHECK(weights[i].scalar_type() == at::kBFloat16 && weights[i].numel() == h.size(1) &&
                     weights[i].is_contiguous(), "decode_layer: norms must be bf16 [H]");
   }
 }
@@ -185,7 +190,8 @@ at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArr
                         double eps, at::TensorList rope_tables, const at::Tensor& positions,
                         const at::Tensor& k_cache, const at::Tensor& v_cache,
                         const at::Tensor& slot_mapping, at::TensorList index) {
-  check_layer(h, weights, dims, rope_tables, positions, index);
+  check_step(h, dims, rope_tables, positions, index);
+  check_weights(h, weights);
   if (team_step(h, dims, 1)) {  // T > 1: the per-op path (the team path's reference)
     return decode_team_op(h, {weights}, {dims}, eps, rope_tables, positions, {k_cache},
                           {v_cache}, slot_mapping, index);
@@ -225,13 +231,14 @@ at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArr
               "10 L weights and 14 L dims, got kv ", kv.sizes(), ", ", weights.size(),
               " weights, ", dims.size(), " dims");
   if (layers > 0 && team_step(h, dims.slice(0, 14), kTeamMaxRows)) {
+    check_step(h, dims.slice(0, 14), rope_tables, positions, index);
     std::vector<at::TensorList> ws;
     std::vector<c10::IntArrayRef> ds;
     std::vector<at::Tensor> ks, vs;
     for (int64_t i = 0; i < layers; ++i) {
       ws.push_back(weights.slice(10 * i, 10));
       ds.push_back(dims.slice(14 * i, 14));
-      check_layer(h, ws.back(), ds.back(), rope_tables, positions, index);
+      check_weights(h, ws.back());
       const at::Tensor layer_kv = kv.select(0, i);
       ks.push_back(layer_kv.select(0, 0).flatten(0, 1));
       vs.push_back(layer_kv.select(0, 1).flatten(0, 1));

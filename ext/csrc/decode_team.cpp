@@ -12,6 +12,7 @@
 #include "attention.h"
 #include "decode_layer.h"
 #include "decode_team.h"
+#include "gemm.h"
 #include "tile_sched.h"
 
 namespace fp8serve {
@@ -65,16 +66,12 @@ struct Private {  // one thread's buffers (bf16)
 // Tiles per claim: the direct kernel's tile group (4 at M = 1, pairs below 8 rows).
 int64_t gemm_chunk(int64_t rows) { return rows == 1 ? 4 : 2; }
 
-// y [T, N] = x [T, ldx] @ W.T over tiles [t0, t1)
+// y [T, N] = x [T, ldx] @ W.T over tiles [t0, t1) (gemm.h, on the direct path: T <= 32)
 void gemm_tiles(const LinearRef& l, int64_t rows, const uint16_t* x, int64_t ldx, uint16_t* y,
                 int64_t t0, int64_t t1) {
   const GemvArgs a{x, ldx, rows, l.w, l.kp, l.n, l.scale, l.bn, l.bk, l.k_blocks, nullptr, y,
                    l.n};
-  if (use_vbmi()) {
-    avx512_vbmi::direct_tiles(a, t0, t1);
-  } else {
-    avx512::direct_tiles(a, t0, t1);
-  }
+  fp8_linear_tiles(a, t0, t1, kTeamMaxRows);
 }
 
 // Claims chunks of `range` (thread parity picks the end) and runs fn(t0, t1) on each.

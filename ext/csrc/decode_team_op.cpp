@@ -32,21 +32,13 @@ void check_cache(const at::Tensor& c, int64_t slots, int64_t hkv, int64_t d) {
               "] of one size, got ", c.sizes());
 }
 
-// Every index the step will follow stays inside the cache: each token's block table row,
-// context length, the blocks it attends and its slot.
+// Every index the step will follow stays inside the cache: the attention indices
+// (attention.h check_paged_indices) and each token's K/V slot.
 void check_index(const StepRef& t, const at::Tensor& bt, int64_t slots) {
-  const int64_t blocks = slots / t.block_size;
+  const AttnArgs a{nullptr, 0, 0, nullptr, nullptr, t.hq, t.hkv, t.d, t.block_size,
+                   t.block_tables, t.bt_stride, t.token_seq, t.ctx_lens, 0.0f, nullptr, 0};
+  check_paged_indices(a, t.t_n, bt.size(0), slots);
   for (int64_t r = 0; r < t.t_n; ++r) {
-    const int32_t row = t.token_seq[r], len = t.ctx_lens[r];
-    TORCH_CHECK(row >= 0 && row < bt.size(0), "paged_attention: token_seq[", r, "] = ", row,
-                " outside [0, ", bt.size(0), ")");
-    TORCH_CHECK(len >= 1 && len <= t.bt_stride * t.block_size, "paged_attention: ctx_lens[",
-                r, "] = ", len, " outside [1, ", t.bt_stride * t.block_size, "]");
-    const int32_t* ids = t.block_tables + int64_t(row) * t.bt_stride;
-    for (int64_t b = 0; b < ceil_div(len, t.block_size); ++b) {
-      TORCH_CHECK(ids[b] >= 0 && ids[b] < blocks, "paged_attention: block id ", ids[b],
-                  " outside [0, ", blocks, ")");
-    }
     TORCH_CHECK(t.slots[r] >= 0 && t.slots[r] < slots, "kv_write: slot ", t.slots[r],
                 " outside [0, ", slots, ")");
   }

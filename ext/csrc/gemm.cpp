@@ -140,11 +140,12 @@ void fp8_linear_tiles(const GemvArgs& a, int64_t t0, int64_t t1, int64_t direct_
 void fp8_linear(const GemvArgs& a, int64_t direct_max_m) {
   if (a.m == 0) return;
   // one row: single tiles stream as fast as groups (memory-bound); else tile pairs. On
-  // the panel path (M > 32) a tile pair is long work (0.1-1 ms at 512 rows): one per claim.
+  // the panel path a tile pair is long work (0.1-1 ms at 512 rows): one per claim.
   const int64_t step = a.m == 1 ? 1 : 2;
+  const bool panel = a.m > direct_max_m;
   parallel_tiles(ceil_div(a.n, kTileN), step,
                  [&](int64_t t0, int64_t t1) { fp8_linear_tiles(a, t0, t1, direct_max_m); },
-                 a.m > 32 ? step : kMaxTileChunk);
+                 panel ? step : kMaxTileChunk);
 }
 
 at::Tensor gemm_avx512(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,

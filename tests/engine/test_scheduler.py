@@ -161,6 +161,7 @@ def test_prefill_cap_applies_only_to_steps_that_carry_decodes():
     out = sched.schedule()
     assert [c.num_tokens for c in out.batch.chunks] == [1, 1, 1, 10]
     assert out.requests[:3] == tuple(decoders) and out.requests[3] is prompt
+    assert out.num_decodes == 3
     prompt.num_computed += 10
     for r in decoders:  # the streams end: the next step carries no decode
         r.num_computed += 1
@@ -191,9 +192,9 @@ def test_prefill_cap_keeps_outputs_exact_on_a_random_workload():
     for r in reqs:
         assert r.output_ids == expected_tokens(r.prompt_ids, r.params.max_tokens), r.request_id
     capped = 0
-    for out in log:  # a one-token chunk past the prompt is a decode (or a short recompute)
-        n_dec = sum(1 for r, c in zip(out.requests, out.batch.chunks, strict=True)
-                    if c.num_tokens == 1 and c.start_pos >= len(r.prompt_ids))
+    for out in log:
+        n_dec = out.num_decodes
+        assert all(c.num_tokens == 1 for c in out.batch.chunks[:n_dec])
         if n_dec:
             assert out.batch.num_tokens - n_dec <= 3
             capped += out.batch.num_tokens - n_dec == 3
