@@ -111,6 +111,9 @@ class EngineConfig:
     # prefill tokens in a step that also carries decodes; None = the rest of the budget
     max_prefill_tokens_with_decodes: int | None = None
     threads: int | None = None  # torch intra-op threads; None = all cores
+    # freed step buffers the malloc heap keeps for the next step (engine/memory.py
+    # retain_heap); 0 = the C library's defaults
+    heap_retain_mib: int = 256
     kernel: str | None = None  # FP8SERVE_KERNEL: force this kernel id
     disabled_kernels: tuple[str, ...] = ()  # FP8SERVE_DISABLED_KERNELS
 
@@ -124,3 +127,4 @@ class EngineConfig:
                  or self.max_prefill_tokens_with_decodes >= 1,
                  "max_prefill_tokens_with_decodes must be >= 1")
         _require(self.threads is None or self.threads >= 1, "threads must be >= 1")
+        _require(self.heap_retain_mib >= 0, "heap_retain_mib must be >= 0")

@@ -18,7 +18,7 @@ from engine.config import EngineConfig, ModelConfig
 from engine.hardware import HardwareInfo
 from engine.kernels.layer_kernel import KernelReport
 from engine.kernels.registry import KernelOverrides
-from engine.memory import trim_heap
+from engine.memory import retain_heap, trim_heap
 from engine.model.attention import build_metadata
 from engine.model.kv_store import KVStore, num_blocks_for
 from engine.model.layers import LinearFactory
@@ -61,6 +61,10 @@ class ModelRunner:
         log.info("fused C++ layers: %d of %d%s", reasons.count(None), len(reasons),
                  f" (not fused: {why})" if why else "")
         trim_heap()  # holes left by the per-layer fused copies, before the KV cache
+        if engine_config.heap_retain_mib and not retain_heap(engine_config.heap_retain_mib
+                                                             * 2**20):
+            log.warning("heap_retain_mib: this C library has no usable mallopt; step "
+                        "buffers are mapped and unmapped by its defaults")
         self.block_size = engine_config.kv_block_size
         self.num_kv_blocks = num_blocks_for(self.config, engine_config)
         self.kv = KVStore.allocate(self.config, self.num_kv_blocks, self.block_size)

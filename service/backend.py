@@ -56,7 +56,8 @@ def load_backend(settings: Settings) -> ModelBackend:
                        kv_cache_gib=settings.kv_cache_gib,
                        max_num_batched_tokens=settings.max_num_batched_tokens,
                        max_prefill_tokens_with_decodes=settings.max_prefill_tokens_with_decodes,
-                       threads=settings.threads, kernel=settings.kernel,
+                       threads=settings.threads, heap_retain_mib=settings.heap_retain_mib,
+                       kernel=settings.kernel,
                        disabled_kernels=tuple(settings.disabled_kernels))
     from engine.hardware import probe_hardware
 

@@ -33,6 +33,7 @@ class Settings(BaseSettings):
     request_timeout: float | None = Field(600.0, gt=0)  # seconds per request
     drain_timeout: float = Field(30.0, ge=0)  # SIGTERM grace period for in-flight requests
     threads: int | None = Field(None, ge=1)
+    heap_retain_mib: int = Field(256, ge=0)  # freed step buffers kept; 0 = libc defaults
     kernel: str | None = None
     disabled_kernels: Annotated[tuple[str, ...], NoDecode] = ()
     # auto: generation_config.json's temperature, top_p, top_k, min_p, repetition_penalty

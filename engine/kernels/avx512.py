@@ -9,8 +9,9 @@ avx512_w8a16 (per-tensor, per-channel) / avx512_block_w8a16 (block scales)
             any M and any other rows (ext/csrc/gemm.h). M <= GEMV_MAX_M: the weight is
             streamed once over torch's intra-op threads, FP8 -> BF16 in registers per
             group of <= 4 rows (M < 8) or per tile and group of 8 rows; larger M: each K
-            chunk (1536 deep; 128 below 32 rows) of two 32-column tiles is converted to BF16 once per block of <= 512 rows and a
-            6-row micro-kernel runs the block's rows over it. Both run one dpbf16 chain
+            chunk (1536 deep; 128 below 32 rows) of two 32-column tiles is converted to
+            BF16 once per block of <= 512 rows and a 6-row micro-kernel runs the block's
+            rows over it. Both run one dpbf16 chain
             per output over K in order (scale on the fp32 sums), so the switch and the
             chunk sizes change speed only. No brgemm on this path.
 Gate: avx512f/bw/vl + avx512_bf16, the extension built, its dispatch level >= avx512.

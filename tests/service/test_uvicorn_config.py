@@ -1,0 +1,24 @@
+"""The server's uvicorn config resolves to uvloop and httptools (dependencies), not the
+pure-Python asyncio loop and h11 parser, and carries the settings' address."""
+
+from __future__ import annotations
+
+import uvloop
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from cli.main import build_parser
+from cli.serve import settings_from_args, uvicorn_config
+
+
+async def _app(scope, receive, send) -> None:  # pragma: no cover - never called
+    raise AssertionError
+
+
+def test_server_uses_uvloop_and_httptools() -> None:
+    settings = settings_from_args(build_parser().parse_args(
+        ["serve", "--port", "8123", "--drain-timeout", "5"]))
+    config = uvicorn_config(_app, settings)
+    config.load()
+    assert config.http_protocol_class is HttpToolsProtocol
+    assert config.get_loop_factory() is uvloop.new_event_loop
+    assert (config.port, config.timeout_graceful_shutdown) == (8123, 5)
