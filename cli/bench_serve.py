@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    import httpx
+    import aiohttp
 
     from service.bench_serve import BenchConfig, combine_rounds, format_table, run_bench
 
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
                 summary = asyncio.run(run_bench(cfg))
             except ValueError as exc:
                 raise CliError(str(exc)) from exc
-            except httpx.HTTPError as exc:
+            except aiohttp.ClientError as exc:
                 raise CliError(f"cannot reach {args.url}: {exc}") from exc
             if args.rounds > 1:
                 print(f"round {rnd + 1} of {args.rounds}")

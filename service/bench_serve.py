@@ -9,6 +9,9 @@ TTFT: request sent -> first token chunk. ITL: gaps between token chunks. TPOT pe
 On a shared host the speed drifts between runs, so a sweep over concurrency levels can run
 in several rounds (each round visits every level once, interleaved in time) and
 :func:`combine_rounds` reports each level by the median over its rounds.
+
+A client on the server's host takes CPU the server would use, so it is kept light: aiohttp
+(a C HTTP parser) reading whole network chunks, not a line iterator per event.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 
 
 @dataclass(frozen=True)
@@ -66,30 +69,51 @@ def percentiles(xs: list[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(s), "p50": pct(0.5), "p99": pct(0.99)}
 
 
-async def one_request(client: httpx.AsyncClient, cfg: BenchConfig, model: str,
+def sse_data(buffered: bytes, received: bytes) -> tuple[list[bytes], bytes]:
+    """Server-sent events split out of a byte stream: (the data payload of each event
+    completed by ``received``, the bytes of the incomplete event to carry to the next
+    call). Events end with a blank line; within one, ``data:`` lines (one optional space
+    after the colon) are joined with newlines, other fields are ignored."""
+    events = (buffered + received).replace(b"\r\n", b"\n").split(b"\n\n")
+    rest = events.pop()
+    payloads = []
+    for event in events:
+        data = [line[5:].removeprefix(b" ") for line in event.split(b"\n")
+                if line.startswith(b"data:")]
+        if data:
+            payloads.append(b"\n".join(data))
+    return payloads, rest
+
+
+async def one_request(session: aiohttp.ClientSession, cfg: BenchConfig, model: str,
                       prompt: list[int]) -> RequestResult:
+    """One streamed completion: TTFT at the first token's event, then one inter-token
+    latency per event. Events that arrive in one read share that read's time."""
     body = {"model": model, "prompt": prompt, "max_tokens": cfg.output_len, "stream": True,
             "temperature": 0.0, "ignore_eos": True}
     start = time.perf_counter()
     res, last = RequestResult(ok=False), start
     try:
-        async with client.stream("POST", "/v1/completions", json=body) as r:
-            if r.status_code != 200:
-                return RequestResult(False, error=f"HTTP {r.status_code}: {await r.aread()!r}")
-            async for line in r.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[6:])
-                if "error" in chunk:
-                    return RequestResult(False, error=chunk["error"]["message"])
+        async with session.post(cfg.url.rstrip("/") + "/v1/completions", json=body) as r:
+            if r.status != 200:
+                return RequestResult(False, error=f"HTTP {r.status}: {await r.read()!r}")
+            buffered = b""
+            async for received in r.content.iter_any():
                 now = time.perf_counter()
-                if res.output_tokens == 0:
-                    res.ttft = now - start
-                else:
-                    res.itl.append(now - last)
-                last = now
-                res.output_tokens += 1
-    except httpx.HTTPError as exc:
+                payloads, buffered = sse_data(buffered, received)
+                for data in payloads:
+                    if data == b"[DONE]":
+                        continue
+                    chunk = json.loads(data)
+                    if "error" in chunk:
+                        return RequestResult(False, error=chunk["error"]["message"])
+                    if res.output_tokens == 0:
+                        res.ttft = now - start
+                    else:
+                        res.itl.append(now - last)
+                    last = now
+                    res.output_tokens += 1
+    except aiohttp.ClientError as exc:
         return RequestResult(False, error=f"{type(exc).__name__}: {exc}")
     res.latency, res.ok = time.perf_counter() - start, True
     return res
@@ -116,13 +140,18 @@ def summarize(cfg: BenchConfig, results: list[RequestResult], duration: float
 
 
 async def run_bench(cfg: BenchConfig) -> dict[str, Any]:
+    """The load: num_prompts random-token prompts, at most ``concurrency`` in flight.
+    Raises aiohttp.ClientError when the server cannot be reached or has no model."""
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-    limits = httpx.Limits(max_connections=cfg.concurrency + 2)
-    async with httpx.AsyncClient(base_url=cfg.url.rstrip("/"), headers=headers,
-                                 timeout=httpx.Timeout(None, connect=10.0),
-                                 limits=limits) as client:
-        model = cfg.model or (await client.get("/v1/models")).raise_for_status().json()[
-            "data"][0]["id"]
+    connector = aiohttp.TCPConnector(limit=cfg.concurrency + 2)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
+    async with aiohttp.ClientSession(headers=headers, connector=connector,
+                                     timeout=timeout) as session:
+        model = cfg.model
+        if model is None:
+            async with session.get(cfg.url.rstrip("/") + "/v1/models",
+                                   raise_for_status=True) as r:
+                model = (await r.json())["data"][0]["id"]
         rng = random.Random(cfg.seed)
         prompts = [[rng.randrange(cfg.vocab_lo, cfg.vocab_hi) for _ in range(cfg.input_len)]
                    for _ in range(cfg.num_prompts)]
@@ -130,7 +159,7 @@ async def run_bench(cfg: BenchConfig) -> dict[str, Any]:
 
         async def limited(p: list[int]) -> RequestResult:
             async with sem:
-                return await one_request(client, cfg, model, p)
+                return await one_request(session, cfg, model, p)
 
         start = time.perf_counter()
         results = await asyncio.gather(*(limited(p) for p in prompts))

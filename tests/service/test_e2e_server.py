@@ -207,6 +207,25 @@ def test_bench_serve_cli_rounds_interleave_levels(server, tmp_path, capsys):
     assert "medians of 2 rounds" in capsys.readouterr().out
 
 
+def test_bench_serve_cli_errors_name_the_cause(server, tmp_path, capsys):
+    from cli.main import main
+
+    closed = f"http://127.0.0.1:{free_port()}"
+    rc = main(["bench", "serve", "--url", closed, "--json-out", str(tmp_path / "a.json")])
+    assert rc != 0 and f"cannot reach {closed}" in capsys.readouterr().err
+    # a wrong key: the model list is refused, so nothing is benchmarked
+    rc = main(["bench", "serve", "--url", server["url"], "--api-key", "wrong",
+               "--json-out", str(tmp_path / "b.json")])
+    assert rc != 0 and "401" in capsys.readouterr().err
+    # with the model named, each request fails with the server's status, none is counted
+    rc = main(["bench", "serve", "--url", server["url"], "--api-key", "wrong", "--model", "m",
+               "--num-prompts", "2", "--input-len", "4", "--output-len", "2",
+               "--json-out", str(tmp_path / "c.json")])
+    run = json.loads((tmp_path / "c.json").read_text())["runs"][0]
+    assert rc == 1 and (run["completed"], run["failed"]) == (0, 2)
+    assert run["errors"] and run["errors"][0].startswith("HTTP 401")
+
+
 def test_prometheus_scrapes_kernel_metric(server):
     binary = shutil.which("prometheus")
     if binary is None:
