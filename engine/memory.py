@@ -30,6 +30,7 @@ import mmap
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -77,12 +78,25 @@ def mapping_of(addr: int, maps_path: str = "/proc/self/maps") -> Mapping | None:
 _libc: ctypes.CDLL | None = None
 
 
-def _madvise(start: int, length: int, advice: int) -> None:
+def _c_function(name: str, argtypes: tuple[type, ...]) -> Any:
+    """The C library's function ``name`` with its argument types set, or None where the
+    library or the function is missing (e.g. malloc_trim and mallopt on musl)."""
     global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    if _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), advice) != 0:
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = getattr(_libc, name)
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = argtypes
+    return fn
+
+
+def _madvise(start: int, length: int, advice: int) -> None:
+    madvise = _c_function("madvise", (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int))
+    if madvise is None:
+        raise OSError("the C library has no madvise")
+    if madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), advice) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"madvise({start:#x}, {length}): {os.strerror(err)}")
 
@@ -90,12 +104,9 @@ def _madvise(start: int, length: int, advice: int) -> None:
 def trim_heap() -> bool:
     """glibc ``malloc_trim(0)``: return the free pages of the malloc heaps to the OS.
     False where the C library has no malloc_trim (e.g. musl): then it is a no-op."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
+    trim = _c_function("malloc_trim", (ctypes.c_size_t,))
+    if trim is None:
         return False
-    trim.argtypes = (ctypes.c_size_t,)
     trim(0)
     return True
 
@@ -114,14 +125,9 @@ def retain_heap(nbytes: int) -> bool:
     prefill step of the demo model. Peak memory is unchanged; what a step freed is kept
     for the next one. Allocations of 32 MiB or more are always mapped (glibc's limit).
     False (nothing changed) where the C library has no mallopt or refuses the values."""
-    if nbytes <= 0:
+    mallopt = _c_function("mallopt", (ctypes.c_int, ctypes.c_int))
+    if nbytes <= 0 or mallopt is None:
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mmap_ok = mallopt(M_MMAP_THRESHOLD, min(nbytes, MMAP_THRESHOLD_MAX))
     trim_ok = mallopt(M_TRIM_THRESHOLD, min(nbytes, 2**31 - 1))
     return bool(mmap_ok and trim_ok)

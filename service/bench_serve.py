@@ -40,6 +40,10 @@ class BenchConfig:
     vocab_lo: int = 1000  # prompt ids drawn from [vocab_lo, vocab_hi)
     vocab_hi: int = 20000
 
+    def endpoint(self, path: str) -> str:
+        """The server URL + path ("/v1/...")."""
+        return self.url.rstrip("/") + path
+
     def __post_init__(self) -> None:
         for name in ("concurrency", "num_prompts", "input_len", "output_len"):
             if getattr(self, name) < 1:
@@ -94,7 +98,7 @@ async def one_request(session: aiohttp.ClientSession, cfg: BenchConfig, model: s
     start = time.perf_counter()
     res, last = RequestResult(ok=False), start
     try:
-        async with session.post(cfg.url.rstrip("/") + "/v1/completions", json=body) as r:
+        async with session.post(cfg.endpoint("/v1/completions"), json=body) as r:
             if r.status != 200:
                 return RequestResult(False, error=f"HTTP {r.status}: {await r.read()!r}")
             buffered = b""
@@ -149,8 +153,7 @@ async def run_bench(cfg: BenchConfig) -> dict[str, Any]:
                                      timeout=timeout) as session:
         model = cfg.model
         if model is None:
-            async with session.get(cfg.url.rstrip("/") + "/v1/models",
-                                   raise_for_status=True) as r:
+            async with session.get(cfg.endpoint("/v1/models"), raise_for_status=True) as r:
                 model = (await r.json())["data"][0]["id"]
         rng = random.Random(cfg.seed)
         prompts = [[rng.randrange(cfg.vocab_lo, cfg.vocab_hi) for _ in range(cfg.input_len)]
