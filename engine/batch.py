@@ -3,7 +3,7 @@
 Each engine step the scheduler hands the runner a :class:`BatchInputs`: one
 :class:`SeqChunk` per scheduled sequence. A chunk is either a slice of a prompt (chunked
 prefill) or the single newest token of a running sequence (decode). KV-cache blocks are
-allocated by the scheduler (engine/kv_cache.py) and only *named* here by index; the runner
+allocated by the scheduler (engine/kv/block_allocator.py) and only *named* here by index; the runner
 owns the KV tensors.
 """
 

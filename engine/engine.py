@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config import EngineConfig
-from engine.kv_cache import BlockAllocator
+from engine.kv.block_allocator import BlockAllocator
 from engine.postprocess import LiveRequest, StepRunner
 from engine.request import (
     EngineUnavailableError,

@@ -1,5 +1,5 @@
 """ModelRunner: BatchInputs (from the scheduler) -> logits, over the model and its paged
-KV store. The scheduler allocates blocks (engine/kv_cache.py) and names them in each
+KV store. The scheduler allocates blocks (engine/kv/block_allocator.py) and names them in each
 chunk's block_table; the runner owns the KV tensors and the per-layer kernel choices.
 
 FP8SERVE_FUSED=0 forces the reference path (Python layers, SDPA attention, Bf16Linear head)

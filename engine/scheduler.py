@@ -31,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from engine.batch import BatchInputs, LogitsWanted, SeqChunk
-from engine.kv_cache import BlockAllocator
+from engine.kv.block_allocator import BlockAllocator
 from engine.request import Request, RequestStatus
 
 

@@ -1,5 +1,5 @@
-"""The paged KV tensors (the scheduler's engine/kv_cache.py owns which sequence holds which
-block; this module only owns the memory).
+"""The paged KV tensors (the scheduler's engine/kv/block_allocator.py owns which sequence
+holds which block; this module only owns the memory).
 
 Layout: one bf16 tensor ``kv`` [num_layers, 2, num_blocks, block_size, num_kv_heads,
 head_dim] (index 0 = K, 1 = V), preallocated and zero-filled (so padded reads in batched

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine.batch import LogitsWanted
-from engine.kv_cache import BlockAllocator
+from engine.kv.block_allocator import BlockAllocator
 from engine.request import Request, RequestStatus
 from engine.scheduler import KvCapacityError, Scheduler
 from tests.engine.fake_runner import CacheCheckingRunner, expected_tokens

@@ -1,6 +1,6 @@
 import pytest
 
-from engine.kv_cache import BlockAllocator
+from engine.kv.block_allocator import BlockAllocator
 
 
 def test_grow_allocates_only_missing_blocks_and_tracks_usage():

@@ -1,0 +1,1 @@
+"""KV-cache bookkeeping: the block allocator and the prefix cache."""
