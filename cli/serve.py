@@ -50,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--generation-config", choices=("auto", "none"), default=None,
                    help="auto (default): sampling defaults from the model's "
                         "generation_config.json for fields a request leaves out; none: ignore")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                   default=None, help="reuse the KV blocks of prompt prefixes earlier "
+                   "requests computed (default on; FP8SERVE_ENABLE_PREFIX_CACHING)")
     add_kernel_args(p)
     p.set_defaults(func=run)
 
@@ -60,7 +63,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     from service.settings import Settings
 
     given: dict[str, Any] = {}
-    for name in ["model", "generation_config"] + [f[0][2:].replace("-", "_") for f in FLAGS]:
+    for name in (["model", "generation_config", "enable_prefix_caching"]
+                 + [f[0][2:].replace("-", "_") for f in FLAGS]):
         if getattr(args, name, None) is not None:
             given[name] = getattr(args, name)
     if args.api_key:

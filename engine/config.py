@@ -110,6 +110,8 @@ class EngineConfig:
     max_num_batched_tokens: int = 512  # prefill chunk budget per step
     # prefill tokens in a step that also carries decodes; None = the rest of the budget
     max_prefill_tokens_with_decodes: int | None = None
+    # share computed KV blocks between requests with the same leading tokens (engine/kv/)
+    enable_prefix_caching: bool = True
     threads: int | None = None  # torch intra-op threads; None = all cores
     # freed step buffers the malloc heap keeps for the next step (engine/memory.py
     # retain_heap); 0 = the C library's defaults

@@ -19,6 +19,7 @@ from typing import Any
 
 from engine.config import EngineConfig
 from engine.kv.block_allocator import BlockAllocator
+from engine.kv.prefix_cache import PrefixCache
 from engine.postprocess import LiveRequest, StepRunner
 from engine.request import (
     EngineUnavailableError,
@@ -52,14 +53,18 @@ class Engine:
         self.clock = clock
         self.observer = observer or EngineObserver()
         allocator = BlockAllocator(runner.num_kv_blocks, runner.block_size)
+        cache = (PrefixCache(allocator, getattr(runner, "kv_dtype", "bfloat16"))
+                 if config.enable_prefix_caching else None)
         self.scheduler = Scheduler(allocator, config.max_num_seqs, config.max_num_batched_tokens,
-                                   config.max_prefill_tokens_with_decodes)
+                                   config.max_prefill_tokens_with_decodes, cache)
         self.steps = StepRunner(runner, tokenizer, config.max_model_len, self.observer, clock,
                                 sampler=sampler, detokenizer=detokenizer)
         self._live: dict[str, LiveRequest] = {}  # engine thread only
         self._lock = threading.Condition()
         self._inbox: list[LiveRequest] = []
         self._aborts: list[str] = []
+        self._resets: list[threading.Event] = []  # reset_prefix_cache calls to answer
+        self._num_reset = 0
         self._stats = EngineStats("ready", 0, 0, 0.0)
         self._stop = False
         self._next_seq = 0
@@ -69,11 +74,14 @@ class Engine:
     # ---- any thread -------------------------------------------------------------------
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: Any,
-                    sink: OutputSink, timeout: float | None = None) -> None:
+                    sink: OutputSink, timeout: float | None = None,
+                    cache_salt: str | None = None) -> None:
         """Queue a request. Raises InvalidRequestError, QueueFullError or
-        EngineUnavailableError (and the observer counts the rejection)."""
+        EngineUnavailableError (and the observer counts the rejection). Requests with
+        different ``cache_salt`` never share prefix-cache blocks."""
         try:
             live = self._validate(request_id, prompt_ids, params, sink, timeout)
+            live.req.cache_salt = cache_salt
             with self._lock:
                 self._check_queue()
                 self._inbox.append(live)
@@ -128,6 +136,20 @@ class Engine:
             self._aborts.append(request_id)
             self._lock.notify()
 
+    def reset_prefix_cache(self, timeout: float = 10.0) -> int:
+        """Drop every cached KV block (blocks running requests hold stay theirs); blocks
+        until the engine thread has done it and returns how many were dropped. Raises
+        EngineUnavailableError when the engine is dead or does not answer in time."""
+        if self.stats().state == "dead":
+            raise EngineUnavailableError("engine is dead", "dead")
+        done = threading.Event()
+        with self._lock:
+            self._resets.append(done)
+            self._lock.notify()
+        if not done.wait(timeout):
+            raise EngineUnavailableError("engine did not answer in time", self.stats().state)
+        return self._num_reset
+
     def stats(self) -> EngineStats:
         with self._lock:
             s = self._stats
@@ -163,6 +185,8 @@ class Engine:
         self._take_inbox()
         self._expire()
         out = self.scheduler.schedule()
+        if out is not None and out.cache_queries:
+            self.observer.on_prefix_cache(out.cache_queries, out.cache_hits)
         if out is not None:
             for req in self.steps.run(out, self._live):
                 self._finish(req)
@@ -173,7 +197,8 @@ class Engine:
         try:
             while True:
                 with self._lock:
-                    while not (self._stop or self._inbox or self._aborts or self._live):
+                    while not (self._stop or self._inbox or self._aborts or self._resets
+                               or self._live):
                         self._lock.wait()
                     if self._stop:
                         break
@@ -186,6 +211,7 @@ class Engine:
         with self._lock:  # queue and stats change together, so _check_queue sees both
             new, self._inbox = self._inbox, []
             aborts, self._aborts = self._aborts, []
+            resets, self._resets = self._resets, []
             for live in new:
                 live.req.seq_id = self._next_seq
                 self._next_seq += 1
@@ -197,6 +223,9 @@ class Engine:
             if live is not None:
                 self.steps.end(live, FinishReason.ABORT, None)
                 self._finish(live.req)
+        for done in resets:
+            self._num_reset = self.scheduler.reset_prefix_cache()
+            done.set()
 
     def _expire(self) -> None:
         now = self.clock()

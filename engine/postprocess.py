@@ -205,7 +205,8 @@ class StepRunner:
             prompt_lps = tuple(req.prompt_logprobs)
         self._emit(lv, RequestOutput(req.request_id, text, (token,), lps,
                                      reason is not None, reason, None, len(req.prompt_ids),
-                                     n, stop_reason, prompt_lps))
+                                     n, stop_reason, prompt_lps,
+                                     num_cached_tokens=req.num_cached_tokens))
         if reason is not None:
             self._close(lv, reason)
         return reason is not None
@@ -216,7 +217,8 @@ class StepRunner:
         req.error = error
         self._emit(lv, RequestOutput(req.request_id, finished=True, finish_reason=reason,
                                      error=error, num_prompt_tokens=len(req.prompt_ids),
-                                     num_output_tokens=len(req.output_ids)))
+                                     num_output_tokens=len(req.output_ids),
+                                     num_cached_tokens=req.num_cached_tokens))
         self._close(lv, reason)
         return True
 

@@ -56,6 +56,13 @@ class Request:
     # (engine.stream.TokenLogprob; entry 0 is None), filled as prefill chunks run and kept
     # across preemption (a recomputed chunk scores only positions not yet scored)
     prompt_logprobs: list[Any] = field(default_factory=list)
+    # prefix caching (engine/kv/prefix_cache.py): requests with different salts never
+    # share blocks; block_hashes[i] names the content of all_ids' full block i;
+    # block_table[:num_committed_blocks] are registered in the cache
+    cache_salt: str | None = None
+    block_hashes: list[bytes] = field(default_factory=list)
+    num_committed_blocks: int = 0
+    num_cached_tokens: int = 0  # prompt tokens found in the cache when first admitted
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:

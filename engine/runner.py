@@ -76,6 +76,11 @@ class ModelRunner:
     def kv_bytes_per_block(self) -> int:
         return self.kv.bytes_per_block
 
+    @property
+    def kv_dtype(self) -> str:
+        """The K/V element type ("bfloat16"); part of every prefix-cache block key."""
+        return str(self.kv.kv.dtype).removeprefix("torch.")
+
     @torch.inference_mode()
     def run(self, batch: BatchInputs) -> torch.Tensor:
         """Logits float32 [batch.num_logit_rows, vocab], rows in chunk order; each chunk

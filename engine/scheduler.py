@@ -8,7 +8,10 @@ Policy, each step, under a token budget of ``max_num_batched_tokens``:
    their prompt (chunked prefill), oldest first, as far as the budget reaches.
 3. Admission: waiting requests (FIFO) are admitted while ``len(running) < max_num_seqs``,
    budget remains and free KV blocks cover their first chunk. A waiting request that does
-   not fit blocks the ones behind it (no overtaking: FIFO fairness).
+   not fit blocks the ones behind it (no overtaking: FIFO fairness). With a prefix cache
+   (engine/kv/prefix_cache.py), an admitted request first takes the cached blocks that
+   match its leading tokens and starts computing after them: the budget and the free
+   blocks it needs count only the tokens still to compute.
 
 With ``max_prefill_tokens_with_decodes`` set, a step that carries decodes gives steps 2 and
 3 at most that many tokens: a long prompt then reaches the streams already running as
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 
 from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.kv.block_allocator import BlockAllocator
+from engine.kv.prefix_cache import PrefixCache
 from engine.request import Request, RequestStatus
 
 
@@ -45,6 +49,10 @@ class SchedulerOutput:
     requests: tuple[Request, ...]  # requests[i] runs batch.chunks[i]
     preempted: tuple[Request, ...] = ()
     num_decodes: int = 0  # the first num_decodes chunks are one-token decodes
+    # prefix cache lookups of this step's admissions, in tokens (vLLM's meaning): the
+    # tokens of the requests that looked, and those found cached
+    cache_queries: int = 0
+    cache_hits: int = 0
 
     def logit_spans(self) -> list[tuple[int, int]]:
         """For each chunk, (first row, number of rows) of its logits in the runner output
@@ -62,8 +70,10 @@ class SchedulerOutput:
 class Scheduler:
     def __init__(self, allocator: BlockAllocator, max_num_seqs: int,
                  max_num_batched_tokens: int,
-                 max_prefill_tokens_with_decodes: int | None = None) -> None:
+                 max_prefill_tokens_with_decodes: int | None = None,
+                 prefix_cache: PrefixCache | None = None) -> None:
         self.allocator = allocator
+        self.prefix_cache = prefix_cache
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_prefill_tokens_with_decodes = max_prefill_tokens_with_decodes
@@ -91,12 +101,27 @@ class Scheduler:
             self.running.remove(req)
         elif req in self.waiting:
             self.waiting.remove(req)
+        self._release(req)
+
+    def _release(self, req: Request) -> None:
+        """Free ``req``'s blocks, registering its computed full ones in the cache first."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.commit(req)
         self.allocator.free(req.block_table)
+        req.num_committed_blocks = 0
+
+    def reset_prefix_cache(self) -> int:
+        """Forget every cached block (running requests keep theirs and go on registering
+        the blocks they complete from now on); returns how many were dropped."""
+        return self.allocator.reset_cache()
 
     def schedule(self) -> SchedulerOutput | None:
         budget = self.max_num_batched_tokens
         picked: list[tuple[Request, int]] = []
         preempted: list[Request] = []
+        if self.prefix_cache is not None:
+            for req in self.running:  # what the last step computed becomes shareable
+                self.prefix_cache.commit(req)
         decodes = [r for r in self.running if r.is_decoding]
         prefills = [r for r in self.running if not r.is_decoding]
         budget = self._pick(decodes, budget, picked, preempted)
@@ -105,13 +130,14 @@ class Scheduler:
         if num_decodes and cap is not None:  # the step carries decodes: prefill gets <= cap
             budget = min(budget, cap)
         budget = self._pick(prefills, budget, picked, preempted)
+        queried = [0, 0]
         if not preempted:
-            self._admit(budget, picked)
+            self._admit(budget, picked, queried)
         if not picked:
             return None
         chunks = tuple(self._chunk(req, n) for req, n in picked)
         return SchedulerOutput(BatchInputs(chunks), tuple(r for r, _ in picked),
-                               tuple(preempted), num_decodes)
+                               tuple(preempted), num_decodes, *queried)
 
     def _pick(self, reqs: list[Request], budget: int, picked: list[tuple[Request, int]],
               preempted: list[Request]) -> int:
@@ -144,19 +170,35 @@ class Scheduler:
 
     def _preempt(self, req: Request) -> None:
         self.running.remove(req)
-        self.allocator.free(req.block_table)
+        self._release(req)
         req.num_computed = 0
         req.num_preemptions += 1
         req.status = RequestStatus.WAITING
         self.waiting.appendleft(req)
 
-    def _admit(self, budget: int, picked: list[tuple[Request, int]]) -> None:
+    def _admit(self, budget: int, picked: list[tuple[Request, int]],
+               queried: list[int]) -> None:
+        """Admit waiting requests in order; ``queried`` accumulates the prefix cache's
+        [tokens looked up, tokens found] over the admitted ones."""
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            n = min(req.num_uncomputed, budget)
-            if not self.allocator.grow(req.block_table, req.num_computed + n):
+            hits = self.prefix_cache.match(req) if self.prefix_cache is not None else []
+            start = len(hits) * self.allocator.block_size
+            n = min(req.num_tokens - start, budget)
+            fresh = self.allocator.blocks_for(start + n) - len(hits)
+            if fresh > self.allocator.num_free - sum(map(self.allocator.is_free, hits)):
                 break
             self.waiting.popleft()
+            self.allocator.share(req.block_table, hits)
+            req.num_committed_blocks = len(hits)
+            req.num_computed = start
+            if not self.allocator.grow(req.block_table, start + n):
+                raise AssertionError("free blocks were counted for this admission")
+            if self.prefix_cache is not None and not req.wants_prompt_logprobs:
+                queried[0] += req.num_tokens
+                queried[1] += start
+            if req.num_preemptions == 0:
+                req.num_cached_tokens = start
             req.status = RequestStatus.RUNNING
             self.running.append(req)
             picked.append((req, n))

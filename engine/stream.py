@@ -40,6 +40,7 @@ class RequestOutput:
     stop_reason: int | str | None = None
     # with the first token, when asked: one per prompt token, entry 0 None (no context)
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
 
 
 OutputSink = Callable[[RequestOutput], None]
@@ -112,6 +113,10 @@ class EngineObserver:
 
     def on_finished(self, reason: FinishReason, e2e: float, num_output_tokens: int) -> None:
         ...
+
+    def on_prefix_cache(self, num_queried_tokens: int, num_hit_tokens: int) -> None:
+        """Admitted requests looked up the prefix cache: their tokens, and how many of
+        those were found computed."""
 
     def on_step(self, seconds: float, num_decode_rows: int, num_prefill_tokens: int) -> None:
         """One engine step ran (model forward, sampling and outputs): its wall time, its

@@ -57,6 +57,7 @@ def load_backend(settings: Settings) -> ModelBackend:
                        max_num_batched_tokens=settings.max_num_batched_tokens,
                        max_prefill_tokens_with_decodes=settings.max_prefill_tokens_with_decodes,
                        threads=settings.threads, heap_retain_mib=settings.heap_retain_mib,
+                       enable_prefix_caching=settings.enable_prefix_caching,
                        kernel=settings.kernel,
                        disabled_kernels=tuple(settings.disabled_kernels))
     from engine.hardware import probe_hardware

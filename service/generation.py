@@ -36,14 +36,16 @@ class Submission:
         self.ids: list[str] = []
         self.open: set[int] = set()
 
-    def add(self, prompt_ids: list[int], params: SamplingParams) -> None:
+    def add(self, prompt_ids: list[int], params: SamplingParams,
+            cache_salt: str | None = None) -> None:
         index = len(self.ids)
         rid = f"{self.id}-{index}"
 
         def sink(out: RequestOutput) -> None:
             self.dispatcher.put(self.queue, (index, out))
 
-        self.engine.add_request(rid, prompt_ids, params, sink, timeout=self.timeout)
+        self.engine.add_request(rid, prompt_ids, params, sink, timeout=self.timeout,
+                                cache_salt=cache_salt)
         self.ids.append(rid)
         self.open.add(index)
 
@@ -70,7 +72,7 @@ class Submission:
 
 
 def submit(state: ServingState, prefix: str, prompts: list[list[int]],
-           params: SamplingParams, n: int) -> Submission:
+           params: SamplingParams, n: int, cache_salt: str | None = None) -> Submission:
     """Queue n choices per prompt (choice index = prompt_index * n + j); seeded choices
     use seed + j so they differ. On any refusal, what was queued is aborted."""
     sub = Submission(state, prefix)
@@ -78,7 +80,7 @@ def submit(state: ServingState, prefix: str, prompts: list[list[int]],
         for ids in prompts:
             for j in range(n):
                 p = params if params.seed is None else replace(params, seed=params.seed + j)
-                sub.add(ids, p)
+                sub.add(ids, p, cache_salt)
     except BaseException:
         sub.abort_all()
         raise
@@ -94,6 +96,7 @@ class Choice:
     stop_reason: int | str | None = None
     error: str | None = None
     num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0  # of those, served from the prefix cache
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None  # when asked
 
     def add(self, out: RequestOutput) -> None:
@@ -103,6 +106,7 @@ class Choice:
         self.token_ids += out.token_ids
         self.logprobs += out.logprobs
         self.num_prompt_tokens = out.num_prompt_tokens
+        self.num_cached_tokens = out.num_cached_tokens
         if out.finished:
             self.finish_reason, self.stop_reason = out.finish_reason, out.stop_reason
             self.error = out.error

@@ -49,6 +49,10 @@ class ServingMetrics(EngineObserver):
         self.aborted = counter("requests_aborted", "Requests aborted (client gone).")
         self.timed_out = counter("requests_timed_out", "Requests past their deadline.")
         self.failed = counter("requests_failed", "Requests ended by an engine error.")
+        self.cache_queries = counter("prefix_cache_queries", "Prompt tokens of admitted "
+                                     "requests that looked up the prefix cache.")
+        self.cache_hits = counter("prefix_cache_hits", "Of those, tokens found cached "
+                                  "(their KV was not computed again).")
         self.ttft = hist("time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS)
         self.itl = hist("inter_token_latency_seconds", "Inter-token latency.", ITL_BUCKETS)
         self.e2e = hist("e2e_request_latency_seconds", "End-to-end latency.", E2E_BUCKETS)
@@ -62,9 +66,10 @@ class ServingMetrics(EngineObserver):
         self._steps = {k: self.step.labels(model_name, k) for k in STEP_KINDS}
         # children bound once (exported as zeros before the first request); the per-token
         # hooks then skip the label lookup
-        self._gen, self._itl, self._ttft, self._queue, self._prompt = (
-            m.labels(model_name) for m in (self.generation_tokens, self.itl, self.ttft,
-                                           self.queue, self.prompt_tokens))
+        (self._gen, self._itl, self._ttft, self._queue, self._prompt, self._cache_q,
+         self._cache_h) = (m.labels(model_name) for m in (
+             self.generation_tokens, self.itl, self.ttft, self.queue, self.prompt_tokens,
+             self.cache_queries, self.cache_hits))
         for m in (self.aborted, self.timed_out, self.failed, self.e2e):
             m.labels(model_name)
         for reason in (FinishReason.STOP, FinishReason.LENGTH):
@@ -76,6 +81,10 @@ class ServingMetrics(EngineObserver):
     def on_admitted(self, queue_time: float, num_prompt_tokens: int) -> None:
         self._queue.observe(queue_time)
         self._prompt.inc(num_prompt_tokens)
+
+    def on_prefix_cache(self, num_queried_tokens: int, num_hit_tokens: int) -> None:
+        self._cache_q.inc(num_queried_tokens)
+        self._cache_h.inc(num_hit_tokens)
 
     def on_first_token(self, ttft: float) -> None:
         self._ttft.observe(ttft)

@@ -17,15 +17,22 @@ def finish_reason(reason: FinishReason | None) -> str | None:
     return None if reason is None else reason.value
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0
+          ) -> dict[str, Any]:
+    """OpenAI's usage object; ``cached_tokens``: prompt tokens whose KV came from the
+    prefix cache (``prompt_tokens_details``, as OpenAI and vLLM report it)."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
-def choices_usage(choices: Sequence[Choice], n: int) -> dict[str, int]:
-    """Prompt tokens are counted once per prompt (choices come in groups of n)."""
-    prompt = sum(c.num_prompt_tokens for c in choices[::n])
-    return usage(prompt, sum(len(c.token_ids) for c in choices))
+def choices_usage(choices: Sequence[Choice], n: int) -> dict[str, Any]:
+    """Prompt tokens (and their cached part) are counted once per prompt: the first of
+    its n choices (choices come in groups of n)."""
+    firsts = choices[::n]
+    return usage(sum(c.num_prompt_tokens for c in firsts),
+                 sum(len(c.token_ids) for c in choices),
+                 sum(c.num_cached_tokens for c in firsts))
 
 
 def text_offsets(tokens: Sequence[str], start: int = 0) -> list[int]:
@@ -144,7 +151,7 @@ class Formatter:
                   "finish_reason": finish_reason(reason)}
         return {**self._head("chat.completion.chunk"), "choices": [choice]}
 
-    def usage_chunk(self, obj: str, prompt_tokens: int, completion_tokens: int
-                    ) -> dict[str, Any]:
-        return {**self._head(obj), "choices": [], "usage": usage(prompt_tokens,
-                                                                 completion_tokens)}
+    def usage_chunk(self, obj: str, prompt_tokens: int, completion_tokens: int,
+                    cached_tokens: int = 0) -> dict[str, Any]:
+        return {**self._head(obj), "choices": [],
+                "usage": usage(prompt_tokens, completion_tokens, cached_tokens)}

@@ -46,6 +46,8 @@ class _Sampling(_Body):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     user: str | None = None
+    # vLLM's: requests with different salts never share prefix-cache blocks
+    cache_salt: str | None = Field(None, min_length=1)
 
     def sampling_kwargs(self, defaults: SamplingDefaults = NO_DEFAULTS) -> dict[str, Any]:
         """SamplingParams keyword arguments. A distribution field the request leaves out

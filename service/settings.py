@@ -34,6 +34,7 @@ class Settings(BaseSettings):
     drain_timeout: float = Field(30.0, ge=0)  # SIGTERM grace period for in-flight requests
     threads: int | None = Field(None, ge=1)
     heap_retain_mib: int = Field(256, ge=0)  # freed step buffers kept; 0 = libc defaults
+    enable_prefix_caching: bool = True  # share computed KV blocks of common prefixes
     kernel: str | None = None
     disabled_kernels: Annotated[tuple[str, ...], NoDecode] = ()
     # auto: generation_config.json's temperature, top_p, top_k, min_p, repetition_penalty

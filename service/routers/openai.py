@@ -56,13 +56,14 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
     prompts, texts = await run_in_threadpool(encode_prompts, state, body.prompt)
     echo_lps = body.echo and body.logprobs is not None  # prompt logprobs are computed
     params = make_params(state, body, body.logprobs, body.logprobs if echo_lps else None)
-    sub = submit(state, "cmpl", prompts, params, body.n)
+    sub = submit(state, "cmpl", prompts, params, body.n, body.cache_salt)
     fmt = Formatter(sub.id, model, _text_of(state))
     echo = texts if body.echo else []
     if not body.stream:
         choices = await collect(sub, request)
         return fmt.completion(choices, body.n, echo, body.logprobs is not None, prompts)
     counts = {"completion": 0}
+    cached: dict[int, int] = {}  # first choice of each prompt -> its cached tokens
     # echo alone goes out at once; with logprobs it rides on each choice's first chunk,
     # which carries the prompt logprobs
     first = [fmt.completion_chunk(i, echo[i // body.n], None, None)
@@ -70,6 +71,8 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
 
     def chunk(i: int, out: RequestOutput) -> dict[str, Any] | None:
         counts["completion"] += len(out.token_ids)
+        if i % body.n == 0:
+            cached[i] = out.num_cached_tokens
         lps = out.logprobs if body.logprobs is not None else None
         head = None
         if echo_lps and out.prompt_logprobs is not None:
@@ -81,7 +84,8 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
         if not body.include_usage:
             return []
         prompt_tokens = sum(len(p) for p in prompts)
-        return [fmt.usage_chunk("text_completion", prompt_tokens, counts["completion"])]
+        return [fmt.usage_chunk("text_completion", prompt_tokens, counts["completion"],
+                                sum(cached.values()))]
 
     return StreamingResponse(stream_events(sub, first, chunk, last),
                              media_type="text/event-stream", headers=SSE_HEADERS)
@@ -95,16 +99,18 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                                      body.add_generation_prompt)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = make_params(state, body, logprobs)
-    sub = submit(state, "chatcmpl", [prompt], params, body.n)
+    sub = submit(state, "chatcmpl", [prompt], params, body.n, body.cache_salt)
     fmt = Formatter(sub.id, model, _text_of(state))
     if not body.stream:
         return fmt.chat(await collect(sub, request), body.logprobs)
-    counts = {"completion": 0}
+    counts = {"completion": 0, "cached": 0}
     first = [fmt.chat_chunk(i, {"role": "assistant", "content": ""})
              for i in range(len(sub.ids))]
 
     def chunk(i: int, out: RequestOutput) -> dict[str, Any] | None:
         counts["completion"] += len(out.token_ids)
+        if i == 0:
+            counts["cached"] = out.num_cached_tokens
         delta = {"content": out.text} if out.text or not out.finished else {}
         lps = out.logprobs if body.logprobs else None
         return fmt.chat_chunk(i, delta, lps, out.finish_reason)
@@ -112,7 +118,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     def last() -> list[dict[str, Any]]:
         if not body.include_usage:
             return []
-        return [fmt.usage_chunk("chat.completion.chunk", len(prompt), counts["completion"])]
+        return [fmt.usage_chunk("chat.completion.chunk", len(prompt), counts["completion"],
+                                counts["cached"])]
 
     return StreamingResponse(stream_events(sub, first, chunk, last),
                              media_type="text/event-stream", headers=SSE_HEADERS)

@@ -1,5 +1,5 @@
 """Operator routes: /health and /metrics (no API key), /kernels, /version, /tokenize,
-/detokenize (API key when configured)."""
+/detokenize, /reset_prefix_cache (API key when configured)."""
 
 from __future__ import annotations
 
@@ -58,6 +58,15 @@ async def version(state: StateDep) -> dict[str, Any]:
     if state.backend is not None:
         body["model"] = state.backend.model_name
     return body
+
+
+@private.post("/reset_prefix_cache")
+async def reset_prefix_cache(state: ReadyStateDep) -> dict[str, Any]:
+    """Drop every cached KV block (vLLM's route): later requests compute their prompts
+    again. Blocks that running requests hold stay theirs."""
+    enabled = state.backend.engine_config.enable_prefix_caching
+    dropped = await run_in_threadpool(state.engine.reset_prefix_cache) if enabled else 0
+    return {"enabled": enabled, "num_blocks_dropped": dropped}
 
 
 @private.post("/tokenize")

@@ -45,7 +45,8 @@ def test_completion_text_usage_and_finish(c):
     assert body["object"] == "text_completion" and body["model"] == MODEL
     assert body["choices"][0]["text"] == text_of(expected_tokens([3, 4, 5], 5))
     assert body["choices"][0]["finish_reason"] == "length"
-    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8,
+                             "prompt_tokens_details": {"cached_tokens": 0}}
 
 
 @pytest.mark.parametrize("prompt,ids", [
@@ -104,7 +105,8 @@ def test_echo_with_logprobs_scores_the_prompt(c):
     assert lp["token_logprobs"][2] == pytest.approx(-20.0, abs=1e-3)
     assert list(lp["top_logprobs"][2]) == [" 7"]
     assert lp["text_offset"][:3] == [0, 2, 4] and lp["text_offset"][3] == len("2 3 5")
-    assert r["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    assert r["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5,
+                          "prompt_tokens_details": {"cached_tokens": 0}}
     events = sse_events(c.post("/v1/completions", json={**body, "stream": True}))
     first = events[0]["choices"][0]
     assert first["text"] == "2 3 5" + text_of(seq[:1])

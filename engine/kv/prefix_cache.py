@@ -1,0 +1,68 @@
+"""Automatic prefix caching: a request starts from the longest run of full KV blocks that
+an earlier (or running) request already computed for the same tokens.
+
+The scheduler asks :meth:`PrefixCache.match` when it admits a request, and calls
+:meth:`PrefixCache.commit` for running requests each step and before it frees one: every
+full block whose K/V has been computed is registered under its chained content hash
+(engine/kv/block_hash.py) in the allocator's index. The index and the reference counts
+live in engine/kv/block_allocator.py; this module only decides which blocks to hash and
+share.
+
+Rules:
+- only full blocks are shared, and never the block that would hold a request's last
+  token: that token is always computed, because its logits are needed. So at most
+  ``(num_tokens - 1) // block_size`` blocks match.
+- a request that asks for prompt logprobs and has positions still to score bypasses the
+  lookup (every prompt position must run through the model to be scored), but its blocks
+  are still committed for others.
+- generated tokens count too: after a preemption a request recomputes its prompt and its
+  output through the cache, and a chat's next turn can reuse the previous answer's blocks
+  when the template reproduces its tokens.
+"""
+
+from __future__ import annotations
+
+from engine.kv.block_allocator import BlockAllocator
+from engine.kv.block_hash import BlockHasher
+from engine.request import Request
+
+
+class PrefixCache:
+    def __init__(self, allocator: BlockAllocator, kv_dtype: str = "bfloat16") -> None:
+        self.allocator = allocator
+        self.hasher = BlockHasher(allocator.block_size, kv_dtype)
+
+    def match(self, req: Request) -> list[int]:
+        """The cached blocks that cover ``req``'s first tokens, in order (possibly none).
+        Takes no reference: :meth:`BlockAllocator.share` does."""
+        if req.wants_prompt_logprobs:
+            return []
+        bs = self.allocator.block_size
+        limit = (req.num_tokens - 1) // bs
+        if limit == 0:
+            return []
+        hashes = self._hashes(req, limit)
+        blocks: list[int] = []
+        for h in hashes[:limit]:
+            block = self.allocator.lookup(h)
+            if block is None:
+                break
+            blocks.append(block)
+        return blocks
+
+    def commit(self, req: Request) -> None:
+        """Register ``req``'s full blocks whose K/V is computed and not yet registered."""
+        full = min(req.num_computed // self.allocator.block_size, len(req.block_table))
+        if full <= req.num_committed_blocks:
+            return
+        hashes = self._hashes(req, full)
+        for i in range(req.num_committed_blocks, full):
+            self.allocator.cache(req.block_table[i], hashes[i])
+        req.num_committed_blocks = full
+
+    def _hashes(self, req: Request, num_blocks: int) -> list[bytes]:
+        if len(req.block_hashes) < num_blocks:
+            bs = self.allocator.block_size
+            tokens = req.token_slice(len(req.block_hashes) * bs, num_blocks * bs)
+            self.hasher.extend(req.block_hashes, tokens, req.cache_salt)
+        return req.block_hashes
