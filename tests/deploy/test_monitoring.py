@@ -54,6 +54,8 @@ def _exprs() -> dict[str, list[str]]:
     adapter = yaml.safe_load((K8S / "autoscaling/hpa/prometheus-adapter-values.yaml").read_text())
     keda = yaml.safe_load((K8S / "autoscaling/keda/scaledobject.yaml").read_text())
     hpa = yaml.safe_load((K8S / "autoscaling/hpa/hpa.yaml").read_text())
+    epp_map = yaml.safe_load((K8S / "inference-gateway/epp-config.yaml").read_text())
+    epp = yaml.safe_load(epp_map["data"]["epp-config.yaml"])
     return {
         "alerts.yml": [r["expr"] for g in ALERTS["groups"] for r in g["rules"]],
         "dashboard": [t["expr"] for p in DASHBOARD["panels"] for t in p.get("targets", [])],
@@ -61,6 +63,10 @@ def _exprs() -> dict[str, list[str]]:
                                for k in ("seriesQuery", "metricsQuery")],
         "keda": [t["metadata"]["query"] for t in keda["spec"]["triggers"]],
         "hpa": [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"]],
+        "inference-gateway EPP": [spec for p in epp["plugins"]
+                                  if p["type"] == "core-metrics-extractor"
+                                  for e in p["parameters"]["engineConfigs"]
+                                  for spec in e.values()],
     }
 
 
