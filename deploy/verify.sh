@@ -16,6 +16,9 @@
 #   deploy/verify.sh      (about 3.5 min on 2 cores with an empty build cache and local
 #                          pip sources; the README has the measured split)
 #
+# Needs, from Debian: podman debootstrap prometheus (promtool, step 4) nodejs npm (the CRD
+# schemas of step 4, installed by `make deploy-schemas`).
+#
 # Environment: IMAGE (localhost/fp8serve:verify), BASE_IMAGE
 # (localhost/fp8serve-base:bookworm), REUSE_BASE=1 keeps an existing base image (step 1
 # then only checks it exists), PYTHON (python3; needs the test extra of pyproject.toml

@@ -10,6 +10,8 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,6 +86,43 @@ def test_crd_check_rejects_a_bad_custom_resource(broken):
     problems = run_check("crds")
     assert any("PrometheusRule" in p and "for" in p for p in problems), problems
     assert any("ScaledObject" in p and "type" in p for p in problems), problems
+
+
+def test_crd_check_rejects_a_bad_inference_pool_and_route(broken):
+    if not (ROOT / "deploy/crd-schemas/node_modules").is_dir():
+        run_check("crds")  # skips or fails with the install hint
+    _edit_yaml(broken / "k8s/inference-gateway/inferencepool.yaml",
+               lambda d: d["spec"]["endpointPickerRef"].pop("port"))
+    _edit_yaml(broken / "k8s/inference-gateway/httproute.yaml",
+               lambda d: d["spec"]["rules"][0]["timeouts"].update({"request": "10 minutes"}))
+    problems = run_check("crds")
+    assert any("InferencePool" in p and "port" in p for p in problems), problems
+    assert any("HTTPRoute" in p and "request" in p for p in problems), problems
+
+
+def test_k8s_check_covers_the_inference_gateway(broken):
+    path = broken / "k8s/inference-gateway/epp-deployment.yaml"
+    path.write_text(path.read_text().replace("serviceAccountName:", "serviceAcountName:"))
+    problems = run_check("k8s")
+    assert problems and all("inference-gateway" in p for p in problems), problems
+    assert any("serviceAcountName" in p for p in problems)
+
+
+def test_a_missing_python_package_names_what_to_install():
+    with pytest.raises(V.MissingTool, match=r"pip install -e '\.\[test\]'.*no-such-pkg"):
+        V.module("fp8serve_no_such_module", "no-such-pkg")
+
+
+def test_without_pyyaml_validate_prints_one_line_and_fails(tmp_path):
+    (tmp_path / "yaml").mkdir()
+    (tmp_path / "yaml/__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'yaml'\", name='yaml')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, str(ROOT / "deploy/validate.py")], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert "PyYAML" in out.stderr and "pip install" in out.stderr
 
 
 def test_compose_check_rejects_an_invalid_service(broken):
