@@ -38,12 +38,6 @@ REPORT = {  # one layer fell back at startup, one at run time: every kernel fami
 }
 
 
-# The prefix cache's counters (tokens looked up / found, vLLM's meaning), exported by the
-# engine's prefix cache (engine/kv/). Until that lands the dashboard may name them; drop
-# this set then, and the test below holds them to a real scrape like every other metric.
-PREFIX_CACHE = {"fp8serve_prefix_cache_queries_total", "fp8serve_prefix_cache_hits_total"}
-
-
 @pytest.fixture(scope="module")
 def exported() -> set[str]:
     """Sample names of a scrape (with _total, _bucket, ... suffixes)."""
@@ -80,7 +74,7 @@ def _exprs() -> dict[str, list[str]]:
 def test_every_metric_used_is_exported(source, exported):
     names = {n for e in _exprs()[source] for n in re.findall(r"\bfp8serve_\w+", e)}
     assert names, source
-    assert names <= exported | PREFIX_CACHE, names - exported - PREFIX_CACHE
+    assert names <= exported, names - exported
 
 
 def test_prometheusrule_holds_exactly_the_alerts_file():
