@@ -31,7 +31,9 @@ inline uint16_t to_bf16_rne(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-// acc[r][h] = sum_k x[m0 + r, k] * w(tile t)[k, 8h .. 8h+7]; U accumulator sets.
+// acc[r][h] = sum_k x[m0 + r, k] * w(tile t)[k, 8h .. 8h+7]; U accumulator sets (set u
+// sums the k with k % U == u in order, the sets are added 0 + 1 + ... at the end, the
+// tail k past the last multiple of U goes to set 0).
 template <int R, int U>
 inline void accumulate(const float* x, int64_t k, const uint8_t* w, __m256 acc[R][2]) {
   __m256 c[U][R][2];
@@ -68,10 +70,17 @@ inline void accumulate(const float* x, int64_t k, const uint8_t* w, __m256 acc[R
   }
 }
 
+// Batch invariance: every row of every group size uses the same U, so an output's
+// summation order depends on k alone, never on M or on which rows share its group (the
+// same row gives the same bits alone, batched or in any prefill chunk). U = 2 with groups
+// of at most 3 rows keeps the 2 * U * R accumulators and the operands in 16 registers.
+constexpr int kSets = 2;
+constexpr int kMaxRows = 3;
+
 template <int R>
 void tile_rows(const float* x, int64_t m0, int64_t k, const uint8_t* w, int64_t n,
                const float* scale, const float* bias, uint16_t* y, int64_t t) {
-  constexpr int U = R == 1 ? 4 : (R == 2 ? 2 : 1);
+  constexpr int U = kSets;
   __m256 acc[R][2];
   accumulate<R, U>(x + m0 * k, k, w + t * k * kTileN2, acc);
   const int64_t n0 = t * kTileN2;
@@ -108,12 +117,11 @@ void fp8_to_bf16(const uint8_t* src, uint16_t* dst, int64_t n) {
 void gemm_tiles(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n,
                 const float* scale, const float* bias, uint16_t* y, int64_t t0, int64_t t1) {
   for (int64_t t = t0; t < t1; ++t) {
-    for (int64_t m0 = 0; m0 < m; m0 += 4) {
-      switch (m - m0 >= 4 ? 4 : m - m0) {
+    for (int64_t m0 = 0; m0 < m; m0 += kMaxRows) {
+      switch (m - m0 >= kMaxRows ? kMaxRows : m - m0) {
         case 1: tile_rows<1>(x, m0, k, w, n, scale, bias, y, t); break;
         case 2: tile_rows<2>(x, m0, k, w, n, scale, bias, y, t); break;
-        case 3: tile_rows<3>(x, m0, k, w, n, scale, bias, y, t); break;
-        default: tile_rows<4>(x, m0, k, w, n, scale, bias, y, t); break;
+        default: tile_rows<3>(x, m0, k, w, n, scale, bias, y, t); break;
       }
     }
   }

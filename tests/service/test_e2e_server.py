@@ -8,9 +8,7 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.parse
@@ -20,43 +18,21 @@ import httpx
 import openai
 import pytest
 
+from tests.service.serve_process import free_port, start_server, stop_server
+
 KEY = "test-key"
 MAX_SEQS, MAX_QUEUE = 16, 4
-STARTUP_S = 600
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server(tiny_checkpoint):
     model = tiny_checkpoint(vocab_size=131072, tokenizer=True)
-    port = free_port()
-    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
-    cmd = [sys.executable, "-m", "cli.serve", "--model", str(model), "--port", str(port),
-           "--api-key", KEY, "--max-num-seqs", str(MAX_SEQS), "--max-queue", str(MAX_QUEUE),
-           "--max-model-len", "4096", "--kv-cache-gib", "0.2", "--drain-timeout", "60",
-           "--served-model-name", "tiny"]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                            cwd=Path(__file__).resolve().parents[2])
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + STARTUP_S
-    while True:
-        assert proc.poll() is None, f"server exited: {Path(log.name).read_text()[-3000:]}"
-        assert time.monotonic() < deadline, "server did not become ready"
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    yield {"url": url, "proc": proc, "log": log.name}
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    srv = start_server(model, "--api-key", KEY, "--max-num-seqs", str(MAX_SEQS),
+                       "--max-queue", str(MAX_QUEUE), "--max-model-len", "4096",
+                       "--kv-cache-gib", "0.2", "--drain-timeout", "60",
+                       "--served-model-name", "tiny")
+    yield srv
+    stop_server(srv)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,50 @@
+"""A real `fp8serve serve` subprocess on a free loopback port, for end-to-end tests."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+STARTUP_S = 600
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model: Path, *args: str) -> dict:
+    """Start the server on ``model`` with extra CLI ``args``; returns {url, proc, log}
+    once /health answers 200 (fails with the log's tail if the process exits)."""
+    port = free_port()
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+    cmd = [sys.executable, "-m", "cli.serve", "--model", str(model), "--port", str(port),
+           *args]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + STARTUP_S
+    while True:
+        assert proc.poll() is None, f"server exited: {Path(log.name).read_text()[-3000:]}"
+        assert time.monotonic() < deadline, "server did not become ready"
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    return {"url": url, "proc": proc, "log": log.name}
+
+
+def stop_server(server: dict) -> None:
+    proc = server["proc"]
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
