@@ -1,5 +1,5 @@
 """`fp8serve synth-model`: write a random-weight checkpoint in a published Ministral-3
-layout and shape (see engine/synth.py)."""
+layout and shape (see engine/synth/checkpoint.py)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import torch
 import cli.synth_model
 from engine.loader import load_weights, read_model_config
 from engine.synth import SynthSpec, tensor_plan, write_checkpoint
-from engine.synth_tensors import FP8
+from engine.synth.tensors import FP8
 
 
 def _cli(argv: list[str]) -> int:

@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from engine.checkpoint.names import NameMap
-from engine.synth_configs import hf_multimodal_config, hf_text_config, native_params
-from engine.synth_files import (
+from engine.synth.configs import hf_multimodal_config, hf_text_config, native_params
+from engine.synth.files import (
     SafetensorsStreamWriter,
     TensorEntry,
     copy_tekken,
@@ -30,8 +30,8 @@ from engine.synth_files import (
     shard_entries,
     write_json,
 )
-from engine.synth_tensors import SynthTensor, decoder_plan, draw
-from engine.synth_vision import PIXTRAL_VISION, TINY_VISION, VisionShape, vision_plan
+from engine.synth.tensors import SynthTensor, decoder_plan, draw
+from engine.synth.vision import PIXTRAL_VISION, TINY_VISION, VisionShape, vision_plan
 
 LAYOUTS = ("hf-multimodal", "hf-text", "native")
 QUANTS = ("fp8-per-tensor", "fp8-block", "bf16")
