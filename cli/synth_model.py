@@ -1,5 +1,6 @@
 """`fp8serve synth-model`: write a random-weight checkpoint in a published Ministral-3
-layout and shape (see engine/synth.py)."""
+layout and shape (see engine/synth/checkpoint.py), with Ministral-3's tokenizer files
+(engine/synth/tokenizer.py) for every shape."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 SHAPES = ("tiny", "ministral-3-3b", "ministral-3-8b")
 LAYOUTS = ("hf-multimodal", "hf-text", "native")
 QUANTS = ("fp8-per-tensor", "fp8-block", "bf16")
+TOKENIZERS = ("tekken", "hf", "both", "none")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,13 +25,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shard-mb", type=int, default=None, help="max shard size (HF layouts)")
     p.add_argument("--original-max-pos", type=int, default=None,
                    help="rope original_max_position_embeddings")
-    p.add_argument("--no-tokenizer", action="store_true", help="do not copy tekken.json")
+    p.add_argument("--tokenizer", choices=TOKENIZERS, default="tekken",
+                   help="tokenizer files: tekken (default) = a v13 tekken.json, encoded through "
+                        "mistral-common; hf = tokenizer.json + chat_template.jinja; both; none")
+    p.add_argument("--no-tokenizer", action="store_true", help="same as --tokenizer none")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
-    o: dict[str, object] = {"quant": args.quant, "seed": args.seed}
+    o: dict[str, object] = {"quant": args.quant, "seed": args.seed,
+                            "tokenizer": "none" if args.no_tokenizer else args.tokenizer}
     if args.layers is not None:
         o["num_layers"] = args.layers
     if args.layout is not None:
@@ -40,8 +46,6 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
         o["shard_bytes"] = args.shard_mb << 20
     if args.original_max_pos is not None:
         o["original_max_position_embeddings"] = args.original_max_pos
-    if args.no_tokenizer:
-        o["tokenizer"] = False
     return o
 
 
@@ -55,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     try:
         result = write_checkpoint(args.out, spec)
+    except ValueError as exc:  # e.g. --tokenizer hf without transformers
+        raise CliError(str(exc)) from None
     except OSError as exc:
         raise CliError(f"{args.out}: {exc}") from None
     for f in result.files:

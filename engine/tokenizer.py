@@ -7,7 +7,8 @@ single ids, as Hugging Face does, so a rendered chat template tokenizes correctl
 
 Chat prompts: :meth:`Tokenizer.encode_chat` renders the template and encodes the text with
 ``add_special_tokens=False`` (the template writes BOS itself, so it is never doubled). A
-Tekken model without a jinja template is encoded by mistral-common's own request encoder.
+Tekken model without a jinja template is encoded by mistral-common's own request encoder
+(``encode_chat_completion``; ``tools=[...]`` in OpenAI form are passed to it).
 """
 
 from __future__ import annotations
@@ -174,6 +175,10 @@ class Tokenizer:
         """The vocabulary entry (byte-level spelling, e.g. 'Ġthe')."""
         return self.backend.id_to_token(token_id) or ""
 
+    def token_to_id(self, token: str) -> int | None:
+        """The id of a special token ("[TOOL_CALLS]") or vocabulary entry; None if absent."""
+        return self.backend.token_to_id(token)
+
     def token_to_text(self, token_id: int) -> str:
         """The token's own text, for logprobs (a partial UTF-8 byte shows as U+FFFD)."""
         return self.backend.decode([token_id], False)
@@ -190,7 +195,7 @@ class Tokenizer:
         """The prompt text for ``messages`` (ChatTemplateError on bad input)."""
         if self.chat_template is None:
             if self._chat_encoder is not None:
-                return self._chat_encoder(normalize_messages(messages))[1]
+                return self._chat_encoder(normalize_messages(messages), kwargs.get("tools"))[1]
             raise ChatTemplateError("this model has no chat template")
         specials = {"bos_token": self.bos_token, "eos_token": self.eos_token}
         return render_chat_template(self.chat_template, messages, add_generation_prompt,
@@ -200,6 +205,6 @@ class Tokenizer:
                     add_generation_prompt: bool = True, **kwargs: Any) -> list[int]:
         """Prompt ids for ``messages``; BOS comes from the template only (never doubled)."""
         if self.chat_template is None and self._chat_encoder is not None:
-            return self._chat_encoder(normalize_messages(messages))[0]
+            return self._chat_encoder(normalize_messages(messages), kwargs.get("tools"))[0]
         text = self.apply_chat_template(messages, add_generation_prompt, **kwargs)
         return self.encode(text, add_special_tokens=False)

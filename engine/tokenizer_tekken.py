@@ -70,14 +70,20 @@ class TekkenBackend:
 
         return MistralTokenizer.from_file(str(self._path))
 
-    def chat_encoder(self, messages: list[dict[str, Any]]) -> tuple[list[int], str]:
-        """mistral-common's own request encoding: messages -> (ids, text)."""
+    def chat_encoder(self, messages: list[dict[str, Any]],
+                     tools: list[dict[str, Any]] | None = None) -> tuple[list[int], str]:
+        """mistral-common's own request encoding: messages (+ OpenAI-style tools) -> (ids,
+        text). A v13 tekken.json (Ministral-3) puts the tools before the first user message
+        as ``[AVAILABLE_TOOLS]...[/AVAILABLE_TOOLS]``."""
         from mistral_common.exceptions import MistralCommonException
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
         from pydantic import ValidationError
 
         try:
-            request = ChatCompletionRequest.model_validate({"messages": messages})
+            body: dict[str, Any] = {"messages": messages}
+            if tools:
+                body["tools"] = tools
+            request = ChatCompletionRequest.model_validate(body)
             out = self._mistral.encode_chat_completion(request)
         except (MistralCommonException, ValidationError) as exc:
             raise ChatTemplateError(f"invalid chat messages: {exc}") from exc

@@ -1,14 +1,14 @@
-"""config.json / params.json contents for a synthesized checkpoint (see engine/synth.py).
+"""config.json / params.json contents for a synthesized checkpoint (see engine/synth/checkpoint.py).
 The HF configs follow the published Ministral-3 files and load in transformers 5."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine.synth_vision import vision_config
+from engine.synth.vision import vision_config
 
 if TYPE_CHECKING:
-    from engine.synth import SynthSpec
+    from engine.synth.checkpoint import SynthSpec
 
 MM_NOT_CONVERT = ["model.vision_tower", "model.multi_modal_projector", "lm_head"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.checkpoint.names import LINEAR_MODULES, NameMap
-from engine.synth_files import TensorEntry
+from engine.synth.files import TensorEntry
 
 FP8 = torch.float8_e4m3fn
 CODE_STD = 64.0

@@ -5,7 +5,6 @@ a model never has to be held in memory) and the JSON side files."""
 from __future__ import annotations
 
 import json
-import shutil
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,16 +61,6 @@ class SafetensorsStreamWriter:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     Path(path).write_text(json.dumps(data, indent=2) + "\n")
-
-
-def copy_tekken(out_dir: Path) -> Path:
-    """mistral-common's bundled Tekken v3 tokenizer (131072 ids) -> out_dir/tekken.json."""
-    import mistral_common
-
-    src = Path(mistral_common.__file__).parent / "data" / "tekken_240911.json"
-    dst = Path(out_dir) / "tekken.json"
-    shutil.copyfile(src, dst)
-    return dst
 
 
 def generation_config() -> dict[str, Any]:

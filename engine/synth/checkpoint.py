@@ -21,17 +21,18 @@ from pathlib import Path
 import torch
 
 from engine.checkpoint.names import NameMap
-from engine.synth_configs import hf_multimodal_config, hf_text_config, native_params
-from engine.synth_files import (
+from engine.synth.configs import hf_multimodal_config, hf_text_config, native_params
+from engine.synth.files import (
     SafetensorsStreamWriter,
     TensorEntry,
-    copy_tekken,
     generation_config,
     shard_entries,
     write_json,
 )
-from engine.synth_tensors import SynthTensor, decoder_plan, draw
-from engine.synth_vision import PIXTRAL_VISION, TINY_VISION, VisionShape, vision_plan
+from engine.synth.tensors import SynthTensor, decoder_plan, draw
+from engine.synth.tokenizer import FORMATS as TOKENIZER_FORMATS
+from engine.synth.tokenizer import MIN_VOCAB, write_tokenizer_files
+from engine.synth.vision import PIXTRAL_VISION, TINY_VISION, VisionShape, vision_plan
 
 LAYOUTS = ("hf-multimodal", "hf-text", "native")
 QUANTS = ("fp8-per-tensor", "fp8-block", "bf16")
@@ -63,11 +64,17 @@ class SynthSpec:
     rms_norm_eps: float = 1e-5
     shard_bytes: int | None = None  # HF layouts: max bytes per shard; None = one file
     vision: VisionShape = TINY_VISION  # hf-multimodal only
-    tokenizer: bool = True  # copy mistral-common's tekken.json
+    tokenizer: str | bool = "tekken"  # one of TOKENIZER_FORMATS (True = "tekken", False = "none")
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if isinstance(self.tokenizer, bool):  # the older on/off spelling
+            object.__setattr__(self, "tokenizer", "tekken" if self.tokenizer else "none")
         checks = [
+            (self.tokenizer in TOKENIZER_FORMATS,
+             f"tokenizer {self.tokenizer!r} not in {TOKENIZER_FORMATS}"),
+            (self.tokenizer == "none" or self.vocab_size >= MIN_VOCAB,
+             f"a tokenizer needs vocab_size >= {MIN_VOCAB}"),
             (self.layout in LAYOUTS, f"layout {self.layout!r} not in {LAYOUTS}"),
             (self.quant in QUANTS, f"quant {self.quant!r} not in {QUANTS}"),
             (self.mm_prefix in MM_PREFIXES, f"mm_prefix {self.mm_prefix!r} not in {MM_PREFIXES}"),
@@ -94,7 +101,7 @@ class SynthSpec:
 
 PRESETS: dict[str, SynthSpec] = {
     "tiny": SynthSpec(original_max_position_embeddings=32, max_position_embeddings=512,
-                      tokenizer=False),
+                      tokenizer="none"),
     "ministral-3-3b": SynthSpec(
         hidden_size=3072, intermediate_size=9216, num_layers=26, num_heads=32, num_kv_heads=8,
         head_dim=128, vocab_size=131072, tie_word_embeddings=True, layout="hf-multimodal",
@@ -159,6 +166,14 @@ def _write_shards(out: Path, plan: list[SynthTensor], spec: SynthSpec) -> list[s
     return files
 
 
+def image_config(spec: SynthSpec) -> dict[str, int] | None:
+    """tekken.json's ``image`` block (mistral-common ImageConfig) for the multimodal layout."""
+    if spec.layout != "hf-multimodal":
+        return None
+    return {"image_patch_size": spec.vision.patch_size, "max_image_size": spec.vision.image_size,
+            "spatial_merge_size": 2}
+
+
 def write_checkpoint(out_dir: Path, spec: SynthSpec) -> SynthResult:
     """Write the checkpoint described by ``spec`` into ``out_dir`` (created if needed)."""
     out = Path(out_dir)
@@ -173,8 +188,6 @@ def write_checkpoint(out_dir: Path, spec: SynthSpec) -> SynthResult:
         files.append("config.json")
     write_json(out / "generation_config.json", generation_config())
     files.append("generation_config.json")
-    if spec.tokenizer:
-        copy_tekken(out)
-        files.append("tekken.json")
+    files += write_tokenizer_files(out, str(spec.tokenizer), spec.vocab_size, image_config(spec))
     nbytes = sum((out / f).stat().st_size for f in files)
     return SynthResult(out_dir=out, files=tuple(files), nbytes=nbytes)

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from engine.synth_files import TensorEntry
-from engine.synth_tensors import SynthTensor
+from engine.synth.files import TensorEntry
+from engine.synth.tensors import SynthTensor
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,62 @@
+"""Hermes/Qwen-style tool calls in text: ``<tool_call>{"name": ..., "arguments": {...}}
+</tool_call>`` blocks (the demo model's convention); text outside blocks is content.
+
+A call is delivered when its block closes (first delta: id, name, arguments ""; then the
+arguments in one fragment). Content never shows any part of a ``<tool_call>`` tag.
+
+Malformed blocks: a block whose JSON does not parse, is not an object, or has no valid
+``name``, and a block still open at the end of the output, become content verbatim, tags
+included (what the model wrote is never lost). Special tokens are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from service.tool_calls.call_ids import new_call_id
+from service.tool_calls.call_json import call_events
+from service.tool_calls.deltas import Content, Event
+from service.tool_calls.pieces import Piece
+from service.tool_calls.tags import TagSplitter
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+
+class HermesToolParser:
+    structural: frozenset[int] = frozenset()
+
+    def __init__(self, vocab: object = None, new_id: Callable[[], str] = new_call_id) -> None:
+        self._new_id = new_id
+        self._tags = TagSplitter(OPEN, CLOSE)
+        self._block = ""
+        self._count = 0
+
+    def feed(self, pieces: Sequence[Piece]) -> list[Event]:
+        out: list[Event] = []
+        for p in pieces:
+            if isinstance(p, str):
+                self._items(self._tags.feed(p), out)
+        return out
+
+    def finish(self) -> list[Event]:
+        out: list[Event] = []
+        self._items(self._tags.finish(), out)
+        if self._tags.inside:
+            out.append(Content(OPEN + self._block))
+            self._block = ""
+        return out
+
+    def _items(self, items: list[tuple[str, str]], out: list[Event]) -> None:
+        for where, text in items:
+            if where == "out":
+                out.append(Content(text))
+            elif where == "in":
+                self._block += text
+            else:
+                events = call_events(self._block.strip(), self._count, self._new_id)
+                if events is None:
+                    out.append(Content(OPEN + self._block + CLOSE))
+                else:
+                    out += events
+                    self._count += 1
+                self._block = ""

@@ -1,0 +1,198 @@
+"""service/tool_calls: Mistral (token ids) and Hermes (text) tool-call parsers, reasoning
+parsers, streaming deltas. Token streams are built with the tiny synth checkpoint's v13
+tekken.json; every stream is checked cut into steps in every way (all compositions for
+short ones, randomized for long ones) against the non-streaming result."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.tool_calls import (
+    CallIdMap,
+    MissingTokenError,
+    OutputParser,
+    is_call_id,
+    new_call_id,
+    parse_output,
+)
+from tests.service.tool_call_fixtures import counter_ids, cuts, reassemble, stream, tekken_tokenizer
+
+TAG_PARTS = ("<", "<t", "<to", "<tool", "<tool_call", "</", "</tool_call", "<th", "<think",
+             "</think")
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    return tekken_tokenizer(tmp_path_factory.mktemp("tekken"))
+
+
+def calls(msg):
+    return [(c.name, c.arguments) for c in msg.tool_calls]
+
+
+def check_all_cuts(tok, text, tools, reasoning=None, limit=12, tags_in_content=False):
+    """parse_output(ids) == the reassembled stream for every cut; returns the message."""
+    ids = tok.encode(text, add_special_tokens=False)
+    whole = parse_output(tok, ids, tools, reasoning, new_id=counter_ids())
+    for sizes in cuts(len(ids), limit=limit):
+        parser = OutputParser(tok, tools, reasoning, new_id=counter_ids())
+        deltas = stream(parser, ids, sizes)
+        for d in deltas:
+            assert not any(s in d.content for s in ("[TOOL_CALLS]", "[ARGS]", "[THINK]"))
+            if not tags_in_content:
+                assert not any(p in d.content for p in TAG_PARTS), (sizes, d)
+        got = reassemble(deltas)
+        assert (got.content, got.reasoning_content) == (whole.content, whole.reasoning_content)
+        assert [c.to_openai() for c in got.tool_calls] == [c.to_openai() for c in whole.tool_calls]
+    return whole
+
+
+# -- mistral, well-formed ---------------------------------------------------------------------
+def test_v13_content_then_two_calls(tok):
+    text = ('Sure.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'
+            '[TOOL_CALLS]get_time[ARGS]{}</s>')
+    msg = check_all_cuts(tok, text, "mistral")
+    assert msg.content == "Sure."
+    assert calls(msg) == [("get_weather", '{"city": "Paris"}'), ("get_time", "{}")]
+    assert [c.id for c in msg.tool_calls] == ["id0000000", "id0000001"]
+    assert all(c.arguments_valid for c in msg.tool_calls)
+
+
+def test_v13_short_stream_every_composition(tok):
+    ids = tok.encode("Hi[TOOL_CALLS]f[ARGS]{\"a\": 1}", add_special_tokens=False)
+    assert len(ids) <= 14  # so check_all_cuts tries all 2^(n-1) cuts
+    msg = check_all_cuts(tok, "Hi[TOOL_CALLS]f[ARGS]{\"a\": 1}", "mistral", limit=14)
+    assert (msg.content, calls(msg)) == ("Hi", [("f", '{"a": 1}')])
+
+
+def test_v11_call_id_is_kept(tok):
+    msg = check_all_cuts(tok, '[TOOL_CALLS]f[CALL_ID]abcDEF123[ARGS]{"a": "x"}', "mistral")
+    assert [(c.id, c.name, c.arguments) for c in msg.tool_calls] == [("abcDEF123", "f",
+                                                                      '{"a": "x"}')]
+    bad = parse_output(tok, tok.encode("[TOOL_CALLS]f[CALL_ID]no[ARGS]{}", False), "mistral",
+                       new_id=counter_ids())
+    assert bad.tool_calls[0].id == "id0000000"  # not 9 alphanumerics: a fresh id
+
+
+def test_v7_json_list(tok):
+    text = ('[TOOL_CALLS] [{"name": "f", "arguments": {"q": "}]\\"{"}}, '
+            '{"name": "g", "arguments": {}, "id": "ABCdef789"}]</s>')
+    msg = check_all_cuts(tok, text, "mistral")
+    assert msg.content == ""
+    assert calls(msg) == [("f", '{"q": "}]\\"{"}'), ("g", "{}")]
+    assert msg.tool_calls[1].id == "ABCdef789"
+
+
+def test_mistral_reasoning_then_call(tok):
+    text = "[THINK]Need the weather.[/THINK]Checking.[TOOL_CALLS]get_weather[ARGS]{}"
+    msg = check_all_cuts(tok, text, "mistral", "mistral")
+    assert (msg.reasoning_content, msg.content) == ("Need the weather.", "Checking.")
+    assert calls(msg) == [("get_weather", "{}")]
+    assert msg.to_openai()["reasoning_content"] == "Need the weather."
+
+
+def test_multibyte_text_never_shows_replacement_chars(tok):
+    msg = check_all_cuts(tok, "héllo ✓ 日本[TOOL_CALLS]f[ARGS]{\"t\": \"✓\"}", "mistral")
+    assert msg.content == "héllo ✓ 日本" and calls(msg) == [("f", '{"t": "✓"}')]
+
+
+def test_no_tool_parser_all_text_is_content(tok):
+    msg = check_all_cuts(tok, "[THINK]a[/THINK]b[TOOL_CALLS]c", None, "mistral")
+    assert (msg.reasoning_content, msg.content, msg.tool_calls) == ("a", "bc", [])
+
+
+# -- mistral, malformed -------------------------------------------------------------------------
+@pytest.mark.parametrize("text,content,want_calls,valid", [
+    ('[TOOL_CALLS]f[ARGS]{"a": </s>', "", [("f", '{"a": ')], False),  # EOS mid-arguments
+    ('[TOOL_CALLS]f[ARGS]{"a": 1', "", [("f", '{"a": 1')], False),  # the output just ends
+    ("[TOOL_CALLS]f[ARGS]not json", "", [("f", "not json")], False),
+    ("Hi[TOOL_CALLS]get_weather</s>", "Higet_weather", [], None),  # no [ARGS]
+    ("[TOOL_CALLS]a b[ARGS]{}", "a b{}", [], None),  # invalid name
+    ("[TOOL_CALLS][ARGS]{}[TOOL_CALLS]g[ARGS]{}", "{}", [("g", "{}")], True),  # empty name
+    ("[TOOL_CALLS]f[ARGS]{}[TOOL_CALLS]", "", [("f", "{}")], True),  # trailing [TOOL_CALLS]
+    ("a</s>b[TOOL_CALLS]f[ARGS]{}", "a", [], None),  # nothing after EOS
+    ('[TOOL_CALLS][{"name": "f", "arguments": {}}, {"nom": 1}, {"name": "g"', '{"nom": 1}'
+     '{"name": "g"', [("f", "{}")], True),  # v7: a bad element and an unclosed one
+])
+def test_mistral_malformed(tok, text, content, want_calls, valid):
+    msg = check_all_cuts(tok, text, "mistral", limit=10)
+    assert (msg.content, calls(msg)) == (content, want_calls)
+    if valid is not None:
+        assert msg.tool_calls[0].arguments_valid is valid
+
+
+def test_missing_special_token_is_an_error():
+    class NoTools:
+        def token_to_id(self, token):
+            return None
+
+        def decode(self, ids, skip_special_tokens=True):
+            return ""
+
+    with pytest.raises(MissingTokenError, match=r"\[TOOL_CALLS\]"):
+        OutputParser(NoTools(), "mistral")
+    with pytest.raises(ValueError, match="unknown parser"):
+        OutputParser(NoTools(), "llama")
+
+
+# -- hermes and <think> -------------------------------------------------------------------------
+def test_hermes_calls_between_text(tok):
+    text = ('Let me check.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
+            '\n</tool_call>\n<tool_call>{"name": "f", "arguments": "{}"}</tool_call> done')
+    msg = check_all_cuts(tok, text, "hermes")
+    assert msg.content == "Let me check.\n done"
+    assert calls(msg) == [("get_weather", '{"city": "Paris"}'), ("f", "{}")]
+
+
+def test_think_tags_then_hermes(tok):
+    msg = check_all_cuts(tok, "<think>2 < 3</think>ok<tool_call>{\"name\": \"f\"}</tool_call>",
+                         "hermes", "think", tags_in_content=True)
+    assert (msg.reasoning_content, msg.content, calls(msg)) == ("2 < 3", "ok", [("f", "{}")])
+
+
+def test_think_open_starts_as_reasoning(tok):
+    msg = check_all_cuts(tok, "plan</think>answer", None, "think-open")
+    assert (msg.reasoning_content, msg.content) == ("plan", "answer")
+
+
+@pytest.mark.parametrize("text,content", [
+    ("<tool_call>{bad json}</tool_call>x", "<tool_call>{bad json}</tool_call>x"),
+    ('a<tool_call>{"name": "f"', 'a<tool_call>{"name": "f"'),  # never closed
+    ("a < b <tool_ca", "a < b <tool_ca"),  # a tag prefix that never completes
+    ('<tool_call>{"arguments": {}}</tool_call>', '<tool_call>{"arguments": {}}</tool_call>'),
+])
+def test_hermes_malformed_falls_back_to_content(tok, text, content):
+    msg = check_all_cuts(tok, text, "hermes", limit=10, tags_in_content=True)
+    assert (msg.content, msg.tool_calls) == (content, [])
+
+
+def test_unclosed_think_is_all_reasoning(tok):
+    msg = check_all_cuts(tok, "[THINK]still thinking", "mistral", "mistral")
+    assert (msg.reasoning_content, msg.content) == ("still thinking", "")
+
+
+# -- wire shapes and ids ------------------------------------------------------------------------
+def test_delta_wire_shapes(tok):
+    parser = OutputParser(tok, "mistral", new_id=counter_ids())
+    d = parser.feed(tok.encode('ok[TOOL_CALLS]f[ARGS]{"a"', False))
+    assert d.to_openai() == {"content": "ok", "tool_calls": [
+        {"index": 0, "id": "id0000000", "type": "function",
+         "function": {"name": "f", "arguments": ""}},
+        {"index": 0, "function": {"arguments": '{"a"'}}]}
+    assert not parser.feed([]) and parser.feed(tok.encode(": 1}", False)).to_openai() == {
+        "tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}
+    whole = parse_output(tok, tok.encode("[TOOL_CALLS]f[ARGS]{}", False), "mistral")
+    assert whole.to_openai()["content"] is None and is_call_id(whole.tool_calls[0].id)
+
+
+def test_call_ids():
+    assert all(is_call_id(new_call_id()) for _ in range(100))
+    ids = CallIdMap()
+    assert ids("abcDEF123") == "abcDEF123"  # already valid: kept
+    a, b = ids("call_x_123456789"), ids("other-123456789")  # same last 9 alphanumerics
+    assert a == "123456789" and b != a and is_call_id(b)
+    assert ids("call_x_123456789") == a and ids.original(b) == "other-123456789"
+    short = ids("c1")
+    assert is_call_id(short) and ids("c1") == short
+    many = {ids(f"call_{i}") for i in range(2000)}
+    assert len(many) == 2000 and all(is_call_id(s) for s in many)
