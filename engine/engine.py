@@ -187,6 +187,8 @@ class Engine:
         out = self.scheduler.schedule()
         if out is not None and out.cache_queries:
             self.observer.on_prefix_cache(out.cache_queries, out.cache_hits)
+        if out is not None and out.preempted:
+            self.observer.on_preempted(len(out.preempted))
         if out is not None:
             for req in self.steps.run(out, self._live):
                 self._finish(req)

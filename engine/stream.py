@@ -114,6 +114,9 @@ class EngineObserver:
     def on_finished(self, reason: FinishReason, e2e: float, num_output_tokens: int) -> None:
         ...
 
+    def on_preempted(self, num_requests: int) -> None:
+        """Running requests lost their KV blocks to make room (they recompute later)."""
+
     def on_prefix_cache(self, num_queried_tokens: int, num_hit_tokens: int) -> None:
         """Admitted requests looked up the prefix cache: their tokens, and how many of
         those were found computed."""

@@ -49,6 +49,8 @@ class ServingMetrics(EngineObserver):
         self.aborted = counter("requests_aborted", "Requests aborted (client gone).")
         self.timed_out = counter("requests_timed_out", "Requests past their deadline.")
         self.failed = counter("requests_failed", "Requests ended by an engine error.")
+        self.preemptions = counter("num_preemptions", "Running requests preempted (their "
+                                   "KV freed, recomputed later).")
         self.cache_queries = counter("prefix_cache_queries", "Prompt tokens of admitted "
                                      "requests that looked up the prefix cache.")
         self.cache_hits = counter("prefix_cache_hits", "Of those, tokens found cached "
@@ -67,9 +69,9 @@ class ServingMetrics(EngineObserver):
         # children bound once (exported as zeros before the first request); the per-token
         # hooks then skip the label lookup
         (self._gen, self._itl, self._ttft, self._queue, self._prompt, self._cache_q,
-         self._cache_h) = (m.labels(model_name) for m in (
+         self._cache_h, self._preempt) = (m.labels(model_name) for m in (
              self.generation_tokens, self.itl, self.ttft, self.queue, self.prompt_tokens,
-             self.cache_queries, self.cache_hits))
+             self.cache_queries, self.cache_hits, self.preemptions))
         for m in (self.aborted, self.timed_out, self.failed, self.e2e):
             m.labels(model_name)
         for reason in (FinishReason.STOP, FinishReason.LENGTH):
@@ -81,6 +83,9 @@ class ServingMetrics(EngineObserver):
     def on_admitted(self, queue_time: float, num_prompt_tokens: int) -> None:
         self._queue.observe(queue_time)
         self._prompt.inc(num_prompt_tokens)
+
+    def on_preempted(self, num_requests: int) -> None:
+        self._preempt.inc(num_requests)
 
     def on_prefix_cache(self, num_queried_tokens: int, num_hit_tokens: int) -> None:
         self._cache_q.inc(num_queried_tokens)
