@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
 
     import aiohttp
 
-    from service.bench_serve import BenchConfig, combine_rounds, format_table, run_bench
+    from service.bench_report import combine_rounds, format_table
+    from service.bench_serve import BenchConfig, run_bench
 
     if args.rounds < 1:
         raise CliError("--rounds must be >= 1")
