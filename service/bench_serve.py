@@ -19,20 +19,25 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
-from service.bench_client import RequestResult, one_request
+from service.bench_client import one_request
 from service.bench_report import summarize
+from service.bench_workloads import UNCACHED, WORKLOADS, pass_salts, random_ids
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class BenchConfig:
     url: str
     concurrency: int = 1
-    num_prompts: int = 16
+    num_prompts: int = 16  # requests; conversations for multi-turn
     input_len: int = 128
     output_len: int = 64
     model: str | None = None  # None: the first of GET /v1/models
@@ -40,20 +45,30 @@ class BenchConfig:
     seed: int = 0
     vocab_lo: int = 1000  # prompt ids drawn from [vocab_lo, vocab_hi)
     vocab_hi: int = 20000
+    workload: str = "random"  # one of bench_workloads.WORKLOADS
+    system_len: int = 500  # multi-turn, shared-prefix: the system prompt's ids
+    turns: int = 4  # multi-turn: turns per conversation
 
     def endpoint(self, path: str) -> str:
         """The server URL + path ("/v1/...")."""
         return self.url.rstrip("/") + path
 
     def __post_init__(self) -> None:
-        for name in ("concurrency", "num_prompts", "input_len", "output_len"):
+        for name in ("concurrency", "num_prompts", "input_len", "output_len", "system_len",
+                     "turns"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.workload not in WORKLOADS:
+            raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}")
+        if self.workload == "shared-prefix" and self.num_prompts < 2:
+            raise ValueError("shared-prefix needs num_prompts >= 2 (one warms the cache)")
 
 
-async def run_bench(cfg: BenchConfig) -> dict[str, Any]:
-    """The load: num_prompts random-token prompts, at most ``concurrency`` in flight.
-    Raises aiohttp.ClientError when the server cannot be reached or has no model."""
+@asynccontextmanager
+async def bench_session(cfg: BenchConfig) -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
+    """An HTTP session for ``concurrency`` streams and the model to name: cfg.model, else
+    the first of GET /v1/models. Raises aiohttp.ClientError when the server cannot be
+    reached or has no model."""
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
     connector = aiohttp.TCPConnector(limit=cfg.concurrency + 2)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
@@ -63,15 +78,32 @@ async def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         if model is None:
             async with session.get(cfg.endpoint("/v1/models"), raise_for_status=True) as r:
                 model = (await r.json())["data"][0]["id"]
+        yield session, model
+
+
+async def gather_limited(concurrency: int, jobs: Sequence[Callable[[], Awaitable[T]]]
+                         ) -> list[T]:
+    """Each job's result, in order, with at most ``concurrency`` running at once."""
+    sem = asyncio.Semaphore(concurrency)
+
+    async def limited(job: Callable[[], Awaitable[T]]) -> T:
+        async with sem:
+            return await job()
+
+    return list(await asyncio.gather(*(limited(j) for j in jobs)))
+
+
+async def run_bench(cfg: BenchConfig) -> dict[str, Any]:
+    """The random workload: num_prompts random-token prompts, at most ``concurrency`` in
+    flight, each with its own cache salt (nothing shared, even across rounds).
+    Raises aiohttp.ClientError when the server cannot be reached or has no model."""
+    async with bench_session(cfg) as (session, model):
         rng = random.Random(cfg.seed)
-        prompts = [[rng.randrange(cfg.vocab_lo, cfg.vocab_hi) for _ in range(cfg.input_len)]
+        prompts = [random_ids(rng, cfg.input_len, cfg.vocab_lo, cfg.vocab_hi)
                    for _ in range(cfg.num_prompts)]
-        sem = asyncio.Semaphore(cfg.concurrency)
-
-        async def limited(p: list[int]) -> RequestResult:
-            async with sem:
-                return await one_request(session, cfg, model, p)
-
+        salts = pass_salts(UNCACHED, len(prompts))
+        jobs = [lambda p=p, s=s: one_request(session, cfg, model, p, s[0])
+                for p, s in zip(prompts, salts, strict=True)]
         start = time.perf_counter()
-        results = await asyncio.gather(*(limited(p) for p in prompts))
-        return summarize(cfg, list(results), time.perf_counter() - start)
+        results = await gather_limited(cfg.concurrency, jobs)
+        return summarize(cfg, results, time.perf_counter() - start) | {"pass": UNCACHED}
