@@ -6,12 +6,20 @@
 #   serve-demo.json        fp8serve bench serve at concurrency 1, 4, 16 on the demo model
 #                          (SERVE_ROUNDS interleaved rounds, default 3: medians per level)
 #   rss-{demo,3b,8b}.json  fp8serve bench rss (server peak RSS vs weights + KV budget)
+#   prefix-shared-demo.json    bench serve --workload shared-prefix on the demo model: a
+#                          500-id system prompt, cache on vs off (cache_salt passes)
+#   prefix-random-demo.json    bench serve (random, no shared prefix) on a demo server with
+#                          the prefix cache vs one started with --no-enable-prefix-caching
+#   prefix-multiturn-3b.json   bench serve --workload multi-turn on the 3B-shaped synth
+#                          model: 4 turns after a 500-id system prompt, cache on vs off
+#                          (the prefix-* steps need a server with --enable-prefix-caching)
 #   RESULTS.md             the markdown table for the README (python -m engine.bench.report)
 #
 # Environment: OUT (results dir), MODELS (where synth checkpoints are written once; about
 # 4 GB for 3B, 9 GB for 8B), THREADS (default: all cores), BASELINES_3B (default
 # transformers; '' = none), RUN_8B=1 to include the 8B-shaped RSS run, SKIP="kernels serve"
-# to skip steps (names: kernels generate-demo generate-3b serve rss-demo rss-3b rss-8b).
+# to skip steps (names: kernels generate-demo generate-3b serve rss-demo rss-3b rss-8b
+# prefix-demo prefix-3b).
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
@@ -40,25 +48,60 @@ synth() {  # synth SHAPE: a random-weight checkpoint under $MODELS/SHAPE, writte
   echo "$dir"
 }
 
-SERVER_PID=
-cleanup() { [[ -n "$SERVER_PID" ]] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" || true; }
-trap cleanup EXIT
+SERVER_PIDS=()
+stop_servers() {
+  local pid
+  for pid in "${SERVER_PIDS[@]}"; do kill "$pid" 2>/dev/null && wait "$pid" || true; done
+  SERVER_PIDS=()
+}
+trap stop_servers EXIT
 
-serve_bench() {  # the demo model behind a real server, concurrency 1, 4, 16
-  local port log
+start_server() {  # start_server LOG ARGS...: `fp8serve serve ARGS` on a free port; sets URL
+  local port log=$1; shift
   port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  log="$OUT/serve-demo.server.log"
-  "${FP8SERVE[@]}" serve --port "$port" --max-num-seqs 16 --threads "$THREADS" >"$log" 2>&1 &
-  SERVER_PID=$!
+  "${FP8SERVE[@]}" serve --port "$port" --threads "$THREADS" "$@" >"$log" 2>&1 &
+  SERVER_PIDS+=($!)
+  URL="http://127.0.0.1:$port"
   for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-    kill -0 "$SERVER_PID" || { tail -20 "$log"; return 1; }
+    curl -sf "$URL/health" >/dev/null && return 0
+    kill -0 "${SERVER_PIDS[-1]}" || { tail -20 "$log"; return 1; }
     sleep 1
   done
-  "${FP8SERVE[@]}" bench serve --url "http://127.0.0.1:$port" --concurrency 1 4 16 \
+  return 1
+}
+
+serve_bench() {  # the demo model behind a real server, concurrency 1, 4, 16
+  start_server "$OUT/serve-demo.server.log" --max-num-seqs 16
+  "${FP8SERVE[@]}" bench serve --url "$URL" --concurrency 1 4 16 \
     --num-prompts 32 --input-len 128 --output-len 64 --rounds "$SERVE_ROUNDS" \
     --json-out "$OUT/serve-demo.json"
-  kill "$SERVER_PID"; wait "$SERVER_PID" || true; SERVER_PID=
+  stop_servers
+}
+
+has_prefix_caching() {
+  [[ $("${FP8SERVE[@]}" serve --help) == *--no-enable-prefix-caching* ]] \
+    || { echo "skipped: this server has no --enable-prefix-caching"; return 1; }
+}
+
+prefix_demo() {  # demo: shared prefix on vs off; no shared prefix, cache vs no-cache server
+  start_server "$OUT/prefix-demo.server.log" --max-num-seqs 16
+  local on=$URL
+  "${FP8SERVE[@]}" bench serve --url "$on" --workload shared-prefix --concurrency 1 4 \
+    --num-prompts 16 --system-len 500 --input-len 64 --output-len 32 \
+    --rounds "$SERVE_ROUNDS" --json-out "$OUT/prefix-shared-demo.json"
+  start_server "$OUT/prefix-demo-off.server.log" --max-num-seqs 16 --no-enable-prefix-caching
+  "${FP8SERVE[@]}" bench serve --url "$on" --compare-url "$URL" --concurrency 1 4 16 \
+    --num-prompts 32 --input-len 128 --output-len 64 --rounds "$SERVE_ROUNDS" \
+    --json-out "$OUT/prefix-random-demo.json"
+  stop_servers
+}
+
+prefix_3b() {  # 3B: one chat at a time, 4 turns after a 500-id system prompt, on vs off
+  start_server "$OUT/prefix-3b.server.log" --model "$(synth ministral-3-3b)" --max-num-seqs 4
+  "${FP8SERVE[@]}" bench serve --url "$URL" --workload multi-turn --concurrency 1 \
+    --num-prompts 4 --turns 4 --system-len 500 --input-len 64 --output-len 32 \
+    --rounds "$SERVE_ROUNDS" --json-out "$OUT/prefix-multiturn-3b.json"
+  stop_servers
 }
 
 if want kernels; then
@@ -78,6 +121,14 @@ fi
 if want serve; then
   step "serve: demo model at concurrency 1, 4, 16"
   serve_bench
+fi
+if want prefix-demo && has_prefix_caching; then
+  step "prefix caching: demo model, shared prefix and no shared prefix"
+  prefix_demo
+fi
+if want prefix-3b && has_prefix_caching; then
+  step "prefix caching: 3B-shaped synth model, multi-turn"
+  prefix_3b
 fi
 if want rss-demo; then
   step "rss: demo model"

@@ -1,12 +1,16 @@
 """`fp8serve bench serve --url URL --concurrency C [C ...] --num-prompts N --input-len I
---output-len O [--rounds R]`: drive a running server (see service/bench_serve.py); print a
-table per run and write JSON (every run, plus per-level medians over the rounds)."""
+--output-len O [--rounds R] [--workload random|multi-turn|shared-prefix] [--system-len S]
+[--turns T] [--compare-url URL2]`: drive a running server (see service/bench_serve.py and,
+for the workloads and their cache on / off passes, service/bench_workloads.py); print a
+table per pass, the comparisons (service/bench_comparison.py), and write JSON (every pass,
+the medians over the rounds, the comparison rows)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from cli.main import CliError
 
@@ -14,11 +18,26 @@ from cli.main import CliError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="TTFT / TPOT / ITL and throughput of a running server")
     p.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL")
+    p.add_argument("--compare-url", default=None,
+                   help="a second server driven interleaved with the first (e.g. one started "
+                        "with --no-enable-prefix-caching); both get every pass")
+    p.add_argument("--workload", choices=("random", "multi-turn", "shared-prefix"),
+                   default="random",
+                   help="random: no shared prefix; multi-turn: conversations resending "
+                        "their history; shared-prefix: one system prompt, many users. The "
+                        "last two run a cache-on and a cache-off pass per round")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1],
-                   help="in-flight requests; several values run one after another")
-    p.add_argument("--num-prompts", type=int, default=16)
-    p.add_argument("--input-len", type=int, default=128)
+                   help="in-flight requests (conversations for multi-turn); several values "
+                        "run one after another")
+    p.add_argument("--num-prompts", type=int, default=16,
+                   help="requests per pass; conversations for multi-turn")
+    p.add_argument("--input-len", type=int, default=128,
+                   help="prompt ids per request (per user turn for multi-turn, after the "
+                        "system prompt for shared-prefix)")
     p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--system-len", type=int, default=500,
+                   help="system prompt ids (multi-turn, shared-prefix)")
+    p.add_argument("--turns", type=int, default=4, help="turns per conversation (multi-turn)")
     p.add_argument("--model", default=None, help="default: the server's model")
     p.add_argument("--api-key", default=None)
     p.add_argument("--seed", type=int, default=0)
@@ -29,40 +48,78 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run_passes(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every pass of the run, printed as it ends; each summary carries its round."""
     import asyncio
 
     import aiohttp
 
-    from service.bench_serve import BenchConfig, combine_rounds, format_table, run_bench
+    from service.bench_passes import plan, run_pass
+    from service.bench_report import format_table
+    from service.bench_serve import BenchConfig
 
     if args.rounds < 1:
         raise CliError("--rounds must be >= 1")
+    servers = [args.url] + ([args.compare_url] if args.compare_url else [])
+    try:
+        base = BenchConfig(args.url, 1, args.num_prompts, args.input_len, args.output_len,
+                           args.model, args.api_key, args.seed, workload=args.workload,
+                           system_len=args.system_len, turns=args.turns)
+        steps = plan(base, args.rounds, args.concurrency, servers)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
     runs = []
-    for rnd in range(args.rounds):
-        for conc in args.concurrency:
-            try:
-                cfg = BenchConfig(args.url, conc, args.num_prompts, args.input_len,
-                                  args.output_len, args.model, args.api_key, args.seed)
-                summary = asyncio.run(run_bench(cfg))
-            except ValueError as exc:
-                raise CliError(str(exc)) from exc
-            except aiohttp.ClientError as exc:
-                raise CliError(f"cannot reach {args.url}: {exc}") from exc
-            if args.rounds > 1:
-                print(f"round {rnd + 1} of {args.rounds}")
-            print(format_table(summary), end="\n\n", flush=True)
-            runs.append(summary | {"round": rnd})
-    levels = combine_rounds(runs)
-    base = levels[0]["output_token_throughput"]
-    if len(levels) > 1 and base > 0:
-        how = f" (medians of {args.rounds} rounds)" if args.rounds > 1 else ""
-        for r in levels[1:]:
+    for rnd, cfg, mode in steps:
+        try:
+            summary = asyncio.run(run_pass(cfg, mode))
+        except aiohttp.ClientError as exc:
+            raise CliError(f"cannot reach {cfg.url}: {exc}") from exc
+        head = [f"round {rnd + 1} of {args.rounds}"] if args.rounds > 1 else []
+        head += [cfg.url] if len(servers) > 1 else []
+        if head:
+            print(", ".join(head))
+        print(format_table(summary), end="\n\n", flush=True)
+        runs.append(summary | {"round": rnd})
+    return runs
+
+
+def report(args: argparse.Namespace, levels: list[dict[str, Any]]) -> dict[str, Any]:
+    """Prints the comparisons; returns them as JSON rows."""
+    from service.bench_comparison import (
+        cache_rows,
+        format_cache_table,
+        format_server_table,
+        server_rows,
+    )
+
+    how = f" (medians of {args.rounds} rounds)" if args.rounds > 1 else ""
+    mine = [lv for lv in levels if lv["config"]["url"] == args.url]
+    base = mine[0]["output_token_throughput"]
+    if args.workload == "random" and len(mine) > 1 and base > 0:
+        for r in mine[1:]:
             print(f"output throughput at concurrency {r['config']['concurrency']}: "
                   f"{r['output_token_throughput'] / base:.2f}x concurrency "
-                  f"{levels[0]['config']['concurrency']}{how}")
+                  f"{mine[0]['config']['concurrency']}{how}")
+    cache, servers = cache_rows(levels), server_rows(levels)
+    for table in (format_cache_table(cache), format_server_table(servers)):
+        if table:
+            print(table, end="\n\n")
+    for lv in levels:
+        if lv.get("pass") == "uncached" and lv.get("cached_tokens", 0) > 0:
+            print(f"note: the uncached pass on {lv['config']['url']} found "
+                  f"{lv['cached_tokens']} cached tokens: does that server honour cache_salt?")
+    return {"cache": cache, "servers": servers}
+
+
+def run(args: argparse.Namespace) -> int:
+    from service.bench_report import combine_rounds
+
+    runs = run_passes(args)
+    levels = combine_rounds(runs)
+    comparison = report(args, levels)
     args.json_out.parent.mkdir(parents=True, exist_ok=True)
     args.json_out.write_text(json.dumps({"runs": runs, "rounds": args.rounds,
-                                         "levels": levels}, indent=2))
+                                         "workload": args.workload, "levels": levels,
+                                         "comparison": comparison}, indent=2))
     print(f"wrote {args.json_out}")
     return 0 if all(r["failed"] == 0 for r in runs) else 1

@@ -1,9 +1,9 @@
-"""service/bench_serve.sse_data: the benchmark client's server-sent-event framing gives
+"""service/bench_client.sse_data: the benchmark client's server-sent-event framing gives
 the same payloads however the byte stream is cut into network reads."""
 
 from __future__ import annotations
 
-from service.bench_serve import sse_data
+from service.bench_client import sse_data
 
 STREAM = (b'data: {"a": 1}\n\n'
           b': comment line\n\n'
