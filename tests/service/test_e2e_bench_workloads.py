@@ -2,7 +2,8 @@
 `--compare-url` against a real server (the fixture of test_e2e_server.py, its own instance
 for this module). Whether that server has a prefix cache or not, the passes complete, the
 tables print, the prompt token counts are the workload's, and the hit rate is the cached
-tokens the responses reported (none reported: 0)."""
+tokens the responses reported. The server caches prefixes (its default), so the cached
+passes must find tokens in the cache and the uncached ones (a salt per request) none."""
 
 from __future__ import annotations
 
@@ -38,6 +39,11 @@ def test_multi_turn_cache_on_and_off(server, tmp_path, capsys):  # noqa: F811
             assert nxt["prompt_tokens"] >= prev["prompt_tokens"] + 2 * 8  # + reply
         assert sum(g["cached_tokens"] for g in turns) == run["cached_tokens"]
         check_tokens(run)
+        assert turns[0]["cached_tokens"] == 0  # every conversation has its own system prompt
+        if run["pass"] == "cached":
+            assert all(g["cached_tokens"] >= 2 * 48 // 16 * 16 for g in turns[1:])
+        else:
+            assert run["cached_tokens"] == 0
     rows = data["comparison"]["cache"]
     assert [r["label"] for r in rows] == ["turn 1", "turn 2", "turn 3"]
     assert all(r["ttft_p50_ratio"] > 0 for r in rows)
@@ -61,6 +67,7 @@ def test_shared_prefix_cache_on_and_off(server, tmp_path, capsys):  # noqa: F811
         assert (rest["completed"], rest["prompt_tokens"]) == (2, 144)
         assert run["prompt_tokens"] == 144  # the pass's numbers are the rest's
         check_tokens(run)
+        assert run["cached_tokens"] == (2 * 64 if run["pass"] == "cached" else 0)
     assert [lv["rounds"] for lv in data["levels"]] == [2, 2]
     assert [r["label"] for r in data["comparison"]["cache"]] == ["first", "rest"]
     assert "median of 2 rounds" in capsys.readouterr().out
