@@ -57,6 +57,9 @@ class Engine:
                  if config.enable_prefix_caching else None)
         self.scheduler = Scheduler(allocator, config.max_num_seqs, config.max_num_batched_tokens,
                                    config.max_prefill_tokens_with_decodes, cache)
+        log.info("prefix caching %s (%d KV blocks of %d tokens)",
+                 "on" if cache is not None else "off", allocator.num_blocks,
+                 allocator.block_size)
         self.steps = StepRunner(runner, tokenizer, config.max_model_len, self.observer, clock,
                                 sampler=sampler, detokenizer=detokenizer)
         self._live: dict[str, LiveRequest] = {}  # engine thread only
