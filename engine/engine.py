@@ -14,6 +14,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,8 +68,7 @@ class Engine:
         self._lock = threading.Condition()
         self._inbox: list[LiveRequest] = []
         self._aborts: list[str] = []
-        self._resets: list[threading.Event] = []  # reset_prefix_cache calls to answer
-        self._num_reset = 0
+        self._resets: list[Future[int]] = []  # reset_prefix_cache calls to answer
         self._stats = EngineStats("ready", 0, 0, 0.0)
         self._stop = False
         self._next_seq = 0
@@ -83,8 +84,7 @@ class Engine:
         EngineUnavailableError (and the observer counts the rejection). Requests with
         different ``cache_salt`` never share prefix-cache blocks."""
         try:
-            live = self._validate(request_id, prompt_ids, params, sink, timeout)
-            live.req.cache_salt = cache_salt
+            live = self._validate(request_id, prompt_ids, params, sink, timeout, cache_salt)
             with self._lock:
                 self._check_queue()
                 self._inbox.append(live)
@@ -104,14 +104,16 @@ class Engine:
             raise QueueFullError(f"{self.max_queue} requests already waiting")
 
     def _validate(self, request_id: str, prompt_ids: list[int], params: Any,
-                  sink: OutputSink, timeout: float | None) -> LiveRequest:
+                  sink: OutputSink, timeout: float | None,
+                  cache_salt: str | None = None) -> LiveRequest:
         state = self.stats().state
         if state != "ready":
             raise EngineUnavailableError(f"engine is {state}", state)
         max_tokens = self._max_tokens(len(prompt_ids), params.max_tokens)
         now = self.clock()
         req = Request(request_id, tuple(prompt_ids), params, arrival_time=now,
-                      deadline=None if timeout is None else now + timeout)
+                      deadline=None if timeout is None else now + timeout,
+                      cache_salt=cache_salt)
         return self.steps.make_live(req, sink, max_tokens)
 
     def _max_tokens(self, num_prompt: int, asked: int | None) -> int:
@@ -145,13 +147,15 @@ class Engine:
         EngineUnavailableError when the engine is dead or does not answer in time."""
         if self.stats().state == "dead":
             raise EngineUnavailableError("engine is dead", "dead")
-        done = threading.Event()
+        done: Future[int] = Future()
         with self._lock:
             self._resets.append(done)
             self._lock.notify()
-        if not done.wait(timeout):
-            raise EngineUnavailableError("engine did not answer in time", self.stats().state)
-        return self._num_reset
+        try:
+            return done.result(timeout)
+        except FutureTimeout as exc:
+            raise EngineUnavailableError("engine did not answer in time",
+                                         self.stats().state) from exc
 
     def stats(self) -> EngineStats:
         with self._lock:
@@ -229,8 +233,7 @@ class Engine:
                 self.steps.end(live, FinishReason.ABORT, None)
                 self._finish(live.req)
         for done in resets:
-            self._num_reset = self.scheduler.reset_prefix_cache()
-            done.set()
+            done.set_result(self.scheduler.reset_prefix_cache())
 
     def _expire(self) -> None:
         now = self.clock()

@@ -130,14 +130,12 @@ class Scheduler:
         if num_decodes and cap is not None:  # the step carries decodes: prefill gets <= cap
             budget = min(budget, cap)
         budget = self._pick(prefills, budget, picked, preempted)
-        queried = [0, 0]
-        if not preempted:
-            self._admit(budget, picked, queried)
+        queries, hits = self._admit(budget, picked) if not preempted else (0, 0)
         if not picked:
             return None
         chunks = tuple(self._chunk(req, n) for req, n in picked)
         return SchedulerOutput(BatchInputs(chunks), tuple(r for r, _ in picked),
-                               tuple(preempted), num_decodes, *queried)
+                               tuple(preempted), num_decodes, queries, hits)
 
     def _pick(self, reqs: list[Request], budget: int, picked: list[tuple[Request, int]],
               preempted: list[Request]) -> int:
@@ -176,10 +174,10 @@ class Scheduler:
         req.status = RequestStatus.WAITING
         self.waiting.appendleft(req)
 
-    def _admit(self, budget: int, picked: list[tuple[Request, int]],
-               queried: list[int]) -> None:
-        """Admit waiting requests in order; ``queried`` accumulates the prefix cache's
-        [tokens looked up, tokens found] over the admitted ones."""
+    def _admit(self, budget: int, picked: list[tuple[Request, int]]) -> tuple[int, int]:
+        """Admit waiting requests in order; returns the prefix cache's (tokens looked up,
+        tokens found) over the admitted ones."""
+        queries = found = 0
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             hits = self.prefix_cache.match(req) if self.prefix_cache is not None else []
@@ -195,14 +193,14 @@ class Scheduler:
             if not self.allocator.grow(req.block_table, start + n):
                 raise AssertionError("free blocks were counted for this admission")
             if self.prefix_cache is not None and not req.wants_prompt_logprobs:
-                queried[0] += req.num_tokens
-                queried[1] += start
+                queries, found = queries + req.num_tokens, found + start
             if req.num_preemptions == 0:
                 req.num_cached_tokens = start
             req.status = RequestStatus.RUNNING
             self.running.append(req)
             picked.append((req, n))
             budget -= n
+        return queries, found
 
     @staticmethod
     def _chunk(req: Request, n: int) -> SeqChunk:

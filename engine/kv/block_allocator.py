@@ -68,9 +68,6 @@ class BlockAllocator:
         """Blocks ``table`` must gain to hold ``num_tokens`` positions."""
         return max(0, self.blocks_for(num_tokens) - len(table))
 
-    def can_grow(self, table: list[int], num_tokens: int) -> bool:
-        return self.extra_blocks(table, num_tokens) <= self.num_free
-
     def grow(self, table: list[int], num_tokens: int) -> bool:
         """Extend ``table`` in place with fresh blocks to cover ``num_tokens`` positions;
         False (and no change) when there are not enough free blocks."""
@@ -79,7 +76,7 @@ class BlockAllocator:
             return False
         for _ in range(need):
             block, _ = self._free.popitem(last=False)
-            self._uncache(block, evicted=True)
+            self._evict(block)
             self._take(block)
             table.append(block)
         return True
@@ -143,8 +140,9 @@ class BlockAllocator:
         self._hash_of.clear()
         return n
 
-    def _uncache(self, block: int, evicted: bool = False) -> None:
+    def _evict(self, block: int) -> None:
+        """An allocation takes ``block``: its cached content, if any, is gone."""
         h = self._hash_of.pop(block, None)
         if h is not None:
             del self._by_hash[h]
-            self.num_evicted += evicted
+            self.num_evicted += 1
