@@ -69,7 +69,7 @@ def stream_generate(runner: Any, tokenizer: Any, prompt_ids: list[int], params: 
     """One sequence: prefill once, then one token per step through the KV cache; text goes
     to ``write`` as soon as the detokenizer releases it."""
     from engine.batch import BatchInputs, SeqChunk
-    from engine.detokenizer import IncrementalDetokenizer
+    from engine.text.detokenizer import IncrementalDetokenizer
     from engine.sampler import Sampler, make_generator
 
     blocks = tuple(range(-(-(len(prompt_ids) + params.max_tokens) // runner.block_size)))
@@ -107,7 +107,7 @@ def _load(args: argparse.Namespace, params: Any) -> tuple[Any, Any, list[int]]:
     from engine.config import EngineConfig
     from engine.loader import read_model_config
     from engine.runner import load_runner
-    from engine.tokenizer import Tokenizer
+    from engine.text.tokenizer import Tokenizer
 
     model_dir = args.model
     if model_dir is not None and not Path(model_dir).is_dir():

@@ -113,7 +113,7 @@ def _load_backend(settings: Any) -> Any:
     from engine.config import ConfigError
     from engine.demo_model import DemoModelError
     from engine.kernels.registry import NoKernelError
-    from engine.tokenizer import TokenizerLoadError
+    from engine.text.tokenizer import TokenizerLoadError
     from service.backend import load_backend
 
     try:

@@ -38,7 +38,7 @@ def _default_sampler(tokenizer: Any) -> Callable[..., Any]:
 
 
 def _default_detokenizer() -> Callable[..., Any]:
-    from engine.detokenizer import IncrementalDetokenizer
+    from engine.text.detokenizer import IncrementalDetokenizer
     return IncrementalDetokenizer
 
 

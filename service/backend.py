@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class ModelBackend:
     runner: Any  # ModelRunner: .run(BatchInputs), .num_kv_blocks, .block_size, .kernel_report
-    tokenizer: Any  # engine.tokenizer.Tokenizer
+    tokenizer: Any  # engine.text.tokenizer.Tokenizer
     model_name: str
     hardware: HardwareInfo
     engine_config: EngineConfig
@@ -45,7 +45,7 @@ class ModelBackend:
 def load_backend(settings: Settings) -> ModelBackend:
     """Load the checkpoint named by ``settings`` (the demo model when None)."""
     from engine.runner import load_runner
-    from engine.tokenizer import Tokenizer
+    from engine.text.tokenizer import Tokenizer
 
     model_dir = settings.model
     if model_dir is None:

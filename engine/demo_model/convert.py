@@ -95,7 +95,7 @@ def quantize_linears(tensors: dict[str, torch.Tensor], num_layers: int
 
 
 def calibration_prompts(tokenizer_dir: Path) -> list[list[int]]:
-    from engine.tokenizer import Tokenizer
+    from engine.text.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(tokenizer_dir)
     return [tok.encode_chat([{"role": "user", "content": c}]) for c in CALIBRATION_CHATS]

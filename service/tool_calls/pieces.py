@@ -1,7 +1,7 @@
 """Token ids -> pieces: the structural special tokens a parser acts on (kept as their int
 ids) and the text between them (str). Other special tokens decode to nothing.
 
-``PieceStream`` does it incrementally, one engine step at a time, with engine.detokenizer's
+``PieceStream`` does it incrementally, one engine step at a time, with engine.text.detokenizer's
 IncrementalDetokenizer (a new one after each structural token, so text never spans one);
 ``split_pieces`` decodes a finished output at once. Both give the same text between
 structural tokens; only how it is chunked differs.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from engine.detokenizer import IncrementalDetokenizer
+from engine.text.detokenizer import IncrementalDetokenizer
 from service.tool_calls.vocab import TokenVocab
 
 Piece = int | str

@@ -2,13 +2,13 @@
 
 ``TagSplitter(open, close)`` returns ("out", text) for text outside a block, ("in", text)
 for text inside one (streamed as it comes) and ("close", "") when a block ends; text that
-could still be the start of the awaited tag is held back (engine.detokenizer's
+could still be the start of the awaited tag is held back (engine.text.detokenizer's
 held_suffix_len), so no part of a tag is ever returned as text.
 """
 
 from __future__ import annotations
 
-from engine.detokenizer import held_suffix_len
+from engine.text.detokenizer import held_suffix_len
 
 
 class TagSplitter:

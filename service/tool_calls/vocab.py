@@ -1,5 +1,5 @@
 """What the parsers need from a tokenizer: special-token ids by name, and decoding.
-engine.tokenizer.Tokenizer provides both (``token_to_id``, ``decode``)."""
+engine.text.tokenizer.Tokenizer provides both (``token_to_id``, ``decode``)."""
 
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ def test_tokenizer_matches_transformers_gguf_conversion(demo_dir):
     from transformers import AutoTokenizer
 
     from engine.demo_model import find_gguf
-    from engine.tokenizer import Tokenizer
+    from engine.text.tokenizer import Tokenizer
 
     g = find_gguf()
     hf = AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name)
@@ -122,7 +122,7 @@ def test_tokenizer_matches_transformers_gguf_conversion(demo_dir):
 
 
 def _prompt(demo_dir) -> list[int]:
-    from engine.tokenizer import Tokenizer
+    from engine.text.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(demo_dir)
     return tok.encode_chat([{"role": "user", "content":
@@ -176,7 +176,7 @@ def test_fp8_logits_match_gguf_reference_within_quantization_error(demo_dir, ggu
 def test_greedy_chat_answer_mentions_paris(demo_dir):
     from engine.config import EngineConfig
     from engine.runner import generate_greedy, load_runner
-    from engine.tokenizer import Tokenizer
+    from engine.text.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(demo_dir)
     ids = tok.encode_chat([{"role": "user", "content": "What is the capital of France?"}])
@@ -222,7 +222,7 @@ def test_prompt_logprobs_score_continuations_like_the_reference(demo_dir, gguf_r
     from engine.engine import Engine
     from engine.runner import load_runner
     from engine.sampling_params import SamplingParams
-    from engine.tokenizer import Tokenizer
+    from engine.text.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(demo_dir)
     cfg = EngineConfig(model_dir=demo_dir, max_model_len=128, kv_cache_gib=0.05,

@@ -6,8 +6,8 @@ import torch
 
 from cli import generate
 from engine.sampling_params import SamplingParams
-from engine.tokenizer import Tokenizer
-from tests.engine.tokenizer_fixtures import write_bpe_dir
+from engine.text.tokenizer import Tokenizer
+from tests.engine.text.tokenizer_fixtures import write_bpe_dir
 
 
 class ScriptedRunner:

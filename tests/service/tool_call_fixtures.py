@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from engine.synth import SynthSpec, write_checkpoint
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 from service.tool_calls import DeltaMessage, OutputParser, ParsedMessage, ToolCall
 
 

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from engine.chat_template import ChatTemplateError, render_chat_template
-from engine.tokenizer import Tokenizer, TokenizerLoadError
-from tests.engine.tokenizer_fixtures import write_bpe_dir, write_tekken_dir
+from engine.text.chat_template import ChatTemplateError, render_chat_template
+from engine.text.tokenizer import Tokenizer, TokenizerLoadError
+from tests.engine.text.tokenizer_fixtures import write_bpe_dir, write_tekken_dir
 
 MSGS = [{"role": "user", "content": "Hello, world!"}]
 

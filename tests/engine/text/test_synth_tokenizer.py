@@ -11,7 +11,7 @@ import pytest
 import cli.synth_model
 from engine.synth import SynthSpec, write_checkpoint
 from engine.synth.tokenizer import num_special_tokens, write_tekken
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 
 PUBLISHED = {0: "<unk>", 1: "<s>", 2: "</s>", 3: "[INST]", 4: "[/INST]", 5: "[AVAILABLE_TOOLS]",
              6: "[/AVAILABLE_TOOLS]", 7: "[TOOL_RESULTS]", 8: "[/TOOL_RESULTS]",

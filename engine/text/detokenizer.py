@@ -58,7 +58,7 @@ def find_stop(text: str, stops: Sequence[str], start: int) -> tuple[int, str] | 
 class IncrementalDetokenizer:
     """One sequence's output text. Not thread-safe; one instance per request.
 
-    tokenizer: anything with ``decode(ids, skip_special_tokens)`` (engine.tokenizer.Tokenizer).
+    tokenizer: anything with ``decode(ids, skip_special_tokens)`` (engine.text.tokenizer.Tokenizer).
     prompt_ids: the prompt, used only as left context for the first tokens.
     """
 

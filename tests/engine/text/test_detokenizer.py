@@ -1,8 +1,8 @@
 import pytest
 
-from engine.detokenizer import IncrementalDetokenizer, find_stop, held_suffix_len
-from engine.tokenizer import Tokenizer
-from tests.engine.tokenizer_fixtures import write_bpe_dir, write_tekken_dir
+from engine.text.detokenizer import IncrementalDetokenizer, find_stop, held_suffix_len
+from engine.text.tokenizer import Tokenizer
+from tests.engine.text.tokenizer_fixtures import write_bpe_dir, write_tekken_dir
 
 
 class CharTok:

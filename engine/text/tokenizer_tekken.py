@@ -1,5 +1,5 @@
 """``tekken.json`` through mistral-common's Tekkenizer, behind the same backend interface
-as tokenizer.json (engine/tokenizer.py). Special-token strings in text are encoded as their
+as tokenizer.json (engine/text/tokenizer.py). Special-token strings in text are encoded as their
 ids (``<s>[INST]Hello, world![/INST]`` -> [1, 3, 22177, 1044, 4304, 1033, 4])."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from engine.chat_template import ChatTemplateError
+from engine.text.chat_template import ChatTemplateError
 
 
 class TekkenBackend:
     def __init__(self, path: Path) -> None:
         from mistral_common.tokens.tokenizers.tekken import Tekkenizer
 
-        from engine.tokenizer import TokenizerLoadError
+        from engine.text.tokenizer import TokenizerLoadError
 
         try:
             self._tok = Tekkenizer.from_file(str(path))

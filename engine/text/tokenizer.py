@@ -1,7 +1,7 @@
 """The model's tokenizer and chat template, loaded from a checkpoint directory.
 
 ``tokenizer.json`` goes through the ``tokenizers`` library; a directory with only
-``tekken.json`` goes through mistral-common's Tekkenizer (engine/tokenizer_tekken.py). Special
+``tekken.json`` goes through mistral-common's Tekkenizer (engine/text/tokenizer_tekken.py). Special
 token strings in text (``<s>``, ``[INST]``, ``<|im_start|>``) are always encoded as their
 single ids, as Hugging Face does, so a rendered chat template tokenizes correctly.
 
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from engine.chat_template import (
+from engine.text.chat_template import (
     ChatTemplateError,
     load_chat_template,
     normalize_messages,
@@ -126,7 +126,7 @@ class Tokenizer:
         if (model_dir / "tokenizer.json").is_file():
             backend: Backend = HfBackend(model_dir / "tokenizer.json")
         elif (model_dir / "tekken.json").is_file():
-            from engine.tokenizer_tekken import TekkenBackend
+            from engine.text.tokenizer_tekken import TekkenBackend
 
             backend = TekkenBackend(model_dir / "tekken.json")
             chat_encoder = backend.chat_encoder
