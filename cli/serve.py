@@ -53,6 +53,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
                    default=None, help="reuse the KV blocks of prompt prefixes earlier "
                    "requests computed (default on; FP8SERVE_ENABLE_PREFIX_CACHING)")
+    p.add_argument("--tool-call-parser", choices=("auto", "mistral", "hermes", "none"),
+                   default=None, help="how chat outputs become tool_calls (default auto: "
+                   "mistral for [TOOL_CALLS] tokenizers, hermes for <tool_call> templates)")
+    p.add_argument("--reasoning-parser", default=None,
+                   choices=("auto", "mistral", "think", "think-open", "none"),
+                   help="how chat outputs become reasoning_content (default auto: mistral "
+                   "for [THINK] tokenizers, think for <think> templates)")
     add_kernel_args(p)
     p.set_defaults(func=run)
 
@@ -63,7 +70,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     from service.settings import Settings
 
     given: dict[str, Any] = {}
-    for name in (["model", "generation_config", "enable_prefix_caching"]
+    for name in (["model", "generation_config", "enable_prefix_caching", "tool_call_parser",
+                  "reasoning_parser"]
                  + [f[0][2:].replace("-", "_") for f in FLAGS]):
         if getattr(args, name, None) is not None:
             given[name] = getattr(args, name)
@@ -115,9 +123,12 @@ def _load_backend(settings: Any) -> Any:
     from engine.kernels.registry import NoKernelError
     from engine.text.tokenizer import TokenizerLoadError
     from service.backend import load_backend
+    from service.tool_calls.select import choose_parsers
 
     try:
-        return load_backend(settings)
+        backend = load_backend(settings)
+        choose_parsers(backend.tokenizer, settings.tool_call_parser, settings.reasoning_parser)
+        return backend
     except (CheckpointError, ConfigError, DemoModelError, NoKernelError, TokenizerLoadError,
             OSError, ValueError) as exc:
         raise CliError(str(exc) or type(exc).__name__) from None

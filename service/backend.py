@@ -25,6 +25,7 @@ from engine.kernels.registry import KernelOverrides, overrides_from
 from engine.stream import LoopDispatcher
 from service.metrics import ServingMetrics, build_registry
 from service.settings import Settings
+from service.tool_calls.select import ParserChoice, choose_parsers
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +90,14 @@ class ServingState:
         self.metrics: ServingMetrics | None = None
         self.dispatcher: LoopDispatcher | None = None  # engine thread -> event loop
         self.started = time.time()
+        self.parsers: ParserChoice = ParserChoice(None, None, "")  # set by attach
 
     def attach(self, backend: ModelBackend) -> None:
         """Start serving ``backend``; called on the event loop (the lifespan)."""
         self.backend = backend
+        self.parsers = choose_parsers(backend.tokenizer, self.settings.tool_call_parser,
+                                      self.settings.reasoning_parser)
+        log.info("chat output parsers: %s", self.parsers.why)
         self.dispatcher = LoopDispatcher(asyncio.get_running_loop())
         self.registry, self.metrics = build_registry(
             backend.model_name, lambda: self.engine.stats(), self.kernel_snapshot,

@@ -9,6 +9,7 @@ from typing import Any
 from engine.request import FinishReason
 from engine.stream import TokenLogprob
 from service.generation import Choice
+from service.tool_calls.choice import ChoiceReader
 
 TokenText = Callable[[int], str]
 
@@ -17,13 +18,18 @@ def finish_reason(reason: FinishReason | None) -> str | None:
     return None if reason is None else reason.value
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0
-          ) -> dict[str, Any]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
+          reasoning_tokens: int | None = None) -> dict[str, Any]:
     """OpenAI's usage object; ``cached_tokens``: prompt tokens whose KV came from the
-    prefix cache (``prompt_tokens_details``, as OpenAI and vLLM report it)."""
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+    prefix cache (``prompt_tokens_details``, as OpenAI and vLLM report it);
+    ``reasoning_tokens`` (when a reasoning parser reads the output): completion tokens
+    inside the reasoning block."""
+    body = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
             "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+    if reasoning_tokens is not None:
+        body["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return body
 
 
 def choices_usage(choices: Sequence[Choice], n: int) -> dict[str, Any]:
@@ -135,23 +141,32 @@ class Formatter:
             choice["stop_reason"] = stop_reason
         return {**self._head("text_completion"), "choices": [choice]}
 
-    def chat(self, choices: Sequence[Choice], want_logprobs: bool) -> dict[str, Any]:
-        out = [{"index": i, "message": {"role": "assistant", "content": "".join(c.text)},
+    def chat(self, choices: Sequence[Choice], want_logprobs: bool,
+             readers: Sequence[ChoiceReader], reasoning_tokens: int | None = None
+             ) -> dict[str, Any]:
+        """``readers``: each choice's ChoiceReader, fed its whole output."""
+        out = [{"index": i, "message": r.message(),
                 "logprobs": chat_logprobs(c.logprobs, self.text_of) if want_logprobs else None,
-                "finish_reason": finish_reason(c.finish_reason), "stop_reason": c.stop_reason}
-               for i, c in enumerate(choices)]
-        return {**self._head("chat.completion"), "choices": out,
+                "finish_reason": r.finish_reason(c.finish_reason), "stop_reason": c.stop_reason}
+               for i, (c, r) in enumerate(zip(choices, readers, strict=True))]
+        body = {**self._head("chat.completion"), "choices": out,
                 "usage": choices_usage(choices, len(choices))}
+        if reasoning_tokens is not None:
+            body["usage"]["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+        return body
 
     def chat_chunk(self, index: int, delta: dict[str, Any],
                    lps: Sequence[TokenLogprob] | None = None,
-                   reason: FinishReason | None = None) -> dict[str, Any]:
+                   reason: str | None = None) -> dict[str, Any]:
+        """``reason``: the OpenAI finish_reason string (ChoiceReader.finish_reason)."""
         choice = {"index": index, "delta": delta,
                   "logprobs": None if lps is None else chat_logprobs(lps, self.text_of),
-                  "finish_reason": finish_reason(reason)}
+                  "finish_reason": reason}
         return {**self._head("chat.completion.chunk"), "choices": [choice]}
 
     def usage_chunk(self, obj: str, prompt_tokens: int, completion_tokens: int,
-                    cached_tokens: int = 0) -> dict[str, Any]:
+                    cached_tokens: int = 0, reasoning_tokens: int | None = None
+                    ) -> dict[str, Any]:
         return {**self._head(obj), "choices": [],
-                "usage": usage(prompt_tokens, completion_tokens, cached_tokens)}
+                "usage": usage(prompt_tokens, completion_tokens, cached_tokens,
+                               reasoning_tokens)}

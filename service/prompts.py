@@ -3,12 +3,14 @@ Every failure is an APIError naming the parameter."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from service.backend import ServingState
 from service.errors import APIError
 from service.schemas import ChatMessage
+from service.tool_calls.call_ids import CallIdMap
+from service.tool_calls.plan import ChatPlan
 
 IMAGE_PART_TYPES = ("image_url", "image", "input_image")
 
@@ -45,33 +47,73 @@ def encode_prompts(state: ServingState, prompt: Any) -> tuple[list[list[int]], l
     return ids, texts
 
 
-def message_dicts(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
-    """Chat messages as template dicts; text-part lists joined into one string; image
-    parts refused."""
+def _text(i: int, content: Any) -> Any:
+    """A content part list joined into one string; image parts refused."""
+    if not isinstance(content, list):
+        return content
+    for part in content:
+        kind = part.get("type")
+        if kind in IMAGE_PART_TYPES:
+            raise APIError(400, "images are not served by this server (text-only "
+                           "model serving)", f"messages[{i}].content")
+        if kind != "text":
+            raise APIError(400, f"unsupported content part type {kind!r}",
+                           f"messages[{i}].content")
+    return "".join(str(p.get("text", "")) for p in content)
+
+
+def _check_tool_turns(messages: Sequence[ChatMessage]) -> None:
+    """OpenAI's rules: tool_calls only on assistant turns; a tool turn answers a call an
+    earlier assistant turn made."""
+    seen: set[str] = set()
+    for i, m in enumerate(messages):
+        if m.tool_calls and m.role != "assistant":
+            raise APIError(400, f"messages[{i}]: only assistant messages carry tool_calls",
+                           f"messages[{i}].tool_calls")
+        seen.update(c.id for c in m.tool_calls or ())
+        if m.role != "tool":
+            continue
+        if not m.tool_call_id:
+            raise APIError(400, f"messages[{i}]: a tool message needs tool_call_id",
+                           f"messages[{i}].tool_call_id")
+        if m.tool_call_id not in seen:
+            raise APIError(400, f"messages[{i}].tool_call_id {m.tool_call_id!r} answers no "
+                           "tool call of an earlier assistant message",
+                           f"messages[{i}].tool_call_id")
+
+
+def message_dicts(messages: Sequence[ChatMessage], map_id: Callable[[str], str] | None = None
+                  ) -> list[dict[str, Any]]:
+    """Chat messages as template dicts (OpenAI form: tool-call arguments stay JSON text);
+    text-part lists joined into one string; image parts refused. ``map_id`` rewrites
+    tool-call ids (Mistral tokenizers take 9-character ids only)."""
+    _check_tool_turns(messages)
+    keep = map_id or (lambda x: x)
     out = []
     for i, m in enumerate(messages):
-        if isinstance(m.content, list):
-            for part in m.content:
-                kind = part.get("type")
-                if kind in IMAGE_PART_TYPES:
-                    raise APIError(400, "images are not served by this server (text-only "
-                                   "model serving)", f"messages[{i}].content")
-                if kind != "text":
-                    raise APIError(400, f"unsupported content part type {kind!r}",
-                                   f"messages[{i}].content")
         d = m.model_dump(exclude_none=True)
-        if isinstance(m.content, list):
-            d["content"] = "".join(str(p.get("text", "")) for p in m.content)
+        d["content"] = _text(i, m.content)
+        if d["content"] is None and not m.tool_calls:
+            del d["content"]
+        if m.tool_calls:
+            d["tool_calls"] = [{**c.model_dump(), "id": keep(c.id)} for c in m.tool_calls]
+        if m.tool_call_id is not None:
+            d["tool_call_id"] = keep(m.tool_call_id)
         out.append(d)
     return out
 
 
 def encode_chat(state: ServingState, messages: Sequence[ChatMessage],
-                add_generation_prompt: bool = True) -> list[int]:
-    dicts = message_dicts(messages)
+                add_generation_prompt: bool = True, plan: ChatPlan | None = None
+                ) -> list[int]:
+    """Prompt ids; with a ``plan`` that offers tools, the template gets them (and Mistral
+    tokenizers get 9-character call ids)."""
+    mistral_ids = plan is not None and plan.tools and state.parsers.tool_parser == "mistral"
+    dicts = message_dicts(messages, CallIdMap() if mistral_ids else None)
     tok = state.backend.tokenizer
+    extra = {"tools": plan.tools} if plan is not None and plan.tools else {}
     try:
-        ids = tok.encode_chat(dicts, add_generation_prompt=add_generation_prompt)
+        ids = tok.encode_chat(dicts, add_generation_prompt=add_generation_prompt, **extra)
     except (ValueError, TypeError) as exc:  # ChatTemplateError is a ValueError
         raise APIError(400, f"messages: {exc}", "messages") from exc
     return _check_ids(state, ids, "messages")

@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     # auto: generation_config.json's temperature, top_p, top_k, min_p, repetition_penalty
     # and max_new_tokens are the defaults for requests that leave them out; none: ignore it
     generation_config: Literal["auto", "none"] = "auto"
+    # chat outputs -> tool_calls / reasoning_content (service/tool_calls/select.py)
+    tool_call_parser: Literal["auto", "mistral", "hermes", "none"] = "auto"
+    reasoning_parser: Literal["auto", "mistral", "think", "think-open", "none"] = "auto"
 
     @field_validator("api_keys", "disabled_kernels", mode="before")
     @classmethod

@@ -22,7 +22,7 @@ from engine.demo_model.gguf_source import DemoModelError, find_gguf
 __all__ = ["DemoModelError", "default_demo_dir", "ensure_demo_model", "find_gguf"]
 
 DEMO_NAME = "demo-smollm2-135m-fp8"
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"  # 2: the chat template renders tools (Hermes convention)
 MARKER = ".complete"
 
 log = logging.getLogger(__name__)

@@ -11,6 +11,7 @@ ByteLevel(use_regex=True), exactly SmolLM2's published tokenizer.json. Tokens ty
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from engine.demo_model.gguf_source import GgufModel
@@ -40,9 +41,26 @@ def build_tokenizer(meta: GgufModel):
     return tok
 
 
+CHATML_TOOLS = Path(__file__).with_name("templates") / "chatml_tools.jinja"
+_CHATML_DEFAULT_SYSTEM = re.compile(r"<\|im_start\|>system\n(.*?)<\|im_end\|>", re.S)
+
+
+def chat_template(meta: GgufModel) -> str:
+    """The GGUF's template, except that a ChatML template without tool support becomes
+    templates/chatml_tools.jinja (Hermes-style tools) with the same default system
+    message: tool-less conversations render the same text."""
+    source = meta.chat_template
+    if "<|im_start|>" not in source or "tools" in source:
+        return source
+    found = _CHATML_DEFAULT_SYSTEM.search(source)
+    default = "none" if found is None else json.dumps(found.group(1))
+    return (f"{{%- set default_system_message = {default} -%}}\n"
+            + CHATML_TOOLS.read_text(encoding="utf-8"))
+
+
 def write_tokenizer_files(meta: GgufModel, out_dir: Path) -> None:
     build_tokenizer(meta).save(str(out_dir / "tokenizer.json"))
-    (out_dir / "chat_template.jinja").write_text(meta.chat_template, encoding="utf-8")
+    (out_dir / "chat_template.jinja").write_text(chat_template(meta), encoding="utf-8")
     text = meta.tokens
     cfg = {
         "tokenizer_class": "PreTrainedTokenizerFast",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -99,6 +99,38 @@ def normalize_messages(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
+def fill_dates(source: str, today: date | None = None) -> str:
+    """The published Ministral-3 templates write a default system prompt with literal
+    ``{today}`` and ``{yesterday}`` placeholders: fill them (ISO dates) in the template
+    source, so a user message that contains the braces is never touched."""
+    if "{today}" not in source and "{yesterday}" not in source:
+        return source
+    today = today or date.today()
+    return (source.replace("{today}", today.isoformat())
+            .replace("{yesterday}", (today - timedelta(days=1)).isoformat()))
+
+
+def _arguments_as_objects(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Assistant tool calls with their JSON ``arguments`` text parsed into objects, as
+    transformers' templates expect them (and as vLLM passes them)."""
+    for i, m in enumerate(messages):
+        calls = m.get("tool_calls")
+        if not calls:
+            continue
+        fixed = []
+        for j, call in enumerate(calls):
+            fn = dict(call.get("function") or {})
+            if isinstance(fn.get("arguments"), str):
+                try:
+                    fn["arguments"] = json.loads(fn["arguments"] or "{}")
+                except json.JSONDecodeError as exc:
+                    raise ChatTemplateError(f"messages[{i}].tool_calls[{j}].function."
+                                            f"arguments is not valid JSON: {exc}") from exc
+            fixed.append({**call, "function": fn})
+        messages[i] = {**m, "tool_calls": fixed}
+    return messages
+
+
 def render_chat_template(
     source: str,
     messages: Sequence[Mapping[str, Any]],
@@ -108,10 +140,11 @@ def render_chat_template(
 ) -> str:
     """Render ``source`` for ``messages``. special_tokens: bos_token, eos_token, ... as text.
     Raises ChatTemplateError for bad messages or template failures."""
-    template = _compile(source)
+    template = _compile(fill_dates(source))
     variables = {**(special_tokens or {}), **kwargs}
+    messages = _arguments_as_objects(normalize_messages(messages))
     try:
-        return template.render(messages=normalize_messages(messages),
+        return template.render(messages=messages,
                                add_generation_prompt=add_generation_prompt, **variables)
     except ChatTemplateError:
         raise

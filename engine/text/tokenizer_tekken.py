@@ -72,19 +72,16 @@ class TekkenBackend:
 
     def chat_encoder(self, messages: list[dict[str, Any]],
                      tools: list[dict[str, Any]] | None = None) -> tuple[list[int], str]:
-        """mistral-common's own request encoding: messages (+ OpenAI-style tools) -> (ids,
-        text). A v13 tekken.json (Ministral-3) puts the tools before the first user message
+        """mistral-common's own request encoding: OpenAI-format messages (tool calls with
+        JSON-text arguments, tool results with ``tool_call_id``) and tools -> (ids, text). A v13 tekken.json (Ministral-3) puts the tools before the first user message
         as ``[AVAILABLE_TOOLS]...[/AVAILABLE_TOOLS]``."""
         from mistral_common.exceptions import MistralCommonException
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
         from pydantic import ValidationError
 
         try:
-            body: dict[str, Any] = {"messages": messages}
-            if tools:
-                body["tools"] = tools
-            request = ChatCompletionRequest.model_validate(body)
+            request = ChatCompletionRequest.from_openai(messages, tools or None)
             out = self._mistral.encode_chat_completion(request)
-        except (MistralCommonException, ValidationError) as exc:
+        except (MistralCommonException, ValidationError, ValueError) as exc:
             raise ChatTemplateError(f"invalid chat messages: {exc}") from exc
         return list(out.tokens), out.text or ""

@@ -17,6 +17,8 @@ from service.generation import collect, stream_events, submit
 from service.openai_format import Formatter
 from service.prompts import encode_chat, encode_prompts
 from service.schemas import ChatCompletionRequest, CompletionRequest
+from service.tool_calls.choice import ChoiceReader
+from service.tool_calls.plan import plan_chat
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -95,14 +97,25 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
 async def chat_completions(body: ChatCompletionRequest, request: Request,
                            state: ReadyStateDep):
     model = check_model(state, body.model)
+    plan = plan_chat(body, state.parsers)
     prompt = await run_in_threadpool(encode_chat, state, body.messages,
-                                     body.add_generation_prompt)
+                                     body.add_generation_prompt, plan)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = make_params(state, body, logprobs)
     sub = submit(state, "chatcmpl", [prompt], params, body.n, body.cache_salt)
     fmt = Formatter(sub.id, model, _text_of(state))
+    tok = state.backend.tokenizer
+    readers = [ChoiceReader(tok, plan, bool(params.stop)) for _ in sub.ids]
+    reasoning = plan.reasoning_parser is not None
+
+    def reasoning_tokens() -> int | None:
+        return sum(r.reasoning_tokens for r in readers) if reasoning else None
+
     if not body.stream:
-        return fmt.chat(await collect(sub, request), body.logprobs)
+        choices = await collect(sub, request)
+        for c, r in zip(choices, readers, strict=True):
+            r.feed(RequestOutput(sub.id, "".join(c.text), tuple(c.token_ids), finished=True))
+        return fmt.chat(choices, body.logprobs, readers, reasoning_tokens())
     counts = {"completion": 0, "cached": 0}
     first = [fmt.chat_chunk(i, {"role": "assistant", "content": ""})
              for i in range(len(sub.ids))]
@@ -111,15 +124,17 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
         counts["completion"] += len(out.token_ids)
         if i == 0:
             counts["cached"] = out.num_cached_tokens
-        delta = {"content": out.text} if out.text or not out.finished else {}
+        delta = readers[i].feed(out).to_openai()
+        if not delta and not out.finished and not body.logprobs:
+            return None  # held back (a tag or a call's name in progress): nothing to send
         lps = out.logprobs if body.logprobs else None
-        return fmt.chat_chunk(i, delta, lps, out.finish_reason)
+        return fmt.chat_chunk(i, delta, lps, readers[i].finish_reason(out.finish_reason))
 
     def last() -> list[dict[str, Any]]:
         if not body.include_usage:
             return []
         return [fmt.usage_chunk("chat.completion.chunk", len(prompt), counts["completion"],
-                                counts["cached"])]
+                                counts["cached"], reasoning_tokens())]
 
     return StreamingResponse(stream_events(sub, first, chunk, last),
                              media_type="text/event-stream", headers=SSE_HEADERS)

@@ -57,6 +57,7 @@ async def version(state: StateDep) -> dict[str, Any]:
     body: dict[str, Any] = {"version": _version(), "torch": torch.__version__}
     if state.backend is not None:
         body["model"] = state.backend.model_name
+        body.update(state.parsers.as_dict())
     return body
 
 

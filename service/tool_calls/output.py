@@ -23,6 +23,7 @@ from service.tool_calls.hermes import HermesToolParser
 from service.tool_calls.mistral import MistralToolParser
 from service.tool_calls.pieces import Piece, PieceStream, split_pieces
 from service.tool_calls.reasoning import MistralReasoningParser, ThinkTagReasoningParser
+from service.tool_calls.text_gate import TextGate
 from service.tool_calls.vocab import TokenVocab
 
 TOOL_PARSERS = {"mistral": MistralToolParser, "hermes": HermesToolParser}
@@ -46,15 +47,25 @@ class OutputParser:
         self.structural = frozenset().union(*(p.structural for p in (self._tools,
                                                                      self._reasoning) if p))
         self._stream = PieceStream(vocab, self.structural)
+        self._gate = TextGate()
         self._vocab = vocab
 
-    def feed(self, ids: Sequence[int]) -> DeltaMessage:
-        """One engine step's new ids -> what to send now."""
-        return DeltaMessage.of(self._events(self._stream.feed(ids), final=False))
+    def feed(self, ids: Sequence[int], engine_text: str | None = None) -> DeltaMessage:
+        """One engine step's new ids -> what to send now. ``engine_text``: the engine's new
+        text for the same step, given when stop strings may cut the output (text_gate.py);
+        then every call to feed must pass it."""
+        pieces = self._stream.feed(ids)
+        if engine_text is not None:
+            pieces = self._gate.push(pieces, engine_text)
+        return DeltaMessage.of(self._events(pieces, final=False))
 
     def finish(self) -> DeltaMessage:
-        """The output ended: release everything held back."""
-        return DeltaMessage.of(self._events(self._stream.finish(), final=True))
+        """The output ended: release everything held back (with a gate: what the engine's
+        text covers)."""
+        pieces = self._stream.finish()
+        if self._gate.used:
+            pieces = self._gate.push(pieces, "") + self._gate.finish()
+        return DeltaMessage.of(self._events(pieces, final=True))
 
     def parse(self, ids: Sequence[int]) -> ParsedMessage:
         """A whole output at once (use a fresh parser)."""

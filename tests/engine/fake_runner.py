@@ -11,6 +11,7 @@ says so.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -43,6 +44,8 @@ class CacheCheckingRunner:
     batches: list[BatchInputs] = field(default_factory=list)
     cache: dict[tuple[int, int], int] = field(default_factory=dict)
     delay_s: float = 0.0  # sleep per run() so tests can observe requests in flight
+    next_fn: Callable[[list[int]], int] = next_token  # the "model": sequence -> next token
+    vocab: int = VOCAB
 
     def run(self, batch: BatchInputs) -> torch.Tensor:
         self.batches.append(batch)
@@ -63,10 +66,10 @@ class CacheCheckingRunner:
             for i in want:
                 seq = [self.cache[(c.block_table[p // self.block_size], p % self.block_size)]
                        for p in range(c.start_pos + i + 1)]
-                row = torch.full((VOCAB,), -10.0)
-                row[next_token(seq)] = 10.0
+                row = torch.full((self.vocab,), -10.0)
+                row[self.next_fn(seq)] = 10.0
                 rows.append(row)
-        return torch.stack(rows) if rows else torch.empty(0, VOCAB)
+        return torch.stack(rows) if rows else torch.empty(0, self.vocab)
 
     def _check_disjoint(self, batch: BatchInputs) -> None:
         """Sequences may share cached blocks, but a block one chunk writes is in no other

@@ -1,0 +1,117 @@
+"""One chat choice's output as OpenAI sends it, streaming or not, through the parsers the
+request's plan names. Both modes feed the same engine outputs through the same parser, so a
+reassembled stream equals the non-streaming message.
+
+    reader = ChoiceReader(tokenizer, plan, stop_strings=bool(params.stop))
+    for out in outputs:                       # engine.stream.RequestOutput, in order
+        delta = reader.feed(out)              # DeltaMessage for this step's chunk
+    message = reader.message()                # the whole assistant message (non-streaming)
+    reader.finish_reason(out.finish_reason)   # "tool_calls" when calls were made
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.request import FinishReason
+from engine.stream import RequestOutput
+from service.tool_calls.deltas import DeltaMessage, ParsedMessage, ToolCall
+from service.tool_calls.output import OutputParser
+from service.tool_calls.plan import ChatPlan
+from service.tool_calls.vocab import TokenVocab
+
+
+class ReasoningCounter:
+    """Output tokens inside the reasoning block: counted on ids when both tags are single
+    tokens of the vocabulary, else by encoding the reasoning text at the end."""
+
+    TAGS = {"mistral": ("[THINK]", "[/THINK]"), "think": ("<think>", "</think>"),
+            "think-open": ("<think>", "</think>")}
+
+    def __init__(self, vocab: Any, parser: str | None) -> None:
+        begin, end = self.TAGS.get(parser or "", (None, None))
+        lookup = getattr(vocab, "token_to_id", lambda _: None)
+        self._begin = lookup(begin) if begin else None
+        self._end = lookup(end) if end else None
+        self._by_ids = self._begin is not None and self._end is not None
+        self._inside = parser == "think-open"
+        self._vocab = vocab
+        self.count = 0
+
+    def feed(self, ids: tuple[int, ...]) -> None:
+        if not self._by_ids:
+            return
+        for t in ids:
+            if t in (self._begin, self._end):
+                self._inside = t == self._begin
+            elif self._inside:
+                self.count += 1
+
+    def total(self, reasoning_text: str) -> int:
+        if self._by_ids or not reasoning_text:
+            return self.count
+        return len(self._vocab.encode(reasoning_text, add_special_tokens=False))
+
+
+class ChoiceReader:
+    def __init__(self, vocab: TokenVocab, plan: ChatPlan, stop_strings: bool = False) -> None:
+        self.parsing = plan.tool_parser is not None or plan.reasoning_parser is not None
+        self._parser = (OutputParser(vocab, plan.tool_parser, plan.reasoning_parser)
+                        if self.parsing else None)
+        self._gated = stop_strings
+        self._reasoning = ReasoningCounter(vocab, plan.reasoning_parser)
+        self._message = ParsedMessage()
+
+    def feed(self, out: RequestOutput) -> DeltaMessage:
+        """This output's delta (with ``out.finished``, everything held back too)."""
+        if self._parser is None:
+            delta = DeltaMessage(content=out.text)
+        else:
+            self._reasoning.feed(out.token_ids)
+            delta = self._parser.feed(out.token_ids, out.text if self._gated else None)
+            if out.finished:
+                delta = _merge(delta, self._parser.finish())
+        self._record(delta)
+        return delta
+
+    def _record(self, d: DeltaMessage) -> None:
+        m = self._message
+        m.content += d.content
+        m.reasoning_content += d.reasoning_content
+        for t in d.tool_calls:
+            if t.id is not None:
+                m.tool_calls.append(ToolCall(t.id, t.name or "", ""))
+            m.tool_calls[t.index].arguments += t.arguments
+
+    @property
+    def has_calls(self) -> bool:
+        return bool(self._message.tool_calls)
+
+    def message(self) -> dict[str, Any]:
+        """The assistant message so far (OpenAI form); without parsers, content as is."""
+        if not self.parsing:
+            return {"role": "assistant", "content": self._message.content}
+        return self._message.to_openai()
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return self._reasoning.total(self._message.reasoning_content)
+
+    def finish_reason(self, reason: FinishReason | None) -> str | None:
+        """OpenAI's finish_reason: ``tool_calls`` when the output ended on calls."""
+        if reason is FinishReason.STOP and self.has_calls:
+            return "tool_calls"
+        return None if reason is None else reason.value
+
+
+def _merge(a: DeltaMessage, b: DeltaMessage) -> DeltaMessage:
+    """Two consecutive deltas as one (a call's fragments stay in order)."""
+    merged = DeltaMessage(a.content + b.content, a.reasoning_content + b.reasoning_content,
+                          list(a.tool_calls))
+    for t in b.tool_calls:
+        last = merged.tool_calls[-1] if merged.tool_calls else None
+        if last is not None and t.id is None and last.index == t.index:
+            last.arguments += t.arguments
+        else:
+            merged.tool_calls.append(t)
+    return merged

@@ -1,0 +1,75 @@
+"""The tool and output-format half of a chat request, checked once before anything runs:
+which tools the prompt shows, which parsers read the output, what the grammar must force.
+Every refusal is an APIError(400) naming the parameter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from service.errors import APIError
+from service.tool_calls.select import ParserChoice
+
+
+@dataclass(frozen=True)
+class ChatPlan:
+    tools: list[dict[str, Any]] | None  # OpenAI form, for the template; None: no tools
+    tool_choice: str | dict[str, Any]  # "none" | "auto" | "required" | {"type", "function"}
+    parallel_tool_calls: bool
+    tool_parser: str | None  # None: the output is never read as tool calls
+    reasoning_parser: str | None
+    response_format: dict[str, Any] | None  # json_object / json_schema; None: free text
+
+    @property
+    def forced_function(self) -> str | None:
+        tc = self.tool_choice
+        return tc["function"]["name"] if isinstance(tc, dict) else None
+
+    @property
+    def forces_calls(self) -> bool:
+        return self.tool_choice == "required" or self.forced_function is not None
+
+
+def _tool_choice(body: Any) -> str | dict[str, Any]:
+    tc = body.tool_choice
+    if tc is None:
+        return "auto" if body.tools else "none"
+    return tc if isinstance(tc, str) else tc.model_dump()
+
+
+def _check_tools(body: Any, choice: str | dict[str, Any], parsers: ParserChoice) -> None:
+    names = [t.function.name for t in body.tools or ()]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise APIError(400, f"tools: function name {dup!r} is given twice", "tools")
+    if choice != "none" and not names:
+        raise APIError(400, "tool_choice needs tools: no tools were given", "tool_choice")
+    if isinstance(choice, dict) and choice["function"]["name"] not in names:
+        raise APIError(400, f"tool_choice names function {choice['function']['name']!r}, "
+                       f"which is not among the tools ({', '.join(names)})", "tool_choice")
+    if choice != "none" and parsers.tool_parser is None:
+        raise APIError(400, "tools: this model has no tool-call format the server can read "
+                       "(start it with --tool-call-parser mistral|hermes)", "tools")
+
+
+def _response_format(body: Any, choice: str | dict[str, Any]) -> dict[str, Any] | None:
+    rf = body.response_format
+    if rf is None or rf.type == "text":
+        return None
+    if choice == "required" or isinstance(choice, dict):
+        raise APIError(400, "response_format json_object/json_schema cannot be combined with "
+                       "tool_choice required or a named function (the output must be a "
+                       "tool call)", "response_format")
+    return rf.model_dump(by_alias=True, exclude_none=True)
+
+
+def plan_chat(body: Any, parsers: ParserChoice) -> ChatPlan:
+    """``body``: service.schemas.ChatCompletionRequest."""
+    choice = _tool_choice(body)
+    _check_tools(body, choice, parsers)
+    tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+    return ChatPlan(tools=tools, tool_choice=choice,
+                    parallel_tool_calls=body.parallel_tool_calls,
+                    tool_parser=parsers.tool_parser if choice != "none" else None,
+                    reasoning_parser=parsers.reasoning_parser,
+                    response_format=_response_format(body, choice))

@@ -1,0 +1,92 @@
+"""A backend whose "model" writes a scripted output, for API tests of what the server makes
+of exact token streams (tool calls, reasoning, stop strings).
+
+ScriptTokenizer: specials (</s>, <s>, [TOOL_CALLS], [ARGS], [THINK], [/THINK] and script
+markers <script0>..<script15>), a few whole words, then every printable ASCII character;
+encoding is greedy longest match. A chat prompt is <s> + every message's content; a content
+of "<scriptK>" makes the model write script K (a string, encoded) token by token, then
+</s>.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+
+from engine.checkpoint.generation import SamplingDefaults
+from engine.config import EngineConfig
+from engine.hardware import HardwareInfo
+from service.backend import ModelBackend
+from service.settings import Settings
+from tests.engine.fake_runner import CacheCheckingRunner, FakeKernelReport
+
+MODEL = "scripted-model"
+SPECIALS = ["</s>", "<s>", "[TOOL_CALLS]", "[ARGS]", "[THINK]", "[/THINK]",
+            *(f"<script{k}>" for k in range(16))]
+WORDS = ["<tool_call>", "</tool_call>", "get_weather", "get_time", "Paris", "Rome",
+         '{"city": "', '"}', "Hello", " world", "<think>", "</think>"]
+VOCAB = SPECIALS + WORDS + list(string.printable[:95])
+
+
+class ScriptTokenizer:
+    eos_token_ids = frozenset({0})
+    bos_token_id = 1
+
+    def __init__(self, chat_template: str = "") -> None:
+        self.chat_template = chat_template
+        self._ids = {t: i for i, t in enumerate(VOCAB)}
+        self._by_len = sorted(self._ids, key=len, reverse=True)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(VOCAB)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._ids.get(token)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        ids, i = [], 0
+        while i < len(text):
+            tok = next(t for t in self._by_len if text.startswith(t, i))
+            ids.append(self._ids[tok])
+            i += len(tok)
+        return ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return "".join(VOCAB[i] for i in ids
+                       if not (skip_special_tokens and i < len(SPECIALS)))
+
+    def token_to_text(self, token_id: int) -> str:
+        return VOCAB[token_id]
+
+    def encode_chat(self, messages, add_generation_prompt: bool = True, **_) -> list[int]:
+        ids = [1]
+        for m in messages:
+            ids += self.encode(m.get("content") or "")
+        return ids
+
+
+def script_model(tok: ScriptTokenizer, scripts: Sequence[str]):
+    """sequence -> next token: the script named by the last marker, then </s>."""
+    marker = {tok.token_to_id(f"<script{k}>"): k for k in range(len(scripts))}
+    ids = [tok.encode(s) for s in scripts]
+
+    def next_token(seq: list[int]) -> int:
+        at = max(i for i, t in enumerate(seq) if t in marker)
+        script, k = ids[marker[seq[at]]], len(seq) - at - 1
+        return script[k] if k < len(script) else 0
+    return next_token
+
+
+def scripted_loader(scripts: Sequence[str], chat_template: str = ""):
+    def load(settings: Settings) -> ModelBackend:
+        tok = ScriptTokenizer(chat_template)
+        runner = CacheCheckingRunner(num_kv_blocks=256, block_size=4,
+                                     next_fn=script_model(tok, scripts), vocab=len(VOCAB))
+        runner.kernel_report = FakeKernelReport()
+        cfg = EngineConfig(model_dir=".", max_num_seqs=settings.max_num_seqs,
+                           max_model_len=settings.max_model_len,
+                           max_num_batched_tokens=settings.max_num_batched_tokens)
+        return ModelBackend(runner, tok, MODEL, HardwareInfo.fake("avx2", "fma"), cfg,
+                            sampling_defaults=SamplingDefaults())
+    return load

@@ -1,0 +1,220 @@
+"""Chat tool calls, reasoning content and their errors through the real app and engine,
+on a scripted model (tests/service/scripted_backend.py): exact token streams in, OpenAI
+messages and stream chunks out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.settings import Settings
+from service.tool_calls.call_ids import is_call_id
+from tests.service.scripted_backend import scripted_loader
+
+SCRIPTS = [
+    'Let me check.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'
+    '[TOOL_CALLS]get_weather[ARGS]{"city": "Rome"}',
+    "[THINK]Paris is in France[/THINK]Hello world",
+    'Sure<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
+    "Hello world[TOOL_CALLS]get_time[ARGS]{}",
+]
+TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+         for n in ("get_weather", "get_time")]
+
+
+def make_client(**settings) -> TestClient:
+    cfg = Settings(max_model_len=512, **settings)
+    return TestClient(create_app(cfg, load_backend=scripted_loader(SCRIPTS)))
+
+
+@pytest.fixture(scope="module")
+def client():
+    with make_client() as c:
+        yield c
+
+
+def chat(client, script: int, **body):
+    body = {"messages": [{"role": "user", "content": f"<script{script}>"}],
+            "max_tokens": 200, "temperature": 0, **body}
+    return client.post("/v1/chat/completions", json=body)
+
+
+def stream(client, script: int, **body) -> list[dict]:
+    r = chat(client, script, stream=True, **body)
+    assert r.status_code == 200, r.text
+    lines = [ln[6:] for ln in r.text.splitlines() if ln.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(ln) for ln in lines[:-1]]
+
+
+def reassemble(chunks: list[dict]) -> tuple[dict, str]:
+    """The stream's choice 0 as one message, and its finish_reason."""
+    msg: dict = {"content": "", "reasoning_content": "", "tool_calls": []}
+    reason = None
+    for c in chunks:
+        for ch in c["choices"]:
+            d = ch["delta"]
+            msg["content"] += d.get("content") or ""
+            msg["reasoning_content"] += d.get("reasoning_content") or ""
+            for t in d.get("tool_calls", []):
+                if "id" in t:
+                    assert t["function"]["arguments"] == "" and t["type"] == "function"
+                    assert t["index"] == len(msg["tool_calls"])
+                    msg["tool_calls"].append({"id": t["id"], "type": "function", "function": {
+                        "name": t["function"]["name"], "arguments": ""}})
+                else:
+                    assert set(t) == {"index", "function"}
+                msg["tool_calls"][t["index"]]["function"]["arguments"] += \
+                    t["function"]["arguments"]
+            reason = ch["finish_reason"] or reason
+    return msg, reason
+
+
+def test_mistral_calls_non_streaming(client):
+    r = chat(client, 0, tools=TOOLS)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    msg = choice["message"]
+    assert choice["finish_reason"] == "tool_calls"
+    assert msg["content"] == "Let me check."
+    calls = msg["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == ["get_weather", "get_weather"]
+    assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"city": "Paris"},
+                                                                       {"city": "Rome"}]
+    assert all(is_call_id(c["id"]) and c["type"] == "function" for c in calls)
+    assert calls[0]["id"] != calls[1]["id"]
+
+
+def test_stream_reassembles_to_the_non_streaming_message(client):
+    whole = chat(client, 0, tools=TOOLS).json()["choices"][0]["message"]
+    chunks = stream(client, 0, tools=TOOLS)
+    msg, reason = reassemble(chunks)
+    assert reason == "tool_calls"
+    assert msg["content"] == whole["content"]
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in msg["tool_calls"]] \
+        == [(c["function"]["name"], c["function"]["arguments"]) for c in whole["tool_calls"]]
+    texts = [d.get("content") or "" for c in chunks for d in
+             (ch["delta"] for ch in c["choices"])]
+    assert not any("TOOL" in t or "[" in t for t in texts)
+
+
+def test_tool_choice_none_and_no_tools_leave_the_output_as_text(client):
+    for body in ({"tools": TOOLS, "tool_choice": "none"}, {}):
+        choice = chat(client, 0, **body).json()["choices"][0]
+        assert choice["finish_reason"] == "stop"
+        assert "tool_calls" not in choice["message"]
+        assert choice["message"]["content"].startswith("Let me check.get_weather{")
+
+
+def test_reasoning_content_split_and_counted(client):
+    body = chat(client, 1, stream_options=None).json()
+    msg = body["choices"][0]["message"]
+    assert msg["reasoning_content"] == "Paris is in France"
+    assert msg["content"] == "Hello world"
+    # one token per character of the reasoning text in this vocabulary, but "Paris"
+    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] == 1 + len(
+        " is in France")
+    chunks = stream(client, 1, stream_options={"include_usage": True})
+    streamed, reason = reassemble(chunks)
+    assert (streamed["reasoning_content"], streamed["content"], reason) == (
+        "Paris is in France", "Hello world", "stop")
+    assert chunks[-1]["usage"]["completion_tokens_details"]["reasoning_tokens"] == 14
+
+
+def test_stop_string_cuts_before_a_call(client):
+    for s in (False, True):
+        if s:
+            msg, reason = reassemble(stream(client, 3, tools=TOOLS, stop=[" wor"]))
+        else:
+            choice = chat(client, 3, tools=TOOLS, stop=[" wor"]).json()["choices"][0]
+            msg, reason = choice["message"], choice["finish_reason"]
+        assert (msg["content"], reason) == ("Hello", "stop")
+        assert not msg.get("tool_calls")
+
+
+def test_stop_string_after_the_text_keeps_the_call(client):
+    choice = chat(client, 3, tools=TOOLS, stop=["zzz"]).json()["choices"][0]
+    assert choice["message"]["content"] == "Hello world"
+    assert choice["message"]["tool_calls"][0]["function"] == {"name": "get_time",
+                                                              "arguments": "{}"}
+
+
+def test_n_choices_are_parsed_each(client):
+    body = chat(client, 0, tools=TOOLS, n=2).json()
+    assert [len(c["message"]["tool_calls"]) for c in body["choices"]] == [2, 2]
+
+
+def test_hermes_parser():
+    with make_client(tool_call_parser="hermes") as c:
+        assert c.get("/version").json()["tool_call_parser"] == "hermes"
+        choice = chat(c, 2, tools=TOOLS).json()["choices"][0]
+        assert choice["message"]["content"] == "Sure"
+        assert choice["message"]["tool_calls"][0]["function"] == {
+            "name": "get_weather", "arguments": '{"city": "Paris"}'}
+        msg, reason = reassemble(stream(c, 2, tools=TOOLS))
+        assert (msg["content"], reason) == ("Sure", "tool_calls")
+
+
+def test_version_names_the_parsers(client):
+    v = client.get("/version").json()
+    assert (v["tool_call_parser"], v["reasoning_parser"]) == ("mistral", "mistral")
+
+
+BAD = [
+    ({"tool_choice": "auto"}, "tool_choice"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+     "tool_choice"),
+    ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]},
+     "tools.0.function.name"),
+    ({"tools": TOOLS + TOOLS[:1]}, "tools"),
+    ({"tools": [{"type": "retrieval", "function": {"name": "x"}}]}, "tools.0.type"),
+    ({"response_format": {"type": "json_schema"}}, "response_format"),
+    ({"response_format": {"type": "yaml"}}, "response_format.type"),
+    ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}},
+     "response_format"),
+]
+
+
+@pytest.mark.parametrize(("extra", "param"), BAD)
+def test_bad_tool_requests_are_400_naming_the_parameter(client, extra, param):
+    r = chat(client, 0, **extra)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+
+
+CALL = {"id": "call_abc", "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+BAD_TURNS = [
+    ([{"role": "user", "content": "x"}, {"role": "tool", "content": "18C"}],
+     "messages[1].tool_call_id"),
+    ([{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [CALL]},
+      {"role": "tool", "tool_call_id": "call_other", "content": "18C"}],
+     "messages[2].tool_call_id"),
+    ([{"role": "user", "content": "x", "tool_calls": [CALL]}], "messages[0].tool_calls"),
+]
+
+
+@pytest.mark.parametrize(("messages", "param"), BAD_TURNS)
+def test_bad_tool_turns_are_400(client, messages, param):
+    r = client.post("/v1/chat/completions", json={"messages": messages, "tools": TOOLS})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+
+
+def test_a_tool_round_trip_is_accepted(client):
+    messages = [{"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": None, "tool_calls": [CALL]},
+                {"role": "tool", "tool_call_id": "call_abc", "content": "<script3>"}]
+    r = client.post("/v1/chat/completions", json={"messages": messages, "tools": TOOLS})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == "Hello world"
+
+
+def test_tools_without_a_parser_are_400():
+    with make_client(tool_call_parser="none") as c:
+        r = chat(c, 0, tools=TOOLS)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
+        assert chat(c, 0, tools=TOOLS, tool_choice="none").status_code == 200
