@@ -73,8 +73,9 @@ class TekkenBackend:
     def chat_encoder(self, messages: list[dict[str, Any]],
                      tools: list[dict[str, Any]] | None = None) -> tuple[list[int], str]:
         """mistral-common's own request encoding: OpenAI-format messages (tool calls with
-        JSON-text arguments, tool results with ``tool_call_id``) and tools -> (ids, text). A v13 tekken.json (Ministral-3) puts the tools before the first user message
-        as ``[AVAILABLE_TOOLS]...[/AVAILABLE_TOOLS]``."""
+        JSON-text arguments, tool results with ``tool_call_id``) and tools -> (ids, text).
+        A v13 tekken.json (Ministral-3) puts the tools before the first user message as
+        ``[AVAILABLE_TOOLS]...[/AVAILABLE_TOOLS]``."""
         from mistral_common.exceptions import MistralCommonException
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
         from pydantic import ValidationError
