@@ -3,18 +3,59 @@ Responses are plain dicts built in service/openai_format.py."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema,
+                      model_validator)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from engine.checkpoint.generation import SamplingDefaults
+from service import unsupported
+
+INT64 = 2**63  # seeds are torch generator seeds: [-2**63, 2**63) leaves room for seed + n
+
+
+def _document_noops(schema: dict[str, Any], cls: type) -> None:
+    schema.setdefault("properties", {}).update(
+        unsupported.noop_schemas(getattr(cls, "openai_endpoint", None) or ""))
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    """Strict JSON types (``"5"`` is not an integer, as OpenAI answers); fields outside the
+    model go through service/unsupported.py: a not-implemented OpenAI value is a 400, an
+    unknown field is ignored (debug log)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False,
+                              json_schema_extra=_document_noops)
+    openai_endpoint: ClassVar[str | None] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unsupported_fields(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
+        bad = unsupported.check_fields(cls.openai_endpoint or cls.__name__, data, known)
+        if bad is not None:
+            err = PydanticCustomError("unsupported_value", bad.message())
+            raise ValidationError.from_exception_data(cls.__name__, [InitErrorDetails(
+                type=err, loc=(bad.field,), input=bad.value)])
+        return data
+
+
+NonEmptyStr = Annotated[str, Field(min_length=1)]
+TokenId = Annotated[int, Field(ge=0)]
+TokenIds = Annotated[list[TokenId], Field(min_length=1)]
+_BIAS = {"type": "number", "minimum": -100, "maximum": 100}
+# token id (a decimal string: JSON keys are strings) -> additive bias
+LogitBias = Annotated[
+    dict[Annotated[str, Field(pattern=r"^[0-9]{1,9}$")], Annotated[float, Field(ge=-100, le=100)]],
+    WithJsonSchema({"type": "object", "propertyNames": {"pattern": "^[0-9]{1,9}$"},
+                    "additionalProperties": _BIAS})]
 
 
 class StreamOptions(_Body):
+    openai_endpoint: ClassVar[str | None] = unsupported.STREAM_OPTIONS
     include_usage: bool = False
 
 
@@ -27,22 +68,22 @@ class _Sampling(_Body):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
     model: str | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    min_p: float = 0.0
-    seed: int | None = None
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(-1, ge=-1)
+    min_p: float = Field(0.0, ge=0, le=1)
+    seed: int | None = Field(None, ge=-INT64, lt=INT64)
     n: int = Field(1, ge=1, le=32)
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
+    stop: NonEmptyStr | list[NonEmptyStr] | None = None
+    stop_token_ids: list[TokenId] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    repetition_penalty: float = Field(1.0, gt=0)
     ignore_eos: bool = False
-    min_tokens: int = 0
-    logit_bias: dict[str, float] | None = None
+    min_tokens: int = Field(0, ge=0)
+    logit_bias: LogitBias | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     user: str | None = None
@@ -72,11 +113,12 @@ class _Sampling(_Body):
 
 
 class CompletionRequest(_Sampling):
-    prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = 16
+    openai_endpoint: ClassVar[str | None] = unsupported.COMPLETIONS
+    prompt: (NonEmptyStr | Annotated[list[NonEmptyStr], Field(min_length=1)] | TokenIds
+             | Annotated[list[TokenIds], Field(min_length=1)])
+    max_tokens: int | None = Field(16, ge=1)
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
-    suffix: str | None = None
 
     def output_limit(self, default: int | None) -> int | None:
         """max_tokens as sent; left out: the model's default, else OpenAI's 16."""
@@ -86,15 +128,16 @@ class CompletionRequest(_Sampling):
 
 
 class ChatMessage(_Body):
-    role: str
+    role: Literal["system", "user", "assistant", "tool", "developer"]  # template's ROLES
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
 
 
 class ChatCompletionRequest(_Sampling):
+    openai_endpoint: ClassVar[str | None] = unsupported.CHAT
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     add_generation_prompt: bool = True
@@ -115,4 +158,4 @@ class TokenizeRequest(_Body):
 
 class DetokenizeRequest(_Body):
     model: str | None = None
-    tokens: list[int]
+    tokens: list[TokenId]

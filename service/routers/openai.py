@@ -14,6 +14,7 @@ from service.backend import ServingState
 from service.deps import ReadyStateDep, check_model, require_api_key
 from service.errors import APIError
 from service.generation import collect, stream_events, submit
+from service.openapi import errors, ok
 from service.openai_format import Formatter
 from service.prompts import encode_chat, encode_prompts
 from service.schemas import ChatCompletionRequest, CompletionRequest
@@ -43,14 +44,16 @@ def _text_of(state: ServingState):
     return getattr(tok, "token_to_text", lambda i: tok.decode([i], False))
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", response_model=None,
+            responses={**ok("ModelList"), **errors(401, 503)})
 async def models(state: ReadyStateDep) -> dict[str, Any]:
     card = {"id": state.backend.model_name, "object": "model", "created": int(state.started),
             "owned_by": "fp8serve", "max_model_len": state.settings.max_model_len}
     return {"object": "list", "data": [card]}
 
 
-@router.post("/v1/completions")
+@router.post("/v1/completions", response_model=None, responses={
+    **ok("Completion", stream=True), **errors(400, 401, 404, 408, 429, 503)})
 async def completions(body: CompletionRequest, request: Request, state: ReadyStateDep):
     model = check_model(state, body.model)
     prompts, texts = await run_in_threadpool(encode_prompts, state, body.prompt)
@@ -91,7 +94,8 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
                              media_type="text/event-stream", headers=SSE_HEADERS)
 
 
-@router.post("/v1/chat/completions")
+@router.post("/v1/chat/completions", response_model=None, responses={
+    **ok("ChatCompletion", stream=True), **errors(400, 401, 404, 408, 429, 503)})
 async def chat_completions(body: ChatCompletionRequest, request: Request,
                            state: ReadyStateDep):
     model = check_model(state, body.model)
