@@ -149,10 +149,12 @@ def _sample_random(
     v = x.shape[1]
     ps = [params[i] for i in rows]
     temp = torch.tensor([p.temperature for p in ps], dtype=torch.float32)[:, None]
-    top_k = torch.tensor([p.top_k if p.top_k_enabled else v for p in ps], dtype=torch.long)
+    # top_k past the vocabulary is off; clamped before the tensor, as it may exceed int64
+    top_k = torch.tensor([min(p.top_k, v) if p.top_k_enabled else v for p in ps],
+                         dtype=torch.long)
     top_p = torch.tensor([p.top_p for p in ps], dtype=torch.float32)
     min_p = torch.tensor([p.min_p for p in ps], dtype=torch.float32)
-    y = truncate(x[rows] / temp, top_k.clamp(max=v), top_p, min_p)
+    y = truncate(x[rows] / temp, top_k, top_p, min_p)
     return _exponential_race(torch.softmax(y, dim=-1), [generators[i] for i in rows])
 
 

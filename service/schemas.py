@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator
+from pydantic.config import JsonDict
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from engine.checkpoint.generation import SamplingDefaults
@@ -20,10 +20,22 @@ def _document_noops(schema: dict[str, Any], cls: type) -> None:
         unsupported.noop_schemas(getattr(cls, "openai_endpoint", None) or ""))
 
 
+def _whole_numbers(value: Any) -> Any:
+    """JSON has one number type: 2.0 is the integer 2 (JSON Schema's rule), 2.5 is not."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    return value
+
+
 class _Body(BaseModel):
-    """Strict JSON types (``"5"`` is not an integer, as OpenAI answers); fields outside the
-    model go through service/unsupported.py: a not-implemented OpenAI value is a 400, an
-    unknown field is ignored (debug log)."""
+    """Strict JSON types (``"5"`` is not an integer, ``1`` not a boolean, as OpenAI
+    answers; ``5.0`` is an integer, as in JSON Schema); fields outside the model go through
+    service/unsupported.py: a not-implemented OpenAI value is a 400, an unknown field is
+    ignored (debug log)."""
 
     model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False,
                               json_schema_extra=_document_noops)
@@ -40,7 +52,7 @@ class _Body(BaseModel):
             err = PydanticCustomError("unsupported_value", bad.message())
             raise ValidationError.from_exception_data(cls.__name__, [InitErrorDetails(
                 type=err, loc=(bad.field,), input=bad.value)])
-        return data
+        return _whole_numbers(data)
 
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
@@ -149,10 +161,18 @@ class ChatCompletionRequest(_Sampling):
         return given if given is not None else default
 
 
+_PROMPT_OR_MESSAGES: JsonDict = {"oneOf": [  # exactly one of them, the other null or absent
+    {"required": ["prompt"], "properties": {"prompt": {"type": "string"},
+                                            "messages": {"type": "null"}}},
+    {"required": ["messages"], "properties": {"messages": {"type": "array"},
+                                              "prompt": {"type": "null"}}}]}
+
+
 class TokenizeRequest(_Body):
+    model_config = ConfigDict(json_schema_extra=_PROMPT_OR_MESSAGES)
     model: str | None = None
     prompt: str | None = None
-    messages: list[ChatMessage] | None = None
+    messages: list[ChatMessage] | None = Field(None, min_length=1)
     add_special_tokens: bool = True
 
 

@@ -14,8 +14,8 @@ from service.backend import ServingState
 from service.deps import ReadyStateDep, check_model, require_api_key
 from service.errors import APIError
 from service.generation import collect, stream_events, submit
-from service.openapi import errors, ok
 from service.openai_format import Formatter
+from service.openapi import errors, ok
 from service.prompts import encode_chat, encode_prompts
 from service.schemas import ChatCompletionRequest, CompletionRequest
 
