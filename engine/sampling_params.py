@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 MAX_LOGPROBS = 20
-SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # what torch.Generator.manual_seed takes
 
 
 class SamplingParamsError(ValueError):
@@ -84,8 +83,6 @@ class SamplingParams:
                f"{self.min_tokens} exceeds max_tokens {mt}")
         seed_ok = isinstance(self.seed, int) and not isinstance(self.seed, bool)
         _check(self.seed is None or seed_ok, "seed", f"must be an integer, got {self.seed!r}")
-        _check(self.seed is None or SEED_MIN <= self.seed <= SEED_MAX, "seed",
-               f"must be in [{SEED_MIN}, {SEED_MAX}] (a torch generator seed), got {self.seed}")
 
     def _validate_distribution(self) -> None:
         t = self.temperature

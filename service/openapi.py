@@ -39,8 +39,25 @@ _CHAT_CHOICE = _obj(("index", "message", "finish_reason"), index=_INT, message=_
                     logprobs=_OBJ_OR_NULL, finish_reason=_FINISH)
 _MODEL = _obj(("id", "object", "created", "owned_by"), id=_STR,
               object={"const": "model"}, created=_INT, owned_by=_STR, max_model_len=_INT)
-_SSE_EVENT = {"type": "object", "required": ["data"], "properties": {"data": _STR},
-              "description": "one event: a JSON chunk, an error body, or [DONE] last"}
+_DELTA = {"type": "object", "properties": {"role": {"const": "assistant"}, "content": _STR}}
+_CHUNK_CHOICE = _obj(("index", "text", "finish_reason"), index=_INT, text=_STR,
+                     logprobs=_OBJ_OR_NULL, finish_reason=_FINISH)
+_CHAT_CHUNK_CHOICE = _obj(("index", "delta", "finish_reason"), index=_INT, delta=_DELTA,
+                          logprobs=_OBJ_OR_NULL, finish_reason=_FINISH)
+
+
+def _chunk(obj: str, choice: dict[str, Any]) -> dict[str, Any]:
+    """A stream chunk; the last before [DONE] may carry usage and no choices."""
+    return _obj(("id", "object", "created", "model", "choices"), **_HEAD, object={"const": obj},
+                choices={"type": "array", "items": choice}, usage=_ref("Usage"))
+
+
+def _sse_event(chunk: str) -> dict[str, Any]:
+    """One SSE event: a JSON chunk or error body, then ``[DONE]`` last."""
+    json_data = {"type": "string", "contentMediaType": "application/json",
+                 "contentSchema": {"anyOf": [_ref(chunk), _ref("ErrorResponse")]}}
+    data = {"type": "string", "if": {"const": "[DONE]"}, "else": json_data}
+    return {"type": "object", "required": ["data"], "properties": {"data": data}}
 
 COMPONENTS: dict[str, dict[str, Any]] = {
     "ErrorResponse": _ERROR,
@@ -53,6 +70,8 @@ COMPONENTS: dict[str, dict[str, Any]] = {
                            object={"const": "chat.completion"},
                            choices={"type": "array", "items": _CHAT_CHOICE},
                            usage=_ref("Usage")),
+    "CompletionChunk": _chunk("text_completion", _CHUNK_CHOICE),
+    "ChatCompletionChunk": _chunk("chat.completion.chunk", _CHAT_CHUNK_CHOICE),
     "ModelList": _obj(("object", "data"), object={"const": "list"},
                       data={"type": "array", "items": _MODEL}),
     "Tokens": _obj(("tokens", "count", "max_model_len"),
@@ -80,13 +99,13 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
             for s in statuses}
 
 
-def ok(component: str, stream: bool = False, status: int = 200,
+def ok(component: str, chunk: str | None = None, status: int = 200,
        description: str = "success") -> dict[int | str, dict[str, Any]]:
-    """A success entry with a component body; ``stream``: or SSE events (``stream: true``
-    in the request)."""
+    """A success entry with a component body; ``chunk``: or SSE events, each that
+    component (``stream: true`` in the request)."""
     content: dict[str, Any] = {"application/json": {"schema": _ref(component)}}
-    if stream:
-        content["text/event-stream"] = {"schema": _SSE_EVENT}
+    if chunk is not None:
+        content["text/event-stream"] = {"schema": _sse_event(chunk)}
     return {status: {"description": description, "content": content}}
 
 

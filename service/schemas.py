@@ -12,8 +12,6 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from engine.checkpoint.generation import SamplingDefaults
 from service import unsupported
 
-INT64 = 2**63  # seeds are torch generator seeds: [-2**63, 2**63) leaves room for seed + n
-
 
 def _document_noops(schema: dict[str, Any], cls: type) -> None:
     schema.setdefault("properties", {}).update(
@@ -84,7 +82,7 @@ class _Sampling(_Body):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(-1, ge=-1)
     min_p: float = Field(0.0, ge=0, le=1)
-    seed: int | None = Field(None, ge=-INT64, lt=INT64)
+    seed: int | None = None  # any integer (the generator takes it modulo 2**64)
     n: int = Field(1, ge=1, le=32)
     stop: NonEmptyStr | list[NonEmptyStr] | None = None
     stop_token_ids: list[TokenId] | None = None

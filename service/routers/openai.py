@@ -53,7 +53,7 @@ async def models(state: ReadyStateDep) -> dict[str, Any]:
 
 
 @router.post("/v1/completions", response_model=None, responses={
-    **ok("Completion", stream=True), **errors(400, 401, 404, 408, 429, 503)})
+    **ok("Completion", chunk="CompletionChunk"), **errors(400, 401, 404, 408, 429, 503)})
 async def completions(body: CompletionRequest, request: Request, state: ReadyStateDep):
     model = check_model(state, body.model)
     prompts, texts = await run_in_threadpool(encode_prompts, state, body.prompt)
@@ -95,7 +95,7 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
 
 
 @router.post("/v1/chat/completions", response_model=None, responses={
-    **ok("ChatCompletion", stream=True), **errors(400, 401, 404, 408, 429, 503)})
+    **ok("ChatCompletion", chunk="ChatCompletionChunk"), **errors(400, 401, 404, 408, 429, 503)})
 async def chat_completions(body: ChatCompletionRequest, request: Request,
                            state: ReadyStateDep):
     model = check_model(state, body.model)

@@ -2,9 +2,12 @@
 served, one it refuses is a 400 naming the field; every route documents its error
 statuses with the OpenAI error body, and none documents FastAPI's 422."""
 
+import json
+
 import jsonschema
 import pytest
 
+from tests.engine.fake_runner import expected_tokens
 from tests.service.test_api import client, error_of
 
 
@@ -70,14 +73,18 @@ BOUNDS = [
     ({**P, "presence_penalty": 2}, True), ({**P, "presence_penalty": 2.01}, False),
     ({**P, "frequency_penalty": -2}, True), ({**P, "frequency_penalty": -2.01}, False),
     ({**P, "repetition_penalty": 0.01}, True), ({**P, "repetition_penalty": 0}, False),
+    # extreme but valid factors: finite logprobs (JSON has no NaN), not a 500
+    ({"prompt": "1", "repetition_penalty": 5e-324, "logprobs": 5}, True),
+    ({"prompt": "1", "repetition_penalty": 1e300, "logprobs": 5}, True),
+    ({"prompt": "1", "temperature": 5e-324, "logprobs": 5}, True),
     ({**P, "max_tokens": 1}, True), ({**P, "max_tokens": 0}, False),
     ({**M, "max_completion_tokens": 0}, False), ({**M, "max_tokens": 0}, False),
     ({**P, "n": 32, "max_tokens": 1}, True), ({**P, "n": 33}, False),
     ({**P, "logprobs": 20}, True), ({**P, "logprobs": 21}, False),
     ({**M, "logprobs": True, "top_logprobs": 21}, False),
     ({**P, "min_tokens": 0}, True), ({**P, "min_tokens": -1}, False),
-    ({**P, "seed": 2**63 - 1, "n": 2}, True), ({**P, "seed": 2**63}, False),
-    ({**P, "seed": -(2**63)}, True), ({**P, "seed": -(2**63) - 1}, False),
+    ({**P, "seed": 2**63 - 1, "n": 2}, True), ({**P, "seed": 2**64 - 1, "n": 2}, True),
+    ({**P, "seed": -(2**70)}, True), ({**P, "seed": 1.5}, False),
     ({**P, "stop": "x"}, True), ({**P, "stop": ""}, False), ({**P, "stop": ["x", ""]}, False),
     ({**P, "logit_bias": {"3": 100}}, True), ({**P, "logit_bias": {"3": 100.5}}, False),
     ({**P, "logit_bias": {"x": 1}}, False), ({**P, "stop_token_ids": [-1]}, False),
@@ -118,3 +125,28 @@ def test_success_bodies_match_their_schemas(c, doc):
     validator(doc, "ModelList").validate(c.get("/v1/models").json())
     validator(doc, "Tokens").validate(c.post("/tokenize", json={"prompt": "3"}).json())
     validator(doc, "Health").validate(c.get("/health").json())
+
+
+def events(r):
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    data = [ln[len("data: "):] for ln in r.text.split("\n") if ln.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    return [json.loads(d) for d in data[:-1]]
+
+
+def test_stream_chunks_match_their_schemas(c, doc):
+    usage = {"stream": True, "stream_options": {"include_usage": True}}
+    chunks = events(c.post("/v1/completions", json={**P, **usage, "logprobs": 1}))
+    assert chunks[-1]["choices"] == [] and "usage" in chunks[-1]
+    for chunk in chunks:
+        validator(doc, "CompletionChunk").validate(chunk)
+    for chunk in events(c.post("/v1/chat/completions", json={**M, **usage, "max_tokens": 2})):
+        validator(doc, "ChatCompletionChunk").validate(chunk)
+    assert not validator(doc, "ChatCompletionChunk").is_valid(chunks[0])  # schemas differ
+
+
+def test_stream_error_event_matches_the_error_schema(doc):
+    with client(fail_on_token=expected_tokens([5, 6], 1)[0]) as cl:
+        last = events(cl.post("/v1/completions", json={
+            "prompt": "5 6", "max_tokens": 3, "temperature": 0, "stream": True}))[-1]
+    validator(doc, "ErrorResponse").validate(last)
