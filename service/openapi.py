@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 _REF = "#/components/schemas/"
-_STR, _INT, _NUM = {"type": "string"}, {"type": "integer"}, {"type": "number"}
+_STR, _INT = {"type": "string"}, {"type": "integer"}
 _NULL_STR = {"type": ["string", "null"]}
 _OBJ_OR_NULL = {"type": ["object", "null"]}
 _FINISH = {"enum": ["stop", "length", "abort", "timeout", "error", None]}
@@ -58,6 +58,7 @@ def _sse_event(chunk: str) -> dict[str, Any]:
                  "contentSchema": {"anyOf": [_ref(chunk), _ref("ErrorResponse")]}}
     data = {"type": "string", "if": {"const": "[DONE]"}, "else": json_data}
     return {"type": "object", "required": ["data"], "properties": {"data": data}}
+
 
 COMPONENTS: dict[str, dict[str, Any]] = {
     "ErrorResponse": _ERROR,

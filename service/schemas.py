@@ -45,6 +45,7 @@ class _Body(BaseModel):
         if not isinstance(data, dict):
             return data
         known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
+        # a body outside OpenAI's API (/tokenize, a message) only logs its unknown fields
         bad = unsupported.check_fields(cls.openai_endpoint or cls.__name__, data, known)
         if bad is not None:
             err = PydanticCustomError("unsupported_value", bad.message())
@@ -124,7 +125,8 @@ class _Sampling(_Body):
 
 class CompletionRequest(_Sampling):
     openai_endpoint: ClassVar[str | None] = unsupported.COMPLETIONS
-    prompt: (NonEmptyStr | Annotated[list[NonEmptyStr], Field(min_length=1)] | TokenIds
+    # text may be empty: whether it encodes to no tokens (a 400) depends on the tokenizer
+    prompt: (str | Annotated[list[str], Field(min_length=1)] | TokenIds
              | Annotated[list[TokenIds], Field(min_length=1)])
     max_tokens: int | None = Field(16, ge=1)
     logprobs: int | None = Field(None, ge=0, le=20)

@@ -88,7 +88,7 @@ BOUNDS = [
     ({**P, "stop": "x"}, True), ({**P, "stop": ""}, False), ({**P, "stop": ["x", ""]}, False),
     ({**P, "logit_bias": {"3": 100}}, True), ({**P, "logit_bias": {"3": 100.5}}, False),
     ({**P, "logit_bias": {"x": 1}}, False), ({**P, "stop_token_ids": [-1]}, False),
-    ({"prompt": "", "max_tokens": 1}, False), ({"prompt": [], "max_tokens": 1}, False),
+    ({"prompt": [], "max_tokens": 1}, False),
     ({"prompt": [[]], "max_tokens": 1}, False), ({"prompt": [-1]}, False),
     ({"prompt": [3.0], "max_tokens": 1}, True), ({**P, "max_tokens": 2.5}, False),
     ({**P, "max_tokens": "2"}, False), ({**P, "echo": 1}, False),
