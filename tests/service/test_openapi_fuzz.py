@@ -5,7 +5,8 @@ requests accepted and schema-invalid ones rejected with a 4xx.
 
 A few 400s depend on the model, on several fields at once or on what a content part holds,
 which this JSON schema does not say; SCHEMALESS_400S lists them. Bounded and derandomized:
-the same cases on every run (FP8SERVE_FUZZ_EXAMPLES=300 for a deeper local run)."""
+the same cases on every run. A deeper local run: FP8SERVE_FUZZ_EXAMPLES=300, and
+FP8SERVE_FUZZ_PHASES=coverage,fuzzing adds schemathesis' boundary-value cases (~40 s more)."""
 
 from __future__ import annotations
 
@@ -29,11 +30,12 @@ from tests.engine.fake_runner import VOCAB
 from tests.service.fake_backend import MODEL, fake_loader
 
 MAX_EXAMPLES = int(os.environ.get("FP8SERVE_FUZZ_EXAMPLES", "40"))
+PHASES = os.environ.get("FP8SERVE_FUZZ_PHASES", "fuzzing").split(",")
 # a small queue: a drawn n=32 over 14 prompts is a 429 (documented), not 448 generations
 SETTINGS = Settings(max_model_len=64, max_num_seqs=4, max_queue=64)
 app = create_app(SETTINGS, load_backend=fake_loader())
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
-schema.config.phases.update(phases=["fuzzing"])
+schema.config.phases.update(phases=PHASES)
 schema.config.generation.update(
     modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE],
     max_examples=MAX_EXAMPLES, deterministic=True)
