@@ -13,9 +13,11 @@ from engine.checkpoint.generation import SamplingDefaults
 from service import unsupported
 
 
-def _document_noops(schema: dict[str, Any], cls: type) -> None:
-    schema.setdefault("properties", {}).update(
-        unsupported.noop_schemas(getattr(cls, "openai_endpoint", None) or ""))
+def _document_unsupported(schema: dict[str, Any], cls: type) -> None:
+    props = schema.setdefault("properties", {})
+    endpoint = getattr(cls, "openai_endpoint", None) or ""
+    for name, prop in unsupported.schema_properties(endpoint).items():
+        props.setdefault(name, prop)  # a declared field (user) keeps its own
 
 
 def _whole_numbers(value: Any) -> Any:
@@ -36,7 +38,7 @@ class _Body(BaseModel):
     ignored (debug log)."""
 
     model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False,
-                              json_schema_extra=_document_noops)
+                              json_schema_extra=_document_unsupported)
     openai_endpoint: ClassVar[str | None] = None
 
     @model_validator(mode="before")

@@ -116,9 +116,14 @@ def check_fields(endpoint: str, data: Mapping[str, Any], known: Iterable[str]
     return None
 
 
-def noop_schemas(endpoint: str) -> dict[str, dict[str, Any]]:
-    """OpenAPI properties for the no-op fields: each field's accepted values (an enum),
-    so the published contract says what the server takes."""
-    return {name: {"enum": list(values), "description": "not implemented; only these "
-                   "values (no-ops) are accepted, anything else is a 400"}
-            for name, values in NOOP.get(endpoint, {}).items()}
+def schema_properties(endpoint: str) -> dict[str, dict[str, Any]]:
+    """OpenAPI properties for the fields the request model does not declare, so the
+    published contract says what the server takes: each no-op field's accepted values (an
+    enum), and the hints (any value)."""
+    props: dict[str, dict[str, Any]] = {
+        name: {"description": "accepted and ignored (a hint)"}
+        for name in sorted(HINTS.get(endpoint, ()))}
+    props.update({name: {"enum": list(values), "description": "not implemented; only "
+                         "these values (no-ops) are accepted, anything else is a 400"}
+                  for name, values in NOOP.get(endpoint, {}).items()})
+    return props

@@ -119,3 +119,5 @@ def test_openapi_documents_the_noop_values(c):
         "properties"]
     assert props["store"]["enum"] == [None, False]
     assert props["service_tier"]["enum"] == [None, "auto", "default"]
+    assert "metadata" in props and "type" not in props["metadata"]  # a hint: any value
+    assert props["user"]["anyOf"] == [{"type": "string"}, {"type": "null"}]  # declared
