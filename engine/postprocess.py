@@ -16,7 +16,7 @@ import torch
 
 from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.request import FinishReason, Request, RequestStatus
-from engine.sampler import token_logprobs
+from engine.sampler import make_generator, token_logprobs
 from engine.scheduler import SchedulerOutput
 from engine.stream import EngineObserver, OutputSink, RequestOutput, TokenLogprob
 
@@ -60,7 +60,7 @@ class StepRunner:
         p = req.params
         detok = self.make_detok(self.tokenizer, list(req.prompt_ids), p.stop,
                                 p.skip_special_tokens, p.include_stop_str_in_output)
-        gen = None if p.seed is None else torch.Generator().manual_seed(p.seed)
+        gen = None if p.seed is None else make_generator(p.seed)
         return LiveRequest(req, sink, detok, gen, max_tokens)
 
     def run(self, out: SchedulerOutput, live: dict[str, LiveRequest]) -> list[Request]:

@@ -38,6 +38,16 @@ import torch
 from engine.sampling_params import SamplingParams
 
 TopLogprobs = tuple[list[int], list[float]]  # (token ids, logprobs), best first
+# Extreme penalties and temperatures stay inside fp32: a factor is clamped to [TINY, MAX]
+# and a logit that overflows to +inf to MAX, so no row turns NaN; a reported logprob is at
+# least LOGPROB_FLOOR (what OpenAI and vLLM report for an impossible token), never -inf.
+F32_MAX, F32_TINY = torch.finfo(torch.float32).max, torch.finfo(torch.float32).tiny
+LOGPROB_FLOOR = -9999.0
+
+
+def _factor(values: list[float]) -> torch.Tensor:
+    """[n, 1] fp32 per-row divisors/multipliers, clamped so none is 0 or inf."""
+    return torch.tensor(values, dtype=torch.float64).clamp(F32_TINY, F32_MAX).float()[:, None]
 
 
 @dataclass(frozen=True)
@@ -75,11 +85,11 @@ def apply_penalties(
         seen[j, torch.as_tensor(list(prompt_ids[i]), dtype=torch.long)] = True
     seen |= counts > 0
     idx = torch.as_tensor(rows)
-    rep = torch.tensor([params[i].repetition_penalty for i in rows])[:, None]
+    rep = _factor([params[i].repetition_penalty for i in rows])
     freq = torch.tensor([params[i].frequency_penalty for i in rows])[:, None]
     pres = torch.tensor([params[i].presence_penalty for i in rows])[:, None]
     sub = x[idx]
-    sub = torch.where(seen, torch.where(sub > 0, sub / rep, sub * rep), sub)
+    sub = torch.where(seen, torch.where(sub > 0, sub / rep, sub * rep), sub).clamp(max=F32_MAX)
     sub = sub - freq * counts - pres * (counts > 0).float()
     x[idx] = sub
 
@@ -148,11 +158,13 @@ def _sample_random(
 ) -> torch.Tensor:
     v = x.shape[1]
     ps = [params[i] for i in rows]
-    temp = torch.tensor([p.temperature for p in ps], dtype=torch.float32)[:, None]
-    top_k = torch.tensor([p.top_k if p.top_k_enabled else v for p in ps], dtype=torch.long)
+    temp = _factor([p.temperature for p in ps])
+    # top_k past the vocabulary is off; clamped before the tensor, as it may exceed int64
+    top_k = torch.tensor([min(p.top_k, v) if p.top_k_enabled else v for p in ps],
+                         dtype=torch.long)
     top_p = torch.tensor([p.top_p for p in ps], dtype=torch.float32)
     min_p = torch.tensor([p.min_p for p in ps], dtype=torch.float32)
-    y = truncate(x[rows] / temp, top_k.clamp(max=v), top_p, min_p)
+    y = truncate((x[rows] / temp).clamp(max=F32_MAX), top_k, top_p, min_p)
     return _exponential_race(torch.softmax(y, dim=-1), [generators[i] for i in rows])
 
 
@@ -181,7 +193,7 @@ def _logprob_rows(x: torch.Tensor, tokens: torch.Tensor, params: Sequence[Sampli
     if not rows:
         return tops, chosen
     sub = x if len(rows) == b else x[rows]
-    lp = torch.log_softmax(sub, dim=-1)
+    lp = torch.log_softmax(sub, dim=-1).clamp(min=LOGPROB_FLOOR)
     picked = lp.gather(1, tokens[rows][:, None])[:, 0].tolist()
     for j, i in enumerate(rows):
         tops[i] = top_logprobs(lp[j], params[i].logprobs)
@@ -230,7 +242,8 @@ def make_generator(seed: int | None) -> torch.Generator | None:
     """The per-request generator: None for unseeded requests (global RNG)."""
     if seed is None:
         return None
-    return torch.Generator().manual_seed(seed)
+    # any integer: torch takes 64 bits, and reads a negative seed as its two's complement
+    return torch.Generator().manual_seed(seed % 2**64)
 
 
 def token_logprobs(

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from service.backend import ModelBackend, ServingState
 from service.backend import load_backend as default_load_backend
 from service.errors import install_error_handlers
+from service.openapi import install_openapi
 from service.routers import openai, ops
 from service.settings import Settings
 
@@ -43,6 +44,7 @@ def create_app(settings: Settings | None = None,
     app = FastAPI(title="fp8serve", lifespan=lifespan)
     app.state.serving = state
     install_error_handlers(app)
+    install_openapi(app)
     app.include_router(ops.public)
     app.include_router(ops.private)
     app.include_router(openai.router)

@@ -3,18 +3,72 @@ Responses are plain dicts built in service/openai_format.py."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator
+from pydantic.config import JsonDict
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from engine.checkpoint.generation import SamplingDefaults
+from service import unsupported
+
+
+def _document_unsupported(schema: dict[str, Any], cls: type) -> None:
+    props = schema.setdefault("properties", {})
+    endpoint = getattr(cls, "openai_endpoint", None) or ""
+    for name, prop in unsupported.schema_properties(endpoint).items():
+        props.setdefault(name, prop)  # a declared field (user) keeps its own
+
+
+def _whole_numbers(value: Any) -> Any:
+    """JSON has one number type: 2.0 is the integer 2 (JSON Schema's rule), 2.5 is not."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    return value
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    """Strict JSON types (``"5"`` is not an integer, ``1`` not a boolean, as OpenAI
+    answers; ``5.0`` is an integer, as in JSON Schema); fields outside the model go through
+    service/unsupported.py: a not-implemented OpenAI value is a 400, an unknown field is
+    ignored (debug log)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False,
+                              json_schema_extra=_document_unsupported)
+    openai_endpoint: ClassVar[str | None] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unsupported_fields(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
+        # a body outside OpenAI's API (/tokenize, a message) only logs its unknown fields
+        bad = unsupported.check_fields(cls.openai_endpoint or cls.__name__, data, known)
+        if bad is not None:
+            err = PydanticCustomError("unsupported_value", bad.message())
+            raise ValidationError.from_exception_data(cls.__name__, [InitErrorDetails(
+                type=err, loc=(bad.field,), input=bad.value)])
+        return _whole_numbers(data)
+
+
+NonEmptyStr = Annotated[str, Field(min_length=1)]
+TokenId = Annotated[int, Field(ge=0)]
+TokenIds = Annotated[list[TokenId], Field(min_length=1)]
+_BIAS = {"type": "number", "minimum": -100, "maximum": 100}
+# token id (a decimal string: JSON keys are strings) -> additive bias
+LogitBias = Annotated[
+    dict[Annotated[str, Field(pattern=r"^[0-9]{1,9}$")], Annotated[float, Field(ge=-100, le=100)]],
+    WithJsonSchema({"type": "object", "propertyNames": {"pattern": "^[0-9]{1,9}$"},
+                    "additionalProperties": _BIAS})]
 
 
 class StreamOptions(_Body):
+    openai_endpoint: ClassVar[str | None] = unsupported.STREAM_OPTIONS
     include_usage: bool = False
 
 
@@ -27,22 +81,22 @@ class _Sampling(_Body):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
     model: str | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    min_p: float = 0.0
-    seed: int | None = None
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(-1, ge=-1)
+    min_p: float = Field(0.0, ge=0, le=1)
+    seed: int | None = None  # any integer (the generator takes it modulo 2**64)
     n: int = Field(1, ge=1, le=32)
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
+    stop: NonEmptyStr | list[NonEmptyStr] | None = None
+    stop_token_ids: list[TokenId] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    repetition_penalty: float = Field(1.0, gt=0)
     ignore_eos: bool = False
-    min_tokens: int = 0
-    logit_bias: dict[str, float] | None = None
+    min_tokens: int = Field(0, ge=0)
+    logit_bias: LogitBias | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     user: str | None = None
@@ -72,11 +126,13 @@ class _Sampling(_Body):
 
 
 class CompletionRequest(_Sampling):
-    prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = 16
+    openai_endpoint: ClassVar[str | None] = unsupported.COMPLETIONS
+    # text may be empty: whether it encodes to no tokens (a 400) depends on the tokenizer
+    prompt: (str | Annotated[list[str], Field(min_length=1)] | TokenIds
+             | Annotated[list[TokenIds], Field(min_length=1)])
+    max_tokens: int | None = Field(16, ge=1)
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
-    suffix: str | None = None
 
     def output_limit(self, default: int | None) -> int | None:
         """max_tokens as sent; left out: the model's default, else OpenAI's 16."""
@@ -140,7 +196,7 @@ class AssistantToolCall(_Body):
 
 
 class ChatMessage(_Body):
-    role: str
+    role: Literal["system", "user", "assistant", "tool", "developer"]  # template's ROLES
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
     tool_calls: list[AssistantToolCall] | None = None  # assistant turns
@@ -148,9 +204,10 @@ class ChatMessage(_Body):
 
 
 class ChatCompletionRequest(_Sampling):
+    openai_endpoint: ClassVar[str | None] = unsupported.CHAT
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     add_generation_prompt: bool = True
@@ -166,13 +223,21 @@ class ChatCompletionRequest(_Sampling):
         return given if given is not None else default
 
 
+_PROMPT_OR_MESSAGES: JsonDict = {"oneOf": [  # exactly one of them, the other null or absent
+    {"required": ["prompt"], "properties": {"prompt": {"type": "string"},
+                                            "messages": {"type": "null"}}},
+    {"required": ["messages"], "properties": {"messages": {"type": "array"},
+                                              "prompt": {"type": "null"}}}]}
+
+
 class TokenizeRequest(_Body):
+    model_config = ConfigDict(json_schema_extra=_PROMPT_OR_MESSAGES)
     model: str | None = None
     prompt: str | None = None
-    messages: list[ChatMessage] | None = None
+    messages: list[ChatMessage] | None = Field(None, min_length=1)
     add_special_tokens: bool = True
 
 
 class DetokenizeRequest(_Body):
     model: str | None = None
-    tokens: list[int]
+    tokens: list[TokenId]

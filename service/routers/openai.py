@@ -15,6 +15,7 @@ from service.deps import ReadyStateDep, check_model, require_api_key
 from service.errors import APIError
 from service.generation import collect, stream_events, submit
 from service.openai_format import Formatter
+from service.openapi import errors, ok
 from service.prompts import encode_chat, encode_prompts
 from service.schemas import ChatCompletionRequest, CompletionRequest
 from service.tool_calls.choice import ChoiceReader
@@ -45,14 +46,16 @@ def _text_of(state: ServingState):
     return getattr(tok, "token_to_text", lambda i: tok.decode([i], False))
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", response_model=None,
+            responses={**ok("ModelList"), **errors(401, 503)})
 async def models(state: ReadyStateDep) -> dict[str, Any]:
     card = {"id": state.backend.model_name, "object": "model", "created": int(state.started),
             "owned_by": "fp8serve", "max_model_len": state.settings.max_model_len}
     return {"object": "list", "data": [card]}
 
 
-@router.post("/v1/completions")
+@router.post("/v1/completions", response_model=None, responses={
+    **ok("Completion", chunk="CompletionChunk"), **errors(400, 401, 404, 408, 429, 503)})
 async def completions(body: CompletionRequest, request: Request, state: ReadyStateDep):
     model = check_model(state, body.model)
     prompts, texts = await run_in_threadpool(encode_prompts, state, body.prompt)
@@ -93,7 +96,8 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
                              media_type="text/event-stream", headers=SSE_HEADERS)
 
 
-@router.post("/v1/chat/completions")
+@router.post("/v1/chat/completions", response_model=None, responses={
+    **ok("ChatCompletion", chunk="ChatCompletionChunk"), **errors(400, 401, 404, 408, 429, 503)})
 async def chat_completions(body: ChatCompletionRequest, request: Request,
                            state: ReadyStateDep):
     model = check_model(state, body.model)

@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.deps import ReadyStateDep, StateDep, check_model, require_api_key
 from service.errors import APIError
+from service.openapi import errors, ok
 from service.prompts import _check_ids, encode_chat
 from service.schemas import DetokenizeRequest, TokenizeRequest
 
@@ -27,7 +28,8 @@ def _version() -> str:
         return "0.0.0+local"
 
 
-@public.get("/health")
+@public.get("/health", response_model=None, responses={
+    **ok("Health"), **ok("Health", status=503, description="loading, draining or dead")})
 async def health(state: StateDep) -> JSONResponse:
     status = state.status
     body: dict[str, Any] = {"status": status}
@@ -39,19 +41,21 @@ async def health(state: StateDep) -> JSONResponse:
     return JSONResponse(body, 200 if status == "ready" else 503)
 
 
-@public.get("/metrics")
+@public.get("/metrics", response_class=Response, responses={
+    200: {"description": "Prometheus text format", "content": {CONTENT_TYPE_LATEST: {}}},
+    **errors(503)})
 async def metrics(state: StateDep) -> Response:
     if state.registry is None:
         raise APIError(503, "model is still loading", code="loading")
     return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-@private.get("/kernels")
+@private.get("/kernels", responses=errors(401, 503))
 async def kernels(state: ReadyStateDep) -> dict[str, Any]:
     return state.kernels_body()
 
 
-@private.get("/version")
+@private.get("/version", responses=errors(401))
 async def version(state: StateDep) -> dict[str, Any]:
     import torch
     body: dict[str, Any] = {"version": _version(), "torch": torch.__version__}
@@ -61,7 +65,7 @@ async def version(state: StateDep) -> dict[str, Any]:
     return body
 
 
-@private.post("/reset_prefix_cache")
+@private.post("/reset_prefix_cache", responses=errors(401, 503))
 async def reset_prefix_cache(state: ReadyStateDep) -> dict[str, Any]:
     """Drop every cached KV block (vLLM's route): later requests compute their prompts
     again. Blocks that running requests hold stay theirs."""
@@ -70,7 +74,8 @@ async def reset_prefix_cache(state: ReadyStateDep) -> dict[str, Any]:
     return {"enabled": enabled, "num_blocks_dropped": dropped}
 
 
-@private.post("/tokenize")
+@private.post("/tokenize", response_model=None,
+              responses={**ok("Tokens"), **errors(400, 401, 404, 503)})
 async def tokenize(body: TokenizeRequest, state: ReadyStateDep) -> dict[str, Any]:
     check_model(state, body.model)
     tok = state.backend.tokenizer
@@ -83,7 +88,8 @@ async def tokenize(body: TokenizeRequest, state: ReadyStateDep) -> dict[str, Any
     return {"tokens": ids, "count": len(ids), "max_model_len": state.settings.max_model_len}
 
 
-@private.post("/detokenize")
+@private.post("/detokenize", response_model=None,
+              responses={**ok("Text"), **errors(400, 401, 404, 503)})
 async def detokenize(body: DetokenizeRequest, state: ReadyStateDep) -> dict[str, Any]:
     check_model(state, body.model)
     ids = _check_ids(state, body.tokens, "tokens") if body.tokens else []

@@ -11,6 +11,7 @@ says so.
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -84,13 +85,22 @@ class CacheCheckingRunner:
                         "a chunk writes a KV block another sequence holds"
 
 
+def _word_id(word: str) -> int:
+    try:
+        return int(word) % VOCAB
+    except ValueError:
+        return zlib.crc32(word.encode("utf-8", "surrogatepass")) % VOCAB
+
+
 class FakeTokenizer:
     eos_token_ids = (0,)
     bos_token_id = None
     vocab_size = VOCAB
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return [int(w) % VOCAB for w in text.split()]
+        """Each word is a token: an integer word is its id mod VOCAB, any other word a
+        stable id from its bytes (as a real tokenizer takes any text)."""
+        return [_word_id(w) for w in text.split()]
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return "".join(f" {i}" for i in ids if not (skip_special_tokens and i == 0))

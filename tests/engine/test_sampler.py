@@ -218,3 +218,31 @@ def test_greedy_row_identical_alone_and_in_a_mixed_batch():
     for i in (1, 2, 4):
         alone = _run(logits[i:i + 1], [params[i]], prompts=[[1, 2]], outputs=[[4]])
         assert alone.token_ids.item() == batch.token_ids[i].item()
+
+
+@pytest.mark.parametrize("kw", [
+    dict(repetition_penalty=5e-324), dict(repetition_penalty=1e300),
+    dict(temperature=5e-324), dict(temperature=1e300), dict(temperature=1e-30, top_k=2**70),
+    dict(repetition_penalty=1e300, temperature=1e-300, min_tokens=3),
+])
+def test_extreme_parameters_give_finite_logprobs_and_a_real_token(kw):
+    """Overflowing factors must not turn a row into NaN (a garbage token, NaN logprobs that
+    no JSON can carry): the token is the one greedy picks (or a tied one) and every
+    reported logprob is finite."""
+    logits = torch.tensor([[2.0, -1.0, 0.0, 3.0, -3.0, 1.0, 0.5, -0.5]])
+    out = _run(logits, [SamplingParams(**kw, logprobs=V)], [[0, 1, 2, 3, 5]], [[3]], eos=[7])
+    ids, lps = out.top_logprobs[0]
+    assert all(math.isfinite(x) for x in lps + [out.chosen_logprobs[0]]), lps
+    assert 0 <= out.token_ids[0].item() < V
+    if kw.get("temperature", 1) < 1e-20:  # near-zero temperature is greedy
+        assert out.token_ids[0].item() == _processed(logits[0], {
+            k: v for k, v in kw.items() if k not in ("temperature", "top_k")},
+            prompt=[0, 1, 2, 3, 5], output=[3], eos=[7]).argmax().item()
+
+
+def test_any_integer_seed_is_a_generator_seed_modulo_2_64():
+    def draws(seed):
+        return torch.rand(4, generator=make_generator(seed))
+    assert torch.equal(draws(5), draws(5 + 2**64)) and torch.equal(draws(-1), draws(2**64 - 1))
+    assert torch.equal(draws(-(2**70)), draws(-(2**70) % 2**64))
+    assert not torch.equal(draws(5), draws(6))

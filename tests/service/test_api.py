@@ -155,7 +155,7 @@ def test_errors_have_openai_shape(c):
     assert "images are not served" in err["message"]
     err = error_of(c.post("/v1/chat/completions", json={"messages": [
         {"role": "bad", "content": "1"}]}), 400)
-    assert err["param"] == "messages"
+    assert err["param"] == "messages.0.role"  # the schema names the template's roles
     error_of(c.post("/v1/completions", json={"prompt": [999]}), 400)
     error_of(c.post("/v1/completions", content=b"{not json"), 400)
     error_of(c.get("/nope"), 404)

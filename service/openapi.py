@@ -1,0 +1,134 @@
+"""The published contract (/openapi.json): each route's error statuses with OpenAI's error
+body, and JSON schemas of the success bodies that are plain dicts (service/openai_format.py
+builds them). FastAPI's default 422 is dropped: validation errors are 400s
+(service/errors.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+_REF = "#/components/schemas/"
+_STR, _INT = {"type": "string"}, {"type": "integer"}
+_NULL_STR = {"type": ["string", "null"]}
+_OBJ_OR_NULL = {"type": ["object", "null"]}
+_FINISH = {"enum": ["stop", "length", "abort", "timeout", "error", None]}
+
+
+def _obj(required: tuple[str, ...], **props: Any) -> dict[str, Any]:
+    return {"type": "object", "required": list(required), "properties": props}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF + name}
+
+
+_ERROR = _obj(("error",), error=_obj(
+    ("message", "type", "param", "code"), message=_STR, type=_STR, param=_NULL_STR,
+    code=_NULL_STR))
+_USAGE = _obj(("prompt_tokens", "completion_tokens", "total_tokens"),
+              prompt_tokens=_INT, completion_tokens=_INT, total_tokens=_INT,
+              prompt_tokens_details=_obj(("cached_tokens",), cached_tokens=_INT))
+_HEAD = {"id": _STR, "created": _INT, "model": _STR}
+_COMPLETION_CHOICE = _obj(("index", "text", "logprobs", "finish_reason"), index=_INT,
+                          text=_STR, logprobs=_OBJ_OR_NULL, finish_reason=_FINISH)
+_MESSAGE = _obj(("role",), role={"const": "assistant"}, content=_NULL_STR)
+_CHAT_CHOICE = _obj(("index", "message", "finish_reason"), index=_INT, message=_MESSAGE,
+                    logprobs=_OBJ_OR_NULL, finish_reason=_FINISH)
+_MODEL = _obj(("id", "object", "created", "owned_by"), id=_STR,
+              object={"const": "model"}, created=_INT, owned_by=_STR, max_model_len=_INT)
+_DELTA = {"type": "object", "properties": {"role": {"const": "assistant"}, "content": _STR}}
+_CHUNK_CHOICE = _obj(("index", "text", "finish_reason"), index=_INT, text=_STR,
+                     logprobs=_OBJ_OR_NULL, finish_reason=_FINISH)
+_CHAT_CHUNK_CHOICE = _obj(("index", "delta", "finish_reason"), index=_INT, delta=_DELTA,
+                          logprobs=_OBJ_OR_NULL, finish_reason=_FINISH)
+
+
+def _chunk(obj: str, choice: dict[str, Any]) -> dict[str, Any]:
+    """A stream chunk; the last before [DONE] may carry usage and no choices."""
+    return _obj(("id", "object", "created", "model", "choices"), **_HEAD, object={"const": obj},
+                choices={"type": "array", "items": choice}, usage=_ref("Usage"))
+
+
+def _sse_event(chunk: str) -> dict[str, Any]:
+    """One SSE event: a JSON chunk or error body, then ``[DONE]`` last."""
+    json_data = {"type": "string", "contentMediaType": "application/json",
+                 "contentSchema": {"anyOf": [_ref(chunk), _ref("ErrorResponse")]}}
+    data = {"type": "string", "if": {"const": "[DONE]"}, "else": json_data}
+    return {"type": "object", "required": ["data"], "properties": {"data": data}}
+
+
+COMPONENTS: dict[str, dict[str, Any]] = {
+    "ErrorResponse": _ERROR,
+    "Usage": _USAGE,
+    "Completion": _obj(("id", "object", "created", "model", "choices", "usage"), **_HEAD,
+                       object={"const": "text_completion"},
+                       choices={"type": "array", "items": _COMPLETION_CHOICE},
+                       usage=_ref("Usage")),
+    "ChatCompletion": _obj(("id", "object", "created", "model", "choices", "usage"), **_HEAD,
+                           object={"const": "chat.completion"},
+                           choices={"type": "array", "items": _CHAT_CHOICE},
+                           usage=_ref("Usage")),
+    "CompletionChunk": _chunk("text_completion", _CHUNK_CHOICE),
+    "ChatCompletionChunk": _chunk("chat.completion.chunk", _CHAT_CHUNK_CHOICE),
+    "ModelList": _obj(("object", "data"), object={"const": "list"},
+                      data={"type": "array", "items": _MODEL}),
+    "Tokens": _obj(("tokens", "count", "max_model_len"),
+                   tokens={"type": "array", "items": _INT}, count=_INT, max_model_len=_INT),
+    "Text": _obj(("prompt",), prompt=_STR),
+    "Health": _obj(("status",), status={"enum": ["loading", "ready", "draining", "dead"]},
+                   error=_STR, running=_INT, waiting=_INT),
+}
+
+_WHY = {
+    400: "invalid request: schema, a value the model cannot take (token id, length), or a "
+         "not-implemented OpenAI field (service/unsupported.py)",
+    401: "missing or wrong API key (when the server has keys)",
+    404: "the request names a model this server does not serve",
+    408: "the request ran past the server's request timeout",
+    429: "the waiting queue is full; retry after Retry-After seconds",
+    503: "the model is loading, or the server is draining or its engine died",
+}
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` entries for a route's error statuses, each with the error body."""
+    return {s: {"description": _WHY[s],
+                "content": {"application/json": {"schema": _ref("ErrorResponse")}}}
+            for s in statuses}
+
+
+def ok(component: str, chunk: str | None = None, status: int = 200,
+       description: str = "success") -> dict[int | str, dict[str, Any]]:
+    """A success entry with a component body; ``chunk``: or SSE events, each that
+    component (``stream: true`` in the request)."""
+    content: dict[str, Any] = {"application/json": {"schema": _ref(component)}}
+    if chunk is not None:
+        content["text/event-stream"] = {"schema": _sse_event(chunk)}
+    return {status: {"description": description, "content": content}}
+
+
+def _drop_422(schema: dict[str, Any]) -> None:
+    for item in schema.get("paths", {}).values():
+        for op in item.values():
+            op.get("responses", {}).pop("422", None)
+    comps = schema.get("components", {}).get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        comps.pop(name, None)
+
+
+def install_openapi(app: FastAPI) -> None:
+    """Replace app.openapi with the contract above (built once, then cached)."""
+
+    def build() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, routes=app.routes,
+                                 description=app.description)
+            _drop_422(schema)
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(COMPONENTS)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = build  # type: ignore[method-assign]

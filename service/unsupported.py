@@ -1,0 +1,129 @@
+"""Every OpenAI request field, per endpoint, in one of three classes:
+
+- IMPLEMENTED: the server honours it (a field of the request model in service/schemas.py);
+- NOOP: the server does not implement it; the values listed are what it does anyway (a
+  no-op), so they are accepted; any other value is a 400 naming the field;
+- HINTS: accepted with any value and ignored, because they never change what is generated.
+  ``user``, ``safety_identifier``: end-user ids for OpenAI's abuse monitoring (this server
+  does none); ``metadata``: tags for OpenAI's stored completions (nothing is stored);
+  ``prompt_cache_key``, ``prompt_cache_retention``, ``prompt_cache_options``: cache-routing
+  and retention advice; the prefix cache here is automatic (cache_salt isolates it), and a
+  cache only ever changes latency, never the text. ``include_obfuscation``: padding
+  against length side channels, which carries no content.
+
+Any other field the request model does not declare (a vLLM or other extension this server
+lacks, or an IMPLEMENTED field whose model field has not landed yet) is ignored and named
+in a debug log, as vLLM does. tests/service/test_unsupported_fields.py walks the
+installed openai SDK's request TypedDicts and fails on a field in none of the classes.
+
+Accepted values are compared as JSON (``true`` is not ``1``), see :func:`is_noop`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+COMPLETIONS = "/v1/completions"
+CHAT = "/v1/chat/completions"
+STREAM_OPTIONS = "stream_options"
+
+_SAMPLING = ("model", "stream", "stream_options", "temperature", "top_p", "n", "seed",
+             "stop", "presence_penalty", "frequency_penalty", "logit_bias")
+
+IMPLEMENTED: Mapping[str, frozenset[str]] = {
+    COMPLETIONS: frozenset(_SAMPLING + ("prompt", "max_tokens", "logprobs", "echo")),
+    # tools, tool_choice, parallel_tool_calls and response_format belong to the tool-call
+    # and structured-output work (service/tool_calls/, engine/structured/)
+    CHAT: frozenset(_SAMPLING + (
+        "messages", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs",
+        "tools", "tool_choice", "parallel_tool_calls", "response_format")),
+    STREAM_OPTIONS: frozenset({"include_usage"}),
+}
+
+NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
+    COMPLETIONS: {
+        "best_of": (None, 1),  # one candidate per choice is what n does
+        "suffix": (None, ""),  # no fill-in-the-middle
+    },
+    CHAT: {
+        "audio": (None,),
+        "modalities": (None, ["text"]),
+        "prediction": (None,),
+        "web_search_options": (None,),
+        "functions": (None, []),  # deprecated for tools
+        "function_call": (None, "none"),  # deprecated for tool_choice
+        "store": (None, False),
+        "reasoning_effort": (None, "none"),  # Ministral-3 instruct models do not reason
+        "verbosity": (None,),
+        "service_tier": (None, "auto", "default"),  # one tier here
+        "moderation": (None,),
+    },
+    STREAM_OPTIONS: {},
+}
+
+_CACHE_HINTS = ("prompt_cache_key", "prompt_cache_retention", "prompt_cache_options")
+HINTS: Mapping[str, frozenset[str]] = {
+    COMPLETIONS: frozenset({"user"}),
+    CHAT: frozenset(("user", "safety_identifier", "metadata") + _CACHE_HINTS),
+    STREAM_OPTIONS: frozenset({"include_obfuscation"}),
+}
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def is_noop(value: Any, accepted: Iterable[Any]) -> bool:
+    return _json(value) in {_json(a) for a in accepted}
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A request field set to a value this server does not implement."""
+
+    field: str
+    value: Any
+    accepted: tuple[Any, ...]
+
+    def message(self) -> str:
+        ok = " or ".join(_json(a) for a in self.accepted)
+        return (f"{_json(self.value)[:80]} is not supported by this server "
+                f"(accepted: {ok}; or leave it out)")
+
+
+def check_fields(endpoint: str, data: Mapping[str, Any], known: Iterable[str]
+                 ) -> Unsupported | None:
+    """The first field of ``data`` the server does not implement (None: all fine).
+    Fields the request model does not know and OpenAI does not define are logged."""
+    noop = NOOP.get(endpoint, {})
+    hints = HINTS.get(endpoint, frozenset())
+    unknown = []
+    for name in data.keys() - set(known):
+        if name in noop:
+            if not is_noop(data[name], noop[name]):
+                return Unsupported(name, data[name], noop[name])
+        elif name not in hints:
+            unknown.append(name)
+    if unknown:
+        log.debug("%s: the following fields were present in the request but ignored: %s",
+                  endpoint, sorted(unknown))
+    return None
+
+
+def schema_properties(endpoint: str) -> dict[str, dict[str, Any]]:
+    """OpenAPI properties for the fields the request model does not declare, so the
+    published contract says what the server takes: each no-op field's accepted values (an
+    enum), and the hints (any value)."""
+    props: dict[str, dict[str, Any]] = {
+        name: {"description": "accepted and ignored (a hint)"}
+        for name in sorted(HINTS.get(endpoint, ()))}
+    props.update({name: {"enum": list(values), "description": "not implemented; only "
+                         "these values (no-ops) are accepted, anything else is a 400"}
+                  for name, values in NOOP.get(endpoint, {}).items()})
+    return props

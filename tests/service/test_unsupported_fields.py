@@ -1,0 +1,123 @@
+"""OpenAI request fields this server does not implement: a 400 naming the field, unless
+the value is a listed no-op; unknown non-OpenAI fields are ignored with a debug log. The
+SDK walk fails when the openai package grows a request field nobody classified."""
+
+import logging
+
+import pytest
+from openai.types import completion_create_params as cmpl_params
+from openai.types.chat import chat_completion_stream_options_param as stream_params
+from openai.types.chat import completion_create_params as chat_params
+
+from service import unsupported
+from service.schemas import ChatCompletionRequest, CompletionRequest, StreamOptions
+from tests.service.test_api import client, error_of
+
+# being added to ChatCompletionRequest by the tool-call / structured-output work
+LANDING = {"tools", "tool_choice", "parallel_tool_calls", "response_format"}
+SDK = {
+    unsupported.COMPLETIONS: (CompletionRequest, [cmpl_params.CompletionCreateParamsStreaming,
+                                                  cmpl_params.CompletionCreateParamsNonStreaming]),
+    unsupported.CHAT: (ChatCompletionRequest, [chat_params.CompletionCreateParamsStreaming,
+                                               chat_params.CompletionCreateParamsNonStreaming]),
+    unsupported.STREAM_OPTIONS: (StreamOptions,
+                                 [stream_params.ChatCompletionStreamOptionsParam]),
+}
+CHAT_BASE = {"messages": [{"role": "user", "content": "3"}], "max_tokens": 1}
+BASE = {unsupported.COMPLETIONS: {"prompt": "3", "max_tokens": 1}, unsupported.CHAT: CHAT_BASE}
+
+
+@pytest.fixture(scope="module")
+def c():
+    with client() as cl:
+        yield cl
+
+
+def sdk_fields(typed_dicts) -> set[str]:
+    return set().union(*(t.__required_keys__ | t.__optional_keys__ for t in typed_dicts))
+
+
+@pytest.mark.parametrize("endpoint", list(SDK))
+def test_every_sdk_field_is_classified_once(endpoint):
+    model, typed_dicts = SDK[endpoint]
+    fields = sdk_fields(typed_dicts)
+    assert len(fields) > 1
+    classes = {"implemented": unsupported.IMPLEMENTED[endpoint],
+               "noop": set(unsupported.NOOP[endpoint]), "hint": unsupported.HINTS[endpoint]}
+    for name in fields:
+        where = [k for k, v in classes.items() if name in v]
+        assert len(where) == 1, f"{endpoint} field {name!r} is in {where or 'no class'}"
+    # the lists speak of this SDK's fields only (a typo would classify nothing)
+    assert set().union(*classes.values()) <= fields
+    implemented = unsupported.IMPLEMENTED[endpoint]
+    assert implemented - set(model.model_fields) <= LANDING
+    # a no-op field the model declared would skip the check: it must be implemented then
+    assert not set(unsupported.NOOP[endpoint]) & set(model.model_fields)
+
+
+REJECTED = [
+    (unsupported.CHAT, "store", True), (unsupported.CHAT, "modalities", ["text", "audio"]),
+    (unsupported.CHAT, "modalities", ["audio"]), (unsupported.CHAT, "service_tier", "flex"),
+    (unsupported.CHAT, "reasoning_effort", "low"), (unsupported.CHAT, "verbosity", "low"),
+    (unsupported.CHAT, "audio", {"voice": "alloy", "format": "wav"}),
+    (unsupported.CHAT, "prediction", {"type": "content", "content": "x"}),
+    (unsupported.CHAT, "web_search_options", {}),
+    (unsupported.CHAT, "functions", [{"name": "f"}]),
+    (unsupported.CHAT, "function_call", "auto"), (unsupported.CHAT, "store", 0),
+    (unsupported.CHAT, "moderation", {"model": "omni-moderation-latest"}),
+    (unsupported.COMPLETIONS, "best_of", 2), (unsupported.COMPLETIONS, "best_of", True),
+    (unsupported.COMPLETIONS, "suffix", " the end"),
+]
+
+
+@pytest.mark.parametrize("endpoint,name,value", REJECTED)
+def test_not_implemented_value_is_a_400_naming_the_field(c, endpoint, name, value):
+    err = error_of(c.post(endpoint, json={**BASE[endpoint], name: value}), 400)
+    assert err["param"] == name and err["type"] == "invalid_request_error"
+    assert "not supported" in err["message"] and err["message"].startswith(f"{name}: ")
+
+
+ACCEPTED = [
+    (unsupported.CHAT, "store", False), (unsupported.CHAT, "modalities", ["text"]),
+    (unsupported.CHAT, "service_tier", "auto"), (unsupported.CHAT, "service_tier", "default"),
+    (unsupported.CHAT, "reasoning_effort", "none"), (unsupported.CHAT, "functions", []),
+    (unsupported.CHAT, "audio", None), (unsupported.COMPLETIONS, "best_of", 1),
+    (unsupported.COMPLETIONS, "suffix", ""), (unsupported.COMPLETIONS, "suffix", None),
+    (unsupported.CHAT, "metadata", {"k": "v"}), (unsupported.CHAT, "prompt_cache_key", "k"),
+    (unsupported.CHAT, "safety_identifier", "h"), (unsupported.CHAT, "user", "u"),
+    (unsupported.COMPLETIONS, "user", "u"),
+    (unsupported.CHAT, "stream_options", {"include_usage": True,
+                                          "include_obfuscation": False}),
+]
+
+
+@pytest.mark.parametrize("endpoint,name,value", ACCEPTED)
+def test_noop_values_and_hints_are_accepted(c, endpoint, name, value):
+    r = c.post(endpoint, json={**BASE[endpoint], name: value})
+    assert r.status_code == 200, r.text
+
+
+def test_every_listed_noop_value_is_accepted(c):
+    for endpoint, table in unsupported.NOOP.items():
+        for name, values in table.items():
+            for value in values:
+                r = c.post(endpoint, json={**BASE[endpoint], name: value})
+                assert r.status_code == 200, (endpoint, name, value, r.text)
+
+
+def test_unknown_fields_are_ignored_with_a_debug_log(c, caplog):
+    with caplog.at_level(logging.DEBUG, logger="service.unsupported"):
+        r = c.post(unsupported.CHAT, json={**CHAT_BASE, "frobnicate": 1, "top_a": 0.5})
+    assert r.status_code == 200, r.text
+    logged = [rec.getMessage() for rec in caplog.records if rec.name == "service.unsupported"]
+    assert any("frobnicate" in m and "top_a" in m for m in logged), logged
+    assert not any("messages" in m for m in logged)
+
+
+def test_openapi_documents_the_noop_values(c):
+    props = c.get("/openapi.json").json()["components"]["schemas"]["ChatCompletionRequest"][
+        "properties"]
+    assert props["store"]["enum"] == [None, False]
+    assert props["service_tier"]["enum"] == [None, "auto", "default"]
+    assert "metadata" in props and "type" not in props["metadata"]  # a hint: any value
+    assert props["user"]["anyOf"] == [{"type": "string"}, {"type": "null"}]  # declared
