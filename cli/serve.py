@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from cli.kernels import add_kernel_args
+from cli.kernels import add_kernel_args, add_lm_head_arg
 from cli.main import CliError
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    default=None, help="reuse the KV blocks of prompt prefixes earlier "
                    "requests computed (default on; FP8SERVE_ENABLE_PREFIX_CACHING)")
     add_kernel_args(p)
+    add_lm_head_arg(p)
     p.set_defaults(func=run)
 
 
@@ -63,7 +64,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     from service.settings import Settings
 
     given: dict[str, Any] = {}
-    for name in (["model", "generation_config", "enable_prefix_caching"]
+    for name in (["model", "generation_config", "enable_prefix_caching", "lm_head_dtype"]
                  + [f[0][2:].replace("-", "_") for f in FLAGS]):
         if getattr(args, name, None) is not None:
             given[name] = getattr(args, name)
