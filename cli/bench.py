@@ -1,4 +1,4 @@
-"""`fp8serve bench {kernels,generate,serve,rss,gpu-kernels,lm-head}`: each benchmark is its own module."""
+"""`fp8serve bench {kernels,generate,serve,rss,gpu-kernels,lm-head}`: one module each."""
 
 from __future__ import annotations
 

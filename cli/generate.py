@@ -70,8 +70,8 @@ def stream_generate(runner: Any, tokenizer: Any, prompt_ids: list[int], params: 
     """One sequence: prefill once, then one token per step through the KV cache; text goes
     to ``write`` as soon as the detokenizer releases it."""
     from engine.batch import BatchInputs, SeqChunk
-    from engine.text.detokenizer import IncrementalDetokenizer
     from engine.sampler import Sampler, make_generator
+    from engine.text.detokenizer import IncrementalDetokenizer
 
     blocks = tuple(range(-(-(len(prompt_ids) + params.max_tokens) // runner.block_size)))
     detok = IncrementalDetokenizer(tokenizer, prompt_ids, params.stop,

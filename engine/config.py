@@ -9,7 +9,6 @@ from pathlib import Path
 
 from engine.kernels.base import DEFAULT_BLOCK, ScaleKind
 
-
 # --lm-head-dtype: auto = the checkpoint's, or force bf16 / fp8 (engine/model/lm_head.py)
 LM_HEAD_DTYPES = ("auto", "bf16", "fp8")
 

@@ -8,9 +8,9 @@ returned :class:`ExtensionStatus` carries the compiler output as ``error``.
 
 Per-ISA code: ``cpp_extension.load`` applies one flag set to every source, so each ISA
 translation unit (``fp8_gemm_avx512.cpp``, ``fp8_gemm_avx512_vbmi.cpp``,
-``fp8_gemm_avx2.cpp``, ``read_probe_avx512.cpp``, ``read_probe_avx2.cpp``, ...) scopes its own target
-with ``#pragma GCC target`` (``ISA_BEGIN`` in ``csrc/isa.h``) and includes no torch or STL
-header; everything else is compiled for the baseline ISA. Never ``-march=native``.
+``fp8_gemm_avx2.cpp``, ``read_probe_avx512.cpp``, ``read_probe_avx2.cpp``, ...) scopes its
+own target with ``#pragma GCC target`` (``ISA_BEGIN`` in ``csrc/isa.h``) and includes no
+torch or STL header; everything else is compiled for the baseline ISA. Never ``-march=native``.
 """
 
 from __future__ import annotations

@@ -253,6 +253,15 @@ def run_generate_bench(cfg: GenerateBenchConfig, log: Log = print) -> dict[str, 
     for name, res in base.items():
         ratios[f"decode_vs_{name}"] = _ratio(timing.decode_tps, res.get("decode_tok_s"))
         ratios[f"prefill_vs_{name}"] = _ratio(timing.prefill_tps, res.get("prefill_tok_s"))
+    return _result(cfg, mcfg, threads, timing, ours, bytes_tok, bw, samples, gemm, base,
+                   ratios)
+
+
+def _result(cfg: GenerateBenchConfig, mcfg: Any, threads: int, timing: GenTiming,
+            ours: dict[str, Any], bytes_tok: dict[str, Any], bw: dict[str, Any],
+            samples: list[dict[str, Any]], gemm: dict[str, Any], base: dict[str, Any],
+            ratios: dict[str, Any]) -> dict[str, Any]:
+    """The JSON of run_generate_bench (every figure measured in that run)."""
     return {
         "schema": 1, "host": _host(threads),
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},

@@ -218,8 +218,7 @@ class LinearFactory:
     report: KernelReport
 
     def __call__(self, name: str, weight: LinearWeight | WeightSource) -> Linear:
-        """An Fp8Linear for an Fp8Weight or a WeightSource (built when packed), else a
-        Bf16Linear."""
+        """Fp8Linear for an Fp8Weight or WeightSource (built when packed), else Bf16Linear."""
         if isinstance(weight, (Fp8Weight, WeightSource)):
             return Fp8Linear(name, weight, self.hw, self.overrides, self.report)
         return Bf16Linear(name, weight, self.hw)

@@ -30,7 +30,6 @@ from engine.model.decode_step import (
     fusion_reason,
 )
 from engine.model.kv_store import KVStore
-from engine.model.lm_head import head_weight
 from engine.model.layers import (
     Fp8Linear,
     Linear,
@@ -40,6 +39,7 @@ from engine.model.layers import (
     apply_rope,
     rms_norm,
 )
+from engine.model.lm_head import head_weight
 from engine.weights import LayerWeights, ModelWeights
 
 log = logging.getLogger(__name__)

@@ -78,7 +78,8 @@ def test_fake_impl_gives_an_int64_scalar():
 _PORTABLE = """
 import torch, ext, functools, operator
 assert ext.isa() == "scalar", ext.isa()
-b = torch.randint(0, 256, (64 * 999,), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+g = torch.Generator().manual_seed(1)
+b = torch.randint(0, 256, (64 * 999,), dtype=torch.uint8, generator=g)
 w = b.view(torch.int64).tolist()
 assert ext.read_xor(b) == functools.reduce(operator.xor, w, 0)
 print("portable ok")
