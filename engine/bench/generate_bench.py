@@ -218,6 +218,7 @@ def _bandwidth(samples: list[dict[str, Any]], bytes_tok: dict[str, Any]) -> dict
     torch-sum best when the extension is missing), and the torch-sum figure beside it."""
     around = [s for s in samples if s["label"].endswith("fp8serve")]
     xor, tsum = best_of(around, "read_xor_gbps"), best_of(around, "torch_sum_gbps")
+    assert tsum is not None, "no bandwidth sample around the timed run"
     gbps = xor if xor is not None else tsum
     return {"gbps": gbps, "probe": "read_xor" if xor is not None else "torch_sum",
             "torch_sum_gbps": tsum, "decode_tok_s": gbps * 1e9 / bytes_tok["total"],

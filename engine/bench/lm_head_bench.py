@@ -22,6 +22,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -159,7 +160,7 @@ def _speed(runner: Any, heads: dict[str, Head], prompt: list[int],
         for name in (("bf16", "fp8") if r % 2 == 0 else ("fp8", "bf16")):
             _, s = greedy(runner, heads[name], prompt, cfg.speed_tokens)
             decode[name].append((cfg.speed_tokens - 1) / s)
-            head_ms[name].append(1e3 * time_calls([lambda n=name: heads[n](h1)], reps=20))
+            head_ms[name].append(1e3 * time_calls([partial(heads[name], h1)], reps=20))
     ratio = [f / b for f, b in zip(decode["fp8"], decode["bf16"], strict=True)]
     head_ratio = [b / f for f, b in zip(head_ms["fp8"], head_ms["bf16"], strict=True)]
     return {"decode_tok_s": decode, "head_ms": head_ms,
