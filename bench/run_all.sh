@@ -3,6 +3,8 @@
 #   kernels.json/.png      fp8serve bench kernels (Ministral-3-8B linear shapes)
 #   generate-demo.json     fp8serve bench generate on the demo model (+ transformers, llama.cpp)
 #   generate-3b.json       fp8serve bench generate on a 3B-shaped synth checkpoint
+#   lm-head-{demo,3b}.json fp8serve bench lm-head: FP8 vs bf16 lm_head (KL, top-1, greedy,
+#                          interleaved decode speed) on the demo and 3B-shaped models
 #   serve-demo.json        fp8serve bench serve at concurrency 1, 4, 16 on the demo model
 #                          (SERVE_ROUNDS interleaved rounds, default 3: medians per level)
 #   rss-{demo,3b,8b}.json  fp8serve bench rss (server peak RSS vs weights + KV budget)
@@ -18,8 +20,8 @@
 # Environment: OUT (results dir), MODELS (where synth checkpoints are written once; about
 # 4 GB for 3B, 9 GB for 8B), THREADS (default: all cores), BASELINES_3B (default
 # transformers; '' = none), RUN_8B=1 to include the 8B-shaped RSS run, SKIP="kernels serve"
-# to skip steps (names: kernels generate-demo generate-3b serve rss-demo rss-3b rss-8b
-# prefix-demo prefix-3b).
+# to skip steps (names: kernels generate-demo generate-3b lm-head-demo lm-head-3b serve
+# rss-demo rss-3b rss-8b prefix-demo prefix-3b).
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
@@ -117,6 +119,17 @@ if want generate-3b; then
   "${FP8SERVE[@]}" bench generate --model "$(synth ministral-3-3b)" \
     --threads "$THREADS" --baselines "$BASELINES_3B" --hf-dtype bfloat16 \
     --json "$OUT/generate-3b.json"
+fi
+if want lm-head-demo; then
+  step "lm-head: FP8 vs bf16 head, demo model"
+  "${FP8SERVE[@]}" bench lm-head --threads "$THREADS" --speed-rounds 5 \
+    --json "$OUT/lm-head-demo.json"
+fi
+if want lm-head-3b; then
+  step "lm-head: FP8 vs bf16 head, 3B-shaped synth model"
+  "${FP8SERVE[@]}" bench lm-head --model "$(synth ministral-3-3b)" --threads "$THREADS" \
+    --random-prompts --prompts 2 --kl-tokens 24 --greedy-tokens 16 --speed-rounds 3 \
+    --speed-tokens 8 --json "$OUT/lm-head-3b.json"
 fi
 if want serve; then
   step "serve: demo model at concurrency 1, 4, 16"

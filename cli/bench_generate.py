@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from cli.kernels import add_lm_head_arg
 from cli.main import CliError
 
 
@@ -28,7 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gguf", type=Path, default=None,
                    help="GGUF for llama.cpp (default: the demo model's original, with the "
                         "demo model only)")
-    p.add_argument("--bandwidth-mib", type=int, default=1024, help="read-bandwidth probe size")
+    p.add_argument("--bandwidth-mib", type=int, default=1024,
+                   help="read-bandwidth probe buffer (MiB; the probe reads all of it per pass)")
+    p.add_argument("--bandwidth-passes", type=int, default=5,
+                   help="best of this many passes per bandwidth sample")
+    add_lm_head_arg(p)
     p.add_argument("--json", type=Path, default=Path("bench/results/generate.json"))
     p.set_defaults(func=run)
 
@@ -58,7 +63,9 @@ def config_from_args(args: argparse.Namespace) -> Any:
             model_dir=model, prompt_len=args.prompt_len, gen_len=args.gen_len,
             threads=args.threads, hf_dtype=args.hf_dtype, gguf=gguf,
             baselines=tuple(b.strip() for b in args.baselines.split(",") if b.strip()),
-            bandwidth_bytes=args.bandwidth_mib << 20)
+            bandwidth_bytes=args.bandwidth_mib << 20,
+            bandwidth_passes=getattr(args, "bandwidth_passes", 5),
+            lm_head_dtype=getattr(args, "lm_head_dtype", None) or "auto")
     except ValueError as exc:
         raise CliError(str(exc)) from exc
 
@@ -78,8 +85,10 @@ def format_table(res: dict[str, Any]) -> str:
     """One row per engine; 'x' columns are fp8serve's figure divided by that row's."""
     ours, r = res["fp8serve"], res["ratios"]
     rows = [("fp8serve (FP8, runner)", ours["prefill_tok_s"], ours["decode_tok_s"], None, None),
-            ("bandwidth bound", None, res["bandwidth_bound"]["decode_tok_s"], None,
-             r["decode_vs_bandwidth_bound"]),
+            (f"bandwidth bound ({res.get('read_bandwidth_probe', 'read_xor')})", None,
+             res["bandwidth_bound"]["decode_tok_s"], None, r["decode_vs_bandwidth_bound"]),
+            ("bound, torch-sum probe", None, res["bandwidth_bound"]["torch_sum_decode_tok_s"],
+             None, r["decode_vs_torch_sum_bound"]),
             ("torch bf16 matmul", res["bf16_matmul"]["prefill_tok_s"], None,
              r["prefill_vs_bf16_matmul"], None)]
     for name, b in res["baselines"].items():
@@ -92,7 +101,9 @@ def format_table(res: dict[str, Any]) -> str:
     m, c = res["model"], res["config"]
     head = (f"{m['name']}: {m['num_layers']} layers, hidden {m['hidden_size']}; prompt "
             f"{c['prompt_len']}, gen {c['gen_len']}, {res['host']['torch_threads']} threads; "
-            f"read bandwidth {res['read_bandwidth_gbps']:.1f} GB/s; "
+            f"read bandwidth {res['read_bandwidth_gbps']:.1f} GB/s "
+            f"({res.get('read_bandwidth_probe')}; torch sum "
+            f"{res['torch_sum_bandwidth_gbps']:.1f} GB/s); "
             f"{res['bytes_per_token']['total'] / 2**20:.1f} MiB read per decode token")
     lines = [head, f"{'':<28}{'prefill tok/s':>14}{'decode tok/s':>14}"
              f"{'fp8serve x (pre)':>18}{'fp8serve x (dec)':>18}"]
@@ -100,7 +111,11 @@ def format_table(res: dict[str, Any]) -> str:
         lines.append(f"{label:<28}{_fmt(pre):>14}{_fmt(dec):>14}"
                      f"{_fmt(xp, '{:.2f}'):>18}{_fmt(xd, '{:.2f}'):>18}")
     ext = ours.get("extension", {})
-    lines.append(f"fp8serve kernels (layers): {ours['kernels']}; extension built: "
+    samples = "; ".join(f"{s['label']} {_fmt(s['read_xor_gbps'])} / {s['torch_sum_gbps']:.1f}"
+                        for s in res["read_bandwidth_samples"])
+    lines.append(f"read bandwidth samples (read_xor / torch sum, GB/s): {samples}")
+    lines.append(f"fp8serve kernels (layers): {ours['kernels']}; lm_head: "
+                 f"{ours.get('lm_head_kernel')}; extension built: "
                  f"{ext.get('built')}" + (f" ({ext['error']})" if ext.get("error") else ""))
     lines.append("(vs bandwidth bound: fraction of the bound reached; "
                  "vs bf16 matmul: fraction of torch's bf16 throughput for the same FLOPs)")

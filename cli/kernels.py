@@ -24,6 +24,17 @@ def add_kernel_args(parser: argparse.ArgumentParser) -> None:
                         help="never use these kernels (env FP8SERVE_DISABLED_KERNELS)")
 
 
+def add_lm_head_arg(parser: argparse.ArgumentParser) -> None:
+    """--lm-head-dtype auto|bf16|fp8 (None when not given, so FP8SERVE_LM_HEAD_DTYPE can
+    apply to `serve`; everywhere else None means auto)."""
+    from engine.config import LM_HEAD_DTYPES
+
+    parser.add_argument("--lm-head-dtype", choices=LM_HEAD_DTYPES, default=None,
+                        help="lm_head weights: auto (the checkpoint's dtype, default), bf16, "
+                             "or fp8 (a bf16 head quantized at load, per output channel, "
+                             "run on the FP8 kernels)")
+
+
 def overrides_from_args(args: argparse.Namespace, env: dict[str, str] | None = None):
     """-> engine.kernels.registry.KernelOverrides; unknown ids are a CliError."""
     from engine.kernels.registry import overrides_from
@@ -41,10 +52,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also load this checkpoint and show each layer's kernel")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     add_kernel_args(p)
+    add_lm_head_arg(p)
     p.set_defaults(func=run)
 
 
-def _model_report(model_dir: str, hw: Any, overrides: Any) -> Any:
+def _model_report(model_dir: str, hw: Any, overrides: Any, lm_head_dtype: str = "auto") -> Any:
     """Build the model (fusion included) and return its KernelReport."""
     from pathlib import Path
 
@@ -58,7 +70,7 @@ def _model_report(model_dir: str, hw: Any, overrides: Any) -> Any:
         raise CliError(f"--model {model_dir}: not a directory")
     # the smallest engine that builds the model: a few one-token KV blocks (16 MiB)
     config = EngineConfig(model_dir=Path(model_dir), max_num_seqs=1, max_model_len=16,
-                          kv_cache_gib=1 / 64, kv_block_size=1)
+                          kv_cache_gib=1 / 64, kv_block_size=1, lm_head_dtype=lm_head_dtype)
     try:
         runner = load_runner(model_dir, config, hw=hw, overrides=overrides)
     except CliError:
@@ -75,7 +87,8 @@ def run(args: argparse.Namespace, hw: Any = None) -> int:
 
     overrides = overrides_from_args(args)
     hw = hw if hw is not None else probe_hardware()
-    layers = _model_report(args.model, hw, overrides) if args.model else None
+    head = getattr(args, "lm_head_dtype", None) or "auto"
+    layers = _model_report(args.model, hw, overrides, head) if args.model else None
     report = build_kernel_report(hw, overrides, layers)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0

@@ -9,6 +9,9 @@ from pathlib import Path
 
 from engine.kernels.base import DEFAULT_BLOCK, ScaleKind
 
+# --lm-head-dtype: auto = the checkpoint's, or force bf16 / fp8 (engine/model/lm_head.py)
+LM_HEAD_DTYPES = ("auto", "bf16", "fp8")
+
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field."""
@@ -118,6 +121,7 @@ class EngineConfig:
     heap_retain_mib: int = 256
     kernel: str | None = None  # FP8SERVE_KERNEL: force this kernel id
     disabled_kernels: tuple[str, ...] = ()  # FP8SERVE_DISABLED_KERNELS
+    lm_head_dtype: str = "auto"  # LM_HEAD_DTYPES (engine/model/lm_head.py)
 
     def __post_init__(self) -> None:
         _require(self.max_num_seqs >= 1, "max_num_seqs must be >= 1")
@@ -130,3 +134,6 @@ class EngineConfig:
                  "max_prefill_tokens_with_decodes must be >= 1")
         _require(self.threads is None or self.threads >= 1, "threads must be >= 1")
         _require(self.heap_retain_mib >= 0, "heap_retain_mib must be >= 0")
+        _require(self.lm_head_dtype in LM_HEAD_DTYPES,
+                 f"lm_head_dtype {self.lm_head_dtype!r} is not one of "
+                 f"{', '.join(LM_HEAD_DTYPES)}")

@@ -53,7 +53,8 @@ class ModelRunner:
         make = LinearFactory(hw, overrides, self.kernel_report)
         eager = os.environ.get("FP8SERVE_FUSED", "") == "0"
         self.model = Ministral(weights, make, max_positions=engine_config.max_model_len,
-                               fuse=False if eager else None)
+                               fuse=False if eager else None,
+                               lm_head_dtype=engine_config.lm_head_dtype)
         if eager:  # the reference path: Python layers, SDPA attention, Bf16Linear head
             self.model.attention.use_ext = False
         reasons = self.model.fusion_reasons
@@ -85,6 +86,15 @@ class ModelRunner:
     def run(self, batch: BatchInputs) -> torch.Tensor:
         """Logits float32 [batch.num_logit_rows, vocab], rows in chunk order; each chunk
         contributes chunk.num_logit_rows rows (NONE: 0, LAST: 1, ALL: one per token)."""
+        return self._step(batch, self.model.forward)
+
+    @torch.inference_mode()
+    def hidden(self, batch: BatchInputs) -> torch.Tensor:
+        """As :meth:`run`, but the lm_head's input: bf16 [batch.num_logit_rows, hidden]
+        (for benchmarks that compare heads on the same hidden states)."""
+        return self._step(batch, self.model.hidden)
+
+    def _step(self, batch: BatchInputs, fn) -> torch.Tensor:
         meta = build_metadata(batch, self.block_size, self.kv.num_slots,
                               spans=not self.model.attention.use_ext)
         ids = [t for c in batch.chunks for t in c.token_ids]
@@ -92,7 +102,7 @@ class ModelRunner:
         if ids and (min(ids) < 0 or max(ids) >= vocab):
             raise ValueError(f"token id outside the vocabulary [0, {vocab})")
         tokens = torch.tensor(ids, dtype=torch.int64)  # [T]
-        return self.model.forward(tokens, meta, self.kv, logit_rows(batch))
+        return fn(tokens, meta, self.kv, logit_rows(batch))
 
 
 def load_runner(model_dir: str | Path, engine_config: EngineConfig,

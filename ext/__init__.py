@@ -18,6 +18,8 @@ Tensor layouts (row-major; N = out_features, K = in_features; Np, Kp padded with
     pack_bf16_vnni32  w[N, K] bf16 -> [Np/32, Kp/2, 32, 2] bf16, pack_vnni32's element order
     gemm_bf16_avx512  x[M, K] bf16, bf16 vnni32 weight, bias f32 [N] | None -> y[M, N] bf16
                       (fp32 with out_fp32)
+    read_xor      buf (any dtype, contiguous, nbytes a positive multiple of 64) -> int64 []:
+                  XOR of its 64-bit words, read on all threads (the bandwidth probe)
 gemm_avx512 and gemm_bf16_avx512 are batch-invariant: row i of y is bitwise the same for
 any M and any other rows (ext/csrc/gemm.h).
 """
@@ -35,7 +37,7 @@ from ext.cpu import cpuinfo_flags, request_amx_permission
 __all__ = [
     "BuildConfig", "load", "ops", "status", "cpuid_features", "request_amx_permission",
     "isa", "fp8_to_bf16", "pack_vnni32", "pack_avx2", "gemm_avx512", "gemm_amx", "gemm_avx2",
-    "pack_bf16_vnni32", "gemm_bf16_avx512",
+    "pack_bf16_vnni32", "gemm_bf16_avx512", "read_xor",
 ]
 
 _lock = threading.Lock()
@@ -132,3 +134,9 @@ def gemm_bf16_avx512(x: torch.Tensor, w_packed: torch.Tensor, bias: torch.Tensor
                      n: int, out_fp32: bool = False) -> torch.Tensor:
     """x[M, K] bf16 @ (bf16 vnni32 w).T + bias -> y[M, n] bf16 (fp32 if out_fp32)."""
     return ops().gemm_bf16_avx512(x, w_packed, bias, n, out_fp32)
+
+
+def read_xor(buf: torch.Tensor) -> int:
+    """XOR of every 64-bit word of ``buf`` (contiguous CPU, nbytes a positive multiple of
+    64), read once on all torch threads; an int64 bit pattern, exact for any thread count."""
+    return int(ops().read_xor(buf))

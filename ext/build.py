@@ -8,9 +8,9 @@ returned :class:`ExtensionStatus` carries the compiler output as ``error``.
 
 Per-ISA code: ``cpp_extension.load`` applies one flag set to every source, so each ISA
 translation unit (``fp8_gemm_avx512.cpp``, ``fp8_gemm_avx512_vbmi.cpp``,
-``fp8_gemm_avx2.cpp``) scopes its own target
-with ``#pragma GCC target`` (``ISA_BEGIN`` in ``csrc/isa.h``) and includes no torch or STL
-header; everything else is compiled for the baseline ISA. Never ``-march=native``.
+``fp8_gemm_avx2.cpp``, ``read_probe_avx512.cpp``, ``read_probe_avx2.cpp``, ...) scopes its
+own target with ``#pragma GCC target`` (``ISA_BEGIN`` in ``csrc/isa.h``) and includes no
+torch or STL header; everything else is compiled for the baseline ISA. Never ``-march=native``.
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ SOURCE_NAMES = (
     "decode_layer_avx512.cpp",
     "decode_team.cpp",
     "decode_team_op.cpp",
+    "read_probe.cpp",
+    "read_probe_avx2.cpp",
+    "read_probe_avx512.cpp",
 )
 HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h", "avx512_kernels.inc", "gemm.h", "attention.h",
                 "decode_layer.h", "decode_team.h", "decode_team_op.h", "avx512_math.inc",

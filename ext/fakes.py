@@ -125,6 +125,13 @@ def decode_stack(h, weights, dims, eps, rope_tables, positions, kv, slot_mapping
     return torch.empty_like(h)
 
 
+def read_xor(buf):
+    nbytes = buf.numel() * buf.element_size()
+    torch._check(nbytes >= 64 and nbytes % 64 == 0,
+                 lambda: f"read_xor: buf must hold a positive multiple of 64 bytes, got {nbytes}")
+    return buf.new_empty((), dtype=torch.int64)
+
+
 FAKES = {
     "fp8_to_bf16": fp8_to_bf16,
     "pack_vnni32": pack_vnni32,
@@ -138,6 +145,7 @@ FAKES = {
     "decode_stack": decode_stack,
     "pack_bf16_vnni32": pack_bf16_vnni32,
     "gemm_bf16_avx512": gemm_bf16_avx512,
+    "read_xor": read_xor,
 }
 
 

@@ -60,7 +60,8 @@ def load_backend(settings: Settings) -> ModelBackend:
                        threads=settings.threads, heap_retain_mib=settings.heap_retain_mib,
                        enable_prefix_caching=settings.enable_prefix_caching,
                        kernel=settings.kernel,
-                       disabled_kernels=tuple(settings.disabled_kernels))
+                       disabled_kernels=tuple(settings.disabled_kernels),
+                       lm_head_dtype=settings.lm_head_dtype)
     from engine.hardware import probe_hardware
 
     hw = probe_hardware()

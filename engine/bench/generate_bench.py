@@ -2,7 +2,9 @@
 model runner (the path the server takes), against baselines measured in the same process:
 
 * the decode bandwidth bound: ``read bandwidth / bytes read per decode token``
-  (see :func:`decode_bytes_per_token` for exactly what is counted);
+  (see :func:`decode_bytes_per_token` for exactly what is counted); the read bandwidth
+  is the best read_xor sample (engine/bench/read_probe.py) taken right before and right
+  after the timed generation, the former torch-sum figure reported beside it;
 * the prefill compute reference: torch bf16 matmul of the model's own linear shapes at
   M = prompt_len (same FLOPs as fp8serve's linears);
 * Hugging Face transformers and llama.cpp (engine/bench/baselines.py).
@@ -18,21 +20,20 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from engine.bench.timing import measure_read_bandwidth, time_calls
-from engine.config import ModelConfig
-from engine.kernels.base import Fp8Weight
-from engine.weights import LINEAR_NAMES, ModelWeights
+from engine.bench.generate_refs import (  # noqa: F401 - re-exported for callers
+    BYTES_FORMULA,
+    bf16_prefill_reference,
+    decode_bytes_per_token,
+    prefill_linear_shapes,
+)
+from engine.bench.read_probe import ReadProbe, best_of
 
 BASELINES = ("transformers", "llamacpp")
-BYTES_FORMULA = ("bytes/token = sum over decoder linears of weight bytes (FP8: N*K + scales; "
-                 "bf16: 2*N*K) + lm_head bytes (V*H*2 bf16, or V*H FP8) + one embedding "
-                 "row (H*2) + RMSNorm weights ((2*L+1)*H*2); KV-cache reads are not counted")
 Log = Callable[[str], object]
 
 
@@ -45,7 +46,9 @@ class GenerateBenchConfig:
     baselines: tuple[str, ...] = BASELINES
     hf_dtype: str = "float32"  # transformers dequantizes FP8 into this dtype
     gguf: Path | None = None  # llama.cpp model; None = skip llama.cpp
-    bandwidth_bytes: int = 1 << 30
+    bandwidth_bytes: int = 1 << 30  # read-probe buffer
+    bandwidth_passes: int = 5  # best of this many passes per probe sample
+    lm_head_dtype: str = "auto"  # engine/model/lm_head.py
     gemm_reps: int = 3
     seed: int = 0
 
@@ -57,6 +60,8 @@ class GenerateBenchConfig:
             raise ValueError(f"unknown baseline(s) {unknown}; choose from {list(BASELINES)}")
         if self.hf_dtype not in ("float32", "bfloat16"):
             raise ValueError("hf_dtype must be float32 or bfloat16")
+        if self.bandwidth_bytes < 64 or self.bandwidth_bytes % 64:
+            raise ValueError("the bandwidth probe needs a positive multiple of 64 bytes")
 
 
 @dataclass(frozen=True)
@@ -92,65 +97,6 @@ def bench_prompt(vocab_size: int, n: int, seed: int = 0, bos: int | None = 1) ->
     return ([bos] + body[1:]) if bos is not None and n > 0 else body
 
 
-def _linear_bytes(w: Fp8Weight | torch.Tensor) -> int:
-    if isinstance(w, Fp8Weight):
-        return w.weight.numel() + w.scale.numel() * w.scale.element_size()
-    return w.numel() * w.element_size()
-
-
-def decode_bytes_per_token(weights: ModelWeights) -> dict[str, Any]:
-    """What one decode step must read from memory at least (see BYTES_FORMULA)."""
-    cfg = weights.config
-    fp8 = bf16 = 0
-    for layer in weights.layers:
-        for name in LINEAR_NAMES:
-            w = getattr(layer, name)
-            if isinstance(w, Fp8Weight):
-                fp8 += _linear_bytes(w)
-            else:
-                bf16 += _linear_bytes(w)
-    head = weights.embed_tokens if weights.lm_head is None else weights.lm_head
-    parts = {"fp8_linear_bytes": fp8, "bf16_linear_bytes": bf16,
-             "lm_head_bytes": _linear_bytes(head),
-             "embedding_row_bytes": cfg.hidden_size * weights.embed_tokens.element_size(),
-             "norm_bytes": (2 * cfg.num_layers + 1) * cfg.hidden_size * 2}
-    return parts | {"total": sum(parts.values()), "formula": BYTES_FORMULA}
-
-
-def prefill_linear_shapes(cfg: ModelConfig) -> list[tuple[str, int, int]]:
-    """(name, N, K) of one decoder layer's linears as the engine runs them (q/k/v and
-    gate/up fused): the same FLOPs as the seven unfused projections."""
-    h = cfg.hidden_size
-    return [("qkv_proj", cfg.q_size + 2 * cfg.kv_size, h), ("o_proj", h, cfg.q_size),
-            ("gate_up_proj", 2 * cfg.intermediate_size, h), ("down_proj", h, cfg.intermediate_size)]
-
-
-def bf16_prefill_reference(cfg: ModelConfig, m: int, reps: int) -> dict[str, Any]:
-    """Torch bf16 matmul, x [m, K] @ w.T (w [N, K]), for every decoder linear at M = m, plus
-    the lm_head at M = 1 (prefill computes one logit row): the time torch needs for the
-    linear FLOPs of a prefill of ``m`` tokens, as an equivalent tokens/s."""
-    gen = torch.Generator().manual_seed(0)
-    per_shape: list[dict[str, Any]] = []
-    layer_s, flops = 0.0, 0
-    for name, n, k in prefill_linear_shapes(cfg):
-        w = (torch.randn(n, k, generator=gen) * 0.02).to(torch.bfloat16)
-        x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
-        s = time_calls([partial(torch.matmul, x, w.t())], reps=reps, warmup=1)
-        per_shape.append({"name": name, "n": n, "k": k, "m": m, "s": s,
-                          "tflops": 2 * m * n * k / s / 1e12})
-        layer_s += s
-        flops += 2 * m * n * k
-        del w, x
-    head_w = (torch.randn(cfg.vocab_size, cfg.hidden_size, generator=gen) * 0.02).bfloat16()
-    hx = torch.randn(1, cfg.hidden_size, generator=gen).bfloat16()
-    head_s = time_calls([partial(torch.matmul, hx, head_w.t())], reps=reps, warmup=1)
-    total_s = cfg.num_layers * layer_s + head_s
-    total_flops = cfg.num_layers * flops + 2 * cfg.vocab_size * cfg.hidden_size
-    return {"m": m, "shapes": per_shape, "lm_head_s": head_s, "total_s": total_s,
-            "total_flops": total_flops, "tflops": total_flops / total_s,
-            "prefill_tok_s": m / total_s}
-
-
 def time_runner(runner: Any, prompt: list[int], gen_len: int) -> GenTiming:
     """Greedy: one prefill chunk (logits of the last token, argmax), then ``gen_len - 1``
     single-token steps through the KV cache; argmax included in the timings."""
@@ -182,29 +128,37 @@ def load_bench_runner(cfg: GenerateBenchConfig) -> tuple[Any, dict[str, Any], An
     per_token = weights.config.kv_bytes_per_token()
     ecfg = EngineConfig(model_dir=cfg.model_dir, max_num_seqs=1, max_model_len=need,
                         threads=cfg.threads, max_num_batched_tokens=max(512, need),
-                        kv_cache_gib=max(per_token * (need + 64) * 1.25 / 2**30, 1e-3))
-    bytes_tok = decode_bytes_per_token(weights)
+                        kv_cache_gib=max(per_token * (need + 64) * 1.25 / 2**30, 1e-3),
+                        lm_head_dtype=cfg.lm_head_dtype)
+    bytes_tok = decode_bytes_per_token(weights, cfg.lm_head_dtype)
     hw = probe_hardware()
     runner = ModelRunner(weights, ecfg, hw, KernelOverrides.from_env())
     return runner, bytes_tok, hw
 
 
-def run_fp8serve(cfg: GenerateBenchConfig, prompt: list[int], log: Log) -> dict[str, Any]:
-    """Load, warm up (16-token prompt, 4 tokens), then one timed greedy generation."""
+def run_fp8serve(cfg: GenerateBenchConfig, prompt: list[int], log: Log,
+                 probe: ReadProbe, samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Load, warm up (16-token prompt, 4 tokens), then one timed greedy generation with a
+    read-bandwidth sample right before and right after it (appended to ``samples``)."""
     t0 = time.perf_counter()
     runner, bytes_tok, hw = load_bench_runner(cfg)
     load_s = time.perf_counter() - t0
     log(f"fp8serve: loaded in {load_s:.1f} s; warm-up")
     time_runner(runner, prompt[: min(16, len(prompt))], 4)
+    samples.append(probe.sample("before fp8serve"))
     log("fp8serve: timed run")
     timing = time_runner(runner, prompt, cfg.gen_len)
+    samples.append(probe.sample("after fp8serve"))
     kernels = {f"{k}/{p}/{s}": n for (k, p, s), n in
                runner.kernel_report.selected_counts().items()}
+    head = runner.model.lm_head
+    head_kernel = getattr(head, "kernel_id", None) or head.kernel.kernel.id
     del runner
     gc.collect()
     ext = hw.extension
     return {"timing": timing, "bytes_per_token": bytes_tok, "load_s": load_s,
-            "kernels": kernels, "extension": {"built": ext.built, "error": ext.error}}
+            "kernels": kernels, "lm_head_kernel": head_kernel,
+            "extension": {"built": ext.built, "error": ext.error}}
 
 
 def _host(threads: int) -> dict[str, Any]:
@@ -239,24 +193,42 @@ def _agreement(ours: tuple[int, ...], theirs: list[int] | None) -> int | None:
 
 
 def _run_baselines(cfg: GenerateBenchConfig, prompt: list[int], threads: int,
-                   log: Log) -> dict[str, Any]:
+                   log: Log, probe: ReadProbe,
+                   samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each baseline timed, a read-bandwidth sample after each (the one before is the
+    previous phase's 'after')."""
     from engine.bench.baselines import run_llamacpp, run_transformers
 
     out: dict[str, Any] = {}
     for name in cfg.baselines:
         log(f"{name}: loading and timing")
+        samples.append(probe.sample(f"before {name}"))
         if name == "transformers":
             out[name] = run_transformers(cfg.model_dir, prompt, cfg.gen_len, cfg.hf_dtype)
         else:
             out[name] = run_llamacpp(cfg.gguf, prompt, cfg.gen_len, threads)
+        samples.append(probe.sample(f"after {name}"))
         if "skipped" in out[name]:
             log(f"{name}: skipped: {out[name]['skipped']}")
     return out
 
 
+def _bandwidth(samples: list[dict[str, Any]], bytes_tok: dict[str, Any]) -> dict[str, Any]:
+    """The bound from the samples bracketing fp8serve's timed run: read_xor's best (the
+    torch-sum best when the extension is missing), and the torch-sum figure beside it."""
+    around = [s for s in samples if s["label"].endswith("fp8serve")]
+    xor, tsum = best_of(around, "read_xor_gbps"), best_of(around, "torch_sum_gbps")
+    assert tsum is not None, "no bandwidth sample around the timed run"
+    gbps = xor if xor is not None else tsum
+    return {"gbps": gbps, "probe": "read_xor" if xor is not None else "torch_sum",
+            "torch_sum_gbps": tsum, "decode_tok_s": gbps * 1e9 / bytes_tok["total"],
+            "torch_sum_decode_tok_s": tsum * 1e9 / bytes_tok["total"]}
+
+
 def run_generate_bench(cfg: GenerateBenchConfig, log: Log = print) -> dict[str, Any]:
-    """Everything in one process, in order: read bandwidth, bf16 GEMM reference, fp8serve,
-    read bandwidth again, then each baseline (fp8serve's memory is released first)."""
+    """Everything in one process, in order: the bf16 GEMM reference, fp8serve, then each
+    baseline (fp8serve's memory is released first); a read-bandwidth sample right before
+    and right after each timed phase."""
     from engine.loader import read_model_config
 
     if cfg.threads is not None:
@@ -264,21 +236,33 @@ def run_generate_bench(cfg: GenerateBenchConfig, log: Log = print) -> dict[str, 
     threads = torch.get_num_threads()
     mcfg = read_model_config(cfg.model_dir)
     prompt = bench_prompt(mcfg.vocab_size, cfg.prompt_len, cfg.seed, mcfg.bos_token_id)
-    log(f"read bandwidth ({cfg.bandwidth_bytes >> 20} MiB)")
-    bw = [measure_read_bandwidth(cfg.bandwidth_bytes)]
+    log(f"read-bandwidth probe: {cfg.bandwidth_bytes >> 20} MiB, best of "
+        f"{cfg.bandwidth_passes} passes")
+    probe = ReadProbe(cfg.bandwidth_bytes, cfg.bandwidth_passes)
+    samples = [probe.sample("before bf16 matmul")]
     log(f"torch bf16 GEMMs at M={cfg.prompt_len}")
     gemm = bf16_prefill_reference(mcfg, cfg.prompt_len, cfg.gemm_reps)
-    ours = run_fp8serve(cfg, prompt, log)
-    bw.append(measure_read_bandwidth(cfg.bandwidth_bytes))
+    samples.append(probe.sample("after bf16 matmul"))
+    ours = run_fp8serve(cfg, prompt, log, probe, samples)
     timing: GenTiming = ours.pop("timing")
     bytes_tok = ours.pop("bytes_per_token")
-    bound_tps = max(bw) * 1e9 / bytes_tok["total"]
-    base = _run_baselines(cfg, prompt, threads, log)
-    ratios = {"decode_vs_bandwidth_bound": timing.decode_tps / bound_tps,
+    bw = _bandwidth(samples, bytes_tok)
+    base = _run_baselines(cfg, prompt, threads, log, probe, samples)
+    ratios = {"decode_vs_bandwidth_bound": timing.decode_tps / bw["decode_tok_s"],
+              "decode_vs_torch_sum_bound": timing.decode_tps / bw["torch_sum_decode_tok_s"],
               "prefill_vs_bf16_matmul": timing.prefill_tps / gemm["prefill_tok_s"]}
     for name, res in base.items():
         ratios[f"decode_vs_{name}"] = _ratio(timing.decode_tps, res.get("decode_tok_s"))
         ratios[f"prefill_vs_{name}"] = _ratio(timing.prefill_tps, res.get("prefill_tok_s"))
+    return _result(cfg, mcfg, threads, timing, ours, bytes_tok, bw, samples, gemm, base,
+                   ratios)
+
+
+def _result(cfg: GenerateBenchConfig, mcfg: Any, threads: int, timing: GenTiming,
+            ours: dict[str, Any], bytes_tok: dict[str, Any], bw: dict[str, Any],
+            samples: list[dict[str, Any]], gemm: dict[str, Any], base: dict[str, Any],
+            ratios: dict[str, Any]) -> dict[str, Any]:
+    """The JSON of run_generate_bench (every figure measured in that run)."""
     return {
         "schema": 1, "host": _host(threads),
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
@@ -286,10 +270,11 @@ def run_generate_bench(cfg: GenerateBenchConfig, log: Log = print) -> dict[str, 
                   "num_layers": mcfg.num_layers, "hidden_size": mcfg.hidden_size,
                   "intermediate_size": mcfg.intermediate_size,
                   "vocab_size": mcfg.vocab_size, "tied": mcfg.tie_word_embeddings},
-        "read_bandwidth_gbps": max(bw), "read_bandwidth_samples_gbps": bw,
-        "bytes_per_token": bytes_tok,
-        "fp8serve": timing.to_dict() | ours,
-        "bandwidth_bound": {"decode_tok_s": bound_tps,
+        "read_bandwidth_gbps": bw["gbps"], "read_bandwidth_probe": bw["probe"],
+        "torch_sum_bandwidth_gbps": bw["torch_sum_gbps"], "read_bandwidth_samples": samples,
+        "bytes_per_token": bytes_tok, "fp8serve": timing.to_dict() | ours,
+        "bandwidth_bound": {"decode_tok_s": bw["decode_tok_s"],
+                            "torch_sum_decode_tok_s": bw["torch_sum_decode_tok_s"],
                             "formula": "read_bandwidth / bytes_per_token.total"},
         "bf16_matmul": gemm, "baselines": base, "ratios": ratios,
         "agreement_tokens": {n: _agreement(timing.output_ids, r.get("output_ids"))

@@ -217,8 +217,9 @@ class LinearFactory:
     overrides: KernelOverrides
     report: KernelReport
 
-    def __call__(self, name: str, weight: LinearWeight) -> Linear:
-        if isinstance(weight, Fp8Weight):
+    def __call__(self, name: str, weight: LinearWeight | WeightSource) -> Linear:
+        """Fp8Linear for an Fp8Weight or WeightSource (built when packed), else Bf16Linear."""
+        if isinstance(weight, (Fp8Weight, WeightSource)):
             return Fp8Linear(name, weight, self.hw, self.overrides, self.report)
         return Bf16Linear(name, weight, self.hw)
 

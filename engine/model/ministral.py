@@ -2,7 +2,10 @@
 GQA attention with RoPE and a SwiGLU MLP, bf16 activations.
 
     tokens [T] int64 --embed--> h [T, H] bf16 --layers--> final norm on the logit rows
-    --lm_head--> logits [R, V] fp32
+    (:meth:`Ministral.hidden`, [R, H] bf16) --lm_head--> logits [R, V] fp32
+
+The lm_head is bf16 or FP8 as ``lm_head_dtype`` says (engine/model/lm_head.py); an FP8
+head runs on the registry's FP8 kernels like any decoder linear.
 
 Every FP8 linear runs through a LayerKernel (engine/model/layers.py); q/k/v and gate/up
 are fused into one GEMM each when their shards fuse exactly. A layer whose linears all run
@@ -28,6 +31,7 @@ from engine.model.decode_step import (
 )
 from engine.model.kv_store import KVStore
 from engine.model.layers import (
+    Fp8Linear,
     Linear,
     LinearFactory,
     RopeTables,
@@ -35,6 +39,7 @@ from engine.model.layers import (
     apply_rope,
     rms_norm,
 )
+from engine.model.lm_head import head_weight
 from engine.weights import LayerWeights, ModelWeights
 
 log = logging.getLogger(__name__)
@@ -85,9 +90,9 @@ class Ministral:
     store and the step's metadata are passed to :meth:`forward`."""
 
     def __init__(self, weights: ModelWeights, make: LinearFactory, max_positions: int,
-                 fuse: bool | None = None) -> None:
+                 fuse: bool | None = None, lm_head_dtype: str = "auto") -> None:
         """``fuse``: run eligible layers as one C++ op (None = whenever possible; False =
-        always the Python layers)."""
+        always the Python layers). ``lm_head_dtype``: auto | bf16 | fp8 (lm_head.py)."""
         c = weights.config
         self.config = c
         self.embed = weights.embed_tokens  # [V, H] bf16
@@ -95,7 +100,8 @@ class Ministral:
         self.attention = PagedAttention(c.num_heads, c.num_kv_heads, c.head_dim)
         # The head first: packing it briefly holds the mapped [V, H] table and its packed
         # copy, which costs least while nothing else is resident yet.
-        self.lm_head: Linear | PackedBf16Head = self._build_head(weights, make, fuse)
+        self.lm_head: Linear | PackedBf16Head = self._build_head(weights, make, fuse,
+                                                                 lm_head_dtype)
         # Layer by layer: each layer's kernels pack its weights and release their mapped
         # pages, so the peak is what is packed so far plus one layer's originals.
         self.layers = [DecoderLayer(i, lw, c, make, self.attention)
@@ -108,13 +114,16 @@ class Ministral:
         self.set_fusion(fuse)
 
     @staticmethod
-    def _build_head(weights: ModelWeights, make: LinearFactory,
-                    fuse: bool | None) -> Linear | PackedBf16Head:
-        """The lm_head; on the packed C++ GEMM (fp32 logits from the accumulators, one
-        copy of the table) unless fusion is off. Once packed, the mapped table's pages are
-        released: a tied head's embedding then keeps only the rows lookups touch."""
-        head = weights.embed_tokens if weights.lm_head is None else weights.lm_head
+    def _build_head(weights: ModelWeights, make: LinearFactory, fuse: bool | None,
+                    lm_head_dtype: str) -> Linear | PackedBf16Head:
+        """The lm_head. FP8: an Fp8Linear on the registry's kernel (bf16 logits). BF16: on
+        the packed C++ GEMM (fp32 logits from the accumulators, one copy of the table)
+        unless fusion is off. Once packed, the mapped table's pages are released: a tied
+        head's embedding then keeps only the rows lookups touch."""
+        head = head_weight(weights, lm_head_dtype)
         module = make("lm_head", head)
+        if isinstance(module, Fp8Linear):
+            return module
         packed = PackedBf16Head.replacing(module) if fuse is not False else None
         if packed is None:
             return module
@@ -156,6 +165,15 @@ class Ministral:
     def forward(self, tokens: torch.Tensor, meta: AttentionMetadata, kv: KVStore,
                 logit_rows: torch.Tensor) -> torch.Tensor:
         """tokens [T] int64, logit_rows [R] int64 (rows of T) -> logits [R, V] fp32."""
+        h = self.hidden(tokens, meta, kv, logit_rows)
+        if h.shape[0] == 0:  # only filling the KV cache
+            return torch.empty(0, self.config.vocab_size, dtype=torch.float32)
+        return self.lm_head(h).float()
+
+    def hidden(self, tokens: torch.Tensor, meta: AttentionMetadata, kv: KVStore,
+               logit_rows: torch.Tensor) -> torch.Tensor:
+        """tokens [T] int64, logit_rows [R] int64 -> the lm_head's input [R, H] bf16 (the
+        final-normed hidden states of those rows); writes the step's K/V."""
         h = F.embedding(tokens, self.embed)
         if meta.positions.numel() and int(meta.positions.max()) >= self.rope.max_positions:
             raise ValueError(f"position {int(meta.positions.max())} beyond the rotary table "
@@ -164,10 +182,7 @@ class Ministral:
             h = self.stack(h, self.rope, meta, kv.kv)
         else:
             h = self._layers(h, meta, kv)
-        if logit_rows.numel() == 0:  # only filling the KV cache
-            return torch.empty(0, self.config.vocab_size, dtype=torch.float32)
-        h = rms_norm(h.index_select(0, logit_rows), self.norm, self.config.rms_norm_eps)
-        return self.lm_head(h).float()
+        return rms_norm(h.index_select(0, logit_rows), self.norm, self.config.rms_norm_eps)
 
     def _layers(self, h: torch.Tensor, meta: AttentionMetadata, kv: KVStore) -> torch.Tensor:
         """Layer by layer (fused ops checked on their first call, Python layers)."""

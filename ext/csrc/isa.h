@@ -93,6 +93,8 @@ void unpack_tile(const uint8_t* w, int64_t p0, int64_t p1, uint16_t* dst,
 // r < rows, j < cols (<= 32); c is [rows][32] fp32.
 void epilogue(const float* c, int64_t rows, const float* scale, float mult,
               const float* bias, uint16_t* y, int64_t ldy, int64_t cols);
+// w: `lines` 64-byte lines -> XOR of their 64-bit words (read_probe_avx512.cpp).
+uint64_t xor_lines(const uint64_t* w, int64_t lines);
 }  // namespace avx512
 
 // Same contracts as avx512::direct_tiles / panel_tiles / unpack_tile, table-based FP8
@@ -110,6 +112,8 @@ void fp8_to_bf16(const uint8_t* src, uint16_t* dst, int64_t n);
 // x [M, K] fp32 (pre-widened), w avx2_16 [Np/16][K][16], scale [N], bias [N] or null.
 void gemm_tiles(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n,
                 const float* scale, const float* bias, uint16_t* y, int64_t t0, int64_t t1);
+// w: `lines` 64-byte lines -> XOR of their 64-bit words (read_probe_avx2.cpp).
+uint64_t xor_lines(const uint64_t* w, int64_t lines);
 }  // namespace avx2
 
 // Portable, exact fp8 e4m3 -> bf16 bits (NaN codes -> bf16 NaN).

@@ -55,6 +55,9 @@ TORCH_LIBRARY(fp8serve, m) {
   m.def(
       "decode_stack(Tensor h, Tensor[] weights, int[] dims, float eps, Tensor[] rope_tables, "
       "Tensor positions, Tensor(a!) kv, Tensor slot_mapping, Tensor[] index) -> Tensor");
+  // buf (any dtype, contiguous, nbytes a positive multiple of 64) -> int64 [] XOR of its
+  // 64-bit words, read on all threads (read_probe.cpp: the read-bandwidth probe)
+  m.def("read_xor(Tensor buf) -> Tensor");
   // cpuid + XCR0 features (names of engine/hardware.py CPU_FEATURES); the dispatch ISA
   m.def("cpu_features() -> str[]", &fp8serve::cpu_features_op);
   m.def("isa() -> str", &fp8serve::isa_op);
@@ -73,4 +76,5 @@ TORCH_LIBRARY_IMPL(fp8serve, CPU, m) {
   m.impl("kv_write", &fp8serve::kv_write);
   m.impl("decode_layer", &fp8serve::decode_layer);
   m.impl("decode_stack", &fp8serve::decode_stack);
+  m.impl("read_xor", &fp8serve::read_xor);
 }

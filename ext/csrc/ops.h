@@ -52,6 +52,9 @@ at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArr
                         double eps, at::TensorList rope_tables, const at::Tensor& positions,
                         const at::Tensor& kv, const at::Tensor& slot_mapping,
                         at::TensorList index);
+// read_xor: buf (any dtype, contiguous CPU, nbytes a positive multiple of 64) -> int64 []
+//   XOR of its 64-bit words, read by every thread (read_probe.cpp: the bandwidth probe)
+at::Tensor read_xor(const at::Tensor& buf);
 std::vector<std::string> cpu_features_op();
 std::string isa_op();
 

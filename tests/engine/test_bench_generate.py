@@ -101,3 +101,25 @@ def test_results_markdown(result, tmp_path):
     assert cells[4].startswith(f"{result['ratios']['decode_vs_bandwidth_bound']:.2f} of ")
     assert cells[8] == "-"  # llama.cpp skipped
     assert "Kernels" not in md and "peak RSS" not in md  # no such JSON in the directory
+
+
+def test_bandwidth_probe_samples_bracket_each_timed_phase(result):
+    labels = [s["label"] for s in result["read_bandwidth_samples"]]
+    assert labels[:4] == ["before bf16 matmul", "after bf16 matmul", "before fp8serve",
+                          "after fp8serve"]
+    assert "before transformers" in labels and "after transformers" in labels
+    around = [s for s in result["read_bandwidth_samples"] if s["label"].endswith("fp8serve")]
+    assert result["read_bandwidth_probe"] == "read_xor"
+    assert result["read_bandwidth_gbps"] == max(s["read_xor_gbps"] for s in around)
+    assert result["torch_sum_bandwidth_gbps"] == max(s["torch_sum_gbps"] for s in around)
+    r, ours = result["ratios"], result["fp8serve"]
+    bound = result["torch_sum_bandwidth_gbps"] * 1e9 / result["bytes_per_token"]["total"]
+    assert r["decode_vs_torch_sum_bound"] == pytest.approx(ours["decode_tok_s"] / bound)
+    assert "torch-sum probe" in format_table(result)
+
+
+def test_fp8_head_bytes_per_token(tiny_checkpoint):
+    w = load_weights(tiny_checkpoint(), progress=False)
+    v, h = w.config.vocab_size, w.config.hidden_size
+    assert decode_bytes_per_token(w, "fp8")["lm_head_bytes"] == v * h + 4 * v
+    assert decode_bytes_per_token(w, "bf16")["lm_head_bytes"] == v * h * 2
