@@ -1,5 +1,7 @@
 """The body of one engine step after scheduling: run the batch, sample, append tokens,
-detokenize, decide who finished and emit outputs. Failures are isolated per request:
+detokenize, decide who finished and emit outputs. Constrained requests (params.grammar)
+carry a matcher: their rows get the grammar's token mask before sampling, the matcher
+consumes each sampled token, and a complete grammar ends the request (``stop``). Failures are isolated per request:
 if the batched forward pass (or sampling) raises, each chunk is retried alone and only the
 requests whose own chunk fails end with an error. Re-running a chunk is safe because the
 runner writes K/V for fixed positions (same inputs give the same cache contents).
@@ -8,6 +10,7 @@ runner writes K/V for fixed positions (same inputs give the same cache contents)
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +33,7 @@ class LiveRequest:
     detok: Any  # IncrementalDetokenizer: push(id) -> DetokStep(new_text, stopped); flush()
     generator: torch.Generator | None
     max_tokens: int  # params.max_tokens, or what max_model_len / the KV cache leave if None
+    matcher: Any = None  # engine.structured.GrammarMatcher when params.grammar is set
 
 
 def _default_sampler(tokenizer: Any) -> Callable[..., Any]:
@@ -55,13 +59,16 @@ class StepRunner:
         self.sampler = sampler or _default_sampler(tokenizer)
         self.make_detok = detokenizer or _default_detokenizer()
         self.eos = frozenset(tokenizer.eos_token_ids)
+        self.mask_time_s = 0.0  # total time spent filling grammar masks (for benchmarks)
 
     def make_live(self, req: Request, sink: OutputSink, max_tokens: int) -> LiveRequest:
         p = req.params
         detok = self.make_detok(self.tokenizer, list(req.prompt_ids), p.stop,
                                 p.skip_special_tokens, p.include_stop_str_in_output)
         gen = None if p.seed is None else torch.Generator().manual_seed(p.seed)
-        return LiveRequest(req, sink, detok, gen, max_tokens)
+        grammar = getattr(p, "grammar", None)
+        matcher = None if grammar is None else grammar.new_matcher()
+        return LiveRequest(req, sink, detok, gen, max_tokens, matcher)
 
     def run(self, out: SchedulerOutput, live: dict[str, LiveRequest]) -> list[Request]:
         """Run one scheduled batch; returns the requests that finished this step."""
@@ -168,10 +175,25 @@ class StepRunner:
     def _sample_rows(self, x: torch.Tensor, lives: list[LiveRequest]) -> list[Any]:
         """x [n, V] fp32: row j is lives[j]'s logits -> (token, logprob, top) per row."""
         reqs = [lv.req for lv in lives]
+        mask = self._grammar_mask(lives)
         so = self.sampler(x, [r.params for r in reqs], [r.prompt_ids for r in reqs],
-                          [r.output_ids for r in reqs], [lv.generator for lv in lives])
+                          [r.output_ids for r in reqs], [lv.generator for lv in lives],
+                          **({} if mask is None else {"mask": mask}))
         ids = so.token_ids.tolist()
         return list(zip(ids, so.chosen_logprobs, so.top_logprobs, strict=True))
+
+    def _grammar_mask(self, lives: list[LiveRequest]) -> Any:
+        """The TokenMask of the constrained rows of ``lives`` (None when there are none);
+        raises GrammarMatchError when a matcher is in an error state."""
+        rows = [j for j, lv in enumerate(lives) if lv.matcher is not None]
+        if not rows:
+            return None
+        from engine.structured.matcher import fill_token_mask
+
+        t0 = time.perf_counter()
+        mask = fill_token_mask(rows, [lives[j].matcher for j in rows])
+        self.mask_time_s += time.perf_counter() - t0
+        return mask
 
     def _append(self, lv: LiveRequest, token: int, logprob: float, top: Any) -> bool:
         req, p, now = lv.req, lv.req.params, self.clock()
@@ -182,6 +204,8 @@ class StepRunner:
             self.observer.on_token(now - (req.last_token_time or now))
         req.last_token_time = now
         req.output_ids.append(token)
+        if lv.matcher is not None:
+            lv.matcher.advance(token)  # GrammarMatchError ends this request (caller)
         step = lv.detok.push(token)
         n = len(req.output_ids)
         reason, stop_reason = None, None
@@ -191,6 +215,8 @@ class StepRunner:
                                     or token in p.stop_token_ids):
             reason = FinishReason.STOP
             stop_reason = token if token in p.stop_token_ids else None
+        elif lv.matcher is not None and lv.matcher.is_done:
+            reason = FinishReason.STOP  # the grammar is complete
         elif n >= lv.max_tokens or req.num_tokens >= self.max_model_len:
             reason = FinishReason.LENGTH
         text = step.new_text
