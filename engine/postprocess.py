@@ -196,31 +196,18 @@ class StepRunner:
         return mask
 
     def _append(self, lv: LiveRequest, token: int, logprob: float, top: Any) -> bool:
-        req, p, now = lv.req, lv.req.params, self.clock()
-        if req.first_token_time is None:
-            req.first_token_time = now
-            self.observer.on_first_token(now - req.arrival_time)
-        else:
-            self.observer.on_token(now - (req.last_token_time or now))
-        req.last_token_time = now
+        req, p = lv.req, lv.req.params
+        self._time_token(req)
         req.output_ids.append(token)
         if lv.matcher is not None:
             lv.matcher.advance(token)  # GrammarMatchError ends this request (caller)
-        step = lv.detok.push(token)
         n = len(req.output_ids)
-        reason, stop_reason = None, None
-        if step.stopped:
-            reason, stop_reason = FinishReason.STOP, getattr(step, "stop_str", None)
-        elif n >= p.min_tokens and ((token in self.eos and not p.ignore_eos)
-                                    or token in p.stop_token_ids):
-            reason = FinishReason.STOP
-            stop_reason = token if token in p.stop_token_ids else None
-        elif lv.matcher is not None and lv.matcher.is_done:
-            reason = FinishReason.STOP  # the grammar is complete
-        elif n >= lv.max_tokens or req.num_tokens >= self.max_model_len:
-            reason = FinishReason.LENGTH
-        text = step.new_text
-        if reason is not None and not step.stopped:
+        eos_end = (token in self.eos and token not in p.stop_token_ids and n >= p.min_tokens
+                   and (not p.ignore_eos or lv.matcher is not None))
+        step = None if eos_end else lv.detok.push(token)  # an ending EOS is never text
+        reason, stop_reason = self._finish_reason(lv, token, step)
+        text = "" if step is None else step.new_text
+        if reason is not None and not (step is not None and step.stopped):
             text += lv.detok.flush() or ""
         lps = ()
         if p.logprobs is not None:
@@ -236,6 +223,33 @@ class StepRunner:
         if reason is not None:
             self._close(lv, reason)
         return reason is not None
+
+    def _time_token(self, req: Request) -> None:
+        now = self.clock()
+        if req.first_token_time is None:
+            req.first_token_time = now
+            self.observer.on_first_token(now - req.arrival_time)
+        else:
+            self.observer.on_token(now - (req.last_token_time or now))
+        req.last_token_time = now
+
+    def _finish_reason(self, lv: LiveRequest, token: int, step: Any
+                       ) -> tuple[FinishReason | None, str | int | None]:
+        """(reason, stop_reason) after ``token`` was appended; step None: an ending EOS."""
+        req, p = lv.req, lv.req.params
+        n = len(req.output_ids)
+        if step is None:
+            return FinishReason.STOP, None
+        if step.stopped:
+            return FinishReason.STOP, getattr(step, "stop_str", None)
+        if n >= p.min_tokens and ((token in self.eos and not p.ignore_eos)
+                                  or token in p.stop_token_ids):
+            return FinishReason.STOP, token if token in p.stop_token_ids else None
+        if lv.matcher is not None and lv.matcher.is_done:
+            return FinishReason.STOP, None  # the grammar is complete
+        if n >= lv.max_tokens or req.num_tokens >= self.max_model_len:
+            return FinishReason.LENGTH, None
+        return None, None
 
     def end(self, lv: LiveRequest, reason: FinishReason, error: str | None) -> bool:
         """Finish ``lv`` early (abort, timeout, error) with a final, empty output."""
