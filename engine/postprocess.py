@@ -1,8 +1,9 @@
 """The body of one engine step after scheduling: run the batch, sample, append tokens,
 detokenize, decide who finished and emit outputs. Constrained requests (params.grammar)
 carry a matcher: their rows get the grammar's token mask before sampling, the matcher
-consumes each sampled token, and a complete grammar ends the request (``stop``). Failures are isolated per request:
-if the batched forward pass (or sampling) raises, each chunk is retried alone and only the
+consumes each sampled token, and a complete grammar ends the request (``stop``). An EOS
+that ends a request is never detokenized. Failures are isolated per request: if the
+batched forward pass (or sampling) raises, each chunk is retried alone and only the
 requests whose own chunk fails end with an error. Re-running a chunk is safe because the
 runner writes K/V for fixed positions (same inputs give the same cache contents).
 """

@@ -14,8 +14,7 @@ from engine.engine import Engine
 from engine.request import FinishReason
 from engine.sampling_params import SamplingParams
 from engine.stream import EngineObserver
-from engine.structured import GrammarMatchError, compiler_for, json_schema_spec, \
-    tool_call_grammar
+from engine.structured import GrammarMatchError, compiler_for, json_schema_spec, tool_call_grammar
 from tests.engine.structured.conftest import TOOLS
 from tests.engine.structured.seeded_runner import SeededRunner
 
