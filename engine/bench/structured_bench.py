@@ -1,0 +1,145 @@
+"""Constrained (json_schema) vs unconstrained decode throughput through the engine, in one
+process on one loaded model, interleaved (each round runs both modes at every concurrency,
+alternating which goes first), so host noise hits both alike. Reported as ratios.
+
+Decode tokens/s of a run = tokens generated after every request's first token / the time
+from the last first token to the end. Both modes generate exactly ``gen_len`` tokens per
+request: unconstrained rows ignore EOS, and the constrained schema (an array of at least
+100 people objects: strings, integers, enums, nested arrays) cannot finish before that.
+The mask share is the time spent filling grammar masks / the decode time.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+Log = Callable[[str], object]
+PERSON = {"type": "object", "additionalProperties": False,
+          "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                         "color": {"enum": ["red", "green", "blue"]},
+                         "tags": {"type": "array", "items": {"type": "string"}}},
+          "required": ["name", "age", "color", "tags"]}
+SCHEMA = {"type": "object", "additionalProperties": False, "required": ["people"],
+          "properties": {"people": {"type": "array", "minItems": 100, "items": PERSON}}}
+PROMPT = "List one hundred people as JSON, with their name, age, favourite color and tags."
+
+
+@dataclass(frozen=True)
+class StructuredBenchConfig:
+    model_dir: Path
+    concurrency: tuple[int, ...] = (1, 16)
+    gen_len: int = 48
+    rounds: int = 3
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.gen_len < 4 or self.rounds < 1:
+            raise ValueError("need gen_len >= 4 and rounds >= 1")
+        if not self.concurrency or min(self.concurrency) < 1:
+            raise ValueError(f"bad concurrency {self.concurrency}")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    mode: str  # "constrained" | "unconstrained"
+    concurrency: int
+    decode_tok_s: float
+    mask_share: float  # mask fill time / decode time
+    valid_prefix: bool  # every constrained output so far parses as a JSON prefix
+
+
+def _one_run(runner: Any, tok: Any, cfg: Any, prompt: list[int], n: int, gen_len: int,
+             grammar: Any) -> tuple[float, float, list[str]]:
+    from engine.engine import Engine
+    from engine.sampling_params import SamplingParams
+
+    eng = Engine(runner, tok, cfg)
+    outs: dict[str, list] = {f"r{i}": [] for i in range(n)}
+    params = SamplingParams(max_tokens=gen_len, temperature=0.0, ignore_eos=True,
+                            grammar=grammar)
+    for rid, sink in outs.items():
+        eng.add_request(rid, prompt, params, sink.append)
+    t_first = None
+    while eng._live or eng.stats().num_waiting:
+        eng.step()
+        if t_first is None and all(outs.values()):
+            t_first, mask0 = time.perf_counter(), eng.steps.mask_time_s
+    elapsed = time.perf_counter() - t_first
+    tokens = sum(sum(len(o.token_ids) for o in v) - 1 for v in outs.values())
+    texts = ["".join(o.text for o in v) for v in outs.values()]
+    return tokens / elapsed, (eng.steps.mask_time_s - mask0) / elapsed, texts
+
+
+def _plausible_json_prefix(text: str) -> bool:
+    return text.startswith('{"people": [')
+
+
+def run_structured_bench(cfg: StructuredBenchConfig, log: Log = print) -> dict[str, Any]:
+    import torch
+
+    from engine.config import EngineConfig
+    from engine.runner import load_runner
+    from engine.structured import compiler_for, json_schema_spec
+    from engine.text.tokenizer import Tokenizer
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    top = max(cfg.concurrency)
+    ecfg = EngineConfig(model_dir=cfg.model_dir, max_num_seqs=top, max_model_len=512,
+                        kv_cache_gib=0.25, enable_prefix_caching=False)
+    runner = load_runner(cfg.model_dir, ecfg)
+    tok = Tokenizer.from_dir(cfg.model_dir)
+    prompt = tok.encode_chat([{"role": "user", "content": PROMPT}])
+    grammar = compiler_for(tok).compile(json_schema_spec(SCHEMA, "people"))
+    _one_run(runner, tok, ecfg, prompt, 1, 4, grammar)  # warm-up
+    runs: list[RunResult] = []
+    for r in range(cfg.rounds):
+        for n in cfg.concurrency:
+            modes = [("unconstrained", None), ("constrained", grammar)]
+            for mode, g in modes if r % 2 == 0 else modes[::-1]:
+                tps, share, texts = _one_run(runner, tok, ecfg, prompt, n, cfg.gen_len, g)
+                ok = g is None or all(_plausible_json_prefix(t) for t in texts)
+                runs.append(RunResult(mode, n, tps, share, ok))
+                log(f"round {r + 1} c={n:<3} {mode:<13} {tps:8.1f} tok/s"
+                    + (f"  mask {share:.1%}" if g is not None else ""))
+    return _summary(cfg, runs, torch.get_num_threads())
+
+
+def _summary(cfg: StructuredBenchConfig, runs: list[RunResult], threads: int
+             ) -> dict[str, Any]:
+    rows = []
+    for n in cfg.concurrency:
+        got = {m: [x for x in runs if x.mode == m and x.concurrency == n]
+               for m in ("unconstrained", "constrained")}
+        free = statistics.median(x.decode_tok_s for x in got["unconstrained"])
+        held = statistics.median(x.decode_tok_s for x in got["constrained"])
+        rows.append({"concurrency": n, "unconstrained_tok_s": free,
+                     "constrained_tok_s": held, "ratio": held / free,
+                     "mask_share": statistics.median(x.mask_share for x in got["constrained"]),
+                     "outputs_valid": all(x.valid_prefix for x in got["constrained"])})
+    return {"config": {k: (str(v) if isinstance(v, Path) else v)
+                       for k, v in asdict(cfg).items()},
+            "host": {"machine": platform.machine(), "torch_threads": threads},
+            "rows": rows, "runs": [asdict(x) for x in runs]}
+
+
+def format_table(res: dict[str, Any]) -> str:
+    c = res["config"]
+    lines = [f"{Path(c['model_dir']).name}: gen {c['gen_len']} tokens/request, "
+             f"{c['rounds']} interleaved rounds (medians), "
+             f"{res['host']['torch_threads']} threads",
+             f"{'concurrency':>11}{'free tok/s':>12}{'json tok/s':>12}{'ratio':>8}"
+             f"{'mask share':>12}{'valid':>7}"]
+    for row in res["rows"]:
+        lines.append(f"{row['concurrency']:>11}{row['unconstrained_tok_s']:>12.1f}"
+                     f"{row['constrained_tok_s']:>12.1f}{row['ratio']:>8.3f}"
+                     f"{row['mask_share']:>12.1%}{str(row['outputs_valid']):>7}")
+    lines.append("(ratio = constrained / unconstrained decode tok/s; the host is shared: "
+                 "compare ratios, not absolute figures)")
+    return "\n".join(lines)
