@@ -35,7 +35,8 @@ class GrammarMatcher:
 
     def check(self) -> None:
         if self._m.is_error():
-            raise GrammarMatchError(f"grammar matcher: {self._m.get_error().splitlines()[0]}")
+            reason = (self._m.get_error().strip().splitlines() or ["unknown error"])[0]
+            raise GrammarMatchError(f"grammar matcher: {reason}")
 
     def advance(self, token: int) -> None:
         """Consume the sampled token; GrammarMatchError if the grammar rejects it."""
