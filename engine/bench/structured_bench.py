@@ -109,7 +109,8 @@ def _paired_run(runners: list[Any], tok: Any, cfg: Any, prompt: list[int], n: in
 
 
 def _plausible_json_prefix(text: str) -> bool:
-    return text.startswith('{"people": [')
+    head = '{"people": ['
+    return bool(text) and (text.startswith(head) or head.startswith(text))
 
 
 def run_structured_bench(cfg: StructuredBenchConfig, log: Log = print) -> dict[str, Any]:
