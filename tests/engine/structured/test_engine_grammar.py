@@ -182,3 +182,14 @@ def test_matcher_error_ends_only_that_request(tekken_tokenizer):
     assert outs["ok"][-1].finish_reason is FinishReason.STOP
     jsonschema.validate(json.loads(text(outs["ok"])), BOUNDED)
     assert eng.stats().state == "ready"
+
+
+def test_ending_eos_has_no_text_unconstrained_too(tekken_tokenizer):
+    tok = tekken_tokenizer
+    eos = min(tok.eos_token_ids)
+    params = SamplingParams(max_tokens=10, temperature=0.0, skip_special_tokens=False,
+                            min_tokens=2, logit_bias={eos: 100.0})
+    outs = run(make_engine(tok), {"a": (PROMPT, params)})["a"]
+    assert ids(outs)[-1] == eos and len(ids(outs)) == 3  # EOS as soon as min_tokens allows
+    assert outs[-1].finish_reason is FinishReason.STOP and "</s>" not in text(outs)
+    assert text(outs) == tok.decode(ids(outs)[:-1], skip_special_tokens=False)
