@@ -15,13 +15,15 @@
 #   prefix-multiturn-3b.json   bench serve --workload multi-turn on the 3B-shaped synth
 #                          model: 4 turns after a 500-id system prompt, cache on vs off
 #                          (the prefix-* steps need a server with --enable-prefix-caching)
+#   structured-demo.json   fp8serve bench structured on the demo model: json_schema-
+#                          constrained vs unconstrained decode at concurrency 1 and 16
 #   RESULTS.md             the markdown table for the README (python -m engine.bench.report)
 #
 # Environment: OUT (results dir), MODELS (where synth checkpoints are written once; about
 # 4 GB for 3B, 9 GB for 8B), THREADS (default: all cores), BASELINES_3B (default
 # transformers; '' = none), RUN_8B=1 to include the 8B-shaped RSS run, SKIP="kernels serve"
 # to skip steps (names: kernels generate-demo generate-3b lm-head-demo lm-head-3b serve
-# rss-demo rss-3b rss-8b prefix-demo prefix-3b).
+# rss-demo rss-3b rss-8b prefix-demo prefix-3b structured).
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
@@ -142,6 +144,11 @@ fi
 if want prefix-3b && has_prefix_caching; then
   step "prefix caching: 3B-shaped synth model, multi-turn"
   prefix_3b
+fi
+if want structured; then
+  step "structured: json_schema-constrained vs unconstrained decode, demo model"
+  "${FP8SERVE[@]}" bench structured --threads "$THREADS" --rounds 5 --gen-len 32 \
+    --json "$OUT/structured-demo.json"
 fi
 if want rss-demo; then
   step "rss: demo model"

@@ -1,6 +1,9 @@
 """The body of one engine step after scheduling: run the batch, sample, append tokens,
-detokenize, decide who finished and emit outputs. Failures are isolated per request:
-if the batched forward pass (or sampling) raises, each chunk is retried alone and only the
+detokenize, decide who finished and emit outputs. Constrained requests (params.grammar)
+carry a matcher: their rows get the grammar's token mask before sampling, the matcher
+consumes each sampled token, and a complete grammar ends the request (``stop``). An EOS
+that ends a request is never detokenized. Failures are isolated per request: if the
+batched forward pass (or sampling) raises, each chunk is retried alone and only the
 requests whose own chunk fails end with an error. Re-running a chunk is safe because the
 runner writes K/V for fixed positions (same inputs give the same cache contents).
 """
@@ -8,6 +11,7 @@ runner writes K/V for fixed positions (same inputs give the same cache contents)
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +34,7 @@ class LiveRequest:
     detok: Any  # IncrementalDetokenizer: push(id) -> DetokStep(new_text, stopped); flush()
     generator: torch.Generator | None
     max_tokens: int  # params.max_tokens, or what max_model_len / the KV cache leave if None
+    matcher: Any = None  # engine.structured.GrammarMatcher when params.grammar is set
 
 
 def _default_sampler(tokenizer: Any) -> Callable[..., Any]:
@@ -55,13 +60,16 @@ class StepRunner:
         self.sampler = sampler or _default_sampler(tokenizer)
         self.make_detok = detokenizer or _default_detokenizer()
         self.eos = frozenset(tokenizer.eos_token_ids)
+        self.mask_time_s = 0.0  # total time spent filling grammar masks (for benchmarks)
 
     def make_live(self, req: Request, sink: OutputSink, max_tokens: int) -> LiveRequest:
         p = req.params
         detok = self.make_detok(self.tokenizer, list(req.prompt_ids), p.stop,
                                 p.skip_special_tokens, p.include_stop_str_in_output)
         gen = None if p.seed is None else make_generator(p.seed)
-        return LiveRequest(req, sink, detok, gen, max_tokens)
+        grammar = getattr(p, "grammar", None)
+        matcher = None if grammar is None else grammar.new_matcher()
+        return LiveRequest(req, sink, detok, gen, max_tokens, matcher)
 
     def run(self, out: SchedulerOutput, live: dict[str, LiveRequest]) -> list[Request]:
         """Run one scheduled batch; returns the requests that finished this step."""
@@ -168,33 +176,39 @@ class StepRunner:
     def _sample_rows(self, x: torch.Tensor, lives: list[LiveRequest]) -> list[Any]:
         """x [n, V] fp32: row j is lives[j]'s logits -> (token, logprob, top) per row."""
         reqs = [lv.req for lv in lives]
+        mask = self._grammar_mask(lives)
         so = self.sampler(x, [r.params for r in reqs], [r.prompt_ids for r in reqs],
-                          [r.output_ids for r in reqs], [lv.generator for lv in lives])
+                          [r.output_ids for r in reqs], [lv.generator for lv in lives],
+                          **({} if mask is None else {"mask": mask}))
         ids = so.token_ids.tolist()
         return list(zip(ids, so.chosen_logprobs, so.top_logprobs, strict=True))
 
+    def _grammar_mask(self, lives: list[LiveRequest]) -> Any:
+        """The TokenMask of the constrained rows of ``lives`` (None when there are none);
+        raises GrammarMatchError when a matcher is in an error state."""
+        rows = [j for j, lv in enumerate(lives) if lv.matcher is not None]
+        if not rows:
+            return None
+        from engine.structured.matcher import fill_token_mask
+
+        t0 = time.perf_counter()
+        mask = fill_token_mask(rows, [lives[j].matcher for j in rows])
+        self.mask_time_s += time.perf_counter() - t0
+        return mask
+
     def _append(self, lv: LiveRequest, token: int, logprob: float, top: Any) -> bool:
-        req, p, now = lv.req, lv.req.params, self.clock()
-        if req.first_token_time is None:
-            req.first_token_time = now
-            self.observer.on_first_token(now - req.arrival_time)
-        else:
-            self.observer.on_token(now - (req.last_token_time or now))
-        req.last_token_time = now
+        req, p = lv.req, lv.req.params
+        self._time_token(req)
         req.output_ids.append(token)
-        step = lv.detok.push(token)
+        if lv.matcher is not None:
+            lv.matcher.advance(token)  # GrammarMatchError ends this request (caller)
         n = len(req.output_ids)
-        reason, stop_reason = None, None
-        if step.stopped:
-            reason, stop_reason = FinishReason.STOP, getattr(step, "stop_str", None)
-        elif n >= p.min_tokens and ((token in self.eos and not p.ignore_eos)
-                                    or token in p.stop_token_ids):
-            reason = FinishReason.STOP
-            stop_reason = token if token in p.stop_token_ids else None
-        elif n >= lv.max_tokens or req.num_tokens >= self.max_model_len:
-            reason = FinishReason.LENGTH
-        text = step.new_text
-        if reason is not None and not step.stopped:
+        eos_end = (token in self.eos and token not in p.stop_token_ids and n >= p.min_tokens
+                   and (not p.ignore_eos or lv.matcher is not None))
+        step = None if eos_end else lv.detok.push(token)  # an ending EOS is never text
+        reason, stop_reason = self._finish_reason(lv, token, step)
+        text = "" if step is None else step.new_text
+        if reason is not None and not (step is not None and step.stopped):
             text += lv.detok.flush() or ""
         lps = ()
         if p.logprobs is not None:
@@ -210,6 +224,33 @@ class StepRunner:
         if reason is not None:
             self._close(lv, reason)
         return reason is not None
+
+    def _time_token(self, req: Request) -> None:
+        now = self.clock()
+        if req.first_token_time is None:
+            req.first_token_time = now
+            self.observer.on_first_token(now - req.arrival_time)
+        else:
+            self.observer.on_token(now - (req.last_token_time or now))
+        req.last_token_time = now
+
+    def _finish_reason(self, lv: LiveRequest, token: int, step: Any
+                       ) -> tuple[FinishReason | None, str | int | None]:
+        """(reason, stop_reason) after ``token`` was appended; step None: an ending EOS."""
+        req, p = lv.req, lv.req.params
+        n = len(req.output_ids)
+        if step is None:
+            return FinishReason.STOP, None
+        if step.stopped:
+            return FinishReason.STOP, getattr(step, "stop_str", None)
+        if n >= p.min_tokens and ((token in self.eos and not p.ignore_eos)
+                                  or token in p.stop_token_ids):
+            return FinishReason.STOP, token if token in p.stop_token_ids else None
+        if lv.matcher is not None and lv.matcher.is_done:
+            return FinishReason.STOP, None  # the grammar is complete
+        if n >= lv.max_tokens or req.num_tokens >= self.max_model_len:
+            return FinishReason.LENGTH, None
+        return None, None
 
     def end(self, lv: LiveRequest, reason: FinishReason, error: str | None) -> bool:
         """Finish ``lv`` early (abort, timeout, error) with a final, empty output."""

@@ -1,6 +1,9 @@
 """logits [B, V] fp32 -> next token ids [B] int64, batched, pure (no state between calls).
 
 Processing order per row (OpenAI / vLLM definitions):
+  0. the grammar mask (engine/structured/token_mask.py), constrained rows only: tokens
+     the row's grammar forbids (and model padding ids past the tokenizer's vocabulary)
+     are set to -inf, so no penalty, bias or temperature can bring them back;
   1. repetition_penalty r over tokens seen in prompt + output: positive logits are divided
      by r, negative ones multiplied by r;
   2. frequency_penalty f and presence_penalty p over output tokens:
@@ -36,6 +39,7 @@ from functools import cached_property
 import torch
 
 from engine.sampling_params import SamplingParams
+from engine.structured.token_mask import TokenMask, apply_token_mask
 
 TopLogprobs = tuple[list[int], list[float]]  # (token ids, logprobs), best first
 # Extreme penalties and temperatures stay inside fp32: a factor is clamped to [TINY, MAX]
@@ -208,16 +212,21 @@ def sample(
     output_ids: Sequence[Sequence[int]],
     generators: Sequence[torch.Generator | None],
     eos_token_ids: Iterable[int] = (),
+    mask: TokenMask | None = None,
 ) -> SamplerOutput:
-    """logits [B, V] fp32 (not modified) -> SamplerOutput; see the module docstring."""
+    """logits [B, V] fp32 (not modified) -> SamplerOutput; see the module docstring.
+    mask: the grammar masks of the constrained rows (others untouched, bit for bit)."""
     b = logits.shape[0]
     if not (len(params) == len(prompt_ids) == len(output_ids) == len(generators) == b):
         raise ValueError(f"sample: {b} logit rows but {len(params)} params, "
                          f"{len(prompt_ids)} prompts, {len(output_ids)} outputs, "
                          f"{len(generators)} generators")
     x = logits.to(torch.float32)
-    if needs_processing(params, output_ids):
+    masked = mask is not None and bool(mask.rows)
+    if masked or needs_processing(params, output_ids):
         x = x.clone() if x is logits else x
+        if masked:
+            apply_token_mask(x, mask)
         apply_penalties(x, params, prompt_ids, output_ids)
         apply_bias_and_min_tokens(x, params, output_ids, frozenset(eos_token_ids))
     tokens = x.argmax(dim=-1)
@@ -234,8 +243,10 @@ class Sampler:
     def __init__(self, eos_token_ids: Iterable[int] = ()) -> None:
         self.eos_token_ids = frozenset(eos_token_ids)
 
-    def __call__(self, logits, params, prompt_ids, output_ids, generators) -> SamplerOutput:
-        return sample(logits, params, prompt_ids, output_ids, generators, self.eos_token_ids)
+    def __call__(self, logits, params, prompt_ids, output_ids, generators,
+                 mask: TokenMask | None = None) -> SamplerOutput:
+        return sample(logits, params, prompt_ids, output_ids, generators,
+                      self.eos_token_ids, mask)
 
 
 def make_generator(seed: int | None) -> torch.Generator | None:

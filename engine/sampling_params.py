@@ -10,6 +10,10 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.structured.compiler import CompiledGrammar
 
 MAX_LOGPROBS = 20
 
@@ -42,6 +46,8 @@ class SamplingParams:
     temperature 0 means greedy (argmax). top_k -1 or 0 means off. logprobs: None for no
     logprobs, k in 0..20 for the chosen token's logprob plus k top alternatives.
     logit_bias maps token id -> additive bias in [-100, 100] (stored read-only).
+    grammar: a compiled constraint (engine/structured): every sampled token must keep the
+    output a valid prefix of it; not part of equality.
     """
 
     max_tokens: int | None = 16  # None: until EOS / max_model_len
@@ -62,6 +68,7 @@ class SamplingParams:
     prompt_logprobs: int | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    grammar: CompiledGrammar | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", _as_tuple(self.stop))
@@ -114,6 +121,8 @@ class SamplingParams:
             _check(isinstance(s, str) and s != "", "stop", "stop strings must be non-empty str")
         for t in self.stop_token_ids:
             _check(isinstance(t, int) and t >= 0, "stop_token_ids", f"bad token id {t!r}")
+        _check(self.grammar is None or hasattr(self.grammar, "new_matcher"), "grammar",
+               f"must be a CompiledGrammar, got {type(self.grammar).__name__}")
 
     @property
     def greedy(self) -> bool:
@@ -134,3 +143,6 @@ class SamplingParams:
                           ("stop_token_ids", self.stop_token_ids)):
             bad = [t for t in ids if t >= vocab_size]
             _check(not bad, name, f"token ids {bad[:5]} out of range for vocab {vocab_size}")
+        g = self.grammar
+        _check(g is None or g.vocab_size <= vocab_size, "grammar",
+               f"compiled for {getattr(g, 'vocab_size', 0)} ids, the model has {vocab_size}")

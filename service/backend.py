@@ -42,6 +42,14 @@ class ModelBackend:
     # defaults for sampling fields a request leaves out (generation_config.json)
     sampling_defaults: SamplingDefaults = SamplingDefaults()
 
+    @property
+    def grammar_compiler(self) -> Any:
+        """engine.structured.GrammarCompiler for this tokenizer, built on first use and
+        shared (its cache too); call ``.compile(spec)`` from a thread pool."""
+        from engine.structured import compiler_for
+
+        return compiler_for(self.tokenizer)
+
 
 def load_backend(settings: Settings) -> ModelBackend:
     """Load the checkpoint named by ``settings`` (the demo model when None)."""

@@ -65,6 +65,10 @@ class HfBackend:
     def id_to_token(self, token_id: int) -> str | None:
         return self._tok.id_to_token(token_id)
 
+    def to_json_str(self) -> str:
+        """The tokenizer.json text (for llguidance, engine/structured/ll_tokenizer.py)."""
+        return self._tok.to_str()
+
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
 

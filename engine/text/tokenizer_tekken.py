@@ -64,6 +64,11 @@ class TekkenBackend:
     def special_ids(self) -> frozenset[int]:
         return self._special
 
+    @property
+    def tekkenizer(self) -> Any:
+        """mistral-common's Tekkenizer (for llguidance, engine/structured/ll_tokenizer.py)."""
+        return self._tok
+
     @cached_property
     def _mistral(self) -> Any:
         from mistral_common.tokens.tokenizers.mistral import MistralTokenizer

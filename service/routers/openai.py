@@ -19,6 +19,7 @@ from service.openapi import errors, ok
 from service.prompts import encode_chat, encode_prompts
 from service.schemas import ChatCompletionRequest, CompletionRequest
 from service.tool_calls.choice import ChoiceReader
+from service.tool_calls.grammar import compile_plan_grammar
 from service.tool_calls.plan import plan_chat
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
@@ -26,14 +27,14 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def make_params(state: ServingState, body: Any, logprobs: int | None,
-                prompt_logprobs: int | None = None) -> SamplingParams:
+                prompt_logprobs: int | None = None, grammar: Any = None) -> SamplingParams:
     """The request's sampling parameters; fields it leaves out take the model's
     generation_config.json defaults where the server applies them."""
     defaults = state.backend.sampling_defaults
     try:
         params = SamplingParams(max_tokens=body.output_limit(defaults.max_tokens),
                                 seed=body.seed, logprobs=logprobs,
-                                prompt_logprobs=prompt_logprobs,
+                                prompt_logprobs=prompt_logprobs, grammar=grammar,
                                 **body.sampling_kwargs(defaults))
         params.validate_for_vocab(state.backend.tokenizer.vocab_size)
     except SamplingParamsError as exc:
@@ -104,8 +105,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     plan = plan_chat(body, state.parsers)
     prompt = await run_in_threadpool(encode_chat, state, body.messages,
                                      body.add_generation_prompt, plan)
+    grammar = await run_in_threadpool(compile_plan_grammar, state.backend, plan)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    params = make_params(state, body, logprobs)
+    params = make_params(state, body, logprobs, grammar=grammar)
     sub = submit(state, "chatcmpl", [prompt], params, body.n, body.cache_salt)
     fmt = Formatter(sub.id, model, _text_of(state))
     tok = state.backend.tokenizer

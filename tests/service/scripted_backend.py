@@ -78,6 +78,21 @@ def script_model(tok: ScriptTokenizer, scripts: Sequence[str]):
     return next_token
 
 
+class _NoGrammar:
+    """The scripted model writes its script whatever the mask: these tests read outputs, so
+    requests run unconstrained (grammars are tested in tests/engine/structured and
+    end to end in tests/service/test_e2e_tools.py)."""
+
+    def compile(self, spec):
+        return None
+
+
+class ScriptedBackend(ModelBackend):
+    @property
+    def grammar_compiler(self):
+        return _NoGrammar()
+
+
 def scripted_loader(scripts: Sequence[str], chat_template: str = ""):
     def load(settings: Settings) -> ModelBackend:
         tok = ScriptTokenizer(chat_template)
@@ -87,6 +102,6 @@ def scripted_loader(scripts: Sequence[str], chat_template: str = ""):
         cfg = EngineConfig(model_dir=".", max_num_seqs=settings.max_num_seqs,
                            max_model_len=settings.max_model_len,
                            max_num_batched_tokens=settings.max_num_batched_tokens)
-        return ModelBackend(runner, tok, MODEL, HardwareInfo.fake("avx2", "fma"), cfg,
+        return ScriptedBackend(runner, tok, MODEL, HardwareInfo.fake("avx2", "fma"), cfg,
                             sampling_defaults=SamplingDefaults())
     return load

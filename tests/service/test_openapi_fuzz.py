@@ -60,6 +60,7 @@ SCHEMALESS_400S = [
     ("tool_choice", "needs tools"), ("tool_choice", "not among the tools"),
     ("tools", "given twice"), ("response_format", "cannot be combined"),
     ("tools", "no tool-call format"),  # the model's: this fake one has no parser
+    ("response_format", "does not support this tokenizer"),  # nor a grammar vocabulary
 ]
 
 

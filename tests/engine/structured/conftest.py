@@ -1,0 +1,67 @@
+"""Tokenizers for the grammar tests: the demo model's tokenizer.json (SmolLM2, ChatML) and a
+tiny synth checkpoint's v13 tekken.json (published special ids, 1024 ids)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.text.tokenizer import Tokenizer
+
+DEMO = Path("~/.cache/fp8serve/demo-smollm2-135m-fp8").expanduser()
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "enum": ["Paris", "Lyon"]},
+        "unit": {"type": "string", "enum": ["C", "F"]}},
+        "required": ["city", "unit"], "additionalProperties": False}}}
+ADD = {"type": "function", "function": {
+    "name": "add", "strict": True,
+    "parameters": {"type": "object", "properties": {"a": {"type": "integer"},
+                                                    "b": {"type": "integer"}},
+                   "required": ["a", "b"], "additionalProperties": False}}}
+TOOLS = [WEATHER, ADD]
+
+# what client.chat.completions.parse() sends for a pydantic model with a nested model,
+# an Optional field, an enum and a list of lists
+PARSE_SCHEMA = {
+    "$defs": {
+        "Address": {"type": "object", "title": "Address", "additionalProperties": False,
+                    "properties": {"city": {"type": "string", "title": "City"},
+                                   "zip": {"anyOf": [{"type": "string"}, {"type": "null"}],
+                                           "title": "Zip"}},
+                    "required": ["city", "zip"]},
+        "Color": {"type": "string", "enum": ["red", "green", "blue"], "title": "Color"}},
+    "type": "object", "title": "Person", "additionalProperties": False,
+    "properties": {"name": {"type": "string", "title": "Name"},
+                   "age": {"type": "integer", "title": "Age"},
+                   "color": {"$ref": "#/$defs/Color"},
+                   "home": {"$ref": "#/$defs/Address"},
+                   "grid": {"type": "array", "title": "Grid",
+                            "items": {"type": "array", "items": {"type": "integer"}}}},
+    "required": ["name", "age", "color", "home", "grid"]}
+
+
+@pytest.fixture(scope="session")
+def demo_tokenizer() -> Tokenizer:
+    if not (DEMO / "tokenizer.json").is_file():
+        pytest.skip(f"demo model not found at {DEMO}")
+    return Tokenizer.from_dir(DEMO)
+
+
+@pytest.fixture(scope="session")
+def tekken_dir(tiny_checkpoint) -> Path:
+    return tiny_checkpoint(tokenizer="tekken")
+
+
+@pytest.fixture(scope="session")
+def tekken_tokenizer(tekken_dir) -> Tokenizer:
+    return Tokenizer.from_dir(tekken_dir)
+
+
+@pytest.fixture(params=["hf", "tekken"])
+def any_tokenizer(request) -> Tokenizer:
+    return request.getfixturevalue("demo_tokenizer" if request.param == "hf"
+                                   else "tekken_tokenizer")

@@ -1,0 +1,75 @@
+"""engine/structured/compiler.py and ll_tokenizer.py: caching, errors, thread safety; and
+SamplingParams.grammar."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from engine.sampling_params import SamplingParams, SamplingParamsError
+from engine.structured import (
+    GrammarCompiler,
+    GrammarError,
+    GrammarSpec,
+    compiler_for,
+    json_schema_spec,
+)
+from engine.structured.ll_tokenizer import ll_tokenizer
+from tests.engine.structured.conftest import PARSE_SCHEMA
+
+
+def test_cache_returns_the_same_object(demo_tokenizer):
+    c = compiler_for(demo_tokenizer)
+    assert compiler_for(demo_tokenizer) is c
+    a = c.compile(json_schema_spec(PARSE_SCHEMA, "Person"))
+    b = c.compile(json_schema_spec(dict(PARSE_SCHEMA), "other name, same grammar"))
+    assert a is b and a.vocab_size == demo_tokenizer.vocab_size
+    assert a.new_matcher() is not a.new_matcher()
+
+
+def test_lru_evicts_the_least_recent(tekken_tokenizer):
+    c = GrammarCompiler(tekken_tokenizer, cache_size=2)
+    s1, s2, s3 = (json_schema_spec({"type": "array", "maxItems": n}) for n in (1, 2, 3))
+    g1 = c.compile(s1)
+    c.compile(s2)
+    assert c.compile(s1) is g1  # s1 is now the most recent
+    c.compile(s3)  # evicts s2
+    assert len(c) == 2 and c.compile(s1) is g1
+    with pytest.raises(ValueError):
+        GrammarCompiler(tekken_tokenizer, cache_size=0)
+
+
+def test_llguidance_tokenizer_built_once(any_tokenizer):
+    assert ll_tokenizer(any_tokenizer) is ll_tokenizer(any_tokenizer)
+    assert ll_tokenizer(any_tokenizer).vocab_size == any_tokenizer.vocab_size
+
+
+@pytest.mark.parametrize("spec", [
+    json_schema_spec({"type": "foo"}),
+    json_schema_spec({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}),
+    GrammarSpec("start: undefined_rule\n"),
+    GrammarSpec("start: %json {not json}\n"),
+])
+def test_invalid_grammar_raises(demo_tokenizer, spec):
+    with pytest.raises(GrammarError):
+        GrammarCompiler(demo_tokenizer).compile(spec)
+
+
+def test_compiles_from_a_thread_pool(tekken_tokenizer):
+    c = GrammarCompiler(tekken_tokenizer)
+    specs = [json_schema_spec({"type": "array", "maxItems": n % 3}) for n in range(12)]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(c.compile, specs))
+    assert len({id(g) for g in got}) == 3 and len(c) == 3
+
+
+def test_sampling_params_grammar(tekken_tokenizer):
+    g = compiler_for(tekken_tokenizer).compile(json_schema_spec({"type": "object"}))
+    p = SamplingParams(grammar=g)
+    assert p == SamplingParams() and p.grammar is g  # not part of equality
+    p.validate_for_vocab(tekken_tokenizer.vocab_size + 8)  # model padding is fine
+    with pytest.raises(SamplingParamsError, match="grammar"):
+        p.validate_for_vocab(tekken_tokenizer.vocab_size - 1)
+    with pytest.raises(SamplingParamsError, match="grammar"):
+        SamplingParams(grammar="start: x")
