@@ -103,9 +103,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                            state: ReadyStateDep):
     model = check_model(state, body.model)
     plan = plan_chat(body, state.parsers)
+    # the grammar first: a bad tool schema is named as such, not as a template failure
+    grammar = await run_in_threadpool(compile_plan_grammar, state.backend, plan)
     prompt = await run_in_threadpool(encode_chat, state, body.messages,
                                      body.add_generation_prompt, plan)
-    grammar = await run_in_threadpool(compile_plan_grammar, state.backend, plan)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = make_params(state, body, logprobs, grammar=grammar)
     sub = submit(state, "chatcmpl", [prompt], params, body.n, body.cache_salt)
