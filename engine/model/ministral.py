@@ -154,9 +154,18 @@ class Ministral:
         return out
 
     def forward(self, tokens: torch.Tensor, meta: AttentionMetadata, kv: KVStore,
-                logit_rows: torch.Tensor) -> torch.Tensor:
-        """tokens [T] int64, logit_rows [R] int64 (rows of T) -> logits [R, V] fp32."""
+                logit_rows: torch.Tensor,
+                embeds: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """tokens [T] int64, logit_rows [R] int64 (rows of T) -> logits [R, V] fp32.
+        embeds: (rows [N] int64 of T, values [N, H] bf16) replacing those rows' token
+        embeddings (image features)."""
         h = F.embedding(tokens, self.embed)
+        if embeds is not None:
+            rows, values = embeds
+            if values.shape != (rows.shape[0], h.shape[1]) or values.dtype != h.dtype:
+                raise ValueError(f"input embeddings must be {h.dtype} [{rows.shape[0]}, "
+                                 f"{h.shape[1]}], got {values.dtype} {list(values.shape)}")
+            h.index_copy_(0, rows, values)
         if meta.positions.numel() and int(meta.positions.max()) >= self.rope.max_positions:
             raise ValueError(f"position {int(meta.positions.max())} beyond the rotary table "
                              f"({self.rope.max_positions} positions = max_model_len)")
