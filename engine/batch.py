@@ -39,7 +39,7 @@ class ChunkEmbeds:
         if v.dim() != 2 or v.dtype != torch.bfloat16 or v.shape[0] != len(self.offsets):
             raise ValueError(f"ChunkEmbeds.values must be bf16 [{len(self.offsets)}, H], got "
                              f"{v.dtype} {list(v.shape)}")
-        if any(b <= a for a, b in zip(self.offsets, self.offsets[1:])) or (
+        if any(b <= a for a, b in zip(self.offsets, self.offsets[1:], strict=False)) or (
                 self.offsets and self.offsets[0] < 0):
             raise ValueError("ChunkEmbeds.offsets must be non-negative and increasing")
 
