@@ -7,6 +7,7 @@ Every id is resolved by name from the tokenizer, never hard-coded."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,3 +49,24 @@ def image_offsets(grid: ImageGrid) -> list[int]:
     """Offsets of the [IMG] tokens within image_tokens(grid, ...): feature row j goes to
     offset image_offsets(grid)[j]."""
     return [r * (grid.cols + 1) + c for r in range(grid.rows) for c in range(grid.cols)]
+
+
+def expand_images(ids: Sequence[int], grids: Sequence[ImageGrid], tok: ImageTokenIds
+                  ) -> tuple[list[int], list[int]]:
+    """Template output with one [IMG] per image part, in order -> (the prompt with each
+    [IMG] expanded to its image's layout, the start position of each image). ValueError
+    when the [IMG] count differs from the number of images (e.g. "[IMG]" typed as text)."""
+    where = [i for i, t in enumerate(ids) if t == tok.img]
+    if len(where) != len(grids):
+        raise ValueError(f"the rendered prompt holds {len(where)} [IMG] tokens for "
+                         f"{len(grids)} images")
+    out: list[int] = []
+    starts: list[int] = []
+    prev = 0
+    for pos, grid in zip(where, grids, strict=True):
+        out += ids[prev:pos]
+        starts.append(len(out))
+        out += image_tokens(grid, tok)
+        prev = pos + 1
+    out += ids[prev:]
+    return out, starts

@@ -68,15 +68,17 @@ def block_image_keys(images: Sequence[PromptImage], start: int, end: int) -> tup
 
 
 def check_layout(images: Sequence[PromptImage], prompt_ids: Sequence[int],
-                 image_token_id: int) -> None:
-    """Images in order, not overlapping, inside the prompt, and [IMG] exactly where their
-    features go. Raises ValueError."""
+                 image_token_id: int | None) -> None:
+    """Images in order, not overlapping, inside the prompt, and (unless image_token_id is
+    None) [IMG] exactly where their features go. Raises ValueError."""
     prev = 0
     for img in images:
         if img.start < prev or img.end > len(prompt_ids):
             raise ValueError(f"image at positions [{img.start}, {img.end}) overlaps another "
                              f"or leaves the prompt of {len(prompt_ids)} tokens")
         prev = img.end
+        if image_token_id is None:
+            continue
         if any(prompt_ids[p] != image_token_id for p in img.positions().tolist()):
             raise ValueError(f"image at position {img.start}: its feature positions do not "
                              "all hold the [IMG] token")
