@@ -13,6 +13,7 @@ import torch
 
 from engine.checkpoint.detect import Layout, detect_layout
 from engine.vision.config import VisionConfig, read_vision_config
+from engine.vision.gemm import VisionGemm, choose_gemm
 from engine.vision.projector import Projector
 from engine.vision.tower import VisionTower
 from engine.vision.weights import VisionWeights, load_vision_weights
@@ -21,11 +22,13 @@ log = logging.getLogger(__name__)
 
 
 class VisionEncoder:
-    def __init__(self, weights: VisionWeights) -> None:
+    def __init__(self, weights: VisionWeights, gemm: VisionGemm | None = None) -> None:
+        """gemm None: measure this host (engine/vision/gemm.py)."""
         self.config: VisionConfig = weights.config
         self.weights = weights
-        self.tower = VisionTower(weights)
-        self.projector = Projector(weights)
+        self.gemm = gemm if gemm is not None else choose_gemm()
+        self.tower = VisionTower(weights, self.gemm)
+        self.projector = Projector(weights, self.gemm)
 
     def __call__(self, pixels: torch.Tensor) -> torch.Tensor:
         """pixels [3, H, W] fp32, H and W multiples of patch x merge -> [T, H_text] bf16."""
@@ -48,7 +51,8 @@ class VisionEncoder:
         return self.tower.flops(height // p, width // p) + proj
 
 
-def load_vision_encoder(model_dir: Path) -> VisionEncoder | None:
+def load_vision_encoder(model_dir: Path, gemm: VisionGemm | None = None
+                        ) -> VisionEncoder | None:
     """The checkpoint's vision encoder (bf16, memory-mapped); None for text-only files."""
     from engine.loader import open_store
 
@@ -59,7 +63,8 @@ def load_vision_encoder(model_dir: Path) -> VisionEncoder | None:
     store, _, _ = open_store(Path(model_dir))
     with store:
         weights = load_vision_weights(store, cfg, native)
-    log.info("vision encoder: %d layers, hidden %d, %.1f MiB bf16 (%s layout)",
-             cfg.num_layers, cfg.hidden_size, weights.nbytes / 2**20,
-             "native" if native else "hf")
-    return VisionEncoder(weights)
+    enc = VisionEncoder(weights, gemm)
+    log.info("vision encoder: %d layers, hidden %d, %.1f MiB bf16 (%s layout); GEMMs %s "
+             "(%s)", cfg.num_layers, cfg.hidden_size, weights.nbytes / 2**20,
+             "native" if native else "hf", enc.gemm.mode, enc.gemm.why)
+    return enc

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.model.layers import rms_norm
+from engine.vision.gemm import VisionGemm
 from engine.vision.weights import VisionWeights
 
 
@@ -26,14 +27,15 @@ def unfold_merge(x: torch.Tensor, gh: int, gw: int, m: int) -> torch.Tensor:
 
 
 class Projector:
-    def __init__(self, weights: VisionWeights) -> None:
+    def __init__(self, weights: VisionWeights, gemm: VisionGemm) -> None:
         self.w = weights
         self.config = weights.config
+        self.gemm = gemm
 
     @torch.inference_mode()
     def __call__(self, features: torch.Tensor, gh: int, gw: int) -> torch.Tensor:
-        """features [gh*gw, D] bf16 -> [(gh/2)*(gw/2), H] bf16."""
-        c, w = self.config, self.w
+        """features [gh*gw, D] (gemm.act_dtype) -> [(gh/2)*(gw/2), H] bf16."""
+        c, w, lin = self.config, self.w, self.gemm.linear
         x = rms_norm(features, w.projector_norm, c.projector_eps)
-        x = F.linear(unfold_merge(x, gh, gw, c.spatial_merge_size), w.merging_layer)
-        return F.linear(F.gelu(F.linear(x, w.linear_1)), w.linear_2)
+        x = lin(unfold_merge(x, gh, gw, c.spatial_merge_size), w.merging_layer)
+        return lin(F.gelu(lin(x, w.linear_1)), w.linear_2).to(torch.bfloat16)

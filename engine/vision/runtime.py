@@ -100,5 +100,6 @@ class VisionRuntime:
                 "max_image_size": self.limits.max_image_size, "model_image_size": c.image_size,
                 "vision_layers": c.num_layers, "vision_hidden_size": c.hidden_size,
                 "vision_weights_mib": round(self.encoder.weights.nbytes / 2**20, 1),
-                "gemm": "torch bf16 (oneDNN)", "attention": "torch sdpa",
+                "gemm": self.encoder.gemm.mode, "gemm_choice": self.encoder.gemm.why,
+                "attention": "torch sdpa",
                 "image_cache_mib": round(self.limits.cache_bytes / 2**20, 1)}

@@ -4,9 +4,10 @@
     [N = gh*gw, D] bf16, patches row-major --ln_pre--> N pre-norm layers:
         x += o(SDPA(rope(q(n)), rope(k(n)), v(n)))   n = attention_norm(x), non-causal
         x += down(silu(gate(n)) * up(n))             n = ffn_norm(x)
-    --> [N, D] bf16 (no final norm)
+    --> [N, D] (no final norm)
 
-GEMMs are torch bf16 F.linear (oneDNN); attention is torch SDPA over [1, heads, N, d]."""
+Activations are bf16 or fp32 and GEMMs go through engine/vision/gemm.py (chosen once per
+host by measuring); attention is torch SDPA over [1, heads, N, d]."""
 
 from __future__ import annotations
 
@@ -15,26 +16,29 @@ import torch.nn.functional as F
 
 from engine.model.layers import rms_norm
 from engine.vision.config import VisionConfig
+from engine.vision.gemm import VisionGemm
 from engine.vision.rope2d import Rope2D, apply_rope_2d
 from engine.vision.weights import VisionLayerWeights, VisionWeights
 
 
-def patchify(pixels: torch.Tensor, patch: int) -> tuple[torch.Tensor, int, int]:
-    """pixels [C, H, W] -> ([gh*gw, C*P*P] bf16 rows in conv-weight order (c, y, x),
+def patchify(pixels: torch.Tensor, patch: int,
+             dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, int, int]:
+    """pixels [C, H, W] -> ([gh*gw, C*P*P] ``dtype`` rows in conv-weight order (c, y, x),
     gh, gw); H and W must be multiples of P."""
     c, h, w = pixels.shape
     if h % patch or w % patch:
         raise ValueError(f"image {h}x{w} is not a multiple of the patch size {patch}")
     gh, gw = h // patch, w // patch
-    rows = pixels.to(torch.bfloat16).view(c, gh, patch, gw, patch).permute(1, 3, 0, 2, 4)
+    rows = pixels.to(dtype).view(c, gh, patch, gw, patch).permute(1, 3, 0, 2, 4)
     return rows.reshape(gh * gw, c * patch * patch), gh, gw
 
 
 class VisionTower:
-    def __init__(self, weights: VisionWeights) -> None:
+    def __init__(self, weights: VisionWeights, gemm: VisionGemm) -> None:
         c: VisionConfig = weights.config
         self.config = c
         self.w = weights
+        self.gemm = gemm
         self.conv = weights.patch_conv.reshape(c.hidden_size, -1)  # [D, 3*P*P] view
         self.rope = Rope2D.build(c.head_dim, c.max_patches_per_side, c.rope_theta)
 
@@ -47,26 +51,26 @@ class VisionTower:
 
     @torch.inference_mode()
     def __call__(self, pixels: torch.Tensor) -> tuple[torch.Tensor, int, int]:
-        """pixels [3, H, W] fp32 -> (features [gh*gw, D] bf16, gh, gw)."""
-        patches, gh, gw = patchify(pixels, self.config.patch_size)
-        cos, sin = self.rope.cos_sin(gh, gw)
-        x = rms_norm(F.linear(patches, self.conv), self.w.ln_pre, self.config.eps)
+        """pixels [3, H, W] fp32 -> (features [gh*gw, D] in gemm.act_dtype, gh, gw)."""
+        dt = self.gemm.act_dtype
+        patches, gh, gw = patchify(pixels, self.config.patch_size, dt)
+        cos, sin = self.rope.cos_sin(gh, gw, dt)
+        x = rms_norm(self.gemm.linear(patches, self.conv), self.w.ln_pre, self.config.eps)
         for lw in self.w.layers:
             x = self._layer(x, lw, cos, sin)
         return x, gh, gw
 
     def _layer(self, x: torch.Tensor, lw: VisionLayerWeights, cos: torch.Tensor,
                sin: torch.Tensor) -> torch.Tensor:
-        """x [N, D] bf16 -> [N, D] bf16."""
-        c = self.config
+        """x [N, D] -> [N, D], both gemm.act_dtype."""
+        c, lin = self.config, self.gemm.linear
         n, heads, d = x.shape[0], c.num_heads, c.head_dim
         h = rms_norm(x, lw.attention_norm, c.eps)
-        q = apply_rope_2d(F.linear(h, lw.q_proj).view(n, heads, d), cos, sin)
-        k = apply_rope_2d(F.linear(h, lw.k_proj).view(n, heads, d), cos, sin)
-        v = F.linear(h, lw.v_proj).view(n, heads, d)
+        q = apply_rope_2d(lin(h, lw.q_proj).view(n, heads, d), cos, sin)
+        k = apply_rope_2d(lin(h, lw.k_proj).view(n, heads, d), cos, sin)
+        v = lin(h, lw.v_proj).view(n, heads, d)
         attn = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
                                               v.transpose(0, 1)[None])
-        x = x + F.linear(attn[0].transpose(0, 1).reshape(n, heads * d), lw.o_proj)
+        x = x + lin(attn[0].transpose(0, 1).reshape(n, heads * d), lw.o_proj)
         h = rms_norm(x, lw.ffn_norm, c.eps)
-        return x + F.linear(F.silu(F.linear(h, lw.gate_proj)) * F.linear(h, lw.up_proj),
-                            lw.down_proj)
+        return x + lin(F.silu(lin(h, lw.gate_proj)) * lin(h, lw.up_proj), lw.down_proj)
