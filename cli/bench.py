@@ -1,4 +1,4 @@
-"""`fp8serve bench {kernels,generate,serve}`: each benchmark is its own module."""
+"""`fp8serve bench {kernels,generate,serve,rss,...,vision}`: one module per benchmark."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import importlib
 
 BENCH_MODULES = ("cli.bench_kernels", "cli.bench_generate", "cli.bench_serve", "cli.bench_rss",
-                 "cli.bench_gpu_kernels")
+                 "cli.bench_gpu_kernels", "cli.bench_vision")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
