@@ -72,3 +72,17 @@ def test_bad_vision_configs_are_refused(tmp_path) -> None:
     with pytest.raises(ValueError, match="multiple of 4"):
         VisionConfig(hidden_size=36, intermediate_size=8, num_layers=1, num_heads=6,
                      patch_size=14, image_size=56, text_hidden_size=8)
+
+
+def test_synth_model_cli_native_vision(tmp_path) -> None:
+    import argparse
+
+    import cli.synth_model
+
+    parser = argparse.ArgumentParser(prog="fp8serve")
+    cli.synth_model.register(parser.add_subparsers())
+    args = parser.parse_args(["synth-model", "--shape", "tiny", "--layout", "native",
+                              "--native-vision", "--out", str(tmp_path)])
+    assert args.func(args) == 0
+    cfg = read_vision_config(tmp_path)
+    assert cfg is not None and cfg.num_layers == 1 and cfg.image_size == 56
