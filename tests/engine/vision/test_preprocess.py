@@ -69,7 +69,7 @@ def test_rgba_transparency_is_white() -> None:
 
 
 @pytest.mark.parametrize("w,h,max_size,grid", [
-    (1024, 768, 1540, (28, 37)),  # 1064 [IMG] tokens
+    (1024, 768, 1540, (28, 37)),  # 1036 [IMG] + 28 row tokens = 1064
     (1540, 1540, 1540, (55, 55)),  # 3025 [IMG], 3080 prompt tokens
     (4000, 3000, 1540, (42, 55)),  # round(3000 / (4000/1540)) = 1155 -> 42 rows
     (1024, 768, 512, (14, 19)),  # --max-image-size 512
