@@ -6,6 +6,7 @@
 #   lm-head-{demo,3b}.json fp8serve bench lm-head: FP8 vs bf16 lm_head (KL, top-1, greedy,
 #                          interleaved decode speed) on the demo and 3B-shaped models
 #   serve-demo.json        fp8serve bench serve at concurrency 1, 4, 16 on the demo model
+#   vision.json            fp8serve bench vision on the 3B-shaped synth checkpoint
 #                          (SERVE_ROUNDS interleaved rounds, default 3: medians per level)
 #   rss-{demo,3b,8b}.json  fp8serve bench rss (server peak RSS vs weights + KV budget)
 #   prefix-shared-demo.json    bench serve --workload shared-prefix on the demo model: a
@@ -163,6 +164,11 @@ if [[ "$RUN_8B" == 1 ]] && want rss-8b; then
   step "rss: 8B-shaped synth model"
   "${FP8SERVE[@]}" bench rss --model "$(synth ministral-3-8b)" --threads "$THREADS" \
     --json "$OUT/rss-8b.json"
+fi
+if want vision; then
+  step "vision: 3B-shaped synth model (encode GFLOP/s, one-image TTFT, ITL during an encode)"
+  "${FP8SERVE[@]}" bench vision --model "$(synth ministral-3-3b)" --serving \
+    --json "$OUT/vision.json"
 fi
 
 step "results table"

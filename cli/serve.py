@@ -36,7 +36,33 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
     ("--threads", int, "torch threads for the model (default: all cores)"),
     ("--heap-retain-mib", int, "freed step buffers the malloc heap keeps for the next step, "
                                "instead of unmapping them (default 256; 0 = libc defaults)"),
+    ("--max-image-size", int, "longest image edge in pixels after resizing, below the "
+                              "model's maximum (default: the model's image_size, 1540)"),
+    ("--media-fetch-timeout", float, "seconds to fetch an http(s) image (default 5)"),
+    ("--max-media-bytes", int, "bytes per image, data URL or fetched (default 20 MiB)"),
+    ("--allowed-local-media-path", Path, "directory file:// image URLs may read (default: "
+                                         "file:// refused)"),
+    ("--image-cache-mib", int, "encoded images kept for reuse, LRU (default 512)"),
 )
+
+
+def parse_mm_limit(text: str) -> int:
+    """vLLM's --limit-mm-per-prompt: 'image=N' or '{"image": N}' -> N."""
+    import json
+
+    try:
+        value = json.loads(text) if text.lstrip().startswith("{") else dict(
+            [p.split("=", 1) for p in text.split(",") if p.strip()])
+        unknown = set(value) - {"image"}
+        if unknown:
+            raise ValueError(f"only image is supported, got {sorted(unknown)}")
+        n = int(value.get("image", 0))
+        if n < 0:
+            raise ValueError("the count must be >= 0")
+        return n
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise argparse.ArgumentTypeError(f"--limit-mm-per-prompt {text!r}: {exc} "
+                                         "(write image=N)") from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,6 +86,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    choices=("auto", "mistral", "think", "think-open", "none"),
                    help="how chat outputs become reasoning_content (default auto: mistral "
                    "for [THINK] tokenizers, think for <think> templates)")
+    p.add_argument("--limit-mm-per-prompt", type=parse_mm_limit, default=None,
+                   metavar="image=N", help="images per chat prompt (default image=4); "
+                   "image=0 does not load the vision tower (text-only serving)")
+    p.add_argument("--allowed-media-domains", nargs="+", default=None, metavar="HOST",
+                   help="hosts (and their subdomains) http(s) image URLs may name "
+                   "(default: none, http(s) image URLs refused)")
     add_kernel_args(p)
     add_lm_head_arg(p)
     p.set_defaults(func=run)
@@ -72,10 +104,12 @@ def settings_from_args(args: argparse.Namespace) -> Any:
 
     given: dict[str, Any] = {}
     for name in (["model", "generation_config", "enable_prefix_caching", "tool_call_parser",
-                  "reasoning_parser", "lm_head_dtype"]
+                  "reasoning_parser", "lm_head_dtype", "limit_mm_per_prompt"]
                  + [f[0][2:].replace("-", "_") for f in FLAGS]):
         if getattr(args, name, None) is not None:
             given[name] = getattr(args, name)
+    if getattr(args, "allowed_media_domains", None):
+        given["allowed_media_domains"] = tuple(args.allowed_media_domains)
     if args.api_key:
         given["api_keys"] = tuple(args.api_key)
     if args.kernel:

@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="tokenizer files: tekken (default) = a v13 tekken.json, encoded through "
                         "mistral-common; hf = tokenizer.json + chat_template.jinja; both; none")
     p.add_argument("--no-tokenizer", action="store_true", help="same as --tokenizer none")
+    p.add_argument("--native-vision", action="store_true",
+                   help="--layout native: also write the vision encoder (params.json "
+                        "vision_encoder, vision_encoder.* tensors; hf-multimodal always has one)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)
 
@@ -38,6 +41,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
                             "tokenizer": "none" if args.no_tokenizer else args.tokenizer}
     if args.layers is not None:
         o["num_layers"] = args.layers
+    if getattr(args, "native_vision", False):
+        o["native_vision"] = True
     if args.layout is not None:
         o["layout"] = args.layout
     if args.tied is not None:

@@ -5,6 +5,11 @@ Each engine step the scheduler hands the runner a :class:`BatchInputs`: one
 prefill) or the single newest token of a running sequence (decode). KV-cache blocks are
 allocated by the scheduler (engine/kv/block_allocator.py) and only *named* here by index; the runner
 owns the KV tensors.
+
+A prompt chunk may carry :class:`ChunkEmbeds`: precomputed input embeddings (image
+features, engine/vision) that replace the token embeddings of some of its tokens. The
+tokens there are still real ids (``[IMG]``), so prefix-cache keys and logits stay
+defined; only the input row of the model changes.
 """
 
 from __future__ import annotations
@@ -12,11 +17,31 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+import torch
+
 
 class LogitsWanted(enum.Enum):
     NONE = "none"  # non-final prefill chunk: only fill the KV cache
     LAST = "last"  # one row: the logits after the chunk's last token
     ALL = "all"  # one row per token of the chunk (prompt logprobs / echo)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ChunkEmbeds:
+    """Input embeddings for some tokens of one chunk: row i of ``values`` replaces the
+    embedding of ``token_ids[offsets[i]]``."""
+
+    offsets: tuple[int, ...]  # strictly increasing offsets into the chunk's token_ids
+    values: torch.Tensor  # [len(offsets), H] bf16, contiguous
+
+    def __post_init__(self) -> None:
+        v = self.values
+        if v.dim() != 2 or v.dtype != torch.bfloat16 or v.shape[0] != len(self.offsets):
+            raise ValueError(f"ChunkEmbeds.values must be bf16 [{len(self.offsets)}, H], got "
+                             f"{v.dtype} {list(v.shape)}")
+        if any(b <= a for a, b in zip(self.offsets, self.offsets[1:], strict=False)) or (
+                self.offsets and self.offsets[0] < 0):
+            raise ValueError("ChunkEmbeds.offsets must be non-negative and increasing")
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +51,13 @@ class SeqChunk:
     start_pos: int  # position of token_ids[0] == tokens already in the KV cache
     block_table: tuple[int, ...]  # KV block ids covering [0, start_pos + len(token_ids))
     logits: LogitsWanted = LogitsWanted.LAST
+    embeds: ChunkEmbeds | None = None  # image features for some of token_ids
+
+    def __post_init__(self) -> None:
+        if self.embeds is not None and self.embeds.offsets and (
+                self.embeds.offsets[-1] >= len(self.token_ids)):
+            raise ValueError(f"ChunkEmbeds offset {self.embeds.offsets[-1]} outside a chunk "
+                             f"of {len(self.token_ids)} tokens")
 
     @property
     def num_tokens(self) -> int:
@@ -49,3 +81,18 @@ class BatchInputs:
     @property
     def num_logit_rows(self) -> int:
         return sum(c.num_logit_rows for c in self.chunks)
+
+    def embed_rows(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(rows [N] int64 of the flattened step tokens, values [N, H] bf16) over every
+        chunk's embeds, in chunk order; None when no chunk carries any."""
+        rows: list[int] = []
+        values: list[torch.Tensor] = []
+        offset = 0
+        for c in self.chunks:
+            if c.embeds is not None and c.embeds.offsets:
+                rows.extend(offset + o for o in c.embeds.offsets)
+                values.append(c.embeds.values)
+            offset += c.num_tokens
+        if not rows:
+            return None
+        return torch.tensor(rows, dtype=torch.int64), torch.cat(values)

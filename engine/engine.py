@@ -79,12 +79,14 @@ class Engine:
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: Any,
                     sink: OutputSink, timeout: float | None = None,
-                    cache_salt: str | None = None) -> None:
+                    cache_salt: str | None = None, images: tuple[Any, ...] = ()) -> None:
         """Queue a request. Raises InvalidRequestError, QueueFullError or
         EngineUnavailableError (and the observer counts the rejection). Requests with
-        different ``cache_salt`` never share prefix-cache blocks."""
+        different ``cache_salt`` never share prefix-cache blocks. ``images``: encoded
+        engine.vision.prompt_image.PromptImage in prompt order (features [T, H] bf16)."""
         try:
-            live = self._validate(request_id, prompt_ids, params, sink, timeout, cache_salt)
+            live = self._validate(request_id, prompt_ids, params, sink, timeout, cache_salt,
+                                  images)
             with self._lock:
                 self._check_queue()
                 self._inbox.append(live)
@@ -105,7 +107,7 @@ class Engine:
 
     def _validate(self, request_id: str, prompt_ids: list[int], params: Any,
                   sink: OutputSink, timeout: float | None,
-                  cache_salt: str | None = None) -> LiveRequest:
+                  cache_salt: str | None = None, images: tuple[Any, ...] = ()) -> LiveRequest:
         state = self.stats().state
         if state != "ready":
             raise EngineUnavailableError(f"engine is {state}", state)
@@ -113,7 +115,14 @@ class Engine:
         now = self.clock()
         req = Request(request_id, tuple(prompt_ids), params, arrival_time=now,
                       deadline=None if timeout is None else now + timeout,
-                      cache_salt=cache_salt)
+                      cache_salt=cache_salt, images=tuple(images))
+        if images:
+            from engine.vision.prompt_image import check_layout
+
+            try:
+                check_layout(req.images, req.prompt_ids, None)
+            except ValueError as exc:
+                raise InvalidRequestError(str(exc), "messages") from exc
         return self.steps.make_live(req, sink, max_tokens)
 
     def _max_tokens(self, num_prompt: int, asked: int | None) -> int:

@@ -6,7 +6,8 @@
 Layouts (detected from the files, see engine/checkpoint/detect.py): Hugging Face
 config.json + model.safetensors / shards + index (Mistral3ForConditionalGeneration,
 Ministral3ForCausalLM, MistralForCausalLM, LlamaForCausalLM) and Mistral-native
-params.json + consolidated.safetensors. Vision tensors are counted, never read.
+params.json + consolidated.safetensors. Vision tensors are counted here and read by
+engine/vision/encoder.py (load_vision_encoder) when images are served.
 Any problem raises engine.checkpoint.errors.CheckpointError with a one-line message
 naming the file and tensor."""
 
@@ -56,6 +57,6 @@ def load_weights(model_dir: Path, progress: bool = True) -> ModelWeights:
     with store:
         vision = check_names(store, cfg, names, source)
         if vision:
-            log.info("%d vision tensors found and left unloaded: image input is not served",
-                     vision)
+            log.info("%d vision tensors found: the text decoder leaves them to "
+                     "engine.vision (loaded when images are served)", vision)
         return assemble(store, cfg, names, progress)

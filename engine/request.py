@@ -63,6 +63,10 @@ class Request:
     block_hashes: list[bytes] = field(default_factory=list)
     num_committed_blocks: int = 0
     num_cached_tokens: int = 0  # prompt tokens found in the cache when first admitted
+    # encoded images in the prompt (engine.vision.prompt_image.PromptImage, prompt order):
+    # their features replace the [IMG] embeddings; their content hashes key the KV blocks
+    # that hold their positions
+    images: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:

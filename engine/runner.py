@@ -85,7 +85,9 @@ class ModelRunner:
     @torch.inference_mode()
     def run(self, batch: BatchInputs) -> torch.Tensor:
         """Logits float32 [batch.num_logit_rows, vocab], rows in chunk order; each chunk
-        contributes chunk.num_logit_rows rows (NONE: 0, LAST: 1, ALL: one per token)."""
+        contributes chunk.num_logit_rows rows (NONE: 0, LAST: 1, ALL: one per token).
+        Chunks' embeds (bf16 [N, H], engine/batch.py ChunkEmbeds) replace the embeddings
+        of the tokens they name."""
         return self._step(batch, self.model.forward)
 
     @torch.inference_mode()
@@ -102,7 +104,7 @@ class ModelRunner:
         if ids and (min(ids) < 0 or max(ids) >= vocab):
             raise ValueError(f"token id outside the vocabulary [0, {vocab})")
         tokens = torch.tensor(ids, dtype=torch.int64)  # [T]
-        return fn(tokens, meta, self.kv, logit_rows(batch))
+        return fn(tokens, meta, self.kv, logit_rows(batch), embeds=batch.embed_rows())
 
 
 def load_runner(model_dir: str | Path, engine_config: EngineConfig,

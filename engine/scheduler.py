@@ -211,5 +211,10 @@ class Scheduler:
             wanted = LogitsWanted.ALL  # every row: it scores the next prompt token
         else:
             wanted = LogitsWanted.LAST if last else LogitsWanted.NONE
+        embeds = None
+        if req.images and start < len(req.prompt_ids):
+            from engine.vision.prompt_image import chunk_embeds
+
+            embeds = chunk_embeds(req.images, start, start + n)
         return SeqChunk(seq_id=req.seq_id, token_ids=tokens, start_pos=start,
-                        block_table=tuple(req.block_table), logits=wanted)
+                        block_table=tuple(req.block_table), logits=wanted, embeds=embeds)

@@ -41,6 +41,8 @@ class ModelBackend:
     overrides: KernelOverrides | None = None  # operator kernel overrides in effect
     # defaults for sampling fields a request leaves out (generation_config.json)
     sampling_defaults: SamplingDefaults = SamplingDefaults()
+    vision: Any = None  # engine.vision.runtime.VisionRuntime when images are served
+    vision_off_reason: str | None = None  # why not, for the 400 and /kernels
 
     @property
     def grammar_compiler(self) -> Any:
@@ -83,8 +85,12 @@ def load_backend(settings: Settings) -> ModelBackend:
             log.info("sampling defaults from %s: %s (requests override them; "
                      "--generation-config none ignores them)", GENERATION_CONFIG,
                      defaults.as_dict())
-    return ModelBackend(runner, Tokenizer.from_dir(model_dir), name, hw, cfg,
-                        overrides=overrides, sampling_defaults=defaults)
+    tokenizer = Tokenizer.from_dir(model_dir)
+    from service.vision_setup import load_vision_runtime
+
+    vision, why = load_vision_runtime(model_dir, settings, tokenizer)
+    return ModelBackend(runner, tokenizer, name, hw, cfg, overrides=overrides,
+                        sampling_defaults=defaults, vision=vision, vision_off_reason=why)
 
 
 class ServingState:
@@ -116,6 +122,13 @@ class ServingState:
                              detokenizer=backend.detokenizer)
         self.engine.start()
         self.health = "ready"
+        vision = getattr(backend, "vision", None)
+        if vision is not None:
+            from service.vision_metrics import VisionMetrics
+
+            vision.observer = VisionMetrics(self.registry, backend.model_name)
+        log.info("image input: %s", vision.describe() if vision is not None else
+                 f"off ({getattr(backend, 'vision_off_reason', None) or 'no vision tower'})")
 
     @property
     def status(self) -> str:
@@ -135,10 +148,19 @@ class ServingState:
         report = getattr(self.backend.runner, "kernel_report", None)
         if isinstance(report, KernelReport):
             from engine.kernels.report import build_kernel_report
-            return build_kernel_report(hw, self.backend.overrides, report)
+            return {**build_kernel_report(hw, self.backend.overrides, report),
+                    "vision": self.vision_body()}
         return {"hardware": {"machine": hw.machine, "cpu_model": hw.cpu_model,
                              "num_cpus": hw.num_cpus, "features": hw.feature_map()},
                 "extension": asdict(hw.extension), **self.kernel_snapshot()}
+
+    def vision_body(self) -> dict[str, Any]:
+        """Whether images are served, and how (the ``vision`` part of /kernels)."""
+        vision = getattr(self.backend, "vision", None)
+        if vision is None:
+            why = getattr(self.backend, "vision_off_reason", None) or "no vision tower"
+            return {"images": False, "reason": why}
+        return vision.describe()
 
     def begin_drain(self) -> None:
         if self.health == "ready":

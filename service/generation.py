@@ -37,15 +37,16 @@ class Submission:
         self.open: set[int] = set()
 
     def add(self, prompt_ids: list[int], params: SamplingParams,
-            cache_salt: str | None = None) -> None:
+            cache_salt: str | None = None, images: tuple[Any, ...] = ()) -> None:
         index = len(self.ids)
         rid = f"{self.id}-{index}"
 
         def sink(out: RequestOutput) -> None:
             self.dispatcher.put(self.queue, (index, out))
 
+        kw = {"images": images} if images else {}  # fake engines in tests lack it
         self.engine.add_request(rid, prompt_ids, params, sink, timeout=self.timeout,
-                                cache_salt=cache_salt)
+                                cache_salt=cache_salt, **kw)
         self.ids.append(rid)
         self.open.add(index)
 
@@ -72,7 +73,8 @@ class Submission:
 
 
 def submit(state: ServingState, prefix: str, prompts: list[list[int]],
-           params: SamplingParams, n: int, cache_salt: str | None = None) -> Submission:
+           params: SamplingParams, n: int, cache_salt: str | None = None,
+           images: tuple[Any, ...] = ()) -> Submission:
     """Queue n choices per prompt (choice index = prompt_index * n + j); seeded choices
     use seed + j so they differ. On any refusal, what was queued is aborted."""
     sub = Submission(state, prefix)
@@ -80,7 +82,7 @@ def submit(state: ServingState, prefix: str, prompts: list[list[int]],
         for ids in prompts:
             for j in range(n):
                 p = params if params.seed is None else replace(params, seed=params.seed + j)
-                sub.add(ids, p, cache_salt)
+                sub.add(ids, p, cache_salt, images)
     except BaseException:
         sub.abort_all()
         raise

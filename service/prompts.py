@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from engine.text.chat_template import IMAGE_PLACEHOLDER_URL
 from service.backend import ServingState
 from service.errors import APIError
 from service.schemas import ChatMessage
@@ -47,19 +48,31 @@ def encode_prompts(state: ServingState, prompt: Any) -> tuple[list[list[int]], l
     return ids, texts
 
 
-def _text(i: int, content: Any) -> Any:
-    """A content part list joined into one string; image parts refused."""
+IMAGE_PLACEHOLDER = {"type": "image_url", "image_url": {"url": IMAGE_PLACEHOLDER_URL}}
+
+
+def _text(i: int, content: Any, images: bool = False) -> Any:
+    """A content part list joined into one string; image parts refused, or with
+    ``images`` kept as placeholders among the text parts (the template renders each as one
+    [IMG]; service/images.py expands it)."""
     if not isinstance(content, list):
         return content
+    parts: list[dict[str, Any]] = []
     for part in content:
         kind = part.get("type")
         if kind in IMAGE_PART_TYPES:
-            raise APIError(400, "images are not served by this server (text-only "
-                           "model serving)", f"messages[{i}].content")
-        if kind != "text":
+            if not images:
+                raise APIError(400, "images are not served by this server (text-only "
+                               "model serving)", f"messages[{i}].content")
+            parts.append(IMAGE_PLACEHOLDER)
+        elif kind != "text":
             raise APIError(400, f"unsupported content part type {kind!r}",
                            f"messages[{i}].content")
-    return "".join(str(p.get("text", "")) for p in content)
+        else:
+            parts.append({"type": "text", "text": str(part.get("text", ""))})
+    if any(p is IMAGE_PLACEHOLDER for p in parts):
+        return parts
+    return "".join(p["text"] for p in parts)
 
 
 def _check_tool_turns(messages: Sequence[ChatMessage]) -> None:
@@ -82,8 +95,8 @@ def _check_tool_turns(messages: Sequence[ChatMessage]) -> None:
                            f"messages[{i}].tool_call_id")
 
 
-def message_dicts(messages: Sequence[ChatMessage], map_id: Callable[[str], str] | None = None
-                  ) -> list[dict[str, Any]]:
+def message_dicts(messages: Sequence[ChatMessage], map_id: Callable[[str], str] | None = None,
+                  images: bool = False) -> list[dict[str, Any]]:
     """Chat messages as template dicts (OpenAI form: tool-call arguments stay JSON text);
     text-part lists joined into one string; image parts refused. ``map_id`` rewrites
     tool-call ids (Mistral tokenizers take 9-character ids only)."""
@@ -92,7 +105,7 @@ def message_dicts(messages: Sequence[ChatMessage], map_id: Callable[[str], str] 
     out = []
     for i, m in enumerate(messages):
         d = m.model_dump(exclude_none=True)
-        d["content"] = _text(i, m.content)
+        d["content"] = _text(i, m.content, images)
         if d["content"] is None and not m.tool_calls:
             del d["content"]
         if m.tool_calls:
@@ -104,12 +117,13 @@ def message_dicts(messages: Sequence[ChatMessage], map_id: Callable[[str], str] 
 
 
 def encode_chat(state: ServingState, messages: Sequence[ChatMessage],
-                add_generation_prompt: bool = True, plan: ChatPlan | None = None
-                ) -> list[int]:
+                add_generation_prompt: bool = True, plan: ChatPlan | None = None,
+                images: bool = False) -> list[int]:
     """Prompt ids; with a ``plan`` that offers tools, the template gets them (and Mistral
-    tokenizers get 9-character call ids)."""
+    tokenizers get 9-character call ids). ``images``: image parts render as one [IMG]
+    each (service/images.py expands them), else they are refused."""
     mistral_ids = plan is not None and plan.tools and state.parsers.tool_parser == "mistral"
-    dicts = message_dicts(messages, CallIdMap() if mistral_ids else None)
+    dicts = message_dicts(messages, CallIdMap() if mistral_ids else None, images)
     tok = state.backend.tokenizer
     extra = {"tools": plan.tools} if plan is not None and plan.tools else {}
     try:

@@ -45,8 +45,19 @@ class Settings(BaseSettings):
     # chat outputs -> tool_calls / reasoning_content (service/tool_calls/select.py)
     tool_call_parser: Literal["auto", "mistral", "hermes", "none"] = "auto"
     reasoning_parser: Literal["auto", "mistral", "think", "think-open", "none"] = "auto"
+    # image input (engine/vision, service/images.py, service/media.py): images per prompt
+    # (0: the vision tower is not loaded, text-only serving), longest edge after resizing
+    # (None: the model's image_size), http(s) hosts images may be fetched from (none by
+    # default), fetch timeout, byte cap per image, the directory file:// URLs may read
+    limit_mm_per_prompt: int = Field(4, ge=0)
+    max_image_size: int | None = Field(None, ge=28)
+    allowed_media_domains: Annotated[tuple[str, ...], NoDecode] = ()
+    media_fetch_timeout: float = Field(5.0, gt=0)
+    max_media_bytes: int = Field(20 * 2**20, ge=1)
+    allowed_local_media_path: Path | None = None
+    image_cache_mib: int = Field(512, ge=0)  # encoded images kept for reuse (LRU)
 
-    @field_validator("api_keys", "disabled_kernels", mode="before")
+    @field_validator("api_keys", "disabled_kernels", "allowed_media_domains", mode="before")
     @classmethod
     def _split(cls, v: object) -> object:
         if isinstance(v, str):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from engine.kv.block_allocator import BlockHash
 
@@ -61,16 +61,22 @@ class BlockHasher:
         self.root = root_hash(kv_dtype)
 
     def extend(self, hashes: list[BlockHash], token_ids: Sequence[int],
-               salt: str | None = None) -> list[BlockHash]:
+               salt: str | None = None,
+               block_keys: Callable[[int, int], Sequence[bytes]] | None = None
+               ) -> list[BlockHash]:
         """Append to ``hashes`` (a sequence's first block hashes, in order) the hashes of
         the full blocks in ``token_ids``, the tokens that follow those blocks (a multiple
-        of ``block_size`` of them); returns ``hashes``. ``salt`` keys the first block."""
+        of ``block_size`` of them); returns ``hashes``. ``salt`` keys the first block;
+        ``block_keys(start, end)`` gives the extra keys of the block holding sequence
+        positions [start, end) (the content hashes of the images there)."""
         bs = self.block_size
         if len(token_ids) % bs:
             raise ValueError(f"{len(token_ids)} tokens are not whole blocks of {bs}")
         for j in range(0, len(token_ids), bs):
             i = len(hashes)
             parent = hashes[i - 1] if i else self.root
-            extra = (salt,) if i == 0 and salt is not None else ()
+            extra: list[str | bytes] = [salt] if i == 0 and salt is not None else []
+            if block_keys is not None:
+                extra += block_keys(i * bs, (i + 1) * bs)
             hashes.append(block_hash(parent, token_ids[j:j + bs], extra))
         return hashes

@@ -15,6 +15,9 @@ Rules:
 - a request that asks for prompt logprobs and has positions still to score bypasses the
   lookup (every prompt position must run through the model to be scored), but its blocks
   are still committed for others.
+- a block that holds positions of an image is keyed by the image's content hash too
+  (engine/vision/prompt_image.py): the same image reuses its KV across turns, two
+  different images with the same [IMG] layout never share it.
 - generated tokens count too: after a preemption a request recomputes its prompt and its
   output through the cache, and a chat's next turn can reuse the previous answer's blocks
   when the template reproduces its tokens.
@@ -64,5 +67,11 @@ class PrefixCache:
         if len(req.block_hashes) < num_blocks:
             bs = self.allocator.block_size
             tokens = req.token_slice(len(req.block_hashes) * bs, num_blocks * bs)
-            self.hasher.extend(req.block_hashes, tokens, req.cache_salt)
+            keys = None
+            if req.images:
+                from engine.vision.prompt_image import block_image_keys
+
+                def keys(start: int, end: int) -> tuple[bytes, ...]:
+                    return block_image_keys(req.images, start, end)
+            self.hasher.extend(req.block_hashes, tokens, req.cache_salt, keys)
         return req.block_hashes

@@ -163,18 +163,29 @@ class Ministral:
         return out
 
     def forward(self, tokens: torch.Tensor, meta: AttentionMetadata, kv: KVStore,
-                logit_rows: torch.Tensor) -> torch.Tensor:
-        """tokens [T] int64, logit_rows [R] int64 (rows of T) -> logits [R, V] fp32."""
-        h = self.hidden(tokens, meta, kv, logit_rows)
+                logit_rows: torch.Tensor,
+                embeds: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """tokens [T] int64, logit_rows [R] int64 (rows of T) -> logits [R, V] fp32.
+        embeds: (rows [N] int64 of T, values [N, H] bf16) replacing those rows' token
+        embeddings (image features)."""
+        h = self.hidden(tokens, meta, kv, logit_rows, embeds)
         if h.shape[0] == 0:  # only filling the KV cache
             return torch.empty(0, self.config.vocab_size, dtype=torch.float32)
         return self.lm_head(h).float()
 
     def hidden(self, tokens: torch.Tensor, meta: AttentionMetadata, kv: KVStore,
-               logit_rows: torch.Tensor) -> torch.Tensor:
+               logit_rows: torch.Tensor,
+               embeds: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """tokens [T] int64, logit_rows [R] int64 -> the lm_head's input [R, H] bf16 (the
-        final-normed hidden states of those rows); writes the step's K/V."""
+        final-normed hidden states of those rows); writes the step's K/V. embeds: as in
+        :meth:`forward`."""
         h = F.embedding(tokens, self.embed)
+        if embeds is not None:
+            rows, values = embeds
+            if values.shape != (rows.shape[0], h.shape[1]) or values.dtype != h.dtype:
+                raise ValueError(f"input embeddings must be {h.dtype} [{rows.shape[0]}, "
+                                 f"{h.shape[1]}], got {values.dtype} {list(values.shape)}")
+            h.index_copy_(0, rows, values)
         if meta.positions.numel() and int(meta.positions.max()) >= self.rope.max_positions:
             raise ValueError(f"position {int(meta.positions.max())} beyond the rotary table "
                              f"({self.rope.max_positions} positions = max_model_len)")

@@ -32,7 +32,13 @@ from engine.synth.files import (
 from engine.synth.tensors import SynthTensor, decoder_plan, draw
 from engine.synth.tokenizer import FORMATS as TOKENIZER_FORMATS
 from engine.synth.tokenizer import MIN_VOCAB, write_tokenizer_files
-from engine.synth.vision import PIXTRAL_VISION, TINY_VISION, VisionShape, vision_plan
+from engine.synth.vision import (
+    PIXTRAL_VISION,
+    TINY_VISION,
+    VisionShape,
+    native_vision_params,
+    vision_plan,
+)
 
 LAYOUTS = ("hf-multimodal", "hf-text", "native")
 QUANTS = ("fp8-per-tensor", "fp8-block", "bf16")
@@ -63,7 +69,8 @@ class SynthSpec:
     llama_4_scaling_beta: float = 0.1  # 0 = off
     rms_norm_eps: float = 1e-5
     shard_bytes: int | None = None  # HF layouts: max bytes per shard; None = one file
-    vision: VisionShape = TINY_VISION  # hf-multimodal only
+    vision: VisionShape = TINY_VISION  # hf-multimodal, or native with native_vision
+    native_vision: bool = False  # native layout: also a vision encoder (params.json block)
     tokenizer: str | bool = "tekken"  # one of TOKENIZER_FORMATS (True = "tekken", False = "none")
     seed: int = 0
 
@@ -138,6 +145,8 @@ def tensor_plan(spec: SynthSpec) -> list[SynthTensor]:
     if spec.layout == "hf-multimodal":
         vprefix = "" if spec.mm_prefix == MM_PREFIXES[0] else "model."
         plan += vision_plan(spec.vision, spec.hidden_size, vprefix)
+    elif spec.layout == "native" and spec.native_vision:
+        plan += vision_plan(spec.vision, spec.hidden_size, "", native=True)
     return plan
 
 
@@ -168,7 +177,7 @@ def _write_shards(out: Path, plan: list[SynthTensor], spec: SynthSpec) -> list[s
 
 def image_config(spec: SynthSpec) -> dict[str, int] | None:
     """tekken.json's ``image`` block (mistral-common ImageConfig) for the multimodal layout."""
-    if spec.layout != "hf-multimodal":
+    if spec.layout != "hf-multimodal" and not (spec.layout == "native" and spec.native_vision):
         return None
     return {"image_patch_size": spec.vision.patch_size, "max_image_size": spec.vision.image_size,
             "spatial_merge_size": 2}
@@ -180,7 +189,10 @@ def write_checkpoint(out_dir: Path, spec: SynthSpec) -> SynthResult:
     out.mkdir(parents=True, exist_ok=True)
     files = _write_shards(out, tensor_plan(spec), spec)
     if spec.layout == "native":
-        write_json(out / "params.json", native_params(spec))
+        params = native_params(spec)
+        if spec.native_vision:
+            params["vision_encoder"] = native_vision_params(spec.vision)
+        write_json(out / "params.json", params)
         files.append("params.json")
     else:
         cfg = hf_multimodal_config(spec) if spec.layout == "hf-multimodal" else hf_text_config(spec)

@@ -66,11 +66,25 @@ def _compile(source: str) -> jinja2.Template:
         raise ChatTemplateError(f"chat template syntax error line {exc.lineno}: {exc}") from exc
 
 
+IMAGE_PLACEHOLDER_URL = "fp8serve:image"  # service/prompts.py: one image part, one [IMG]
+
+
+def _is_image(part: Any) -> bool:
+    """The server's image placeholder (an image the server has already encoded); any
+    other image part is refused here."""
+    if not isinstance(part, Mapping) or part.get("type") != "image_url":
+        return False
+    url = part.get("image_url")
+    return isinstance(url, Mapping) and url.get("url") == IMAGE_PLACEHOLDER_URL
+
+
 def _check_content(i: int, content: Any) -> None:
     if content is None or isinstance(content, str):
         return
     if isinstance(content, Sequence):
         for part in content:
+            if _is_image(part):  # the server's image placeholder (one [IMG])
+                continue
             if not isinstance(part, Mapping) or part.get("type") != "text":
                 kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
                 raise ChatTemplateError(
@@ -80,7 +94,8 @@ def _check_content(i: int, content: Any) -> None:
 
 
 def normalize_messages(messages: Any) -> list[dict[str, Any]]:
-    """Validate chat messages; text-part lists are joined into one string."""
+    """Validate chat messages; text-part lists are joined into one string, lists with
+    image parts are kept (the template renders each image part as one [IMG])."""
     if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
         raise ChatTemplateError("messages must be a non-empty list")
     out = []
@@ -93,7 +108,8 @@ def normalize_messages(messages: Any) -> list[dict[str, Any]]:
         content = m.get("content")
         _check_content(i, content)
         msg = dict(m)
-        if isinstance(content, Sequence) and not isinstance(content, str):
+        if (isinstance(content, Sequence) and not isinstance(content, str)
+                and not any(_is_image(p) for p in content)):
             msg["content"] = "".join(str(p.get("text", "")) for p in content)
         out.append(msg)
     return out

@@ -73,7 +73,11 @@ class TekkenBackend:
     def _mistral(self) -> Any:
         from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 
-        return MistralTokenizer.from_file(str(self._path))
+        tok = MistralTokenizer.from_file(str(self._path))
+        img = self._special_by_text.get("[IMG]")
+        if img is not None and hasattr(tok.instruct_tokenizer, "image_encoder"):
+            tok.instruct_tokenizer.image_encoder = _OneImageToken(img)
+        return tok
 
     def chat_encoder(self, messages: list[dict[str, Any]],
                      tools: list[dict[str, Any]] | None = None) -> tuple[list[int], str]:
@@ -91,3 +95,18 @@ class TekkenBackend:
         except (MistralCommonException, ValidationError, ValueError) as exc:
             raise ChatTemplateError(f"invalid chat messages: {exc}") from exc
         return list(out.tokens), out.text or ""
+
+
+class _OneImageToken:
+    """Stands in for mistral-common's ImageEncoder inside encode_chat_completion: each
+    image chunk becomes one [IMG] (the server expands it to the image's layout, from its
+    own preprocessing; mistral-common's would need OpenCV and the image itself)."""
+
+    def __init__(self, img_id: int) -> None:
+        self.img_id = img_id
+
+    def __call__(self, chunk: Any) -> Any:
+        import numpy as np
+        from mistral_common.tokens.tokenizers.image import ImageEncoding
+
+        return ImageEncoding(tokens=[self.img_id], image=np.zeros((3, 1, 1), np.float32))

@@ -14,9 +14,10 @@ from service.backend import ServingState
 from service.deps import ReadyStateDep, check_model, require_api_key
 from service.errors import APIError
 from service.generation import collect, stream_events, submit
+from service.images import encode_chat_prompt
 from service.openai_format import Formatter
 from service.openapi import errors, ok
-from service.prompts import encode_chat, encode_prompts
+from service.prompts import encode_prompts
 from service.schemas import ChatCompletionRequest, CompletionRequest
 from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.grammar import compile_plan_grammar
@@ -51,7 +52,9 @@ def _text_of(state: ServingState):
             responses={**ok("ModelList"), **errors(401, 503)})
 async def models(state: ReadyStateDep) -> dict[str, Any]:
     card = {"id": state.backend.model_name, "object": "model", "created": int(state.started),
-            "owned_by": "fp8serve", "max_model_len": state.settings.max_model_len}
+            "owned_by": "fp8serve", "max_model_len": state.settings.max_model_len,
+            "input_modalities": (["text", "image"] if getattr(state.backend, "vision", None)
+                                 else ["text"])}
     return {"object": "list", "data": [card]}
 
 
@@ -105,11 +108,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     plan = plan_chat(body, state.parsers)
     # the grammar first: a bad tool schema is named as such, not as a template failure
     grammar = await run_in_threadpool(compile_plan_grammar, state.backend, plan)
-    prompt = await run_in_threadpool(encode_chat, state, body.messages,
-                                     body.add_generation_prompt, plan)
+    prompt, images = await run_in_threadpool(encode_chat_prompt, state, body.messages,
+                                             body.add_generation_prompt, plan)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = make_params(state, body, logprobs, grammar=grammar)
-    sub = submit(state, "chatcmpl", [prompt], params, body.n, body.cache_salt)
+    sub = submit(state, "chatcmpl", [prompt], params, body.n, body.cache_salt, images)
     fmt = Formatter(sub.id, model, _text_of(state))
     tok = state.backend.tokenizer
     readers = [ChoiceReader(tok, plan, bool(params.stop)) for _ in sub.ids]

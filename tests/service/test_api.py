@@ -152,7 +152,7 @@ def test_errors_have_openai_shape(c):
     assert err["param"] == "model" and err["type"] == "not_found_error"
     err = error_of(c.post("/v1/chat/completions", json={"messages": [{"role": "user",
         "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}), 400)
-    assert "images are not served" in err["message"]
+    assert "does not take images" in err["message"]
     err = error_of(c.post("/v1/chat/completions", json={"messages": [
         {"role": "bad", "content": "1"}]}), 400)
     assert err["param"] == "messages.0.role"  # the schema names the template's roles

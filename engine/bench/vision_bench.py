@@ -1,0 +1,176 @@
+"""`fp8serve bench vision`: the vision encoder's speed and what an image does to serving.
+
+1. Encode: for each image size, preprocessing + tower + projector wall time, its FLOPs
+   (VisionEncoder.flops: every GEMM and the attention products) and GFLOP/s, side by side
+   with torch matmul GFLOP/s on the tower's dominant GEMM ([patches, 1024] x [1024, 4096]),
+   measured right before and right after the encode (their mean): fp32 x fp32 at that
+   shape, and bf16 x bf16 at min(patches, 256) rows (on hosts without AVX-512 BF16
+   torch's bf16 GEMM is emulated and takes minutes at the full shape). The ratio against
+   the faster of the two is the headline.
+2. Serving (optional, loads the text model): TTFT of a one-image chat (encode + prefill +
+   first token, nothing else running), and the inter-token latency of 4 running streams
+   before and while an image is encoded on a side thread (engine/vision/runtime.py).
+No imports from service/."""
+
+from __future__ import annotations
+
+import io
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from engine.vision.encoder import VisionEncoder
+from engine.vision.preprocess import prepare_image
+
+
+def noise_png(w: int, h: int, seed: int = 0) -> bytes:
+    arr = np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def matmul_rate(m: int, dtype: torch.dtype, k: int = 1024, n: int = 4096,
+                reps: int = 1) -> float:
+    """GFLOP/s of torch.mm [m, k] x [k, n] in ``dtype``."""
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    torch.mm(a, b)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        torch.mm(a, b)
+    return 2 * m * k * n * reps / (time.perf_counter() - t0) / 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class EncodeRow:
+    width: int
+    height: int
+    image_tokens: int
+    seconds: float
+    gflop: float
+    gflops: float  # ours, GFLOP/s
+    bf16_matmul_gflops: float
+    fp32_matmul_gflops: float
+
+    @property
+    def ratio(self) -> float:
+        """Ours against the faster torch matmul on this host."""
+        return self.gflops / max(self.bf16_matmul_gflops, self.fp32_matmul_gflops)
+
+
+def encode_row(enc: VisionEncoder, w: int, h: int) -> EncodeRow:
+    img = Image.open(io.BytesIO(noise_png(w, h)))
+    c = enc.config
+    patches = (-(-h // c.token_pixels) * 2) * (-(-w // c.token_pixels) * 2)
+    before = [matmul_rate(min(patches, 256), torch.bfloat16), matmul_rate(patches, torch.float32)]
+    t0 = time.perf_counter()
+    prepared = prepare_image(img, c.image_size, c.token_pixels)
+    out = enc(prepared.pixels)
+    dt = time.perf_counter() - t0
+    after = [matmul_rate(min(patches, 256), torch.bfloat16), matmul_rate(patches, torch.float32)]
+    px = prepared.pixels.shape
+    flops = enc.flops(px[1], px[2])
+    return EncodeRow(w, h, out.shape[0], dt, flops / 1e9, flops / dt / 1e9,
+                     (before[0] + after[0]) / 2, (before[1] + after[1]) / 2)
+
+
+class _Clock:
+    """Token arrival times per request (engine thread -> here)."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, list[float]] = {}
+        self.lock = threading.Lock()
+
+    def sink(self, rid: str):  # type: ignore[no-untyped-def]
+        self.times[rid] = []
+
+        def put(out: Any) -> None:
+            if out.token_ids:
+                with self.lock:
+                    self.times[rid].append(time.perf_counter())
+        return put
+
+    def gaps(self, start: float, end: float) -> list[float]:
+        with self.lock:
+            return [b - a for ts in self.times.values() for a, b in zip(ts, ts[1:],
+                                                                         strict=False)
+                    if start <= a and b <= end]
+
+
+def _wait(cond: Any, timeout: float, what: str) -> None:
+    end = time.perf_counter() + timeout
+    while not cond():
+        if time.perf_counter() > end:
+            raise RuntimeError(f"bench vision: no {what} within {timeout:.0f} s")
+        time.sleep(0.02)
+
+
+def _pct(xs: list[float], q: float) -> float:
+    return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def serving_latency(model_dir: Path, image: tuple[int, int], baseline_s: float = 20.0
+                    ) -> dict[str, Any]:
+    """TTFT of one one-image chat alone; ITL of 4 streams before / during an encode."""
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+    from engine.runner import load_runner
+    from engine.sampling_params import SamplingParams
+    from engine.text.tokenizer import Tokenizer
+    from engine.vision.encoder import load_vision_encoder
+    from engine.vision.layout import ImageTokenIds, expand_images
+    from engine.vision.prompt_image import PromptImage
+    from engine.vision.runtime import VisionLimits, VisionRuntime
+
+    cfg = EngineConfig(model_dir=model_dir, max_num_seqs=5, max_model_len=4096,
+                       kv_cache_gib=0.5, max_num_batched_tokens=512)
+    tok = Tokenizer.from_dir(model_dir)
+    ids = ImageTokenIds.from_tokenizer(tok)
+    enc = load_vision_encoder(model_dir)
+    assert ids is not None and enc is not None
+    vision = VisionRuntime(enc, ids, VisionLimits(1, enc.config.image_size, cache_bytes=0))
+    engine = Engine(load_runner(model_dir, cfg), tok, cfg)
+    engine.start()
+    clock = _Clock()
+    try:
+        t0 = time.perf_counter()
+        e = vision.encode(noise_png(*image, seed=1))
+        text = tok.encode("Describe this image:", add_special_tokens=True)
+        prompt, starts = expand_images(text + [ids.img], [e.grid], ids)
+        params = SamplingParams(max_tokens=1, temperature=0.0)
+        engine.add_request("img", prompt, params, clock.sink("img"),
+                           images=(PromptImage(starts[0], e.grid, e.key, e.features),))
+        _wait(lambda: clock.times["img"], 3600, "first token of the image chat")
+        ttft = clock.times["img"][0] - t0
+        del clock.times["img"]
+        long = SamplingParams(max_tokens=4000, temperature=0.0, ignore_eos=True)
+        for i in range(4):
+            engine.add_request(f"s{i}", tok.encode(f"Count to {i + 5}.", True), long,
+                               clock.sink(f"s{i}"))
+        _wait(lambda: all(len(t) >= 2 for t in clock.times.values()), 3600,
+              "tokens from the 4 streams")
+        b0 = time.perf_counter()
+        time.sleep(baseline_s)
+        b1 = time.perf_counter()
+        vision.encode(noise_png(*image, seed=2))
+        e1 = time.perf_counter()
+        for i in range(4):
+            engine.abort(f"s{i}")
+    finally:
+        engine.shutdown()
+    base, during = clock.gaps(b0, b1), clock.gaps(b1, e1)
+    return {"image": list(image), "image_tokens": e.grid.num_image_tokens,
+            "prompt_tokens": len(prompt), "encode_s": e.seconds, "ttft_s": ttft,
+            "itl_baseline_median_s": statistics.median(base) if base else None,
+            "itl_baseline_p90_s": _pct(base, 0.9), "itl_during_encode_median_s":
+            statistics.median(during) if during else None,
+            "itl_during_encode_p90_s": _pct(during, 0.9),
+            "itl_during_encode_max_s": max(during) if during else None,
+            "tokens_during_encode": len(during), "encode_window_s": e1 - b1}

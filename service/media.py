@@ -1,0 +1,120 @@
+"""Image URLs of chat content parts -> bytes, under the server's media policy (vLLM's
+rules). Every refusal is an APIError(400) naming the content part.
+
+- ``data:image/...;base64,...``: always accepted; the payload must be strict base64.
+- ``http(s)://``: only with --allowed-media-domains (off by default); the host must be
+  one of them or a subdomain; fetched with --media-fetch-timeout (5 s) and at most
+  --max-media-bytes; redirects are not followed (a redirect could leave the allowlist).
+- ``file://``: only under --allowed-local-media-path (resolved, symlinks included).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from service.errors import APIError
+
+DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?);base64,"
+                      r"(?P<data>.*)$", re.S)
+
+
+@dataclass(frozen=True, slots=True)
+class MediaPolicy:
+    allowed_domains: tuple[str, ...] = ()  # empty: no http(s) fetches
+    fetch_timeout: float = 5.0  # seconds, connect + read
+    max_bytes: int = 20 * 2**20
+    local_root: Path | None = None  # file:// only below this directory
+
+    def __post_init__(self) -> None:
+        if self.fetch_timeout <= 0 or self.max_bytes < 1:
+            raise ValueError("fetch_timeout and max_bytes must be > 0")
+
+
+def _bad(msg: str, param: str) -> APIError:
+    return APIError(400, msg, param)
+
+
+def decode_data_url(url: str, param: str, max_bytes: int) -> bytes:
+    m = DATA_URL.match(url)
+    if m is None:
+        raise _bad("image data URL must be 'data:image/<type>;base64,<data>' (base64 only)",
+                   param)
+    if m.group("mime") and not m.group("mime").startswith("image/"):
+        raise _bad(f"data URL media type {m.group('mime')!r} is not an image", param)
+    payload = re.sub(r"\s+", "", m.group("data"))
+    if len(payload) * 3 // 4 > max_bytes:
+        raise _bad(f"image data is over the limit of {max_bytes} bytes", param)
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise _bad("image data URL payload is not valid base64", param) from None
+
+
+def _host_allowed(host: str, domains: tuple[str, ...]) -> bool:
+    host = host.lower().rstrip(".")
+    return any(host == d or host.endswith("." + d) for d in (x.lower() for x in domains))
+
+
+def fetch_http(url: str, param: str, policy: MediaPolicy) -> bytes:
+    import httpx
+
+    host = urlparse(url).hostname or ""
+    if not policy.allowed_domains:
+        raise _bad("http(s) image URLs are not allowed on this server (start it with "
+                   "--allowed-media-domains); send a base64 data URL", param)
+    if not _host_allowed(host, policy.allowed_domains):
+        raise _bad(f"image host {host!r} is not in --allowed-media-domains", param)
+    try:
+        with httpx.Client(timeout=policy.fetch_timeout, follow_redirects=False) as client:
+            with client.stream("GET", url) as resp:
+                if resp.status_code != 200:
+                    raise _bad(f"image fetch failed: HTTP {resp.status_code} from {host}",
+                               param)
+                data = bytearray()
+                for part in resp.iter_bytes():
+                    data += part
+                    if len(data) > policy.max_bytes:
+                        raise _bad(f"image at {host} is over the limit of "
+                                   f"{policy.max_bytes} bytes", param)
+                return bytes(data)
+    except httpx.TimeoutException:
+        raise _bad(f"image fetch from {host} timed out after {policy.fetch_timeout:g} s",
+                   param) from None
+    except httpx.HTTPError as exc:
+        raise _bad(f"image fetch from {host} failed: {type(exc).__name__}", param) from None
+
+
+def read_file(url: str, param: str, policy: MediaPolicy) -> bytes:
+    if policy.local_root is None:
+        raise _bad("file:// image URLs are not allowed on this server (start it with "
+                   "--allowed-local-media-path)", param)
+    path = Path(unquote(urlparse(url).path)).resolve()
+    root = policy.local_root.resolve()
+    if not path.is_relative_to(root):
+        raise _bad(f"image path is outside --allowed-local-media-path {root}", param)
+    try:
+        if path.stat().st_size > policy.max_bytes:
+            raise _bad(f"image file is over the limit of {policy.max_bytes} bytes", param)
+        return path.read_bytes()
+    except OSError as exc:
+        raise _bad(f"cannot read image file: {exc.strerror or exc}", param) from None
+
+
+def load_media(url: object, param: str, policy: MediaPolicy) -> bytes:
+    """The bytes an image URL names; APIError(400) for anything the policy refuses."""
+    if not isinstance(url, str) or not url:
+        raise _bad("image_url.url must be a non-empty string", param)
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme == "data":
+        return decode_data_url(url, param, policy.max_bytes)
+    if scheme in ("http", "https"):
+        return fetch_http(url, param, policy)
+    if scheme == "file":
+        return read_file(url, param, policy)
+    raise _bad(f"image URL scheme {scheme or url[:16]!r} not supported (data, http, https, "
+               "file)", param)

@@ -1,0 +1,67 @@
+"""service/media.py: the media policy on its own (data URLs, host allowlist matching,
+file paths, size caps), and the encoded-image cache's LRU bound."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.vision.image_cache import ImageCache, image_key
+from engine.vision.preprocess import ImageGrid
+from service.errors import APIError
+from service.media import MediaPolicy, _host_allowed, decode_data_url, load_media
+
+
+def test_data_urls() -> None:
+    raw = b"\x89PNG fake bytes"
+    b64 = base64.b64encode(raw).decode()
+    assert decode_data_url(f"data:image/png;base64,{b64}", "p", 100) == raw
+    spaced = b64[:4] + "\n " + b64[4:]
+    assert decode_data_url(f"data:image/jpeg;base64,{spaced}", "p", 100) == raw
+    with pytest.raises(APIError, match="not an image"):
+        decode_data_url(f"data:text/plain;base64,{b64}", "p", 100)
+    with pytest.raises(APIError, match="over the limit of 4 bytes"):
+        decode_data_url(f"data:image/png;base64,{b64}", "p", 4)
+    with pytest.raises(APIError, match="not valid base64") as exc:
+        decode_data_url("data:image/png;base64,abc", "messages[0].content[1]", 100)
+    assert exc.value.status == 400 and exc.value.param == "messages[0].content[1]"
+
+
+@pytest.mark.parametrize("host,ok", [
+    ("example.com", True), ("cdn.example.com", True), ("EXAMPLE.com.", True),
+    ("badexample.com", False), ("example.com.evil.org", False), ("", False),
+])
+def test_host_allowlist(host: str, ok: bool) -> None:
+    assert _host_allowed(host, ("example.com",)) is ok
+
+
+def test_file_policy(tmp_path: Path) -> None:
+    (tmp_path / "ok.png").write_bytes(b"12345")
+    (tmp_path / "big.png").write_bytes(b"x" * 50)
+    (tmp_path / "link.png").symlink_to("/etc/hostname")
+    policy = MediaPolicy(local_root=tmp_path, max_bytes=10)
+    assert load_media(f"file://{tmp_path / 'ok.png'}", "p", policy) == b"12345"
+    for name, msg in (("big.png", "over the limit"), ("link.png", "outside"),
+                      ("missing.png", "cannot read"), ("../x.png", "outside")):
+        with pytest.raises(APIError, match=msg):
+            load_media(f"file://{tmp_path / name}", "p", policy)
+    with pytest.raises(APIError, match="non-empty string"):
+        load_media(None, "p", policy)
+
+
+def test_image_cache_is_lru_and_bounded() -> None:
+    grid = ImageGrid(1, 2)
+    t = torch.zeros(2, 8, dtype=torch.bfloat16)  # 32 bytes
+    cache = ImageCache(max_bytes=64)
+    keys = [image_key(bytes([i]), grid) for i in range(3)]
+    assert len(set(keys)) == 3 and image_key(b"\x00", ImageGrid(2, 1)) != keys[0]
+    cache.put(keys[0], t)
+    cache.put(keys[1], t)
+    assert cache.get(keys[0]) is t  # 0 is now the most recent
+    cache.put(keys[2], t)
+    assert cache.get(keys[1]) is None and cache.get(keys[0]) is t and len(cache) == 2
+    cache.put(b"big", torch.zeros(100, 8, dtype=torch.bfloat16))  # over the bound: skipped
+    assert cache.get(b"big") is None and cache.nbytes == 64
