@@ -1,4 +1,5 @@
-"""`fp8serve bench {kernels,generate,serve,rss,gpu-kernels,lm-head}`: one module each."""
+"""`fp8serve bench {kernels,generate,serve,rss,gpu-kernels,lm-head,kv-cache}`: one module
+each."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import importlib
 
 BENCH_MODULES = ("cli.bench_kernels", "cli.bench_generate", "cli.bench_serve", "cli.bench_rss",
-                 "cli.bench_gpu_kernels", "cli.bench_lm_head")
+                 "cli.bench_gpu_kernels", "cli.bench_lm_head", "cli.bench_kv_cache")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
