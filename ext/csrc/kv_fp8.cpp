@@ -8,7 +8,7 @@
 //         q[i] = e4m3_rne(clamp(x[t, h, i] / s, -448, 448)),  x ~= s * q
 //       A token's stored bytes depend on that token's K/V alone: no block-wide scale, so
 //       they are the same whichever tokens share its block, however the prompt was chunked.
-//   load_kv_row: row (slot, h) -> fp32 [D] (bf16: the bits; fp8: a 256-entry exact table),
+//   load_kv_row: row (slot, h) -> fp32 [D] (bf16: the bits; fp8: exact bit arithmetic),
 //       returning the row's dequant scale (1 for bf16).
 // Quantization uses c10's float -> Float8_e4m3fn conversion, the one torch's .to() runs, so
 // engine/model/kv_store.py's reference quantizer gives the same bytes.
@@ -28,18 +28,15 @@ namespace {
 constexpr float kE4m3Max = 448.0f;
 constexpr float kTinyAmax = 1e-30f;
 
-struct E4m3Table {  // fp32 value of every e4m3 code (NaN codes 0x7F / 0xFF stay NaN)
-  float v[256];
-  E4m3Table() {
-    for (int c = 0; c < 256; ++c) {
-      v[c] = static_cast<float>(c10::Float8_e4m3fn(uint8_t(c), c10::Float8_e4m3fn::from_bits()));
-    }
-  }
-};
-
-const E4m3Table& e4m3_table() {
-  static const E4m3Table t;
-  return t;
+// e4m3 code -> fp32, exact for every non-NaN code (the kernel never stores NaN: writes
+// clamp to +-448): (c & 0x7F) << 20 as fp32 bits is |value| * 2^-120, subnormal codes
+// included (they land as fp32 subnormals), and * 2^120 is exact. Integer ops and one
+// multiply: the loop over a row vectorizes, unlike a table lookup.
+inline float e4m3_to_f32(uint8_t c) {
+  const uint32_t u = (uint32_t(c & 0x80u) << 24) | (uint32_t(c & 0x7Fu) << 20);
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f * 0x1p120f;
 }
 
 float bf16_bits_to_f32(uint16_t b) {
@@ -83,9 +80,8 @@ float load_kv_row(const AttnArgs& a, bool value, int64_t slot, int64_t h, float*
     for (int64_t i = 0; i < a.d; ++i) out[i] = bf16_bits_to_f32(r[i]);
     return 1.0f;
   }
-  const float* lut = e4m3_table().v;
   const uint8_t* r = (value ? a.v8 : a.k8) + row * a.d;
-  for (int64_t i = 0; i < a.d; ++i) out[i] = lut[r[i]];
+  for (int64_t i = 0; i < a.d; ++i) out[i] = e4m3_to_f32(r[i]);
   return (value ? a.vs : a.ks)[row];
 }
 

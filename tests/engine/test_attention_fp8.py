@@ -164,3 +164,20 @@ def test_fake_impls_give_shapes_and_check_scales(ops) -> None:
         ops.kv_write_fp8(k8, k8, ks, ks, kv, kv, torch.empty(3, dtype=torch.int64))
         with pytest.raises(Exception, match=r"scales must be fp32 \[S, Hkv\]"):
             ops.kv_write_fp8(k8, k8, ks[:1], ks, kv, kv, torch.empty(3, dtype=torch.int64))
+
+
+def test_every_e4m3_code_is_read_exactly(ops) -> None:
+    """One key (softmax weight exactly 1): the output is that V row, so each of the 254
+    non-NaN codes must come back as its exact value (e4m3 values are exact in bf16)."""
+    codes = torch.arange(256, dtype=torch.int32)
+    codes[(codes & 0x7F) == 0x7F] = 0  # the NaN codes: writes clamp, never store them
+    v8 = codes.to(torch.uint8).view(256 // D, 1, D).repeat(1, HKV, 1).view(torch.float8_e4m3fn)
+    rows = v8.shape[0]
+    k8 = torch.zeros_like(v8)
+    ones = torch.ones(rows, HKV)
+    seq, ctx = torch.zeros(1, dtype=torch.int32), torch.ones(1, dtype=torch.int32)
+    for r in range(rows):
+        bt = torch.tensor([[r]], dtype=torch.int32)
+        out = ops.paged_attention(_q(1, seed=r), k8, v8, bt, seq, ctx, 1, D ** -0.5, ones, ones)
+        want = v8[r].float().repeat_interleave(HQ // HKV, dim=0).reshape(-1)
+        assert torch.equal(out[0].float(), want), r
