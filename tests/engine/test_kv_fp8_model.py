@@ -176,3 +176,40 @@ def test_checkpoint_static_kv_scales_are_honoured(tiny_checkpoint, tmp_path: Pat
         k_scale, v_scale = runner.kv.layer(i).k_scale, runner.kv.layer(i).v_scale
         assert bool((k_scale[used] == ks).all()) and bool((v_scale[used] == vs).all())
     assert make_runner(weights).kv.scales is None  # a bf16 cache ignores them
+
+
+def test_fp8_engine_with_preemption_and_prefix_cache_matches_each_alone() -> None:
+    """Four greedy requests sharing a 12-token prefix through the engine on an fp8 cache
+    too small for all of them (preemption, recompute) with the prefix cache on: each
+    output equals that request decoded alone on a fresh fp8 runner."""
+    from engine.config import EngineConfig
+    from engine.engine import Engine, EngineObserver
+    from engine.runner import generate_greedy
+    from engine.sampler import Sampler
+    from engine.sampling_params import SamplingParams
+    from tests.engine.fake_runner import FakeDetokenizer, FakeTokenizer
+    from tests.engine.test_engine import collect, run_all
+
+    weights = random_weights(tiny_config(), seed=8)
+    gib = 14 * bytes_per_block(weights.config, 4, KV_FP8) / 2**30  # 14 blocks of 4 tokens
+    runner = make_runner(weights, kv_cache_dtype="fp8", kv_cache_gib=gib)
+    assert runner.num_kv_blocks == 14
+    preempted: list[int] = []
+
+    class Observer(EngineObserver):
+        def on_preempted(self, n: int) -> None:
+            preempted.append(n)
+
+    cfg = EngineConfig(model_dir=".", max_num_seqs=4, max_model_len=64,
+                       max_num_batched_tokens=8)
+    eng = Engine(runner, FakeTokenizer(), cfg, detokenizer=FakeDetokenizer,
+                 sampler=Sampler(()), observer=Observer())
+    prompts = [PROMPT[:12] + PROMPT[12 + 3 * i:16 + 3 * i] for i in range(4)]
+    params = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
+    outs = [collect(eng, f"r{i}", p, params) for i, p in enumerate(prompts)]
+    run_all(eng)
+    assert sum(preempted) > 0  # the KV pressure forced preemption and recompute
+    assert eng.scheduler.prefix_cache is not None
+    for p, o in zip(prompts, outs, strict=True):
+        alone = generate_greedy(make_runner(weights, kv_cache_dtype="fp8"), p, 10)
+        assert [x.token_ids[0] for x in o] == alone
