@@ -56,6 +56,10 @@ def format_summary(res: dict[str, Any]) -> str:
                      f"{a['greedy_all_equal']} of {len(a['greedy'])}; over {a['rows']} "
                      f"positions KL(bf16 || fp8) mean {a['kl_mean']:.2e}, max "
                      f"{a['kl_max']:.2e}, top-1 {a['top1']:.4f}")
+        g = a["scale_granularity_rel_rms"]
+        lines.append("e4m3 relative RMS error of the real K / V, scale per (token, head): "
+                     f"{g['k_token']:.4f} / {g['v_token']:.4f}; per (block, head): "
+                     f"{g['k_block']:.4f} / {g['v_block']:.4f}")
     for ctx, s in res["speed"].items():
         lines.append(f"context {ctx}: decode tok/s bf16 "
                      + ", ".join(f"{x:.2f}" for x in s["decode_tok_s"]["bf16"]) + "; fp8 "

@@ -139,10 +139,34 @@ def accuracy(runner, st: dict[str, KVStore], prompts: list[list[int]],
         kls.append((lp.exp() * (lp - lq)).sum(-1))
         top1.append((ref.argmax(-1) == got.argmax(-1)).float())
     kl, t1 = torch.cat(kls), torch.cat(top1)
+    scales = scale_granularity(st["bf16"], len(prompts[-1]) + n)  # the last prefill's K/V
     return {"greedy": per, "greedy_leading_mean": statistics.mean(g["leading_agree"] for g in per),
             "greedy_all_equal": sum(g["equal"] == n for g in per),
             "kl_mean": float(kl.mean()), "kl_max": float(kl.max()), "top1": float(t1.mean()),
-            "rows": int(kl.numel())}
+            "rows": int(kl.numel()), "scale_granularity_rel_rms": scales}
+
+
+def scale_granularity(store: KVStore, tokens: int) -> dict[str, float]:
+    """Relative RMS error of the first ``tokens`` rows of every layer's real K and V
+    (a bf16 store after a prefill) quantized to e4m3 with one scale per (token, KV head)
+    (what the cache does) or per (block, KV head) (the alternative)."""
+    err: dict[str, list[float]] = {"k_token": [], "k_block": [], "v_token": [], "v_block": []}
+    bs = store.block_size
+    n = tokens // bs * bs
+    for i in range(store.kv.shape[0]):
+        for name, x in zip("kv", store.layer(i)[:2], strict=True):
+            xf = x[:n].float()  # [n, Hkv, D]
+            q, s = quantize_kv(x[:n])
+            err[f"{name}_token"].append(_rel_rms(q.float() * s[..., None], xf))
+            blk = xf.view(n // bs, bs, *xf.shape[1:])
+            sb = (blk.abs().amax(dim=(1, 3), keepdim=True) / 448).clamp_min(1e-30)
+            qb = (blk / sb).clamp(-448, 448).to(KV_FP8).float() * sb
+            err[f"{name}_block"].append(_rel_rms(qb.view_as(xf), xf))
+    return {k: statistics.mean(v) for k, v in err.items()}
+
+
+def _rel_rms(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm())
 
 
 def bench_prompts(cfg: KvCacheBenchConfig, vocab: int) -> list[list[int]]:
