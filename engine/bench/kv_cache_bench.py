@@ -74,10 +74,11 @@ def fill_random(st: dict[str, KVStore], tokens: int, seed: int = 0) -> None:
     bf, f8 = st["bf16"], st["fp8"]
     for i in range(bf.kv.shape[0]):
         b, f = bf.layer(i), f8.layer(i)
-        for j, (dst, q8, sc) in enumerate(((b.k, f.k, f.k_scale), (b.v, f.v, f.v_scale))):
+        for dst, q8, sc in ((b.k, f.k, f.k_scale), (b.v, f.v, f.v_scale)):
             x = torch.randn(tokens, *dst.shape[1:], generator=g).to(KV_DTYPE)
             dst[:tokens] = x
             q, s = quantize_kv(x)
+            assert sc is not None
             q8[:tokens] = q
             sc[:tokens] = s
 
@@ -133,7 +134,7 @@ def accuracy(runner, st: dict[str, KVStore], prompts: list[list[int]],
     for p in prompts:
         a, b = greedy(runner, st["bf16"], p, n), greedy(runner, st["fp8"], p, n)
         lead = next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), n)
-        per.append({"leading_agree": lead, "equal": sum(x == y for x, y in zip(a, b))})
+        per.append({"leading_agree": lead, "equal": sum(x == y for x, y in zip(a, b, strict=True))})
         ref, got = logits_all(runner, st["bf16"], p + a), logits_all(runner, st["fp8"], p + a)
         lp, lq = ref.log_softmax(-1), got.log_softmax(-1)
         kls.append((lp.exp() * (lp - lq)).sum(-1))

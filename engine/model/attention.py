@@ -198,7 +198,7 @@ class PagedAttention:
             self._buf[name] = buf
         return buf[:rows]
 
-    def _gather(self, cache: tuple[torch.Tensor, torch.Tensor],
+    def _gather(self, cache: LayerKV,
                 slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """slots [S] -> K, V [S, Hkv, D] in the reused buffers."""
         if isinstance(cache, LayerKV) and cache.fp8:
@@ -209,7 +209,7 @@ class PagedAttention:
         return k, v
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 cache: tuple[torch.Tensor, torch.Tensor],
+                 cache: LayerKV,
                  meta: AttentionMetadata) -> torch.Tensor:
         """q [T, Hq, D], k/v [T, Hkv, D] bf16 (unit stride on D) -> [T, Hq*D] bf16."""
         fp8 = isinstance(cache, LayerKV) and cache.fp8
@@ -233,7 +233,7 @@ class PagedAttention:
             out.index_copy_(0, meta.decode.rows, self._decode(q, cache, meta.decode))
         return out.view(t, -1)
 
-    def _ext(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: tuple,
+    def _ext(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: LayerKV,
              meta: AttentionMetadata, fp8: bool) -> torch.Tensor:
         """The C++ ops: K/V write (fp8: quantized per row) then paged_attention."""
         ops, p = torch.ops.fp8serve, meta.paged
@@ -248,7 +248,7 @@ class PagedAttention:
                                    cache.v_scale)
 
     def _prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 cache: tuple[torch.Tensor, torch.Tensor], span: PrefillSpan) -> torch.Tensor:
+                 cache: LayerKV, span: PrefillSpan) -> torch.Tensor:
         """One chunk -> [n, Hq, D]. Inputs are 4-D [1, heads, len, D]: with 3-D ones torch
         falls back to its unfused math path."""
         qs = q[span.start:span.end].transpose(0, 1)[None]  # [1, Hq, n, D]
@@ -261,7 +261,7 @@ class PagedAttention:
             is_causal=span.mask is None, scale=self.scale, enable_gqa=self.group > 1)
         return o[0].transpose(0, 1)
 
-    def _decode(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor],
+    def _decode(self, q: torch.Tensor, cache: LayerKV,
                 span: DecodeSpan) -> torch.Tensor:
         """All decode tokens -> [B, Hq, D]. Query heads sharing a KV head ride along the
         query-length axis: q [B, Hkv, G, D] against K/V [B, Hkv, L_max, D]."""

@@ -21,8 +21,17 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import ext
 from engine.model.kv_store import dequantize_kv, quantize_kv
-from tests.engine.test_attention_op import BS, HKV, HQ, D, _assert_close, _prefill_rows, _q
-from tests.engine.test_attention_op import _reference, _tables
+from tests.engine.test_attention_op import (
+    BS,
+    HKV,
+    HQ,
+    D,
+    _assert_close,
+    _prefill_rows,
+    _q,
+    _reference,
+    _tables,
+)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.kv.block_hash import root_hash
 from engine.loader import load_weights
 from engine.model.kv_store import KV_FP8, bytes_per_block
-from tests.engine.test_model_parity import PROMPT, _run_all
+from tests.engine.test_model_parity import PROMPT
 from tests.engine.test_model_support import (
     hf_logits,
     hf_reference,
