@@ -74,8 +74,8 @@ class ModelRunner:
             self.model.set_fusion(False)
         self.kv = KVStore.allocate(self.config, self.num_kv_blocks, self.block_size,
                                    kv_dtype, weights.kv_scales if fp8 else None)
-        log.info("KV store: %d blocks of %d tokens (%.1f MiB, %d bytes per block)",
-                 self.num_kv_blocks, self.block_size, self.kv.nbytes / 2**20,
+        log.info("KV store: %d blocks of %d tokens, %s (%.1f MiB, %d bytes per block)",
+                 self.num_kv_blocks, self.block_size, self.kv_dtype, self.kv.nbytes / 2**20,
                  self.kv.bytes_per_block)
 
     @property

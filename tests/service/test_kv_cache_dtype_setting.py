@@ -55,3 +55,13 @@ def test_prefix_cache_root_is_the_runner_kv_dtype() -> None:
     cache = engine.scheduler.prefix_cache
     assert cache is not None and cache.hasher.root == root_hash("float8_e4m3fn")
     assert cache.hasher.root != root_hash("bfloat16")
+
+
+@pytest.mark.parametrize("argv", [["generate", "--prompt", "x"], ["bench", "generate"]])
+def test_generate_and_bench_generate_take_the_flag(argv: list[str]) -> None:
+    args = build_parser().parse_args([*argv, "--kv-cache-dtype", "fp8"])
+    assert args.kv_cache_dtype == "fp8"
+    if argv[0] == "bench":
+        from cli.bench_generate import config_from_args
+
+        assert config_from_args(args).kv_cache_dtype == "fp8"
