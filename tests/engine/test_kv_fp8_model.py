@@ -71,6 +71,7 @@ def test_fp8_kv_logits_and_logprobs_match_the_e4m3_oracle(hf_fp8_kv) -> None:
     ref = hf_logits(model, PROMPT)  # fp32, K/V through e4m3
     runner = make_runner(weights, kv_cache_dtype="fp8")
     assert runner.kv_dtype == "float8_e4m3fn" and runner.kv.kv.dtype == KV_FP8
+    assert all(r is not None for r in runner.model.fusion_reasons)  # fused ops: bf16 K/V
     chunk = SeqChunk(0, tuple(PROMPT), 0, tuple(range(10, 20)), LogitsWanted.ALL)
     ours = _run(runner, [chunk])
     hf_bf16 = hf_logits(model.to(torch.bfloat16), PROMPT)  # its own bf16, same rounding
