@@ -1,5 +1,5 @@
 """`fp8serve bench <name>`: each benchmark (kernels, generate, serve, rss, gpu-kernels,
-lm-head, structured, vision) is its own module."""
+lm-head, structured, vision, kv-cache) is its own module."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import importlib
 
 BENCH_MODULES = ("cli.bench_kernels", "cli.bench_generate", "cli.bench_serve", "cli.bench_rss",
                  "cli.bench_gpu_kernels", "cli.bench_lm_head", "cli.bench_structured",
-                 "cli.bench_vision")
+                 "cli.bench_vision", "cli.bench_kv_cache")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli.kernels import add_lm_head_arg
+from cli.kernels import add_kv_cache_dtype_arg, add_lm_head_arg
 from cli.main import CliError
 
 
@@ -34,6 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bandwidth-passes", type=int, default=5,
                    help="best of this many passes per bandwidth sample")
     add_lm_head_arg(p)
+    add_kv_cache_dtype_arg(p)
     p.add_argument("--json", type=Path, default=Path("bench/results/generate.json"))
     p.set_defaults(func=run)
 
@@ -65,7 +66,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
             baselines=tuple(b.strip() for b in args.baselines.split(",") if b.strip()),
             bandwidth_bytes=args.bandwidth_mib << 20,
             bandwidth_passes=getattr(args, "bandwidth_passes", 5),
-            lm_head_dtype=getattr(args, "lm_head_dtype", None) or "auto")
+            lm_head_dtype=getattr(args, "lm_head_dtype", None) or "auto",
+            kv_cache_dtype=getattr(args, "kv_cache_dtype", None) or "auto")
     except ValueError as exc:
         raise CliError(str(exc)) from exc
 

@@ -11,7 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cli.kernels import add_kernel_args, add_lm_head_arg, overrides_from_args
+from cli.kernels import (
+    add_kernel_args,
+    add_kv_cache_dtype_arg,
+    add_lm_head_arg,
+    overrides_from_args,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,6 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-model-len", type=int, default=4096)
     add_kernel_args(p)
     add_lm_head_arg(p)
+    add_kv_cache_dtype_arg(p)
     p.set_defaults(func=run)
 
 
@@ -127,6 +133,7 @@ def _load(args: argparse.Namespace, params: Any) -> tuple[Any, Any, list[int]]:
     cfg = EngineConfig(model_dir=Path(model_dir), max_model_len=args.max_model_len,
                        threads=args.threads, kernel=args.kernel, max_num_seqs=1,
                        lm_head_dtype=args.lm_head_dtype or "auto",
+                       kv_cache_dtype=args.kv_cache_dtype or "auto",
                        kv_cache_gib=max(per_token * (need + 64) * 1.25 / 2**30, 1e-3))
     overrides = overrides_from_args(args)
     return load_runner(model_dir, cfg, overrides=overrides), tokenizer, prompt_ids

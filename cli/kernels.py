@@ -35,6 +35,18 @@ def add_lm_head_arg(parser: argparse.ArgumentParser) -> None:
                              "run on the FP8 kernels)")
 
 
+def add_kv_cache_dtype_arg(parser: argparse.ArgumentParser) -> None:
+    """--kv-cache-dtype auto|bf16|fp8 (vLLM's flag; None when not given, so
+    FP8SERVE_KV_CACHE_DTYPE can apply to `serve`; everywhere else None means auto)."""
+    from engine.config import KV_CACHE_DTYPES
+
+    parser.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default=None,
+                        help="K/V cache element type: auto (= bf16, default), bf16, or fp8 "
+                             "(e4m3 with an fp32 scale per token and KV head, or the "
+                             "checkpoint's static k_scale / v_scale): twice the tokens "
+                             "per --kv-cache-gib")
+
+
 def overrides_from_args(args: argparse.Namespace, env: dict[str, str] | None = None):
     """-> engine.kernels.registry.KernelOverrides; unknown ids are a CliError."""
     from engine.kernels.registry import overrides_from

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from cli.kernels import add_kernel_args, add_lm_head_arg
+from cli.kernels import add_kernel_args, add_kv_cache_dtype_arg, add_lm_head_arg
 from cli.main import CliError
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default: none, http(s) image URLs refused)")
     add_kernel_args(p)
     add_lm_head_arg(p)
+    add_kv_cache_dtype_arg(p)
     p.set_defaults(func=run)
 
 
@@ -104,7 +105,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
 
     given: dict[str, Any] = {}
     for name in (["model", "generation_config", "enable_prefix_caching", "tool_call_parser",
-                  "reasoning_parser", "lm_head_dtype", "limit_mm_per_prompt"]
+                  "reasoning_parser", "lm_head_dtype", "limit_mm_per_prompt",
+                  "kv_cache_dtype"]
                  + [f[0][2:].replace("-", "_") for f in FLAGS]):
         if getattr(args, name, None) is not None:
             given[name] = getattr(args, name)

@@ -11,6 +11,7 @@ from engine.kernels.base import DEFAULT_BLOCK, ScaleKind
 
 # --lm-head-dtype: auto = the checkpoint's, or force bf16 / fp8 (engine/model/lm_head.py)
 LM_HEAD_DTYPES = ("auto", "bf16", "fp8")
+KV_CACHE_DTYPES = ("auto", "bf16", "fp8")  # vLLM's --kv-cache-dtype; fp8 = e4m3, auto = bf16
 
 
 class ConfigError(ValueError):
@@ -122,6 +123,7 @@ class EngineConfig:
     kernel: str | None = None  # FP8SERVE_KERNEL: force this kernel id
     disabled_kernels: tuple[str, ...] = ()  # FP8SERVE_DISABLED_KERNELS
     lm_head_dtype: str = "auto"  # LM_HEAD_DTYPES (engine/model/lm_head.py)
+    kv_cache_dtype: str = "auto"  # KV_CACHE_DTYPES (engine/model/kv_store.py)
 
     def __post_init__(self) -> None:
         _require(self.max_num_seqs >= 1, "max_num_seqs must be >= 1")
@@ -137,3 +139,6 @@ class EngineConfig:
         _require(self.lm_head_dtype in LM_HEAD_DTYPES,
                  f"lm_head_dtype {self.lm_head_dtype!r} is not one of "
                  f"{', '.join(LM_HEAD_DTYPES)}")
+        _require(self.kv_cache_dtype in KV_CACHE_DTYPES,
+                 f"kv_cache_dtype {self.kv_cache_dtype!r} is not one of "
+                 f"{', '.join(KV_CACHE_DTYPES)}")

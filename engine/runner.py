@@ -20,7 +20,7 @@ from engine.kernels.layer_kernel import KernelReport
 from engine.kernels.registry import KernelOverrides
 from engine.memory import retain_heap, trim_heap
 from engine.model.attention import build_metadata
-from engine.model.kv_store import KVStore, num_blocks_for
+from engine.model.kv_store import KV_DTYPE, KVStore, kv_torch_dtype, num_blocks_for
 from engine.model.layers import LinearFactory
 from engine.model.ministral import Ministral
 from engine.weights import ModelWeights
@@ -55,6 +55,11 @@ class ModelRunner:
         self.model = Ministral(weights, make, max_positions=engine_config.max_model_len,
                                fuse=False if eager else None,
                                lm_head_dtype=engine_config.lm_head_dtype)
+        kv_dtype = kv_torch_dtype(engine_config.kv_cache_dtype)
+        fp8 = kv_dtype != KV_DTYPE
+        if fp8 and not eager:  # the fused decode ops (AVX-512 hosts) read bf16 K/V only
+            self.model.set_fusion(False)
+            log.info("fp8 KV cache: decoder layers run unfused (the fused ops read bf16 K/V)")
         if eager:  # the reference path: Python layers, SDPA attention, Bf16Linear head
             self.model.attention.use_ext = False
         reasons = self.model.fusion_reasons
@@ -68,9 +73,10 @@ class ModelRunner:
                         "buffers are mapped and unmapped by its defaults")
         self.block_size = engine_config.kv_block_size
         self.num_kv_blocks = num_blocks_for(self.config, engine_config)
-        self.kv = KVStore.allocate(self.config, self.num_kv_blocks, self.block_size)
-        log.info("KV store: %d blocks of %d tokens (%.1f MiB, %d bytes per block)",
-                 self.num_kv_blocks, self.block_size, self.kv.nbytes / 2**20,
+        self.kv = KVStore.allocate(self.config, self.num_kv_blocks, self.block_size,
+                                   kv_dtype, weights.kv_scales if fp8 else None)
+        log.info("KV store: %d blocks of %d tokens, %s (%.1f MiB, %d bytes per block)",
+                 self.num_kv_blocks, self.block_size, self.kv_dtype, self.kv.nbytes / 2**20,
                  self.kv.bytes_per_block)
 
     @property
@@ -79,7 +85,8 @@ class ModelRunner:
 
     @property
     def kv_dtype(self) -> str:
-        """The K/V element type ("bfloat16"); part of every prefix-cache block key."""
+        """The K/V element type ("bfloat16" | "float8_e4m3fn"); part of every prefix-cache
+        block key."""
         return str(self.kv.kv.dtype).removeprefix("torch.")
 
     @torch.inference_mode()

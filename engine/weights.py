@@ -40,3 +40,6 @@ class ModelWeights:
     layers: tuple[LayerWeights, ...]
     norm: torch.Tensor  # [H] bf16
     lm_head: LinearWeight | None  # [V, H]; None when tied to embed_tokens
+    # static per-layer (k_scale, v_scale) of an FP8 KV cache (HF self_attn.k_scale /
+    # v_scale); None = none in the checkpoint (scales computed per token, kv_store.py)
+    kv_scales: tuple[tuple[float, float], ...] | None = None

@@ -46,6 +46,7 @@ SOURCE_NAMES = (
     "bf16_gemm_avx512.cpp",
     "attention.cpp",
     "attention_avx512.cpp",
+    "kv_fp8.cpp",
     "decode_layer.cpp",
     "decode_layer_avx512.cpp",
     "decode_team.cpp",

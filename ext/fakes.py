@@ -96,7 +96,7 @@ def gemm_bf16_avx512(x, w_packed, bias, n, out_fp32=False):
 
 
 def paged_attention(q, k_cache, v_cache, block_tables, token_seq, ctx_lens, block_size,
-                    scale):
+                    scale, k_scale=None, v_scale=None):
     torch._check(q.dim() == 3 and q.dtype == torch.bfloat16,
                  lambda: f"paged_attention: q must be bf16 [T, Hq, D], got {tuple(q.shape)}")
     torch._check(k_cache.dim() == 3 and k_cache.shape[2] == q.shape[2],
@@ -104,7 +104,31 @@ def paged_attention(q, k_cache, v_cache, block_tables, token_seq, ctx_lens, bloc
                          f"{tuple(k_cache.shape)}")
     torch._check(block_tables.dim() == 2 and block_tables.dtype == torch.int32,
                  lambda: "paged_attention: block_tables must be int32 [C, W]")
+    fp8 = k_cache.dtype == torch.float8_e4m3fn
+    torch._check((k_scale is not None and v_scale is not None) == fp8,
+                 lambda: "paged_attention: k_scale / v_scale are given exactly for fp8 caches")
+    if fp8:
+        _check_kv_scales(k_cache, k_scale, "paged_attention")
     return q.new_empty((q.shape[0], q.shape[1] * q.shape[2]))
+
+
+def _check_kv_scales(cache, scale, op):
+    want = tuple(cache.shape[:2])
+    torch._check(scale.dtype == torch.float32 and tuple(scale.shape) == want,
+                 lambda: f"{op}: scales must be fp32 [S, Hkv] = {want}, got "
+                         f"{scale.dtype} {tuple(scale.shape)}")
+
+
+def kv_write_fp8(k_cache, v_cache, k_scale, v_scale, k, v, slot_mapping, k_static=0.0,
+                 v_static=0.0):
+    torch._check(k_cache.dtype == torch.float8_e4m3fn and k_cache.dim() == 3,
+                 lambda: "kv_write_fp8: caches must be float8_e4m3fn [S, Hkv, D]")
+    torch._check(k.dim() == 3 and tuple(k.shape[1:]) == tuple(k_cache.shape[1:])
+                 and k.shape[0] == slot_mapping.shape[0],
+                 lambda: f"kv_write_fp8: k must be [T, Hkv, D] = [T, {k_cache.shape[1]}, "
+                         f"{k_cache.shape[2]}] with slot_mapping [T], got {tuple(k.shape)}")
+    _check_kv_scales(k_cache, k_scale, "kv_write_fp8")
+    _check_kv_scales(v_cache, v_scale, "kv_write_fp8")
 
 
 def kv_write(k_cache, v_cache, k, v, slot_mapping):
@@ -141,6 +165,7 @@ FAKES = {
     "gemm_avx2": gemm_avx2,
     "paged_attention": paged_attention,
     "kv_write": kv_write,
+    "kv_write_fp8": kv_write_fp8,
     "decode_layer": decode_layer,
     "decode_stack": decode_stack,
     "pack_bf16_vnni32": pack_bf16_vnni32,

@@ -71,7 +71,8 @@ def load_backend(settings: Settings) -> ModelBackend:
                        enable_prefix_caching=settings.enable_prefix_caching,
                        kernel=settings.kernel,
                        disabled_kernels=tuple(settings.disabled_kernels),
-                       lm_head_dtype=settings.lm_head_dtype)
+                       lm_head_dtype=settings.lm_head_dtype,
+                       kv_cache_dtype=settings.kv_cache_dtype)
     from engine.hardware import probe_hardware
 
     hw = probe_hardware()

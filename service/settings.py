@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     disabled_kernels: Annotated[tuple[str, ...], NoDecode] = ()
     # the lm_head's dtype: auto = the checkpoint's; fp8 quantizes a bf16 head at load
     lm_head_dtype: Literal["auto", "bf16", "fp8"] = "auto"
+    # the KV cache's element type: auto = bf16; fp8 = e4m3 with per-row fp32 scales
+    kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
     # auto: generation_config.json's temperature, top_p, top_k, min_p, repetition_penalty
     # and max_new_tokens are the defaults for requests that leave them out; none: ignore it
     generation_config: Literal["auto", "none"] = "auto"

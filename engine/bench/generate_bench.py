@@ -49,6 +49,7 @@ class GenerateBenchConfig:
     bandwidth_bytes: int = 1 << 30  # read-probe buffer
     bandwidth_passes: int = 5  # best of this many passes per probe sample
     lm_head_dtype: str = "auto"  # engine/model/lm_head.py
+    kv_cache_dtype: str = "auto"  # engine/model/kv_store.py
     gemm_reps: int = 3
     seed: int = 0
 
@@ -129,7 +130,7 @@ def load_bench_runner(cfg: GenerateBenchConfig) -> tuple[Any, dict[str, Any], An
     ecfg = EngineConfig(model_dir=cfg.model_dir, max_num_seqs=1, max_model_len=need,
                         threads=cfg.threads, max_num_batched_tokens=max(512, need),
                         kv_cache_gib=max(per_token * (need + 64) * 1.25 / 2**30, 1e-3),
-                        lm_head_dtype=cfg.lm_head_dtype)
+                        lm_head_dtype=cfg.lm_head_dtype, kv_cache_dtype=cfg.kv_cache_dtype)
     bytes_tok = decode_bytes_per_token(weights, cfg.lm_head_dtype)
     hw = probe_hardware()
     runner = ModelRunner(weights, ecfg, hw, KernelOverrides.from_env())

@@ -53,7 +53,29 @@ def known_names(cfg: ModelConfig, names: NameMap) -> tuple[list[str], set[str]]:
             required.append(f"{module}.weight_scale_inv")
             (required if needs_act_scale(cfg) else optional).append(f"{module}.activation_scale")
     req = [names.disk(c) for c in required]
-    return req, set(req) | {names.disk(c) for c in optional}
+    kv = set() if names.native else {names.prefix + n for n in kv_scale_names(cfg)}
+    return req, set(req) | {names.disk(c) for c in optional} | kv
+
+
+def kv_scale_names(cfg: ModelConfig) -> list[str]:
+    """Canonical names of the optional static KV-cache scales (HF FP8 KV checkpoints)."""
+    return [f"layers.{i}.self_attn.{kv}_scale" for i in range(cfg.num_layers)
+            for kv in ("k", "v")]
+
+
+def load_kv_scales(store: TensorStore, cfg: ModelConfig,
+                   names: NameMap) -> tuple[tuple[float, float], ...] | None:
+    """Each layer's static (k_scale, v_scale) dequant multipliers, or None when the
+    checkpoint has none (all layers or none: a partial set is an error)."""
+    disk = [] if names.native else [names.prefix + n for n in kv_scale_names(cfg)]
+    present = [n for n in disk if n in store]
+    if not present:
+        return None
+    if len(present) != len(disk):
+        missing = next(n for n in disk if n not in store)
+        raise CheckpointError(f"KV-cache scales: '{missing}' missing (others are present)")
+    vals = [float(read_scale(store, n, ())) for n in disk]
+    return tuple((vals[2 * i], vals[2 * i + 1]) for i in range(cfg.num_layers))
 
 
 def check_names(store: TensorStore, cfg: ModelConfig, names: NameMap, source: str) -> int:
@@ -135,4 +157,4 @@ def assemble(store: TensorStore, cfg: ModelConfig, names: NameMap, progress: boo
             head = load_linear(store, cfg, names, "lm_head", (v, h))
         bar.update(1)
     return ModelWeights(config=cfg, embed_tokens=embed, layers=tuple(layers), norm=norm,
-                        lm_head=head)
+                        lm_head=head, kv_scales=load_kv_scales(store, cfg, names))

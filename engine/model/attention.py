@@ -20,7 +20,10 @@ their slots, then either
 
 Shapes: T = tokens in the step, Hq/Hkv = query/KV heads, D = head_dim, B = decode
 sequences, L = context length. q [T, Hq, D], k/v [T, Hkv, D] bf16 -> out [T, Hq*D] bf16.
-KV cache per layer: K, V flat views [num_slots, Hkv, D] bf16 (see kv_store.py).
+KV cache per layer: K, V flat views [num_slots, Hkv, D] bf16, or float8_e4m3fn with fp32
+scales [num_slots, Hkv] (a kv_store.LayerKV; --kv-cache-dtype fp8): the C++ path writes
+with kv_write_fp8 and paged_attention converts K/V in its kernel; the SDPA path quantizes
+and dequantizes with kv_store's torch reference.
 paged_attention inputs (PagedIndex): block_tables [C, W] int32 (C = chunks), token_seq [T]
 int32 (each token's chunk), ctx_lens [T] int32 (keys attended = position + 1).
 """
@@ -33,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.batch import BatchInputs
+from engine.model.kv_store import LayerKV, read_fp8_rows, write_fp8_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,26 +198,29 @@ class PagedAttention:
             self._buf[name] = buf
         return buf[:rows]
 
-    def _gather(self, cache: tuple[torch.Tensor, torch.Tensor],
+    def _gather(self, cache: LayerKV,
                 slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """slots [S] -> K, V [S, Hkv, D] in the reused buffers."""
+        if isinstance(cache, LayerKV) and cache.fp8:
+            return read_fp8_rows(cache, slots)
         n = int(slots.shape[0])
         k = torch.index_select(cache[0], 0, slots, out=self._scratch("k", n))
         v = torch.index_select(cache[1], 0, slots, out=self._scratch("v", n))
         return k, v
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 cache: tuple[torch.Tensor, torch.Tensor],
+                 cache: LayerKV,
                  meta: AttentionMetadata) -> torch.Tensor:
         """q [T, Hq, D], k/v [T, Hkv, D] bf16 (unit stride on D) -> [T, Hq*D] bf16."""
+        fp8 = isinstance(cache, LayerKV) and cache.fp8
         if self.use_ext:
-            ops = torch.ops.fp8serve
-            ops.kv_write(cache[0], cache[1], k, v, meta.slot_mapping)
-            p = meta.paged
-            return ops.paged_attention(q, cache[0], cache[1], p.block_tables, p.token_seq,
-                                       p.ctx_lens, p.block_size, self.scale)
-        cache[0].index_copy_(0, meta.slot_mapping, k)
-        cache[1].index_copy_(0, meta.slot_mapping, v)
+            return self._ext(q, k, v, cache, meta, fp8)
+        if fp8:  # the rows as stored: the chunk's own K/V round-trip through e4m3 too
+            write_fp8_rows(cache, k, v, meta.slot_mapping)
+            k, v = read_fp8_rows(cache, meta.slot_mapping)
+        else:
+            cache[0].index_copy_(0, meta.slot_mapping, k)
+            cache[1].index_copy_(0, meta.slot_mapping, v)
         t = q.shape[0]
         if meta.decode is None and len(meta.prefills) == 1:
             return self._prefill(q, k, v, cache, meta.prefills[0]).reshape(t, -1)
@@ -226,8 +233,22 @@ class PagedAttention:
             out.index_copy_(0, meta.decode.rows, self._decode(q, cache, meta.decode))
         return out.view(t, -1)
 
+    def _ext(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: LayerKV,
+             meta: AttentionMetadata, fp8: bool) -> torch.Tensor:
+        """The C++ ops: K/V write (fp8: quantized per row) then paged_attention."""
+        ops, p = torch.ops.fp8serve, meta.paged
+        if not fp8:
+            ops.kv_write(cache[0], cache[1], k, v, meta.slot_mapping)
+            return ops.paged_attention(q, cache[0], cache[1], p.block_tables, p.token_seq,
+                                       p.ctx_lens, p.block_size, self.scale)
+        ops.kv_write_fp8(cache.k, cache.v, cache.k_scale, cache.v_scale, k, v,
+                         meta.slot_mapping, cache.k_static, cache.v_static)
+        return ops.paged_attention(q, cache.k, cache.v, p.block_tables, p.token_seq,
+                                   p.ctx_lens, p.block_size, self.scale, cache.k_scale,
+                                   cache.v_scale)
+
     def _prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 cache: tuple[torch.Tensor, torch.Tensor], span: PrefillSpan) -> torch.Tensor:
+                 cache: LayerKV, span: PrefillSpan) -> torch.Tensor:
         """One chunk -> [n, Hq, D]. Inputs are 4-D [1, heads, len, D]: with 3-D ones torch
         falls back to its unfused math path."""
         qs = q[span.start:span.end].transpose(0, 1)[None]  # [1, Hq, n, D]
@@ -240,7 +261,7 @@ class PagedAttention:
             is_causal=span.mask is None, scale=self.scale, enable_gqa=self.group > 1)
         return o[0].transpose(0, 1)
 
-    def _decode(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor],
+    def _decode(self, q: torch.Tensor, cache: LayerKV,
                 span: DecodeSpan) -> torch.Tensor:
         """All decode tokens -> [B, Hq, D]. Query heads sharing a KV head ride along the
         query-length axis: q [B, Hkv, G, D] against K/V [B, Hkv, L_max, D]."""

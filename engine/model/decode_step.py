@@ -21,6 +21,7 @@ from engine.kernels.avx512 import GEMV_MAX_M, VNNI32_LAYOUT
 from engine.kernels.bf16_linear import KERNEL_ID as BF16_KERNEL_ID
 from engine.kernels.bf16_linear import Bf16Gemm
 from engine.model.attention import AVX512_ISAS, AttentionMetadata
+from engine.model.kv_store import LayerKV
 from engine.model.layers import Bf16Linear, Fp8Linear, FusedLinear, Linear, RopeTables
 
 FUSABLE_KERNELS = frozenset({"avx512_w8a16", "avx512_block_w8a16"})
@@ -91,7 +92,7 @@ class FusedDecodeLayer:
         return cls(tuple(weights), head + tuple(blocks), float(layer.eps))
 
     def __call__(self, h: torch.Tensor, tables: RopeTables, meta: AttentionMetadata,
-                 cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+                 cache: LayerKV) -> torch.Tensor:
         """h [T, H] bf16 -> [T, H] bf16; writes this layer's K/V of the step into cache."""
         p = meta.paged
         dims = list(self.dims)

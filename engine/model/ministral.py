@@ -29,7 +29,7 @@ from engine.model.decode_step import (
     PackedBf16Head,
     fusion_reason,
 )
-from engine.model.kv_store import KVStore
+from engine.model.kv_store import KVStore, LayerKV
 from engine.model.layers import (
     Fp8Linear,
     Linear,
@@ -73,7 +73,7 @@ class DecoderLayer:
         self.attention = attention
 
     def __call__(self, h: torch.Tensor, rope: StepRope, meta: AttentionMetadata,
-                 cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+                 cache: LayerKV) -> torch.Tensor:
         """h [T, H] bf16 -> [T, H] bf16; writes this layer's K/V of the step into cache."""
         t = h.shape[0]
         q, k, v = self.qkv(rms_norm(h, self.input_norm, self.eps))
@@ -144,7 +144,7 @@ class Ministral:
                       for layer, why in zip(self.layers, reasons, strict=True)]
 
     def _fused_layer(self, i: int, h: torch.Tensor, meta: AttentionMetadata,
-                     cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor | None:
+                     cache: LayerKV) -> torch.Tensor | None:
         """Layer i as one op; None if its first call failed (the layer then stays on the
         Python path, whose kernels the report names). Later errors propagate."""
         fused = self.fused[i]

@@ -1,7 +1,8 @@
 // Paged attention and the KV-cache write (layouts in ops.h, algorithm in attention.h).
 //
 //   paged_attention: q [T, Hq, D] bf16 (unit stride on D), k_cache / v_cache [S, Hkv, D] bf16
-//       contiguous (S = num_blocks * block_size, slot = block * block_size + offset),
+//       contiguous (S = num_blocks * block_size, slot = block * block_size + offset), or
+//       float8_e4m3fn with k_scale / v_scale [S, Hkv] fp32 (kv_fp8.cpp; portable kernel),
 //       block_tables [C, W] int32, token_seq [T] int32 (row of block_tables),
 //       ctx_lens [T] int32 (keys 0 .. ctx_len - 1 attended) -> out [T, Hq * D] bf16.
 //   kv_write: k, v [T, Hkv, D] bf16 -> k_cache / v_cache rows slot_mapping [T] int64.
@@ -40,10 +41,8 @@ uint16_t f32_to_bf16(float f) {  // round to nearest even
   return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-const uint16_t* cache_row(const AttnArgs& a, const uint16_t* cache, const int32_t* bt,
-                          int64_t j, int64_t h) {
-  const int64_t slot = int64_t(bt[j / a.block_size]) * a.block_size + j % a.block_size;
-  return cache + (slot * a.hkv + h) * a.d;
+int64_t key_slot(const AttnArgs& a, const int32_t* bt, int64_t j) {
+  return int64_t(bt[j / a.block_size]) * a.block_size + j % a.block_size;
 }
 
 struct Partial {  // one segment (or the running merge) of one query head
@@ -57,7 +56,7 @@ void segment_portable(const AttnArgs& a, int64_t t, int64_t h, int64_t head, int
   const int64_t d = a.d;
   const int32_t* bt = a.block_tables + int64_t(a.token_seq[t]) * a.bt_stride;
   const uint16_t* qr = a.q + t * a.q_st + head * a.q_sh;
-  std::vector<float> qf(d), s(kKeyTile);
+  std::vector<float> qf(d), s(kKeyTile), row(d);
   for (int64_t i = 0; i < d; ++i) qf[i] = bf16_to_f32(qr[i]);
   p.acc.assign(d, 0.0f);
   p.m = -std::numeric_limits<float>::infinity();
@@ -66,10 +65,10 @@ void segment_portable(const AttnArgs& a, int64_t t, int64_t h, int64_t head, int
     const int64_t n = std::min(kKeyTile, j1 - jt);
     float m_new = p.m;
     for (int64_t jj = 0; jj < n; ++jj) {
-      const uint16_t* kr = cache_row(a, a.k, bt, jt + jj, h);
+      const float ks = load_kv_row(a, false, key_slot(a, bt, jt + jj), h, row.data());
       float dot = 0.0f;
-      for (int64_t i = 0; i < d; ++i) dot += qf[i] * bf16_to_f32(kr[i]);
-      s[jj] = dot * a.scale;
+      for (int64_t i = 0; i < d; ++i) dot += qf[i] * row[i];
+      s[jj] = dot * ks * a.scale;  // ks = 1 (exact) for bf16 caches
       m_new = std::max(m_new, s[jj]);
     }
     const float alpha = std::exp(p.m - m_new);
@@ -79,8 +78,8 @@ void segment_portable(const AttnArgs& a, int64_t t, int64_t h, int64_t head, int
     p.m = m_new;
     for (int64_t i = 0; i < d; ++i) p.acc[i] *= alpha;
     for (int64_t jj = 0; jj < n; ++jj) {
-      const uint16_t* vr = cache_row(a, a.v, bt, jt + jj, h);
-      for (int64_t i = 0; i < d; ++i) p.acc[i] += s[jj] * bf16_to_f32(vr[i]);
+      const float w = s[jj] * load_kv_row(a, true, key_slot(a, bt, jt + jj), h, row.data());
+      for (int64_t i = 0; i < d; ++i) p.acc[i] += w * row[i];
     }
   }
 }
@@ -105,11 +104,12 @@ void attend_portable(const AttnArgs& a, int64_t t, int64_t h) {
   }
 }
 
-void check_cache(const at::Tensor& c, const char* name, int64_t hkv, int64_t d) {
-  TORCH_CHECK(c.scalar_type() == at::kBFloat16 && c.dim() == 3 && c.is_contiguous() &&
+void check_cache(const at::Tensor& c, const char* name, int64_t hkv, int64_t d,
+                 at::ScalarType dtype) {
+  TORCH_CHECK(c.scalar_type() == dtype && c.dim() == 3 && c.is_contiguous() &&
                   c.size(1) == hkv && c.size(2) == d,
-              "paged_attention: ", name, " must be contiguous bf16 [S, Hkv=", hkv, ", D=", d,
-              "], got ", c.scalar_type(), " ", c.sizes());
+              "paged_attention: ", name, " must be contiguous ", dtype, " [S, Hkv=", hkv,
+              ", D=", d, "], got ", c.scalar_type(), " ", c.sizes());
 }
 
 void check_int(const at::Tensor& t, const char* name, int64_t dim) {
@@ -166,7 +166,7 @@ void check_paged_indices(const AttnArgs& a, int64_t t_n, int64_t c_n, int64_t sl
 }
 
 void paged_attention_into(const AttnArgs& a, int64_t t_n) {
-  if (cpu_isa() >= Isa::kAvx512) {
+  if (cpu_isa() >= Isa::kAvx512 && a.k8 == nullptr) {  // FP8 KV: portable kernel only
     attend_avx512(a, t_n);
     return;
   }
@@ -178,7 +178,9 @@ void paged_attention_into(const AttnArgs& a, int64_t t_n) {
 at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
                            const at::Tensor& v_cache, const at::Tensor& block_tables,
                            const at::Tensor& token_seq, const at::Tensor& ctx_lens,
-                           int64_t block_size, double scale) {
+                           int64_t block_size, double scale,
+                           const std::optional<at::Tensor>& k_scale,
+                           const std::optional<at::Tensor>& v_scale) {
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 && q.dim() == 3 && q.stride(2) == 1,
               "paged_attention: q must be bf16 [T, Hq, D] with unit stride on D, got ",
               q.scalar_type(), " ", q.sizes());
@@ -187,8 +189,12 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
               " must be a multiple of 32 and <= ", kMaxHeadDim);
   TORCH_CHECK(hkv > 0 && hq % hkv == 0 && hq / hkv <= kMaxGroup, "paged_attention: Hq ", hq,
               " must be a multiple of Hkv ", hkv, " with at most ", kMaxGroup, " per group");
-  check_cache(k_cache, "k_cache", hkv, d);
-  check_cache(v_cache, "v_cache", hkv, d);
+  const bool fp8 = k_cache.scalar_type() == at::kFloat8_e4m3fn;
+  check_cache(k_cache, "k_cache", hkv, d, fp8 ? at::kFloat8_e4m3fn : at::kBFloat16);
+  check_cache(v_cache, "v_cache", hkv, d, fp8 ? at::kFloat8_e4m3fn : at::kBFloat16);
+  TORCH_CHECK(fp8 == (k_scale.has_value() && v_scale.has_value()) &&
+                  k_scale.has_value() == v_scale.has_value(),
+              "paged_attention: k_scale / v_scale are given exactly for fp8 caches");
   TORCH_CHECK(v_cache.size(0) == k_cache.size(0) && block_size > 0 &&
                   k_cache.size(0) % block_size == 0,
               "paged_attention: K/V caches must have the same slots, a multiple of block_size");
@@ -204,6 +210,7 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
              block_tables.data_ptr<int32_t>(), block_tables.size(1), token_seq.data_ptr<int32_t>(),
              ctx_lens.data_ptr<int32_t>(), static_cast<float>(scale),
              reinterpret_cast<uint16_t*>(out.data_ptr()), hq * d};
+  if (fp8) attach_fp8_kv(a, k_cache, v_cache, *k_scale, *v_scale);
   check_paged_indices(a, t_n, block_tables.size(0), k_cache.size(0));
   if (t_n > 0) paged_attention_into(a, t_n);
   return out;

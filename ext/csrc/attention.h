@@ -18,6 +18,8 @@
 
 #include <cstdint>
 
+namespace at { class Tensor; }
+
 namespace fp8serve {
 
 constexpr int64_t kKeyTile = 16;      // keys per softmax tile (absolute positions j0 = 16i)
@@ -38,7 +40,23 @@ struct AttnArgs {
   float scale;                  // softmax scale, folded into the scores
   uint16_t* out;                // bf16, out[t, hq * d + i] at out + t * out_st + hq * d + i
   int64_t out_st;
+  // FP8 KV (kv_fp8.cpp): when k8 is set, K/V are float8_e4m3fn [slots, hkv, d] (k, v are
+  // then unused) with fp32 dequant scales ks / vs [slots, hkv]:
+  //   K[slot, h, i] = ks[slot * hkv + h] * e4m3(k8[(slot * hkv + h) * d + i]), V likewise.
+  // Only the portable kernel reads this form (paged_attention_into routes it there).
+  const uint8_t* k8 = nullptr;
+  const uint8_t* v8 = nullptr;
+  const float* ks = nullptr;
+  const float* vs = nullptr;
 };
+
+// Row (slot, h) of K (value = false) or V as fp32 into out[d]; returns its dequant scale
+// (1 for bf16 caches, so scaling by it changes no bf16 result). kv_fp8.cpp.
+float load_kv_row(const AttnArgs& a, bool value, int64_t slot, int64_t h, float* out);
+// Points a at float8_e4m3fn caches [S, Hkv, D] and their fp32 scales [S, Hkv] after
+// checking those shapes and dtypes (TORCH_CHECK). kv_fp8.cpp.
+void attach_fp8_kv(AttnArgs& a, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                   const at::Tensor& k_scale, const at::Tensor& v_scale);
 
 // Torch-side argument check (attention.cpp; TORCH_CHECK on failure): every block id of
 // block_tables [c_n, bt_stride] lies in [0, slots / block_size), and each of the t_n tokens

@@ -37,11 +37,19 @@ TORCH_LIBRARY(fp8serve, m) {
   // x[M, K] bf16, w_packed [N/32, K/2, 32, 2] bf16, bias f32 [N]? -> y[M, n] bf16 | f32
   m.def("gemm_bf16_avx512(Tensor x, Tensor w_packed, Tensor? bias, int n, "
         "bool out_fp32=False) -> Tensor");
-  // q [T, Hq, D] bf16, k_cache / v_cache [S, Hkv, D] bf16, block_tables [C, W] int32,
-  // token_seq [T] int32, ctx_lens [T] int32 -> [T, Hq * D] bf16 (attention.cpp)
+  // q [T, Hq, D] bf16, k_cache / v_cache [S, Hkv, D] bf16 (or float8_e4m3fn with
+  // k_scale / v_scale [S, Hkv] fp32), block_tables [C, W] int32, token_seq [T] int32,
+  // ctx_lens [T] int32 -> [T, Hq * D] bf16 (attention.cpp, kv_fp8.cpp)
   m.def(
       "paged_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
-      "Tensor token_seq, Tensor ctx_lens, int block_size, float scale) -> Tensor");
+      "Tensor token_seq, Tensor ctx_lens, int block_size, float scale, "
+      "Tensor? k_scale=None, Tensor? v_scale=None) -> Tensor");
+  // k, v [T, Hkv, D] bf16 -> float8_e4m3fn k_cache / v_cache [S, Hkv, D] rows slot_mapping
+  // [T] int64 and fp32 k_scale / v_scale [S, Hkv] (static scale if > 0, else per row)
+  m.def(
+      "kv_write_fp8(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor(c!) k_scale, "
+      "Tensor(d!) v_scale, Tensor k, Tensor v, Tensor slot_mapping, float k_static=0., "
+      "float v_static=0.) -> ()");
   // k, v [T, Hkv, D] bf16 -> k_cache / v_cache [S, Hkv, D] rows slot_mapping [T] int64
   m.def(
       "kv_write(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, "
@@ -74,6 +82,7 @@ TORCH_LIBRARY_IMPL(fp8serve, CPU, m) {
   m.impl("gemm_bf16_avx512", &fp8serve::gemm_bf16_avx512);
   m.impl("paged_attention", &fp8serve::paged_attention);
   m.impl("kv_write", &fp8serve::kv_write);
+  m.impl("kv_write_fp8", &fp8serve::kv_write_fp8);
   m.impl("decode_layer", &fp8serve::decode_layer);
   m.impl("decode_stack", &fp8serve::decode_stack);
   m.impl("read_xor", &fp8serve::read_xor);

@@ -32,12 +32,23 @@ at::Tensor gemm_amx(const at::Tensor& x, const at::Tensor& w_packed, const at::T
                     int64_t block_k);
 at::Tensor gemm_avx2(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,
                      const std::optional<at::Tensor>& bias, int64_t n);
-// paged_attention: q [T, Hq, D] bf16, k_cache / v_cache [S, Hkv, D] bf16, block_tables
-//   [C, W] int32, token_seq [T] int32, ctx_lens [T] int32 -> out [T, Hq * D] bf16
+// paged_attention: q [T, Hq, D] bf16, k_cache / v_cache [S, Hkv, D] bf16 (k_scale /
+//   v_scale none) or float8_e4m3fn (k_scale / v_scale [S, Hkv] fp32 dequant multipliers),
+//   block_tables [C, W] int32, token_seq [T] int32, ctx_lens [T] int32 -> [T, Hq * D] bf16
 at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
                            const at::Tensor& v_cache, const at::Tensor& block_tables,
                            const at::Tensor& token_seq, const at::Tensor& ctx_lens,
-                           int64_t block_size, double scale);
+                           int64_t block_size, double scale,
+                           const std::optional<at::Tensor>& k_scale = std::nullopt,
+                           const std::optional<at::Tensor>& v_scale = std::nullopt);
+// kv_write_fp8: k, v [T, Hkv, D] bf16 -> float8_e4m3fn rows slot_mapping [T] int64 of
+//   k_cache / v_cache [S, Hkv, D] and their fp32 scales k_scale / v_scale [S, Hkv]:
+//   s = static scale if > 0, else amax(|x[t, h, :]|) / 448 (1 if amax < 1e-30);
+//   q = e4m3(clamp(x / s, -448, 448)) rounded to nearest even (kv_fp8.cpp)
+void kv_write_fp8(const at::Tensor& k_cache, const at::Tensor& v_cache,
+                  const at::Tensor& k_scale, const at::Tensor& v_scale, const at::Tensor& k,
+                  const at::Tensor& v, const at::Tensor& slot_mapping, double k_static,
+                  double v_static);
 // kv_write: k, v [T, Hkv, D] bf16 -> rows slot_mapping [T] int64 of k_cache / v_cache [S, Hkv, D]
 void kv_write(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& k,
               const at::Tensor& v, const at::Tensor& slot_mapping);

@@ -1,0 +1,192 @@
+"""The FP8 KV cache ops: kv_write_fp8 and paged_attention on float8_e4m3fn K/V
+(ext/csrc/kv_fp8.cpp, the portable kernel of attention.cpp).
+
+* The write gives the same bytes and scales as the torch reference quantizer
+  (engine/model/kv_store.py quantize_kv), per (token, KV head), dynamic or static.
+* Attention over fp8 K/V matches a float64 reference over the *dequantized* K/V with the
+  bf16 test's tolerance (2^-8 |ref| + 1e-3: the op's inputs are exactly those values; it
+  accumulates in fp32 and rounds to bf16 once).
+* Against bf16 K/V the error is e4m3's: a value keeps 3 mantissa bits, <= 2^-4 relative
+  (round to nearest), RMS 2^-4 / sqrt(3) = 3.6% for uniformly spread mantissas; the
+  attention output inherits about that (relative L2 0.040 measured with peaked scores,
+  K ~ 3 N(0, 1)), so the test bounds it by 0.08, 2x; a wrong scale or row gives O(1).
+* Batch and chunk invariance are exact, as for bf16.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import ext
+from engine.model.kv_store import dequantize_kv, quantize_kv
+from tests.engine.test_attention_op import (
+    BS,
+    HKV,
+    HQ,
+    D,
+    _assert_close,
+    _prefill_rows,
+    _q,
+    _reference,
+    _tables,
+)
+
+
+@pytest.fixture(scope="module")
+def ops():
+    st = ext.load()
+    assert st.built, st.error
+    return torch.ops.fp8serve
+
+
+def _bf16_kv(rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    k = (torch.randn(rows, HKV, D, generator=g) * 3).bfloat16()
+    v = torch.randn(rows, HKV, D, generator=g).bfloat16()
+    return k, v
+
+
+def _fp8_cache(ops, k: torch.Tensor, v: torch.Tensor, static=(0.0, 0.0)):
+    """All rows of bf16 k, v [S, Hkv, D] written in order -> (k8, v8, ks, vs)."""
+    s = k.shape[0]
+    k8 = torch.zeros(s, HKV, D, dtype=torch.float8_e4m3fn)
+    v8 = torch.zeros_like(k8)
+    ks, vs = torch.ones(s, HKV), torch.ones(s, HKV)
+    ops.kv_write_fp8(k8, v8, ks, vs, k, v, torch.arange(s), *static)
+    return k8, v8, ks, vs
+
+
+def test_write_matches_the_reference_quantizer(ops) -> None:
+    k, v = _bf16_kv(40, seed=1)
+    k[3, 1] = 0  # an all-zero row: scale 1, zeros stored
+    k8, v8, ks, vs = _fp8_cache(ops, k, v)
+    for x, q, s in ((k, k8, ks), (v, v8, vs)):
+        rq, rs = quantize_kv(x)
+        assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)
+    assert ks[3, 1] == 1.0 and not k8[3, 1].view(torch.uint8).any()
+    assert float(k8.float().abs().amax()) == 448.0  # each row's amax lands on e4m3's max
+    rel = (dequantize_kv(k8, ks) - k.float()).abs() / k.float().abs().clamp_min(1e-3)
+    assert float(rel[k.float().abs() > ks[..., None] * 2 ** -6].max()) <= 2 ** -4
+
+
+def test_static_scale_is_stored_and_clamps(ops) -> None:
+    k, v = _bf16_kv(8, seed=2)
+    k8, v8, ks, vs = _fp8_cache(ops, k, v, static=(0.01, 0.5))
+    assert bool((ks == 0.01).all()) and bool((vs == 0.5).all())
+    assert float(k8.float().abs().amax()) == 448.0  # |k| / 0.01 overflows: clamped
+    rq, _ = quantize_kv(v, 0.5)
+    assert torch.equal(v8.view(torch.uint8), rq.view(torch.uint8))
+
+
+def test_write_only_touches_named_slots_and_checks_bounds(ops) -> None:
+    k8 = torch.zeros(4 * BS, HKV, D, dtype=torch.float8_e4m3fn)
+    v8, ks, vs = torch.zeros_like(k8), torch.ones(4 * BS, HKV), torch.ones(4 * BS, HKV)
+    kv = torch.randn(3, 2 * HKV, D).bfloat16()  # k and v as column slices of one tensor
+    slots = torch.tensor([63, 0, 17])
+    ops.kv_write_fp8(k8, v8, ks, vs, kv[:, :HKV], kv[:, HKV:], slots)
+    assert int(k8.view(torch.uint8).ne(0).any(dim=(1, 2)).sum()) == 3
+    rq, rs = quantize_kv(kv[:, HKV:].contiguous())
+    assert torch.equal(v8[slots].view(torch.uint8), rq.view(torch.uint8))
+    assert torch.equal(vs[slots], rs)
+    with pytest.raises(RuntimeError, match="slot 64 outside"):
+        ops.kv_write_fp8(k8, v8, ks, vs, kv[:1, :HKV], kv[:1, HKV:], torch.tensor([64]))
+    with pytest.raises(RuntimeError, match=r"scales must be contiguous fp32 \[S, Hkv\]"):
+        ops.kv_write_fp8(k8, v8, ks[:, :1], vs, kv[:1, :HKV], kv[:1, HKV:], slots[:1])
+
+
+def test_attention_matches_reference_on_dequantized_kv(ops) -> None:
+    lens, starts = [1, 17, 40, 16, 33], [0, 0, 39, 5, 32]
+    k, v = _bf16_kv(40 * BS, seed=3)
+    k8, v8, ks, vs = _fp8_cache(ops, k, v)
+    bt = _tables(lens, 40, seed=4)
+    seq, ctx = _prefill_rows(lens, starts)
+    q = _q(int(seq.shape[0]), seed=5)
+    out = ops.paged_attention(q, k8, v8, bt, seq, ctx, BS, D ** -0.5, ks, vs)
+    assert out.shape == (q.shape[0], HQ * D) and out.dtype == torch.bfloat16
+    kd, vd = dequantize_kv(k8, ks), dequantize_kv(v8, vs)
+    _assert_close(out, _reference(q, kd, vd, bt, seq, ctx))
+    ref16 = _reference(q, k, v, bt, seq, ctx)  # the bf16 K/V the cache was written from
+    rel = float((out.double() - ref16).norm() / ref16.norm())
+    assert rel < 0.08, rel  # measured 0.040 (bf16 K/V: 0.0015)
+
+
+def test_decode_alone_equals_batched_and_chunked_equals_one_shot(ops) -> None:
+    lens = [5, 77, 16, 130, 1, 64, 33, 200]
+    k, v = _bf16_kv(60 * BS, seed=6)
+    k8, v8, ks, vs = _fp8_cache(ops, k, v)
+    bt = _tables(lens, 60, seed=7)
+    n = len(lens)
+    seq, ctx = torch.arange(n, dtype=torch.int32), torch.tensor(lens, dtype=torch.int32)
+    q = _q(n, seed=8)
+    batched = ops.paged_attention(q, k8, v8, bt, seq, ctx, BS, D ** -0.5, ks, vs)
+    for i in (0, 3, 7):
+        width = -(-lens[i] // BS)
+        alone = ops.paged_attention(q[i:i + 1], k8, v8, bt[i:i + 1, :width].contiguous(),
+                                    torch.zeros(1, dtype=torch.int32), ctx[i:i + 1], BS,
+                                    D ** -0.5, ks, vs)
+        assert torch.equal(alone[0], batched[i]), i
+    qp = _q(200, seed=9)
+    s_all, c_all = _prefill_rows([200], [0])
+    whole = ops.paged_attention(qp, k8, v8, bt[7:8].contiguous(), s_all, c_all, BS,
+                                D ** -0.5, ks, vs)
+    parts = [ops.paged_attention(qp[a:b], k8, v8, bt[7:8].contiguous(),
+                                 *_prefill_rows([b], [a]), BS, D ** -0.5, ks, vs)
+             for a, b in ((0, 7), (7, 130), (130, 200))]
+    assert torch.equal(torch.cat(parts), whole)
+
+
+def test_chunked_writes_store_the_same_bytes(ops) -> None:
+    k, v = _bf16_kv(50, seed=10)
+    whole = _fp8_cache(ops, k, v)
+    parts = [torch.zeros_like(whole[0]), torch.zeros_like(whole[1]), torch.ones(50, HKV),
+             torch.ones(50, HKV)]
+    for a, b in ((0, 3), (3, 31), (31, 50)):
+        ops.kv_write_fp8(*parts, k[a:b], v[a:b], torch.arange(a, b))
+    for x, y in zip(whole, parts, strict=True):
+        assert torch.equal(x.view(torch.uint8), y.view(torch.uint8))
+
+
+def test_scales_must_come_with_fp8_caches(ops) -> None:
+    k, v = _bf16_kv(BS, seed=11)
+    k8, v8, ks, vs = _fp8_cache(ops, k, v)
+    q, one = _q(1, seed=12), torch.zeros(1, dtype=torch.int32)
+    bt = torch.zeros(1, 1, dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="exactly for fp8 caches"):
+        ops.paged_attention(q, k8, v8, bt, one, one + 1, BS, 1.0)
+    with pytest.raises(RuntimeError, match="exactly for fp8 caches"):
+        ops.paged_attention(q, k, v, bt, one, one + 1, BS, 1.0, ks, vs)
+    with pytest.raises(RuntimeError, match=r"scales must be contiguous fp32 \[S, Hkv\]"):
+        ops.paged_attention(q, k8, v8, bt, one, one + 1, BS, 1.0, ks.double(), vs)
+
+
+def test_fake_impls_give_shapes_and_check_scales(ops) -> None:
+    with FakeTensorMode():
+        k8 = torch.empty(BS, HKV, D, dtype=torch.float8_e4m3fn)
+        ks = torch.empty(BS, HKV)
+        q, i1 = torch.empty(3, HQ, D, dtype=torch.bfloat16), torch.empty(3, dtype=torch.int32)
+        out = ops.paged_attention(q, k8, k8, torch.empty(1, 1, dtype=torch.int32), i1, i1,
+                                  BS, 1.0, ks, ks)
+        assert out.shape == (3, HQ * D)
+        kv = torch.empty(3, HKV, D, dtype=torch.bfloat16)
+        ops.kv_write_fp8(k8, k8, ks, ks, kv, kv, torch.empty(3, dtype=torch.int64))
+        with pytest.raises(Exception, match=r"scales must be fp32 \[S, Hkv\]"):
+            ops.kv_write_fp8(k8, k8, ks[:1], ks, kv, kv, torch.empty(3, dtype=torch.int64))
+
+
+def test_every_e4m3_code_is_read_exactly(ops) -> None:
+    """One key (softmax weight exactly 1): the output is that V row, so each of the 254
+    non-NaN codes must come back as its exact value (e4m3 values are exact in bf16)."""
+    codes = torch.arange(256, dtype=torch.int32)
+    codes[(codes & 0x7F) == 0x7F] = 0  # the NaN codes: writes clamp, never store them
+    v8 = codes.to(torch.uint8).view(256 // D, 1, D).repeat(1, HKV, 1).view(torch.float8_e4m3fn)
+    rows = v8.shape[0]
+    k8 = torch.zeros_like(v8)
+    ones = torch.ones(rows, HKV)
+    seq, ctx = torch.zeros(1, dtype=torch.int32), torch.ones(1, dtype=torch.int32)
+    for r in range(rows):
+        bt = torch.tensor([[r]], dtype=torch.int32)
+        out = ops.paged_attention(_q(1, seed=r), k8, v8, bt, seq, ctx, 1, D ** -0.5, ones, ones)
+        want = v8[r].float().repeat_interleave(HQ // HKV, dim=0).reshape(-1)
+        assert torch.equal(out[0].float(), want), r

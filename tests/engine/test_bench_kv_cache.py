@@ -1,0 +1,41 @@
+"""fp8serve bench kv-cache on a tiny checkpoint: the report's structure, the two stores
+holding the same K/V (fp8 = the bf16 values quantized), and the CLI summary. No timing
+assertions: the figures are ratios printed for people."""
+
+from __future__ import annotations
+
+import torch
+
+from cli.bench_kv_cache import format_summary
+from engine.bench.kv_cache_bench import (
+    KvCacheBenchConfig,
+    fill_random,
+    load_runner,
+    run_kv_cache_bench,
+    stores,
+)
+from engine.model.kv_store import quantize_kv
+
+
+def test_report_structure(tiny_checkpoint) -> None:
+    cfg = KvCacheBenchConfig(model_dir=tiny_checkpoint(), contexts=(40,), speed_rounds=2,
+                             speed_tokens=2, greedy_tokens=4, num_prompts=1)
+    res = run_kv_cache_bench(cfg, log=lambda s: None)
+    b = res["kv_bytes_per_block"]
+    assert b["fp8"] < b["bf16"]
+    sp = res["speed"]["40"]
+    assert len(sp["decode_tok_s"]["bf16"]) == len(sp["ratio_per_round"]) == 2
+    acc = res["accuracy"]
+    assert len(acc["greedy"]) == 1 and 0 <= acc["greedy"][0]["leading_agree"] <= 4
+    assert 0.0 <= acc["top1"] <= 1.0 and acc["kl_mean"] >= 0.0
+    assert "fp8 / bf16 median" in format_summary(res)
+
+
+def test_stores_hold_the_same_values(tiny_checkpoint) -> None:
+    runner = load_runner(KvCacheBenchConfig(model_dir=tiny_checkpoint()), 64)
+    st = stores(runner)
+    fill_random(st, 20)
+    b, f = st["bf16"].layer(1), st["fp8"].layer(1)
+    q, s = quantize_kv(b.v[:20])
+    assert torch.equal(f.v[:20].view(torch.uint8), q.view(torch.uint8))
+    assert torch.equal(f.v_scale[:20], s)
