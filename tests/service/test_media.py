@@ -65,3 +65,46 @@ def test_image_cache_is_lru_and_bounded() -> None:
     assert cache.get(keys[1]) is None and cache.get(keys[0]) is t and len(cache) == 2
     cache.put(b"big", torch.zeros(100, 8, dtype=torch.bfloat16))  # over the bound: skipped
     assert cache.get(b"big") is None and cache.nbytes == 64
+
+
+@pytest.fixture()
+def local_http():
+    """A real HTTP server on 127.0.0.1: /img (200, bytes), /big, /moved (302), /missing."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = b"\x89PNG served bytes" * 4
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            routes = {"/img": (200, body), "/big": (200, body * 100),
+                      "/moved": (302, b""), "/missing": (404, b"")}
+            status, data = routes.get(self.path, (404, b""))
+            self.send_response(status)
+            if status == 302:
+                self.send_header("Location", "/img")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", body
+    server.shutdown()
+
+
+def test_http_fetch_from_an_allowed_host(local_http) -> None:
+    base, body = local_http
+    policy = MediaPolicy(allowed_domains=("127.0.0.1",), max_bytes=len(body) * 10)
+    assert load_media(base + "/img", "p", policy) == body
+    with pytest.raises(APIError, match="over the limit"):
+        load_media(base + "/big", "p", policy)
+    with pytest.raises(APIError, match="HTTP 302"):  # redirects are not followed
+        load_media(base + "/moved", "p", policy)
+    with pytest.raises(APIError, match="HTTP 404"):
+        load_media(base + "/missing", "p", policy)
+    with pytest.raises(APIError, match="not in --allowed-media-domains"):
+        load_media(base + "/img", "p", MediaPolicy(allowed_domains=("example.com",)))
