@@ -81,7 +81,7 @@ def test_errors_are_the_clients_exception_classes(server, client):
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model="tiny", prompt="hi", max_tokens=5000)
     assert e.value.body["param"] == "max_tokens"
-    with pytest.raises(openai.BadRequestError, match="images are not served"):
+    with pytest.raises(openai.BadRequestError, match="does not take images"):
         client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": "data:,"}}]}])
     with pytest.raises(openai.NotFoundError):
