@@ -58,11 +58,17 @@ class Submission:
             for item in batch:
                 yield item
 
-    async def batches(self) -> AsyncIterator[list[tuple[int, RequestOutput]]]:
+    async def batches(self, idle: float | None = None
+                      ) -> AsyncIterator[list[tuple[int, RequestOutput]]]:
         """Outputs in arrival order, grouped: everything already queued when the consumer
-        comes back is one batch (a consumer that fell behind catches up in one write)."""
+        comes back is one batch (a consumer that fell behind catches up in one write).
+        With ``idle``, an empty batch after each ``idle`` seconds without output."""
         while self.open:
-            batch = [await self.queue.get()]
+            try:
+                batch = [await asyncio.wait_for(self.queue.get(), idle)]
+            except TimeoutError:
+                yield []
+                continue
             while not self.queue.empty():
                 batch.append(self.queue.get_nowait())
             for index, out in batch:
@@ -162,6 +168,47 @@ def _events(batch: list[tuple[int, RequestOutput]],
 
 def sse(obj: Any) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+Event = tuple[str, dict[str, Any]]  # (SSE event name, data)
+
+
+def named_sse(events: list[Event]) -> str:
+    return "".join(f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+                   for name, data in events)
+
+
+@dataclass
+class NamedStream:
+    """What an API with named SSE events (Anthropic's, Responses) makes of a one-choice
+    run: ``first`` events, ``chunk`` per output, ``error`` (status, message) for an engine
+    error or timeout (it ends the stream), ``ping`` after ``idle`` s of silence."""
+
+    first: list[Event]
+    chunk: Callable[[RequestOutput], list[Event]]
+    error: Callable[[int, str], list[Event]]
+    ping: list[Event] = field(default_factory=list)
+    idle: float | None = None
+
+
+async def stream_named(sub: Submission, s: NamedStream) -> AsyncIterator[str]:
+    """SSE body of named events (no ``[DONE]``); aborts what is left however it ends."""
+    try:
+        yield named_sse(s.first)
+        async for batch in sub.batches(s.idle if s.ping else None):
+            if not batch:
+                yield named_sse(s.ping)
+            events: list[Event] = []
+            for _, out in batch:
+                if out.finish_reason in (FinishReason.ERROR, FinishReason.TIMEOUT):
+                    status = 408 if out.finish_reason is FinishReason.TIMEOUT else 500
+                    yield named_sse(events + s.error(status, out.error or "generation failed"))
+                    return
+                events += s.chunk(out)
+            if events:
+                yield named_sse(events)
+    finally:
+        sub.abort_all()
 
 
 async def stream_events(sub: Submission, first: list[dict[str, Any]],

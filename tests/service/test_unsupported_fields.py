@@ -24,7 +24,9 @@ SDK = {
                                  [stream_params.ChatCompletionStreamOptionsParam]),
 }
 CHAT_BASE = {"messages": [{"role": "user", "content": "3"}], "max_tokens": 1}
-BASE = {unsupported.COMPLETIONS: {"prompt": "3", "max_tokens": 1}, unsupported.CHAT: CHAT_BASE}
+BASE = {unsupported.COMPLETIONS: {"prompt": "3", "max_tokens": 1}, unsupported.CHAT: CHAT_BASE,
+        unsupported.MESSAGES: CHAT_BASE, unsupported.COUNT_TOKENS: {"messages": [
+            {"role": "user", "content": "3"}]}}
 
 
 @pytest.fixture(scope="module")
