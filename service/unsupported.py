@@ -52,6 +52,9 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
                          "thinking"}),
     COUNT_TOKENS: frozenset({"model", "messages", "system", "tools", "tool_choice",
                              "thinking"}),
+    RESPONSES: frozenset({"model", "input", "instructions", "tools", "tool_choice",
+                          "parallel_tool_calls", "text", "max_output_tokens", "temperature",
+                          "top_p", "stream"}),
 }
 
 NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
@@ -83,6 +86,21 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
     },
     COUNT_TOKENS: {"mcp_servers": (None, []), "context_management": (None,),
                    "output_config": (None,)},
+    RESPONSES: {
+        # stateless: nothing is stored, so nothing can be continued or fetched later
+        "store": (None, False),
+        "previous_response_id": (None,),
+        "conversation": (None,),
+        "background": (None, False),
+        "include": (None, []),
+        "prompt": (None,),  # stored prompt templates
+        "reasoning": (None,),
+        "max_tool_calls": (None,),
+        "top_logprobs": (None, 0),
+        "truncation": (None, "disabled"),
+        "service_tier": (None, "auto", "default"),
+        "context_management": (None,),
+    },
 }
 
 _CACHE_HINTS = ("prompt_cache_key", "prompt_cache_retention", "prompt_cache_options")
@@ -95,6 +113,8 @@ HINTS: Mapping[str, frozenset[str]] = {
     MESSAGES: frozenset({"metadata", "cache_control", "inference_geo", "diagnostics",
                          "user_profile_id", "workspace_id"}),
     COUNT_TOKENS: frozenset({"cache_control"}),
+    RESPONSES: frozenset(("user", "safety_identifier", "metadata", "stream_options")
+                         + _CACHE_HINTS),
 }
 
 

@@ -144,6 +144,11 @@ def to_chat(body: CountTokensRequest | MessagesRequest, parsers: ParserChoice
                              ("top_p", "top_p"), ("top_k", "top_k")):
             if getattr(body, theirs) is not None:
                 data[ours] = getattr(body, theirs)
+    return validated(data)
+
+
+def validated(data: dict[str, Any]) -> ChatCompletionRequest:
+    """The translated chat request; what chat's model refuses is a 400 naming its place."""
     try:
         return ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:

@@ -26,7 +26,8 @@ SDK = {
 CHAT_BASE = {"messages": [{"role": "user", "content": "3"}], "max_tokens": 1}
 BASE = {unsupported.COMPLETIONS: {"prompt": "3", "max_tokens": 1}, unsupported.CHAT: CHAT_BASE,
         unsupported.MESSAGES: CHAT_BASE, unsupported.COUNT_TOKENS: {"messages": [
-            {"role": "user", "content": "3"}]}}
+            {"role": "user", "content": "3"}]},
+        unsupported.RESPONSES: {"input": "3", "max_output_tokens": 1}}
 
 
 @pytest.fixture(scope="module")
