@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from service.errors import APIError
 from service.schemas import ChatCompletionRequest
 from service.translate.anthropic import validated
 from service.translate.schemas import (
@@ -60,6 +61,9 @@ def _messages(body: ResponsesRequest) -> list[dict[str, Any]]:
             output = (item.output if isinstance(item.output, str)
                       else "".join(p.text for p in item.output))
             out.append({"role": "tool", "tool_call_id": item.call_id, "content": output})
+    if not out:
+        raise APIError(400, "input: no message to answer (reasoning items are dropped from "
+                       "the prompt)", "input")
     return out
 
 

@@ -63,7 +63,7 @@ ContentBlock = Annotated[TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock
 
 class AnthropicMessage(_Body):
     role: Literal["user", "assistant"]
-    content: str | list[ContentBlock]
+    content: str | Annotated[list[ContentBlock], Field(min_length=1)]
 
 
 class AnthropicTool(_Body):

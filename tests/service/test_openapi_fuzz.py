@@ -65,6 +65,7 @@ SCHEMALESS_400S = [
     # on a model without a reasoning parser, a budget against max_tokens
     ("messages", "cannot carry"), ("tool_choice.name", "needs a name"),
     ("thinking", "no reasoning format"), ("thinking.budget_tokens", "less than max_tokens"),
+    ("input", "no message to answer"),  # Responses input of reasoning items only
 ]
 
 
