@@ -79,12 +79,14 @@ class Engine:
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: Any,
                     sink: OutputSink, timeout: float | None = None,
-                    cache_salt: str | None = None) -> None:
+                    cache_salt: str | None = None, tag: str = "") -> None:
         """Queue a request. Raises InvalidRequestError, QueueFullError or
         EngineUnavailableError (and the observer counts the rejection). Requests with
-        different ``cache_salt`` never share prefix-cache blocks."""
+        different ``cache_salt`` never share prefix-cache blocks; ``tag`` comes back to
+        the observer's on_finished (a metrics label)."""
         try:
-            live = self._validate(request_id, prompt_ids, params, sink, timeout, cache_salt)
+            live = self._validate(request_id, prompt_ids, params, sink, timeout, cache_salt,
+                                  tag)
             with self._lock:
                 self._check_queue()
                 self._inbox.append(live)
@@ -105,7 +107,7 @@ class Engine:
 
     def _validate(self, request_id: str, prompt_ids: list[int], params: Any,
                   sink: OutputSink, timeout: float | None,
-                  cache_salt: str | None = None) -> LiveRequest:
+                  cache_salt: str | None = None, tag: str = "") -> LiveRequest:
         state = self.stats().state
         if state != "ready":
             raise EngineUnavailableError(f"engine is {state}", state)
@@ -113,7 +115,7 @@ class Engine:
         now = self.clock()
         req = Request(request_id, tuple(prompt_ids), params, arrival_time=now,
                       deadline=None if timeout is None else now + timeout,
-                      cache_salt=cache_salt)
+                      cache_salt=cache_salt, tag=tag)
         return self.steps.make_live(req, sink, max_tokens)
 
     def _max_tokens(self, num_prompt: int, asked: int | None) -> int:

@@ -21,6 +21,9 @@ from service.backend import ServingState
 from service.errors import APIError, error_body
 
 DISCONNECT_POLL_S = 0.25
+# request id prefix -> the API label of its metrics (service/metrics.py)
+API_OF_PREFIX = {"cmpl": "completions", "chatcmpl": "chat", "msg": "messages",
+                 "resp": "responses"}
 
 
 class Submission:
@@ -28,6 +31,7 @@ class Submission:
         self.engine = state.engine
         self.timeout = state.settings.request_timeout
         self.id = f"{prefix}-{uuid.uuid4().hex}"
+        self.api = API_OF_PREFIX.get(prefix, "")
         self.loop = asyncio.get_running_loop()
         shared = state.dispatcher
         self.dispatcher = (shared if shared is not None and shared.loop is self.loop
@@ -45,7 +49,7 @@ class Submission:
             self.dispatcher.put(self.queue, (index, out))
 
         self.engine.add_request(rid, prompt_ids, params, sink, timeout=self.timeout,
-                                cache_salt=cache_salt)
+                                cache_salt=cache_salt, tag=self.api)
         self.ids.append(rid)
         self.open.add(index)
 

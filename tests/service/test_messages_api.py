@@ -215,3 +215,21 @@ def test_the_anthropic_sdk(client):
     n = sdk.messages.count_tokens(model="scripted-model",
                                   messages=[{"role": "user", "content": "<script0>"}])
     assert n.input_tokens == 2
+
+
+def _success(client, api: str) -> float:
+    text = client.get("/metrics").text
+    line = next(ln for ln in text.splitlines() if ln.startswith(
+        f'fp8serve_request_success_total{{api="{api}",finished_reason="stop"'))
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_metrics_carry_the_api(client):
+    before = {api: _success(client, api) for api in ("chat", "messages", "responses")}
+    assert client.post("/v1/messages", json=ask(3)).status_code == 200
+    assert client.post("/v1/messages", json=ask(3)).status_code == 200
+    assert client.post("/v1/responses", json={"input": "<script3>"}).status_code == 200
+    assert chat(client, 3).status_code == 200
+    after = {api: _success(client, api) for api in before}
+    assert {api: after[api] - before[api] for api in before} == {
+        "chat": 1, "messages": 2, "responses": 1}
