@@ -85,7 +85,7 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "output_config": (None,),  # effort / output format: not implemented
     },
     COUNT_TOKENS: {"mcp_servers": (None, []), "context_management": (None,),
-                   "output_config": (None,)},
+                   "output_config": (None,), "speed": (None, "standard")},
     RESPONSES: {
         # stateless: nothing is stored, so nothing can be continued or fetched later
         "store": (None, False),
@@ -100,6 +100,10 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "truncation": (None, "disabled"),
         "service_tier": (None, "auto", "default"),
         "context_management": (None,),
+        "background_options": (None,),
+        "access_programs": (None,),
+        "image": (None,),  # image-generation options
+        "moderation": (None,),
     },
 }
 
@@ -112,7 +116,7 @@ HINTS: Mapping[str, frozenset[str]] = {
     # breakpoints; the prefix cache here is automatic), where and for whom it runs
     MESSAGES: frozenset({"metadata", "cache_control", "inference_geo", "diagnostics",
                          "user_profile_id", "workspace_id"}),
-    COUNT_TOKENS: frozenset({"cache_control"}),
+    COUNT_TOKENS: frozenset({"cache_control", "user_profile_id", "workspace_id"}),
     RESPONSES: frozenset(("user", "safety_identifier", "metadata", "stream_options")
                          + _CACHE_HINTS),
 }
