@@ -81,11 +81,15 @@ class ServingMetrics(EngineObserver):
          self._cache_h, self._preempt) = (m.labels(model_name) for m in (
              self.generation_tokens, self.itl, self.ttft, self.queue, self.prompt_tokens,
              self.cache_queries, self.cache_hits, self.preemptions))
+        self._export_outcomes()
+
+    def _export_outcomes(self) -> None:
+        """Each API's outcome series, exported as zeros before its first request."""
         for api in APIS:
             for m in (self.aborted, self.timed_out, self.failed, self.e2e):
-                m.labels(model_name, api)
+                m.labels(self.model_name, api)
             for reason in (FinishReason.STOP, FinishReason.LENGTH):
-                self.success.labels(model_name, api, reason.value)
+                self.success.labels(self.model_name, api, reason.value)
 
     def on_rejected(self, reason: str) -> None:
         self.rejected.labels(self.model_name, reason).inc()
