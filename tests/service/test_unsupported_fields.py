@@ -1,14 +1,14 @@
-"""OpenAI request fields this server does not implement: a 400 naming the field, unless
+"""Request fields (OpenAI's, and Anthropic's on /v1/messages) this server does not implement: a 400 naming the field, unless
 the value is a listed no-op; unknown non-OpenAI fields are ignored with a debug log. The
 SDK walk fails when the openai package grows a request field nobody classified."""
 
 import logging
 
 import pytest
-from openai.types import completion_create_params as cmpl_params
-from openai.types.chat import chat_completion_stream_options_param as stream_params
 from anthropic.types import message_count_tokens_params as count_params
 from anthropic.types import message_create_params as msg_params
+from openai.types import completion_create_params as cmpl_params
+from openai.types.chat import chat_completion_stream_options_param as stream_params
 from openai.types.chat import completion_create_params as chat_params
 from openai.types.responses import response_create_params as resp_params
 
