@@ -1,6 +1,7 @@
-"""Request fields (OpenAI's, and Anthropic's on /v1/messages) this server does not implement: a 400 naming the field, unless
-the value is a listed no-op; unknown non-OpenAI fields are ignored with a debug log. The
-SDK walk fails when the openai package grows a request field nobody classified."""
+"""Request fields (OpenAI's; Anthropic's on /v1/messages) this server does not implement:
+a 400 naming the field, unless the value is a listed no-op; unknown fields are ignored
+with a debug log. The SDK walk fails when the openai or anthropic package grows a
+request field nobody classified."""
 
 import logging
 
