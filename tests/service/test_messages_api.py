@@ -116,6 +116,12 @@ def test_stop_sequences_and_max_tokens(client):
     assert (m["stop_reason"], m["stop_sequence"]) == ("stop_sequence", " wor")
     m = client.post("/v1/messages", json=ask(3, max_tokens=1)).json()
     assert m["stop_reason"] == "max_tokens" and m["usage"]["output_tokens"] == 1
+    for body, delta in ((ask(3, stop_sequences=[" wor"]), {"stop_reason": "stop_sequence",
+                                                           "stop_sequence": " wor"}),
+                        (ask(3, max_tokens=1), {"stop_reason": "max_tokens",
+                                                "stop_sequence": None})):
+        name, last = events(client, body)[-2]
+        assert name == "message_delta" and last["delta"] == delta
 
 
 def test_history_with_system_tool_use_and_tool_result(client):
