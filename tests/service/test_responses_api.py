@@ -9,7 +9,11 @@ import json
 
 import openai
 import pytest
+from fastapi.testclient import TestClient
 
+from service.app import create_app
+from service.settings import Settings
+from tests.service.scripted_backend import scripted_loader
 from tests.service.test_chat_tools_api import make_client, reassemble, stream
 
 TOOLS = [{"type": "function", "name": n, "parameters": {"type": "object"}}
@@ -154,3 +158,18 @@ def test_the_openai_sdk(client):
     assert "".join(text) == "Hello world"
     with pytest.raises(openai.BadRequestError):
         sdk.responses.create(model="scripted-model", input="hi", previous_response_id="r")
+
+
+def test_a_timeout_mid_stream_is_an_error_event_in_each_api_shape():
+    # 1000 scripted tokens take far longer than the 20 ms deadline
+    cfg = Settings(max_model_len=4096, request_timeout=0.02)
+    with TestClient(create_app(cfg, load_backend=scripted_loader(["ab" * 600]))) as c:
+        r = c.post("/v1/responses", json={"input": "<script0>", "stream": True})
+        last = json.loads(r.text.strip().split("\n\n")[-1].split("\n")[1][6:])
+        assert last["type"] == "error" and last["code"] == "timeout_error", last
+        r = c.post("/v1/messages", json={"max_tokens": 1000, "stream": True,
+                                         "messages": [{"role": "user", "content": "<script0>"}]})
+        assert r.status_code == 200, r.text
+        name, data = r.text.strip().split("\n\n")[-1].split("\n")
+        assert name == "event: error"
+        assert json.loads(data[6:])["error"]["type"] == "timeout_error"
