@@ -79,14 +79,16 @@ class Engine:
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: Any,
                     sink: OutputSink, timeout: float | None = None,
-                    cache_salt: str | None = None, images: tuple[Any, ...] = ()) -> None:
+                    cache_salt: str | None = None, images: tuple[Any, ...] = (),
+                    tag: str = "") -> None:
         """Queue a request. Raises InvalidRequestError, QueueFullError or
         EngineUnavailableError (and the observer counts the rejection). Requests with
         different ``cache_salt`` never share prefix-cache blocks. ``images``: encoded
-        engine.vision.prompt_image.PromptImage in prompt order (features [T, H] bf16)."""
+        engine.vision.prompt_image.PromptImage in prompt order (features [T, H] bf16).
+        ``tag`` comes back to the observer's on_finished (a metrics label)."""
         try:
             live = self._validate(request_id, prompt_ids, params, sink, timeout, cache_salt,
-                                  images)
+                                  images, tag)
             with self._lock:
                 self._check_queue()
                 self._inbox.append(live)
@@ -107,7 +109,8 @@ class Engine:
 
     def _validate(self, request_id: str, prompt_ids: list[int], params: Any,
                   sink: OutputSink, timeout: float | None,
-                  cache_salt: str | None = None, images: tuple[Any, ...] = ()) -> LiveRequest:
+                  cache_salt: str | None = None, images: tuple[Any, ...] = (),
+                  tag: str = "") -> LiveRequest:
         state = self.stats().state
         if state != "ready":
             raise EngineUnavailableError(f"engine is {state}", state)
@@ -115,7 +118,7 @@ class Engine:
         now = self.clock()
         req = Request(request_id, tuple(prompt_ids), params, arrival_time=now,
                       deadline=None if timeout is None else now + timeout,
-                      cache_salt=cache_salt, images=tuple(images))
+                      cache_salt=cache_salt, images=tuple(images), tag=tag)
         if images:
             from engine.vision.prompt_image import check_layout
 

@@ -266,7 +266,8 @@ class StepRunner:
     def _close(self, lv: LiveRequest, reason: FinishReason) -> None:
         req = lv.req
         req.status, req.finish_reason = RequestStatus.FINISHED, reason
-        self.observer.on_finished(reason, self.clock() - req.arrival_time, len(req.output_ids))
+        self.observer.on_finished(reason, self.clock() - req.arrival_time, len(req.output_ids),
+                                  req.tag)
 
     @staticmethod
     def _emit(lv: LiveRequest, out: RequestOutput) -> None:

@@ -41,6 +41,7 @@ class Request:
     params: Any
     arrival_time: float
     deadline: float | None = None  # engine clock; None = no timeout
+    tag: str = ""  # a label for its metrics: the API it came through (service/metrics.py)
     seq_id: int = -1
     status: RequestStatus = RequestStatus.WAITING
     output_ids: list[int] = field(default_factory=list)

@@ -111,8 +111,9 @@ class EngineObserver:
 
     def on_token(self, inter_token_latency: float) -> None: ...
 
-    def on_finished(self, reason: FinishReason, e2e: float, num_output_tokens: int) -> None:
-        ...
+    def on_finished(self, reason: FinishReason, e2e: float, num_output_tokens: int,
+                    tag: str = "") -> None:
+        """``tag``: the request's (Engine.add_request), e.g. the API it came through."""
 
     def on_preempted(self, num_requests: int) -> None:
         """Running requests lost their KV blocks to make room (they recompute later)."""

@@ -30,19 +30,23 @@ ReadyStateDep = Annotated[ServingState, Depends(get_ready_state)]
 
 
 def require_api_key(request: Request) -> None:
-    """Bearer key check, constant time against every configured key."""
+    """Key check, constant time against every configured key: ``Authorization: Bearer
+    <key>`` (OpenAI's clients) or ``x-api-key: <key>`` (Anthropic's)."""
     keys = request.app.state.serving.settings.api_keys
     if not keys:
         return
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     given = token.strip().encode() if scheme.lower() == "bearer" else b""
+    if not given:
+        given = request.headers.get("x-api-key", "").strip().encode()
     ok = False
     for key in keys:
         ok |= hmac.compare_digest(given, key.encode())
     if not ok:
-        raise APIError(401, "invalid or missing API key (Authorization: Bearer <key>)",
-                       code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+        raise APIError(401, "invalid or missing API key (Authorization: Bearer <key>, "
+                       "or x-api-key: <key>)", code="invalid_api_key",
+                       headers={"WWW-Authenticate": "Bearer"})
 
 
 def check_model(state: ServingState, model: str | None) -> str:

@@ -1,5 +1,7 @@
 """Every error leaves the service in OpenAI's shape:
-``{"error": {"message": str, "type": str, "param": str | None, "code": str | None}}``.
+``{"error": {"message": str, "type": str, "param": str | None, "code": str | None}}``,
+except on Anthropic's routes (``/v1/messages...``), which answer in Anthropic's:
+``{"type": "error", "error": {"type": str, "message": str}}`` with the same status codes.
 Engine errors, request validation errors (400, never 422) and HTTP errors are all mapped
 here, in one place."""
 
@@ -43,6 +45,37 @@ def error_body(status: int, message: str, param: str | None = None,
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
+# Anthropic's error types by status (its SDK raises its own exception class per status)
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error", 405: "invalid_request_error",
+                    408: "timeout_error", 413: "request_too_large", 429: "rate_limit_error",
+                    503: "overloaded_error"}
+ANTHROPIC_PREFIX = "/v1/messages"
+
+
+def anthropic_error_body(status: int, message: str) -> dict[str, object]:
+    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500
+                                else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def body_for(path: str, status: int, message: str, param: str | None = None,
+             code: str | None = None) -> dict[str, object]:
+    """The error body in the shape of the API ``path`` belongs to (Anthropic's has no
+    param: its message starts with it)."""
+    if path == ANTHROPIC_PREFIX or path.startswith(ANTHROPIC_PREFIX + "/"):
+        if param and not message.startswith(param):
+            message = f"{param}: {message}"
+        return anthropic_error_body(status, message)
+    return error_body(status, message, param, code)
+
+
+def _reply(request: Request, status: int, message: str, param: str | None = None,
+           code: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(body_for(request.url.path, status, message, param, code), status,
+                        headers=headers)
+
+
 def from_engine_error(exc: EngineError) -> APIError:
     if isinstance(exc, InvalidRequestError):
         return APIError(400, str(exc), exc.param)
@@ -61,28 +94,27 @@ def _loc_param(loc: tuple) -> str | None:
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
-    async def _api(_: Request, exc: APIError) -> JSONResponse:
-        return JSONResponse(exc.body(), exc.status, headers=exc.headers)
+    async def _api(request: Request, exc: APIError) -> JSONResponse:
+        return _reply(request, exc.status, exc.message, exc.param, exc.code, exc.headers)
 
     @app.exception_handler(EngineError)
-    async def _engine(_: Request, exc: EngineError) -> JSONResponse:
+    async def _engine(request: Request, exc: EngineError) -> JSONResponse:
         err = from_engine_error(exc)
-        return JSONResponse(err.body(), err.status, headers=err.headers)
+        return _reply(request, err.status, err.message, err.param, err.code, err.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         param = _loc_param(tuple(first.get("loc", ())))
         msg = first.get("msg", "invalid request")
-        text = f"{param}: {msg}" if param else msg
-        return JSONResponse(error_body(400, text, param), 400)
+        return _reply(request, 400, f"{param}: {msg}" if param else msg, param)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(error_body(exc.status_code, str(exc.detail)), exc.status_code,
-                            headers=getattr(exc, "headers", None))
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _reply(request, exc.status_code, str(exc.detail),
+                      headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
-    async def _unhandled(_: Request, exc: Exception) -> JSONResponse:
+    async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
-        return JSONResponse(error_body(500, f"internal error: {type(exc).__name__}"), 500)
+        return _reply(request, 500, f"internal error: {type(exc).__name__}")

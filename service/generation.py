@@ -21,6 +21,9 @@ from service.backend import ServingState
 from service.errors import APIError, error_body
 
 DISCONNECT_POLL_S = 0.25
+# request id prefix -> the API label of its metrics (service/metrics.py)
+API_OF_PREFIX = {"cmpl": "completions", "chatcmpl": "chat", "msg": "messages",
+                 "resp": "responses"}
 
 
 class Submission:
@@ -28,6 +31,7 @@ class Submission:
         self.engine = state.engine
         self.timeout = state.settings.request_timeout
         self.id = f"{prefix}-{uuid.uuid4().hex}"
+        self.api = API_OF_PREFIX.get(prefix, "")
         self.loop = asyncio.get_running_loop()
         shared = state.dispatcher
         self.dispatcher = (shared if shared is not None and shared.loop is self.loop
@@ -46,7 +50,7 @@ class Submission:
 
         kw = {"images": images} if images else {}  # fake engines in tests lack it
         self.engine.add_request(rid, prompt_ids, params, sink, timeout=self.timeout,
-                                cache_salt=cache_salt, **kw)
+                                cache_salt=cache_salt, tag=self.api, **kw)
         self.ids.append(rid)
         self.open.add(index)
 
@@ -59,11 +63,17 @@ class Submission:
             for item in batch:
                 yield item
 
-    async def batches(self) -> AsyncIterator[list[tuple[int, RequestOutput]]]:
+    async def batches(self, idle: float | None = None
+                      ) -> AsyncIterator[list[tuple[int, RequestOutput]]]:
         """Outputs in arrival order, grouped: everything already queued when the consumer
-        comes back is one batch (a consumer that fell behind catches up in one write)."""
+        comes back is one batch (a consumer that fell behind catches up in one write).
+        With ``idle``, an empty batch after each ``idle`` seconds without output."""
         while self.open:
-            batch = [await self.queue.get()]
+            try:
+                batch = [await asyncio.wait_for(self.queue.get(), idle)]
+            except TimeoutError:
+                yield []
+                continue
             while not self.queue.empty():
                 batch.append(self.queue.get_nowait())
             for index, out in batch:
@@ -164,6 +174,47 @@ def _events(batch: list[tuple[int, RequestOutput]],
 
 def sse(obj: Any) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+Event = tuple[str, dict[str, Any]]  # (SSE event name, data)
+
+
+def named_sse(events: list[Event]) -> str:
+    return "".join(f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+                   for name, data in events)
+
+
+@dataclass
+class NamedStream:
+    """What an API with named SSE events (Anthropic's, Responses) makes of a one-choice
+    run: ``first`` events, ``chunk`` per output, ``error`` (status, message) for an engine
+    error or timeout (it ends the stream), ``ping`` after ``idle`` s of silence."""
+
+    first: list[Event]
+    chunk: Callable[[RequestOutput], list[Event]]
+    error: Callable[[int, str], list[Event]]
+    ping: list[Event] = field(default_factory=list)
+    idle: float | None = None
+
+
+async def stream_named(sub: Submission, s: NamedStream) -> AsyncIterator[str]:
+    """SSE body of named events (no ``[DONE]``); aborts what is left however it ends."""
+    try:
+        yield named_sse(s.first)
+        async for batch in sub.batches(s.idle if s.ping else None):
+            if not batch:
+                yield named_sse(s.ping)
+            events: list[Event] = []
+            for _, out in batch:
+                if out.finish_reason in (FinishReason.ERROR, FinishReason.TIMEOUT):
+                    status = 408 if out.finish_reason is FinishReason.TIMEOUT else 500
+                    yield named_sse(events + s.error(status, out.error or "generation failed"))
+                    return
+                events += s.chunk(out)
+            if events:
+                yield named_sse(events)
+    finally:
+        sub.abort_all()
 
 
 async def stream_events(sub: Submission, first: list[dict[str, Any]],

@@ -26,10 +26,13 @@ STEP_KINDS = ("decode", "prefill", "mixed")
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
                60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 P = "fp8serve_"
+# the API a request came through (the ``api`` label of the per-request outcome metrics)
+APIS = ("completions", "chat", "messages", "responses")
 
 
 class ServingMetrics(EngineObserver):
-    """Request metrics (label ``model_name``) fed by the engine thread."""
+    """Request metrics (label ``model_name``) fed by the engine thread; the outcome of each
+    request (success, abort, timeout, failure, end-to-end latency) also carries ``api``."""
 
     def __init__(self, registry: CollectorRegistry, model_name: str) -> None:
         self.model_name = model_name
@@ -38,17 +41,22 @@ class ServingMetrics(EngineObserver):
         def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
             return Counter(P + name, doc, lbl + list(extra), registry=registry)
 
-        def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(P + name, doc, lbl, buckets=buckets, registry=registry)
+        def hist(name: str, doc: str, buckets: tuple[float, ...],
+                 extra: tuple[str, ...] = ()) -> Histogram:
+            return Histogram(P + name, doc, lbl + list(extra), buckets=buckets,
+                             registry=registry)
 
         self.prompt_tokens = counter("prompt_tokens", "Prefilled prompt tokens.")
         self.generation_tokens = counter("generation_tokens", "Generated tokens.")
-        self.success = counter("request_success", "Finished requests.", ("finished_reason",))
+        self.success = counter("request_success", "Finished requests.",
+                               ("api", "finished_reason"))
         self.rejected = counter("requests_rejected", "Requests refused at admission.",
                                 ("reason",))
-        self.aborted = counter("requests_aborted", "Requests aborted (client gone).")
-        self.timed_out = counter("requests_timed_out", "Requests past their deadline.")
-        self.failed = counter("requests_failed", "Requests ended by an engine error.")
+        self.aborted = counter("requests_aborted", "Requests aborted (client gone).", ("api",))
+        self.timed_out = counter("requests_timed_out", "Requests past their deadline.",
+                                 ("api",))
+        self.failed = counter("requests_failed", "Requests ended by an engine error.",
+                              ("api",))
         self.preemptions = counter("num_preemptions", "Running requests preempted (their "
                                    "KV freed, recomputed later).")
         self.cache_queries = counter("prefix_cache_queries", "Prompt tokens of admitted "
@@ -57,7 +65,8 @@ class ServingMetrics(EngineObserver):
                                   "(their KV was not computed again).")
         self.ttft = hist("time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS)
         self.itl = hist("inter_token_latency_seconds", "Inter-token latency.", ITL_BUCKETS)
-        self.e2e = hist("e2e_request_latency_seconds", "End-to-end latency.", E2E_BUCKETS)
+        self.e2e = hist("e2e_request_latency_seconds", "End-to-end latency.", E2E_BUCKETS,
+                        ("api",))
         self.queue = hist("request_queue_time_seconds", "Time waiting before first "
                           "scheduled.", E2E_BUCKETS)
         # engine steps by kind: decode (one-token rows only), prefill (prompt tokens only),
@@ -72,10 +81,15 @@ class ServingMetrics(EngineObserver):
          self._cache_h, self._preempt) = (m.labels(model_name) for m in (
              self.generation_tokens, self.itl, self.ttft, self.queue, self.prompt_tokens,
              self.cache_queries, self.cache_hits, self.preemptions))
-        for m in (self.aborted, self.timed_out, self.failed, self.e2e):
-            m.labels(model_name)
-        for reason in (FinishReason.STOP, FinishReason.LENGTH):
-            self.success.labels(model_name, reason.value)
+        self._export_outcomes()
+
+    def _export_outcomes(self) -> None:
+        """Each API's outcome series, exported as zeros before its first request."""
+        for api in APIS:
+            for m in (self.aborted, self.timed_out, self.failed, self.e2e):
+                m.labels(self.model_name, api)
+            for reason in (FinishReason.STOP, FinishReason.LENGTH):
+                self.success.labels(self.model_name, api, reason.value)
 
     def on_rejected(self, reason: str) -> None:
         self.rejected.labels(self.model_name, reason).inc()
@@ -104,17 +118,19 @@ class ServingMetrics(EngineObserver):
                 else "decode" if num_decode_rows else "prefill")
         self._steps[kind].observe(seconds)
 
-    def on_finished(self, reason: FinishReason, e2e: float, num_output_tokens: int) -> None:
+    def on_finished(self, reason: FinishReason, e2e: float, num_output_tokens: int,
+                    tag: str = "") -> None:
+        """``tag``: the API label (service/generation.py API_OF_PREFIX)."""
         m = self.model_name
         if reason in (FinishReason.STOP, FinishReason.LENGTH):
-            self.success.labels(m, reason.value).inc()
-            self.e2e.labels(m).observe(e2e)
+            self.success.labels(m, tag, reason.value).inc()
+            self.e2e.labels(m, tag).observe(e2e)
         elif reason is FinishReason.ABORT:
-            self.aborted.labels(m).inc()
+            self.aborted.labels(m, tag).inc()
         elif reason is FinishReason.TIMEOUT:
-            self.timed_out.labels(m).inc()
+            self.timed_out.labels(m, tag).inc()
         else:
-            self.failed.labels(m).inc()
+            self.failed.labels(m, tag).inc()
 
 
 class EngineCollector(Collector):

@@ -60,8 +60,24 @@ def _sse_event(chunk: str) -> dict[str, Any]:
     return {"type": "object", "required": ["data"], "properties": {"data": data}}
 
 
+_ANTHROPIC_ERROR = _obj(("type", "error"), type={"const": "error"},
+                        error=_obj(("type", "message"), type=_STR, message=_STR))
+_ANTHROPIC_MESSAGE = _obj(("id", "type", "role", "model", "content", "stop_reason", "usage"),
+                          id=_STR, type={"const": "message"}, role={"const": "assistant"},
+                          model=_STR, content={"type": "array"},
+                          stop_reason=_NULL_STR, stop_sequence=_NULL_STR,
+                          usage=_obj(("input_tokens", "output_tokens"), input_tokens=_INT,
+                                     output_tokens=_INT))
+
 COMPONENTS: dict[str, dict[str, Any]] = {
     "ErrorResponse": _ERROR,
+    "AnthropicErrorResponse": _ANTHROPIC_ERROR,
+    "AnthropicMessageResponse": _ANTHROPIC_MESSAGE,
+    "InputTokens": _obj(("input_tokens",), input_tokens=_INT),
+    "Response": _obj(("id", "object", "created_at", "model", "status", "output", "usage"),
+                     id=_STR, object={"const": "response"}, created_at=_INT, model=_STR,
+                     status={"enum": ["completed", "incomplete"]},
+                     output={"type": "array"}, usage={"type": "object"}),
     "Usage": _USAGE,
     "Completion": _obj(("id", "object", "created", "model", "choices", "usage"), **_HEAD,
                        object={"const": "text_completion"},
@@ -93,10 +109,11 @@ _WHY = {
 }
 
 
-def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """``responses=`` entries for a route's error statuses, each with the error body."""
+def errors(*statuses: int, body: str = "ErrorResponse") -> dict[int | str, dict[str, Any]]:
+    """``responses=`` entries for a route's error statuses, each with the error body
+    (``body``: the component, AnthropicErrorResponse on Anthropic's routes)."""
     return {s: {"description": _WHY[s],
-                "content": {"application/json": {"schema": _ref("ErrorResponse")}}}
+                "content": {"application/json": {"schema": _ref(body)}}}
             for s in statuses}
 
 
@@ -132,3 +149,13 @@ def install_openapi(app: FastAPI) -> None:
         return app.openapi_schema
 
     app.openapi = build  # type: ignore[method-assign]
+
+
+def ok_events(component: str, description: str) -> dict[int | str, dict[str, Any]]:
+    """A success entry with a component body, or (``stream: true``) named SSE events
+    (``event:`` and ``data:`` lines, Anthropic's and the Responses API's streams)."""
+    events = {"type": "object", "required": ["event", "data"],
+              "properties": {"event": _STR, "data": _STR}}
+    return {200: {"description": description, "content": {
+        "application/json": {"schema": _ref(component)},
+        "text/event-stream": {"schema": events}}}}

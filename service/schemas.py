@@ -173,15 +173,21 @@ class JsonSchemaFormat(_Body):
     strict: bool | None = None
 
 
-class ResponseFormat(_Body):
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: JsonSchemaFormat | None = None
+class TextFormat(_Body):
+    type: Literal["text"]
 
-    @model_validator(mode="after")
-    def _schema_given(self) -> ResponseFormat:
-        if self.type == "json_schema" and self.json_schema is None:
-            raise ValueError("type json_schema needs a json_schema object")
-        return self
+
+class JsonObjectFormat(_Body):
+    type: Literal["json_object"]
+
+
+class JsonSchemaResponseFormat(_Body):
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaFormat
+
+
+ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaResponseFormat,
+                           Field(discriminator="type")]
 
 
 class FunctionCall(_Body):

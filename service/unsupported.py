@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
 STREAM_OPTIONS = "stream_options"
+MESSAGES = "/v1/messages"  # Anthropic's API
+COUNT_TOKENS = "/v1/messages/count_tokens"
+RESPONSES = "/v1/responses"
 
 _SAMPLING = ("model", "stream", "stream_options", "temperature", "top_p", "n", "seed",
              "stop", "presence_penalty", "frequency_penalty", "logit_bias")
@@ -44,6 +47,14 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
         "messages", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs",
         "tools", "tool_choice", "parallel_tool_calls", "response_format")),
     STREAM_OPTIONS: frozenset({"include_usage"}),
+    MESSAGES: frozenset({"model", "max_tokens", "messages", "system", "stop_sequences",
+                         "temperature", "top_p", "top_k", "stream", "tools", "tool_choice",
+                         "thinking"}),
+    COUNT_TOKENS: frozenset({"model", "messages", "system", "tools", "tool_choice",
+                             "thinking"}),
+    RESPONSES: frozenset({"model", "input", "instructions", "tools", "tool_choice",
+                          "parallel_tool_calls", "text", "max_output_tokens", "temperature",
+                          "top_p", "stream"}),
 }
 
 NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
@@ -65,6 +76,35 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "moderation": (None,),
     },
     STREAM_OPTIONS: {},
+    MESSAGES: {
+        "service_tier": (None, "auto", "standard_only"),  # one tier here
+        "speed": (None, "standard"),
+        "container": (None,),  # no code-execution containers
+        "mcp_servers": (None, []),  # no MCP connector
+        "context_management": (None,),
+        "output_config": (None,),  # effort / output format: not implemented
+    },
+    COUNT_TOKENS: {"mcp_servers": (None, []), "context_management": (None,),
+                   "output_config": (None,), "speed": (None, "standard")},
+    RESPONSES: {
+        # stateless: nothing is stored, so nothing can be continued or fetched later
+        "store": (None, False),
+        "previous_response_id": (None,),
+        "conversation": (None,),
+        "background": (None, False),
+        "include": (None, []),
+        "prompt": (None,),  # stored prompt templates
+        "reasoning": (None,),
+        "max_tool_calls": (None,),
+        "top_logprobs": (None, 0),
+        "truncation": (None, "disabled"),
+        "service_tier": (None, "auto", "default"),
+        "context_management": (None,),
+        "background_options": (None,),
+        "access_programs": (None,),
+        "image": (None,),  # image-generation options
+        "moderation": (None,),
+    },
 }
 
 _CACHE_HINTS = ("prompt_cache_key", "prompt_cache_retention", "prompt_cache_options")
@@ -72,6 +112,13 @@ HINTS: Mapping[str, frozenset[str]] = {
     COMPLETIONS: frozenset({"user"}),
     CHAT: frozenset(("user", "safety_identifier", "metadata") + _CACHE_HINTS),
     STREAM_OPTIONS: frozenset({"include_obfuscation"}),
+    # Anthropic's: metadata.user_id (abuse monitoring), cache_control (prompt caching
+    # breakpoints; the prefix cache here is automatic), where and for whom it runs
+    MESSAGES: frozenset({"metadata", "cache_control", "inference_geo", "diagnostics",
+                         "user_profile_id", "workspace_id"}),
+    COUNT_TOKENS: frozenset({"cache_control", "user_profile_id", "workspace_id"}),
+    RESPONSES: frozenset(("user", "safety_identifier", "metadata", "stream_options")
+                         + _CACHE_HINTS),
 }
 
 

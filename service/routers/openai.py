@@ -8,39 +8,18 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from engine.sampling_params import SamplingParams, SamplingParamsError
 from engine.stream import RequestOutput
 from service.backend import ServingState
+from service.chat_run import make_params, start_chat
 from service.deps import ReadyStateDep, check_model, require_api_key
-from service.errors import APIError
 from service.generation import collect, stream_events, submit
-from service.images import encode_chat_prompt
 from service.openai_format import Formatter
 from service.openapi import errors, ok
 from service.prompts import encode_prompts
 from service.schemas import ChatCompletionRequest, CompletionRequest
-from service.tool_calls.choice import ChoiceReader
-from service.tool_calls.grammar import compile_plan_grammar
-from service.tool_calls.plan import plan_chat
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-def make_params(state: ServingState, body: Any, logprobs: int | None,
-                prompt_logprobs: int | None = None, grammar: Any = None) -> SamplingParams:
-    """The request's sampling parameters; fields it leaves out take the model's
-    generation_config.json defaults where the server applies them."""
-    defaults = state.backend.sampling_defaults
-    try:
-        params = SamplingParams(max_tokens=body.output_limit(defaults.max_tokens),
-                                seed=body.seed, logprobs=logprobs,
-                                prompt_logprobs=prompt_logprobs, grammar=grammar,
-                                **body.sampling_kwargs(defaults))
-        params.validate_for_vocab(state.backend.tokenizer.vocab_size)
-    except SamplingParamsError as exc:
-        raise APIError(400, str(exc), str(exc).split(":", 1)[0]) from exc
-    return params
 
 
 def _text_of(state: ServingState):
@@ -104,28 +83,12 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
     **ok("ChatCompletion", chunk="ChatCompletionChunk"), **errors(400, 401, 404, 408, 429, 503)})
 async def chat_completions(body: ChatCompletionRequest, request: Request,
                            state: ReadyStateDep):
-    model = check_model(state, body.model)
-    plan = plan_chat(body, state.parsers)
-    # the grammar first: a bad tool schema is named as such, not as a template failure
-    grammar = await run_in_threadpool(compile_plan_grammar, state.backend, plan)
-    prompt, images = await run_in_threadpool(encode_chat_prompt, state, body.messages,
-                                             body.add_generation_prompt, plan)
-    logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    params = make_params(state, body, logprobs, grammar=grammar)
-    sub = submit(state, "chatcmpl", [prompt], params, body.n, body.cache_salt, images)
-    fmt = Formatter(sub.id, model, _text_of(state))
-    tok = state.backend.tokenizer
-    readers = [ChoiceReader(tok, plan, bool(params.stop)) for _ in sub.ids]
-    reasoning = plan.reasoning_parser is not None
-
-    def reasoning_tokens() -> int | None:
-        return sum(r.reasoning_tokens for r in readers) if reasoning else None
-
+    run = await start_chat(state, body)
+    sub, readers = run.sub, run.readers
+    fmt = Formatter(sub.id, run.model, _text_of(state))
     if not body.stream:
-        choices = await collect(sub, request)
-        for c, r in zip(choices, readers, strict=True):
-            r.feed(RequestOutput(sub.id, "".join(c.text), tuple(c.token_ids), finished=True))
-        return fmt.chat(choices, body.logprobs, readers, reasoning_tokens())
+        choices = await run.collect(request)
+        return fmt.chat(choices, body.logprobs, readers, run.reasoning_tokens())
     counts = {"completion": 0, "cached": 0}
     first = [fmt.chat_chunk(i, {"role": "assistant", "content": ""})
              for i in range(len(sub.ids))]
@@ -143,8 +106,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     def last() -> list[dict[str, Any]]:
         if not body.include_usage:
             return []
-        return [fmt.usage_chunk("chat.completion.chunk", len(prompt), counts["completion"],
-                                counts["cached"], reasoning_tokens())]
+        return [fmt.usage_chunk("chat.completion.chunk", len(run.prompt), counts["completion"],
+                                counts["cached"], run.reasoning_tokens())]
 
     return StreamingResponse(stream_events(sub, first, chunk, last),
                              media_type="text/event-stream", headers=SSE_HEADERS)

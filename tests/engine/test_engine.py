@@ -36,7 +36,7 @@ class Recorder(EngineObserver):
     def on_first_token(self, ttft):
         self.events.append(("ttft", ttft))
 
-    def on_finished(self, reason, e2e, n):
+    def on_finished(self, reason, e2e, n, tag=""):
         self.events.append(("finished", reason, n))
 
 

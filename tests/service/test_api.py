@@ -189,8 +189,8 @@ def test_metrics(c):
     assert 'fp8serve_extension_info{' in text
     for name in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc"):
         assert f'fp8serve_{name}{{model_name="{MODEL}"}}' in text
-    assert f'fp8serve_request_success_total{{finished_reason="length",model_name="{MODEL}"}}' \
-        in text
+    assert ('fp8serve_request_success_total{api="completions",finished_reason="length",'
+            f'model_name="{MODEL}"}}') in text
     for h in ("time_to_first_token_seconds", "inter_token_latency_seconds",
               "e2e_request_latency_seconds", "request_queue_time_seconds"):
         assert f"fp8serve_{h}_bucket" in text

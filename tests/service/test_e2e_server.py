@@ -42,9 +42,9 @@ def client(server):
 
 def metric(server, name: str) -> float:
     text = httpx.get(server["url"] + "/metrics").text
-    m = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)
-    assert m, f"{name} not in /metrics"
-    return float(m.group(1))
+    values = re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+    assert values, f"{name} not in /metrics"
+    return sum(float(v) for v in values)  # over every label set (api, ...)
 
 
 def test_completion_n_logprobs_and_stop(client):

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from engine.request import FinishReason
 from engine.stream import RequestOutput
-from service.generation import Submission, stream_events
+from service.generation import NamedStream, Submission, stream_events, stream_named
 
 
 def _queued(outputs) -> Submission:
@@ -53,3 +53,27 @@ def test_stream_events_one_write_per_batch_and_error_ends_stream():
     assert pieces[1].count("data: ") == 2 and '"text": "x"' in pieces[1]
     assert '"boom"' in pieces[1] and "never sent" not in "".join(pieces)
     assert pieces[-1] == "data: [DONE]\n\n" and "last" not in "".join(pieces)
+
+
+def test_idle_batches_are_empty_and_named_streams_ping():
+    done = RequestOutput("t-0", "x", (5,), finished=True, finish_reason=FinishReason.STOP)
+
+    async def main():
+        sub = _queued([])
+        sub.ids, sub.open = ["t-0"], {0}
+        it = sub.batches(idle=0.01)
+        assert await anext(it) == []  # nothing came within idle: an empty batch
+        sub.queue.put_nowait((0, done))
+        assert await anext(it) == [(0, done)]
+        sub = _queued([])
+        sub.ids, sub.open = ["t-0"], {0}
+        events = NamedStream([("start", {})], lambda out: [("out", {"text": out.text})],
+                             lambda status, msg: [], [("ping", {})], idle=0.01)
+        body = stream_named(sub, events)
+        first, ping = await anext(body), await anext(body)
+        sub.queue.put_nowait((0, done))
+        return first, ping, [s async for s in body]
+
+    first, ping, rest = asyncio.run(main())
+    assert first == 'event: start\ndata: {}\n\n' and ping == 'event: ping\ndata: {}\n\n'
+    assert rest == ['event: out\ndata: {"text": "x"}\n\n']

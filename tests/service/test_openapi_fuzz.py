@@ -51,7 +51,7 @@ SCHEMALESS_400S = [
     ("logit_bias", "out of range for vocab"), ("stop_token_ids", "out of range for vocab"),
     ("prompt", "out of range"), ("tokens", "out of range"),  # ids past the vocabulary
     ("prompt", "empty"), ("messages", "empty"),  # text that encodes to no tokens
-    ("messages", "content part"), ("messages", "images are not served"),  # text parts only
+    ("messages", "content part"), ("messages", "does not take images"),  # no vision tower
     # tool turns: rules across messages (a result answers an earlier call)
     ("messages[", "needs tool_call_id"), ("messages[", "answers no tool call"),
     ("messages[", "only assistant messages carry tool_calls"),
@@ -61,6 +61,11 @@ SCHEMALESS_400S = [
     ("tools", "given twice"), ("response_format", "cannot be combined"),
     ("tools", "no tool-call format"),  # the model's: this fake one has no parser
     ("response_format", "does not support this tokenizer"),  # nor a grammar vocabulary
+    # Anthropic's messages: which blocks a role carries, a named tool choice's name, thinking
+    # on a model without a reasoning parser, a budget against max_tokens
+    ("messages", "cannot carry"), ("tool_choice.name", "needs a name"),
+    ("thinking", "no reasoning format"), ("thinking.budget_tokens", "less than max_tokens"),
+    ("input", "no message to answer"),  # Responses input of reasoning items only
 ]
 
 
@@ -68,7 +73,9 @@ def documented_400(response) -> bool:
     if response.status_code != 400:
         return False
     err = response.json()["error"]
-    param, message = err["param"] or "", err["message"]
+    message = err["message"]
+    # Anthropic's shape has no param: its messages start with it
+    param = err["param"] or "" if "param" in err else message.split(":", 1)[0]
     return any(param.startswith(p) and words in message for p, words in SCHEMALESS_400S)
 
 

@@ -30,6 +30,9 @@ def validator(doc, component):
 ERRORS = {
     ("post", "/v1/completions"): {400, 401, 404, 408, 429, 503},
     ("post", "/v1/chat/completions"): {400, 401, 404, 408, 429, 503},
+    ("post", "/v1/responses"): {400, 401, 404, 408, 429, 503},
+    ("post", "/v1/messages"): {400, 401, 404, 408, 429, 503},
+    ("post", "/v1/messages/count_tokens"): {400, 401, 404, 503},
     ("get", "/v1/models"): {401, 503},
     ("post", "/tokenize"): {400, 401, 404, 503},
     ("post", "/detokenize"): {400, 401, 404, 503},
@@ -45,9 +48,12 @@ def test_every_route_documents_its_errors_and_no_422(doc):
     for path, item in doc["paths"].items():
         for method, op in item.items():
             assert "422" not in op["responses"], (method, path)
+            # Anthropic's routes answer in Anthropic's error shape
+            shape = ("AnthropicErrorResponse" if path.startswith("/v1/messages")
+                     else "ErrorResponse")
             for status in ERRORS.get((method, path), set()):
                 body = op["responses"][str(status)]["content"]["application/json"]["schema"]
-                assert body == {"$ref": "#/components/schemas/ErrorResponse"}, (path, status)
+                assert body == {"$ref": f"#/components/schemas/{shape}"}, (path, status)
             errors = {int(s) for s in op["responses"] if s.startswith(("4", "5"))}
             if path != "/health":
                 assert errors == ERRORS[(method, path)], (method, path)
@@ -59,6 +65,12 @@ def test_real_error_bodies_match_the_documented_schema(c, doc):
                       (c.post("/v1/completions", json={"prompt": "1", "model": "x"}), 404),
                       (c.post("/v1/chat/completions", json={**M, "store": True}), 400),
                       (c.post("/v1/completions", content=b"{"), 400)):
+        assert r.status_code == status, r.text
+        check.validate(r.json())
+    check = validator(doc, "AnthropicErrorResponse")
+    for r, status in ((c.post("/v1/messages", json=M), 400),
+                      (c.post("/v1/messages", json={**M, "max_tokens": 2, "model": "x"}), 404),
+                      (c.post("/v1/messages/count_tokens", content=b"{"), 400)):
         assert r.status_code == status, r.text
         check.validate(r.json())
 

@@ -1,0 +1,93 @@
+"""A chat request's run on the engine, shared by every API that speaks chat
+(/v1/chat/completions, and /v1/messages and /v1/responses through service/translate/):
+plan the tools and output format, compile the grammar, encode the prompt, submit, and
+read each choice's output through a ChoiceReader. Each API only formats what comes out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+from starlette.concurrency import run_in_threadpool
+
+from engine.sampling_params import SamplingParams, SamplingParamsError
+from engine.stream import RequestOutput
+from service.backend import ServingState
+from service.deps import check_model
+from service.errors import APIError
+from service.generation import Choice, Submission, collect, submit
+from service.images import encode_chat_prompt
+from service.schemas import ChatCompletionRequest
+from service.tool_calls.choice import ChoiceReader
+from service.tool_calls.grammar import compile_plan_grammar
+from service.tool_calls.plan import ChatPlan, plan_chat
+
+
+def make_params(state: ServingState, body: Any, logprobs: int | None,
+                prompt_logprobs: int | None = None, grammar: Any = None) -> SamplingParams:
+    """The request's sampling parameters; fields it leaves out take the model's
+    generation_config.json defaults where the server applies them."""
+    defaults = state.backend.sampling_defaults
+    try:
+        params = SamplingParams(max_tokens=body.output_limit(defaults.max_tokens),
+                                seed=body.seed, logprobs=logprobs,
+                                prompt_logprobs=prompt_logprobs, grammar=grammar,
+                                **body.sampling_kwargs(defaults))
+        params.validate_for_vocab(state.backend.tokenizer.vocab_size)
+    except SamplingParamsError as exc:
+        raise APIError(400, str(exc), str(exc).split(":", 1)[0]) from exc
+    return params
+
+
+@dataclass
+class ChatRun:
+    """A submitted chat request: its engine requests and one reader per choice."""
+
+    model: str
+    prompt: list[int]
+    plan: ChatPlan
+    params: SamplingParams
+    sub: Submission
+    readers: list[ChoiceReader]
+
+    @property
+    def reasoning(self) -> bool:
+        return self.plan.reasoning_parser is not None
+
+    def reasoning_tokens(self) -> int | None:
+        return sum(r.reasoning_tokens for r in self.readers) if self.reasoning else None
+
+    async def collect(self, request: Request) -> list[Choice]:
+        """Every choice, whole, each fed through its reader (non-streaming answers)."""
+        choices = await collect(self.sub, request)
+        for c, r in zip(choices, self.readers, strict=True):
+            r.feed(RequestOutput(self.sub.id, "".join(c.text), tuple(c.token_ids),
+                                 finished=True))
+        return choices
+
+
+async def chat_prompt(state: ServingState, body: ChatCompletionRequest
+                      ) -> tuple[str, ChatPlan, list[int]]:
+    """The served model name, the plan and the prompt ids (what count_tokens needs)."""
+    model = check_model(state, body.model)
+    plan = plan_chat(body, state.parsers)
+    prompt, _ = await run_in_threadpool(encode_chat_prompt, state, body.messages,
+                                        body.add_generation_prompt, plan)
+    return model, plan, prompt
+
+
+async def start_chat(state: ServingState, body: ChatCompletionRequest,
+                     prefix: str = "chatcmpl") -> ChatRun:
+    model = check_model(state, body.model)
+    plan = plan_chat(body, state.parsers)
+    # the grammar first: a bad tool schema is named as such, not as a template failure
+    grammar = await run_in_threadpool(compile_plan_grammar, state.backend, plan)
+    prompt, images = await run_in_threadpool(encode_chat_prompt, state, body.messages,
+                                             body.add_generation_prompt, plan)
+    logprobs = (body.top_logprobs or 0) if body.logprobs else None
+    params = make_params(state, body, logprobs, grammar=grammar)
+    sub = submit(state, prefix, [prompt], params, body.n, body.cache_salt, images)
+    tok = state.backend.tokenizer
+    readers = [ChoiceReader(tok, plan, bool(params.stop)) for _ in sub.ids]
+    return ChatRun(model, prompt, plan, params, sub, readers)

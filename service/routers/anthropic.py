@@ -1,0 +1,46 @@
+"""POST /v1/messages and POST /v1/messages/count_tokens: Anthropic's Messages API,
+translated onto the chat run (service/translate/anthropic.py). Errors on these routes
+are in Anthropic's shape (service/errors.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
+
+from service.chat_run import chat_prompt, start_chat
+from service.deps import ReadyStateDep, require_api_key
+from service.generation import NamedStream, stream_named
+from service.openapi import errors, ok, ok_events
+from service.routers.openai import SSE_HEADERS
+from service.translate.anthropic import message_body, to_chat
+from service.translate.anthropic_stream import PING, MessageStream
+from service.translate.schemas import CountTokensRequest, MessagesRequest
+
+router = APIRouter(dependencies=[Depends(require_api_key)])
+PING_EVERY_S = 10.0
+ANTHROPIC = "AnthropicErrorResponse"
+
+
+@router.post("/v1/messages", response_model=None, responses={
+    **ok_events("AnthropicMessageResponse", "the message; with stream: Anthropic's events"),
+    **errors(400, 401, 404, 408, 429, 503, body=ANTHROPIC)})
+async def messages(body: MessagesRequest, request: Request, state: ReadyStateDep):
+    run = await start_chat(state, to_chat(body, state.parsers), "msg")
+    msg_id = run.sub.id.replace("-", "_", 1)
+    reader = run.readers[0]
+    if not body.stream:
+        choice = (await run.collect(request))[0]
+        return message_body(msg_id, run.model, reader, choice, len(run.prompt))
+    enc = MessageStream(msg_id, run.model, reader, len(run.prompt))
+    events = NamedStream(enc.first(), enc.chunk, enc.error, PING, PING_EVERY_S)
+    return StreamingResponse(stream_named(run.sub, events),
+                             media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+@router.post("/v1/messages/count_tokens", response_model=None, responses={
+    **ok("InputTokens"), **errors(400, 401, 404, 503, body=ANTHROPIC)})
+async def count_tokens(body: CountTokensRequest, state: ReadyStateDep) -> dict[str, Any]:
+    _, _, prompt = await chat_prompt(state, to_chat(body, state.parsers))
+    return {"input_tokens": len(prompt)}

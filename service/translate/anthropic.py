@@ -1,0 +1,208 @@
+"""Anthropic's Messages API onto the chat run: a MessagesRequest becomes the
+ChatCompletionRequest it means, and a finished choice becomes Anthropic's message.
+
+- ``system`` (a string or text blocks) is a system message first;
+- user ``text`` / ``image`` blocks are OpenAI text / ``image_url`` parts (an image's base64
+  source a data: URL); each ``tool_result`` block is a ``tool`` message (``is_error``
+  puts "Error: " in front of its content);
+- assistant ``text`` blocks are its content, ``tool_use`` blocks its tool calls (input
+  as JSON text); ``thinking`` / ``redacted_thinking`` blocks are dropped from the prompt,
+  as Anthropic's own models drop earlier turns' thinking;
+- ``tool_choice`` auto / any / tool / none is auto / required / a named function / none,
+  ``disable_parallel_tool_use`` is ``parallel_tool_calls: false``;
+- ``thinking: {type: enabled}`` needs a model with a reasoning parser (a 400 otherwise);
+  ``budget_tokens`` must be below ``max_tokens`` and is not enforced apart from it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from engine.request import FinishReason
+from service.errors import APIError
+from service.generation import Choice
+from service.schemas import ChatCompletionRequest
+from service.tool_calls.choice import ChoiceReader
+from service.tool_calls.select import ParserChoice
+from service.translate.schemas import (
+    CountTokensRequest,
+    ImageBlock,
+    MessagesRequest,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+
+
+def _part(block: TextBlock | ImageBlock) -> dict[str, Any]:
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text}
+    src = block.source
+    url = src.url if src.type == "url" else f"data:{src.media_type};base64,{src.data}"
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _tool_message(block: ToolResultBlock) -> dict[str, Any]:
+    parts = ([{"type": "text", "text": block.content}] if isinstance(block.content, str)
+             else [_part(b) for b in block.content])
+    if block.is_error:
+        parts.insert(0, {"type": "text", "text": "Error: "})
+    return {"role": "tool", "tool_call_id": block.tool_use_id, "content": parts}
+
+
+def _user(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"role": "user", "content": content}]
+    out: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for block in content:
+        if isinstance(block, ToolResultBlock):
+            if parts:
+                out.append({"role": "user", "content": parts})
+                parts = []
+            out.append(_tool_message(block))
+        elif isinstance(block, TextBlock | ImageBlock):
+            parts.append(_part(block))
+        else:
+            raise APIError(400, f"messages: a user message cannot carry {block.type} blocks",
+                           "messages")
+    return out + ([{"role": "user", "content": parts}] if parts else [])
+
+
+def _assistant(content: Any) -> dict[str, Any]:
+    if isinstance(content, str):
+        return {"role": "assistant", "content": content}
+    text, calls = "", []
+    for block in content:
+        if isinstance(block, TextBlock):
+            text += block.text
+        elif isinstance(block, ToolUseBlock):
+            calls.append({"id": block.id, "type": "function", "function": {
+                "name": block.name, "arguments": json.dumps(block.input)}})
+        elif isinstance(block, ImageBlock | ToolResultBlock):
+            raise APIError(400, f"messages: an assistant message cannot carry {block.type} "
+                           "blocks",
+                           "messages")
+    msg: dict[str, Any] = {"role": "assistant", "content": text or None}
+    return {**msg, "tool_calls": calls} if calls else msg
+
+
+def _messages(body: CountTokensRequest | MessagesRequest) -> list[dict[str, Any]]:
+    system = body.system
+    if isinstance(system, list):
+        system = "".join(b.text for b in system)
+    out = [{"role": "system", "content": system}] if system else []
+    for m in body.messages:
+        out += _user(m.content) if m.role == "user" else [_assistant(m.content)]
+    return out
+
+
+def _tool_fields(body: CountTokensRequest | MessagesRequest) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if body.tools:
+        out["tools"] = [{"type": "function", "function": {
+            "name": t.name, "parameters": t.input_schema,
+            **({"description": t.description} if t.description else {})}}
+            for t in body.tools]
+    tc = body.tool_choice
+    if tc is not None:
+        if tc.type == "tool" and not tc.name:
+            raise APIError(400, "tool_choice.name: a tool_choice of type tool needs a name",
+                           "tool_choice.name")
+        out["tool_choice"] = ({"type": "function", "function": {"name": tc.name}}
+                              if tc.type == "tool" else
+                              {"auto": "auto", "any": "required", "none": "none"}[tc.type])
+        out["parallel_tool_calls"] = not tc.disable_parallel_tool_use
+    return out
+
+
+def _check_thinking(body: CountTokensRequest | MessagesRequest, parsers: ParserChoice) -> None:
+    if body.thinking is None or body.thinking.type != "enabled":
+        return
+    if parsers.reasoning_parser is None:
+        raise APIError(400, "thinking: this model has no reasoning format the server can "
+                       "read (start it with --reasoning-parser)", "thinking")
+    limit = getattr(body, "max_tokens", None)
+    if limit is not None and body.thinking.budget_tokens >= limit:
+        raise APIError(400, "thinking.budget_tokens: must be less than max_tokens",
+                       "thinking.budget_tokens")
+
+
+def to_chat(body: CountTokensRequest | MessagesRequest, parsers: ParserChoice
+            ) -> ChatCompletionRequest:
+    """The chat request ``body`` means (sampling fields left out take the model's
+    defaults, as on the chat route)."""
+    _check_thinking(body, parsers)
+    data: dict[str, Any] = {"model": body.model, "messages": _messages(body),
+                            **_tool_fields(body)}
+    if isinstance(body, MessagesRequest):
+        data.update(max_tokens=body.max_tokens, stream=body.stream)
+        for ours, theirs in (("stop", "stop_sequences"), ("temperature", "temperature"),
+                             ("top_p", "top_p"), ("top_k", "top_k")):
+            if getattr(body, theirs) is not None:
+                data[ours] = getattr(body, theirs)
+    return validated(data)
+
+
+def validated(data: dict[str, Any]) -> ChatCompletionRequest:
+    """The translated chat request; what chat's model refuses is a 400 naming its place."""
+    try:
+        return ChatCompletionRequest.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        param = ".".join(str(p) for p in err["loc"]) or None
+        raise APIError(400, f"{param}: {err['msg']}", param) from exc
+
+
+def stop_reason(reader: ChoiceReader, finish: FinishReason | None,
+                stop: int | str | None) -> tuple[str | None, str | None]:
+    """Anthropic's (stop_reason, stop_sequence) of a finished choice (``finish`` and
+    ``stop``: its engine finish_reason and stop_reason)."""
+    reason = reader.finish_reason(finish)
+    if reason is None:
+        return None, None
+    if reason == "tool_calls":
+        return "tool_use", None
+    if finish is FinishReason.LENGTH:
+        return "max_tokens", None
+    if isinstance(stop, str):
+        return "stop_sequence", stop
+    return "end_turn", None
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """A call's arguments as an object; text that is not one (a call cut by max_tokens)
+    is ``{}``."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def usage(prompt_tokens: int, output_tokens: int, cached: int) -> dict[str, int]:
+    """Anthropic counts cache reads apart: input_tokens + cache_read_input_tokens is the
+    whole prompt."""
+    return {"input_tokens": prompt_tokens - cached, "output_tokens": output_tokens,
+            "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
+
+
+def message_body(msg_id: str, model: str, reader: ChoiceReader, choice: Choice,
+                 prompt_tokens: int) -> dict[str, Any]:
+    m = reader.message()
+    content: list[dict[str, Any]] = []
+    if m.get("reasoning_content"):
+        content.append({"type": "thinking", "thinking": m["reasoning_content"],
+                        "signature": ""})
+    if m.get("content"):
+        content.append({"type": "text", "text": m["content"]})
+    for c in m.get("tool_calls", ()):
+        content.append({"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
+                        "input": tool_input(c["function"]["arguments"])})
+    reason, sequence = stop_reason(reader, choice.finish_reason, choice.stop_reason)
+    return {"id": msg_id, "type": "message", "role": "assistant", "model": model,
+            "content": content, "stop_reason": reason, "stop_sequence": sequence,
+            "usage": usage(prompt_tokens, len(choice.token_ids), choice.num_cached_tokens)}

@@ -1,0 +1,91 @@
+"""One message's stream in Anthropic's events: ``message_start``, then per content block
+``content_block_start``, its deltas (``thinking_delta``, ``text_delta``,
+``input_json_delta``) and ``content_block_stop``, then ``message_delta`` (stop_reason,
+usage) and ``message_stop``. Blocks open in the order the output writes them: a change of
+kind (thinking, text, a new tool call) closes the open block and opens the next."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.stream import RequestOutput
+from service.errors import anthropic_error_body
+from service.generation import Event
+from service.tool_calls.choice import ChoiceReader
+from service.tool_calls.deltas import DeltaMessage
+from service.translate.anthropic import stop_reason, usage
+
+PING: list[Event] = [("ping", {"type": "ping"})]
+
+
+class MessageStream:
+    def __init__(self, msg_id: str, model: str, reader: ChoiceReader,
+                 prompt_tokens: int) -> None:
+        self.msg_id, self.model, self.reader = msg_id, model, reader
+        self.prompt_tokens = prompt_tokens
+        self.index = -1
+        self.open: tuple[str, int | None] | None = None  # (kind, call index)
+        self.output_tokens = self.cached = 0
+
+    def first(self) -> list[Event]:
+        msg = {"id": self.msg_id, "type": "message", "role": "assistant",
+               "model": self.model, "content": [], "stop_reason": None,
+               "stop_sequence": None, "usage": usage(self.prompt_tokens, 0, 0)}
+        return [("message_start", {"type": "message_start", "message": msg}), *PING]
+
+    def _block(self, kind: str, call: int | None, block: dict[str, Any]) -> list[Event]:
+        if self.open == (kind, call):
+            return []
+        events = self._close()
+        self.index += 1
+        self.open = (kind, call)
+        return events + [("content_block_start", {"type": "content_block_start",
+                                                  "index": self.index,
+                                                  "content_block": block})]
+
+    def _close(self) -> list[Event]:
+        if self.open is None:
+            return []
+        self.open = None
+        return [("content_block_stop", {"type": "content_block_stop", "index": self.index})]
+
+    def _delta(self, delta: dict[str, Any]) -> Event:
+        return ("content_block_delta", {"type": "content_block_delta", "index": self.index,
+                                        "delta": delta})
+
+    def feed(self, d: DeltaMessage) -> list[Event]:
+        events: list[Event] = []
+        if d.reasoning_content:
+            events += self._block("thinking", None, {"type": "thinking", "thinking": "",
+                                                     "signature": ""})
+            events.append(self._delta({"type": "thinking_delta",
+                                       "thinking": d.reasoning_content}))
+        if d.content:
+            events += self._block("text", None, {"type": "text", "text": ""})
+            events.append(self._delta({"type": "text_delta", "text": d.content}))
+        for t in d.tool_calls:
+            if t.id is not None:
+                events += self._block("tool_use", t.index, {
+                    "type": "tool_use", "id": t.id, "name": t.name or "", "input": {}})
+            if t.arguments:
+                events.append(self._delta({"type": "input_json_delta",
+                                           "partial_json": t.arguments}))
+        return events
+
+    def chunk(self, out: RequestOutput) -> list[Event]:
+        self.output_tokens += len(out.token_ids)
+        self.cached = out.num_cached_tokens
+        events = self.feed(self.reader.feed(out))
+        if not out.finished:
+            return events
+        reason, sequence = stop_reason(self.reader, out.finish_reason, out.stop_reason)
+        use = usage(self.prompt_tokens, self.output_tokens, self.cached)
+        return events + self._close() + [
+            ("message_delta", {"type": "message_delta",
+                               "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                               "usage": use}),
+            ("message_stop", {"type": "message_stop"})]
+
+    @staticmethod
+    def error(status: int, message: str) -> list[Event]:
+        return [("error", anthropic_error_body(status, message))]

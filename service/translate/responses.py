@@ -1,0 +1,98 @@
+"""OpenAI's Responses API (the stateless subset, as vLLM serves it) onto the chat run: a
+ResponsesRequest becomes the ChatCompletionRequest it means.
+
+- ``instructions`` is a system message first; ``input`` a string (one user message) or
+  items: ``message`` items (``input_text`` / ``output_text`` parts are text parts,
+  ``input_image`` an ``image_url`` part), ``function_call`` items the calls of an
+  assistant message (consecutive calls share one), ``function_call_output`` items
+  ``tool`` messages; ``reasoning`` items are dropped from the prompt;
+- ``tools`` (function), ``tool_choice``, ``parallel_tool_calls`` as on chat;
+  ``text.format`` is chat's ``response_format``; ``max_output_tokens`` is ``max_tokens``.
+
+The output (service/translate/responses_stream.py) is built by one encoder for both
+modes: the non-streaming body is the stream's last snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.errors import APIError
+from service.schemas import ChatCompletionRequest
+from service.translate.anthropic import validated
+from service.translate.schemas import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    InputText,
+    MessageItem,
+    ResponsesRequest,
+)
+
+
+def _parts(content: Any) -> Any:
+    if isinstance(content, str):
+        return content
+    return [{"type": "text", "text": p.text} if isinstance(p, InputText)
+            else {"type": "image_url", "image_url": {"url": p.image_url, "detail": p.detail}}
+            for p in content]
+
+
+def _call(item: FunctionCallItem) -> dict[str, Any]:
+    return {"id": item.call_id, "type": "function",
+            "function": {"name": item.name, "arguments": item.arguments}}
+
+
+def _messages(body: ResponsesRequest) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if body.instructions:
+        out.append({"role": "system", "content": body.instructions})
+    if isinstance(body.input, str):
+        return out + [{"role": "user", "content": body.input}]
+    for item in body.input:
+        last = out[-1] if out else None
+        if isinstance(item, MessageItem):
+            out.append({"role": item.role, "content": _parts(item.content)})
+        elif isinstance(item, FunctionCallItem):
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(_call(item))
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [_call(item)]})
+        elif isinstance(item, FunctionCallOutputItem):
+            output = (item.output if isinstance(item.output, str)
+                      else "".join(p.text for p in item.output))
+            out.append({"role": "tool", "tool_call_id": item.call_id, "content": output})
+    if not out:
+        raise APIError(400, "input: no message to answer (reasoning items are dropped from "
+                       "the prompt)", "input")
+    return out
+
+
+def _format(body: ResponsesRequest) -> dict[str, Any] | None:
+    fmt = body.text.format if body.text is not None else None
+    if fmt is None or fmt.type != "json_schema":
+        return None if fmt is None else {"type": fmt.type}
+    spec = {"name": fmt.name or "response", "schema": fmt.schema_,
+            "description": fmt.description, "strict": fmt.strict}
+    return {"type": "json_schema", "json_schema": {k: v for k, v in spec.items()
+                                                   if v is not None}}
+
+
+def to_chat(body: ResponsesRequest) -> ChatCompletionRequest:
+    data: dict[str, Any] = {"model": body.model, "messages": _messages(body),
+                            "parallel_tool_calls": body.parallel_tool_calls,
+                            "stream": body.stream}
+    if body.tools:
+        data["tools"] = [{"type": "function", "function": t.model_dump(
+            exclude_none=True, exclude={"type"})} for t in body.tools]
+    tc = body.tool_choice
+    if tc is not None:
+        data["tool_choice"] = (tc if isinstance(tc, str)
+                               else {"type": "function", "function": {"name": tc.name}})
+    fmt = _format(body)
+    if fmt is not None:
+        data["response_format"] = fmt
+    for ours, theirs in (("max_tokens", "max_output_tokens"), ("temperature", "temperature"),
+                         ("top_p", "top_p")):
+        if getattr(body, theirs) is not None:
+            data[ours] = getattr(body, theirs)
+    return validated(data)

@@ -1,0 +1,168 @@
+"""A response's output items and typed events (``response.created``, ``.in_progress``,
+``.output_item.added``, ``.content_part.added``, ``.output_text.delta`` / ``.done``,
+``.reasoning_text.delta`` / ``.done``, ``.function_call_arguments.delta`` / ``.done``,
+``.content_part.done``, ``.output_item.done``, ``.completed``), each with its
+``sequence_number``. One encoder serves both modes: streaming feeds each step's delta;
+non-streaming feeds the whole message as one delta and returns the last snapshot, so both
+answers are the same items. ``response.completed`` ends every stream (status
+``incomplete`` inside when max_output_tokens cut it), as vLLM does and the SDK's stream
+helper expects."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from engine.request import FinishReason
+from engine.stream import RequestOutput
+from service.errors import error_body
+from service.generation import Event
+from service.tool_calls.choice import ChoiceReader
+from service.tool_calls.deltas import DeltaMessage, ToolCallDelta
+
+_PART = {"message": "output_text", "reasoning": "reasoning_text"}
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def whole_delta(reader: ChoiceReader) -> DeltaMessage:
+    """A finished reader's message as one delta."""
+    m = reader.message()
+    calls: list[ToolCallDelta] = []
+    for i, c in enumerate(m.get("tool_calls", ())):
+        calls += [ToolCallDelta(i, c["id"], c["function"]["name"]),
+                  ToolCallDelta(i, arguments=c["function"]["arguments"])]
+    return DeltaMessage(m.get("content") or "", m.get("reasoning_content") or "", calls)
+
+
+class ResponseStream:
+    def __init__(self, resp_id: str, head: dict[str, Any], reader: ChoiceReader,
+                 prompt_tokens: int, reasoning: bool) -> None:
+        """``head``: the request's echoed fields (model, tools, tool_choice, ...)."""
+        self.reader, self.prompt_tokens, self.reasoning = reader, prompt_tokens, reasoning
+        self.response = {"id": resp_id, "object": "response", "created_at": int(time.time()),
+                         "status": "in_progress", "error": None, "incomplete_details": None,
+                         **head, "output": [], "usage": None}
+        self.seq = 0
+        self.open: tuple[str, int | None] | None = None
+        self.output_tokens = self.cached = 0
+
+    def _ev(self, kind: str, **data: Any) -> Event:
+        self.seq += 1
+        return (kind, {"type": kind, "sequence_number": self.seq - 1, **data})
+
+    def first(self) -> list[Event]:
+        snap = {**self.response, "output": []}
+        return [self._ev("response.created", response=snap),
+                self._ev("response.in_progress", response=snap)]
+
+    @property
+    def _item(self) -> dict[str, Any]:
+        return self.response["output"][-1]
+
+    def _where(self) -> dict[str, Any]:
+        return {"item_id": self._item["id"], "output_index": len(self.response["output"]) - 1}
+
+    def _start(self, kind: str, call: int | None, item: dict[str, Any]) -> list[Event]:
+        if self.open == (kind, call):
+            return []
+        events = self._close()
+        self.open = (kind, call)
+        self.response["output"].append(item)
+        events.append(self._ev("response.output_item.added", output_index=len(
+            self.response["output"]) - 1, item={**item, "content": []} if "content" in item
+            else dict(item)))
+        if kind in _PART:
+            part = item["content"][0]
+            events.append(self._ev("response.content_part.added", **self._where(),
+                                   content_index=0, part={**part, "text": ""}))
+        return events
+
+    def _close(self) -> list[Event]:
+        if self.open is None:
+            return []
+        kind, _ = self.open
+        self.open = None
+        item, where = self._item, self._where()
+        item["status"] = "completed"
+        events = []
+        if kind in _PART:
+            part = item["content"][0]
+            name = "response.output_text.done" if kind == "message" else \
+                "response.reasoning_text.done"
+            extra = {"logprobs": []} if kind == "message" else {}
+            events += [self._ev(name, **where, content_index=0, text=part["text"], **extra),
+                       self._ev("response.content_part.done", **where, content_index=0,
+                                part=dict(part))]
+        else:
+            events.append(self._ev("response.function_call_arguments.done", **where,
+                                   arguments=item["arguments"]))
+        return events + [self._ev("response.output_item.done", output_index=where[
+            "output_index"], item=dict(item))]
+
+    def _text(self, kind: str, text: str) -> list[Event]:
+        part = ({"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+                if kind == "message" else {"type": "reasoning_text", "text": ""})
+        item = ({"id": _new_id("msg"), "type": "message", "role": "assistant",
+                 "status": "in_progress", "content": [part]} if kind == "message" else
+                {"id": _new_id("rs"), "type": "reasoning", "summary": [], "content": [part]})
+        events = self._start(kind, None, item)
+        self._item["content"][0]["text"] += text
+        name = ("response.output_text.delta" if kind == "message"
+                else "response.reasoning_text.delta")
+        extra = {"logprobs": []} if kind == "message" else {}
+        return events + [self._ev(name, **self._where(), content_index=0, delta=text,
+                                  **extra)]
+
+    def feed(self, d: DeltaMessage) -> list[Event]:
+        events: list[Event] = []
+        if d.reasoning_content:
+            events += self._text("reasoning", d.reasoning_content)
+        if d.content:
+            events += self._text("message", d.content)
+        for t in d.tool_calls:
+            if t.id is not None:
+                events += self._start("function_call", t.index, {
+                    "id": _new_id("fc"), "type": "function_call", "call_id": t.id,
+                    "name": t.name or "", "arguments": "", "status": "in_progress"})
+            if t.arguments:
+                self._item["arguments"] += t.arguments
+                events.append(self._ev("response.function_call_arguments.delta",
+                                       **self._where(), delta=t.arguments))
+        return events
+
+    def finish(self, finish: FinishReason | None) -> list[Event]:
+        events = self._close()
+        r = self.response
+        if finish is FinishReason.LENGTH:
+            r["status"], r["incomplete_details"] = "incomplete", {"reason": "max_output_tokens"}
+        else:
+            r["status"] = "completed"
+        reasoning = self.reader.reasoning_tokens if self.reasoning else 0
+        r["usage"] = {"input_tokens": self.prompt_tokens,
+                      "input_tokens_details": {"cached_tokens": self.cached},
+                      "output_tokens": self.output_tokens,
+                      "output_tokens_details": {"reasoning_tokens": reasoning},
+                      "total_tokens": self.prompt_tokens + self.output_tokens}
+        return events + [self._ev("response.completed", response=r)]
+
+    def chunk(self, out: RequestOutput) -> list[Event]:
+        self.output_tokens += len(out.token_ids)
+        self.cached = out.num_cached_tokens
+        events = self.feed(self.reader.feed(out))
+        return events + self.finish(out.finish_reason) if out.finished else events
+
+    def whole(self, finish: FinishReason | None, output_tokens: int, cached: int
+              ) -> dict[str, Any]:
+        """The non-streaming body, from a reader fed the whole output."""
+        self.output_tokens, self.cached = output_tokens, cached
+        self.feed(whole_delta(self.reader))
+        self.finish(finish)
+        return self.response
+
+    def error(self, status: int, message: str) -> list[Event]:
+        err = error_body(status, message)["error"]
+        return [self._ev("error", code=err["type"], message=message, param=None)]

@@ -1,0 +1,204 @@
+"""Request bodies of /v1/messages (Anthropic) and /v1/responses (OpenAI): strict types, as
+service/schemas.py; fields outside these models go through service/unsupported.py."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Discriminator, Field, Tag
+
+from service import unsupported
+from service.schemas import NAME_PATTERN, NonEmptyStr, _Body
+
+
+class TextBlock(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class Base64Source(_Body):
+    type: Literal["base64"]
+    media_type: str
+    data: str
+
+
+class UrlSource(_Body):
+    type: Literal["url"]
+    url: str
+
+
+class ImageBlock(_Body):
+    type: Literal["image"]
+    source: Annotated[Base64Source | UrlSource, Field(discriminator="type")]
+
+
+class ToolUseBlock(_Body):
+    type: Literal["tool_use"]
+    id: str = Field(min_length=1)
+    name: str
+    input: dict[str, Any]
+
+
+class ToolResultBlock(_Body):
+    type: Literal["tool_result"]
+    tool_use_id: str = Field(min_length=1)
+    content: str | list[Annotated[TextBlock | ImageBlock, Field(discriminator="type")]] = ""
+    is_error: bool = False
+
+
+class ThinkingBlock(_Body):
+    type: Literal["thinking"]
+    thinking: str
+    signature: str = ""
+
+
+class RedactedThinkingBlock(_Body):
+    type: Literal["redacted_thinking"]
+    data: str
+
+
+ContentBlock = Annotated[TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock
+                         | ThinkingBlock | RedactedThinkingBlock, Field(discriminator="type")]
+
+
+class AnthropicMessage(_Body):
+    role: Literal["user", "assistant"]
+    content: str | Annotated[list[ContentBlock], Field(min_length=1)]
+
+
+class AnthropicTool(_Body):
+    type: Literal["custom"] = "custom"  # server tools (bash, web search, ...): a 400
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str | None = None
+    input_schema: dict[str, Any]
+
+
+class AnthropicToolChoice(_Body):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool = False
+
+
+class ThinkingEnabled(_Body):
+    type: Literal["enabled"]
+    budget_tokens: int = Field(ge=1)
+
+
+class ThinkingDisabled(_Body):
+    type: Literal["disabled"]
+
+
+class _AnthropicBody(_Body):
+    model: str | None = None
+    system: str | list[TextBlock] | None = None
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    tools: list[AnthropicTool] | None = None
+    tool_choice: AnthropicToolChoice | None = None
+    thinking: Annotated[ThinkingEnabled | ThinkingDisabled,
+                        Field(discriminator="type")] | None = None
+
+
+class MessagesRequest(_AnthropicBody):
+    openai_endpoint: ClassVar[str | None] = unsupported.MESSAGES
+    max_tokens: int = Field(ge=1)
+    stop_sequences: list[NonEmptyStr] | None = None
+    temperature: float | None = Field(None, ge=0, le=1)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=1)
+    stream: bool = False
+
+
+class CountTokensRequest(_AnthropicBody):
+    openai_endpoint: ClassVar[str | None] = unsupported.COUNT_TOKENS
+
+
+# --- /v1/responses (OpenAI's Responses API, the stateless subset) ---
+
+class InputText(_Body):
+    type: Literal["input_text", "output_text"]  # output_text: an earlier answer's text
+    text: str
+
+
+class InputImage(_Body):
+    type: Literal["input_image"]
+    image_url: str  # a URL or data: URL (file_id inputs are not served)
+    detail: Literal["low", "high", "auto"] = "auto"
+
+
+ContentPart = Annotated[InputText | InputImage, Field(discriminator="type")]
+
+
+class MessageItem(_Body):
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[ContentPart]
+
+
+class FunctionCallItem(_Body):
+    type: Literal["function_call"]
+    call_id: str = Field(min_length=1)
+    name: str
+    arguments: str
+
+
+class FunctionCallOutputItem(_Body):
+    type: Literal["function_call_output"]
+    call_id: str = Field(min_length=1)
+    output: str | list[InputText]
+
+
+class ReasoningItem(_Body):
+    type: Literal["reasoning"]  # an earlier turn's reasoning: dropped from the prompt
+
+
+def _item_type(value: Any) -> Any:
+    """An item's type; a message item may leave it out (OpenAI's EasyInputMessage)."""
+    if isinstance(value, dict):
+        return value.get("type", "message")
+    return getattr(value, "type", None)
+
+
+InputItem = Annotated[
+    Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")], Discriminator(_item_type)]
+
+
+class FunctionTool(_Body):
+    type: Literal["function"]
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class NamedFunction(_Body):
+    type: Literal["function"]
+    name: str
+
+
+class TextFormat(_Body):
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = Field(None, pattern=NAME_PATTERN)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class TextConfig(_Body):
+    format: TextFormat | None = None
+
+
+class ResponsesRequest(_Body):
+    openai_endpoint: ClassVar[str | None] = unsupported.RESPONSES
+    model: str | None = None
+    input: str | Annotated[list[InputItem], Field(min_length=1)]
+    instructions: str | None = None
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = None
+    parallel_tool_calls: bool = True
+    text: TextConfig | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    stream: bool = False

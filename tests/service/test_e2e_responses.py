@@ -1,0 +1,61 @@
+"""/v1/responses with the openai SDK on the real engine (demo model and tiny v13-tekken
+checkpoint, see test_e2e_messages.py): text equal to Chat Completions (greedy), the stream
+helper's final response equal to create, a forced function call and a json_schema format
+(grammar-constrained), a function_call_output turn."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+
+from tests.service.test_e2e_messages import ASK, served  # noqa: F401 (fixture)
+from tests.service.test_e2e_tools import TOOLS as CHAT_TOOLS
+from tests.service.test_e2e_tools import WEATHER
+
+TOOLS = [{"type": "function", **t["function"]} for t in CHAT_TOOLS]
+ANSWER = {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]},
+                                           "sunny": {"type": "boolean"}},
+          "required": ["city", "sunny"], "additionalProperties": False}
+
+
+def _create(served, **kw):  # noqa: F811
+    _, chat, name, _ = served
+    return chat.responses.create(**{"model": name, "input": ASK[0]["content"],
+                                    "max_output_tokens": 12, "temperature": 0, **kw})
+
+
+def test_text_matches_chat_and_the_stream(served):  # noqa: F811
+    _, chat, name, _ = served
+    r = _create(served, instructions="Answer briefly.")
+    c = chat.chat.completions.create(model=name, max_tokens=12, temperature=0, messages=[
+        {"role": "system", "content": "Answer briefly."}, *ASK]).choices[0]
+    assert r.output_text == c.message.content
+    assert r.status == ("incomplete" if c.finish_reason == "length" else "completed")
+    with chat.responses.stream(model=name, input=ASK[0]["content"], max_output_tokens=12,
+                               temperature=0, instructions="Answer briefly.") as s:
+        text = "".join(e.delta for e in s if e.type == "response.output_text.delta")
+        final = s.get_final_response()
+    assert text == final.output_text == r.output_text
+    assert final.usage.output_tokens == r.usage.output_tokens
+
+
+def test_forced_call_and_its_output(served):  # noqa: F811
+    r = _create(served, tools=TOOLS, max_output_tokens=60,
+                tool_choice={"type": "function", "name": "get_weather"})
+    calls = [o for o in r.output if o.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "get_weather"
+    jsonschema.validate(json.loads(calls[0].arguments), WEATHER)
+    history = [ASK[0], {"type": "function_call", "call_id": calls[0].call_id,
+                        "name": calls[0].name, "arguments": calls[0].arguments},
+               {"type": "function_call_output", "call_id": calls[0].call_id,
+                "output": "sunny, 21 C"}]
+    r = _create(served, input=history, tools=TOOLS, tool_choice="none")
+    assert r.output and r.output[-1].type == "message"
+
+
+def test_json_schema_format(served):  # noqa: F811
+    r = _create(served, max_output_tokens=60, text={"format": {
+        "type": "json_schema", "name": "answer", "schema": ANSWER, "strict": True}})
+    assert r.status == "completed", r
+    jsonschema.validate(json.loads(r.output_text), ANSWER)

@@ -1,0 +1,241 @@
+"""/v1/messages (Anthropic's Messages API) on the scripted model
+(tests/service/scripted_backend.py): exact event sequences for text, thinking and tool
+calls, the translation of history (system, tool_use, tool_result), count_tokens, errors in
+Anthropic's shape and keys as x-api-key; then the anthropic SDK over the same app."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import pytest
+
+from tests.service.test_chat_tools_api import chat, make_client, reassemble, stream
+
+TOOLS = [{"name": n, "input_schema": {"type": "object"}} for n in ("get_weather", "get_time")]
+
+
+@pytest.fixture(scope="module")
+def client():
+    with make_client() as c:
+        yield c
+
+
+def ask(script: int, **body) -> dict:
+    return {"max_tokens": 200, "temperature": 0,
+            "messages": [{"role": "user", "content": f"<script{script}>"}], **body}
+
+
+def events(client, body: dict) -> list[tuple[str, dict]]:
+    r = client.post("/v1/messages", json={**body, "stream": True})
+    assert r.status_code == 200, r.text
+    out = []
+    for block in r.text.strip().split("\n\n"):
+        name, data = block.split("\n")
+        assert name.startswith("event: ") and data.startswith("data: ")
+        out.append((name[7:], json.loads(data[6:])))
+    assert all(d["type"] == n for n, d in out)
+    return out
+
+
+def shape(evs: list[tuple[str, dict]]) -> list[str]:
+    """Event names, consecutive deltas of one block folded into one."""
+    out: list[str] = []
+    for name, d in evs:
+        label = name
+        if name == "content_block_delta":
+            label = f"delta {d['index']} {d['delta']['type']}"
+        elif name == "content_block_start":
+            label = f"start {d['index']} {d['content_block']['type']}"
+        elif name == "content_block_stop":
+            label = f"stop {d['index']}"
+        if not out or out[-1] != label or not label.startswith("delta"):
+            out.append(label)
+    return out
+
+
+def test_thinking_and_text(client):
+    r = client.post("/v1/messages", json=ask(1))
+    assert r.status_code == 200, r.text
+    m = r.json()
+    assert m["id"].startswith("msg_") and (m["type"], m["role"]) == ("message", "assistant")
+    assert m["content"] == [
+        {"type": "thinking", "thinking": "Paris is in France", "signature": ""},
+        {"type": "text", "text": "Hello world"}]
+    assert (m["stop_reason"], m["stop_sequence"]) == ("end_turn", None)
+    assert m["usage"]["input_tokens"] + m["usage"]["cache_read_input_tokens"] == 2
+    evs = events(client, ask(1))
+    assert shape(evs) == ["message_start", "ping", "start 0 thinking", "delta 0 thinking_delta",
+                          "stop 0", "start 1 text", "delta 1 text_delta", "stop 1",
+                          "message_delta", "message_stop"]
+    text = "".join(d["delta"].get("text", "") for n, d in evs if n == "content_block_delta")
+    thought = "".join(d["delta"].get("thinking", "") for n, d in evs
+                      if n == "content_block_delta")
+    assert (thought, text) == ("Paris is in France", "Hello world")
+    final = evs[-2][1]
+    assert final["delta"] == {"stop_reason": "end_turn", "stop_sequence": None}
+    assert final["usage"]["output_tokens"] == m["usage"]["output_tokens"]
+
+
+def test_tool_calls_as_tool_use_blocks(client):
+    m = client.post("/v1/messages", json=ask(0, tools=TOOLS)).json()
+    assert [b["type"] for b in m["content"]] == ["text", "tool_use", "tool_use"]
+    assert m["content"][0]["text"] == "Let me check."
+    assert [(b["name"], b["input"]) for b in m["content"][1:]] == [
+        ("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Rome"})]
+    assert m["stop_reason"] == "tool_use"
+    evs = events(client, ask(0, tools=TOOLS))
+    assert shape(evs) == [
+        "message_start", "ping", "start 0 text", "delta 0 text_delta", "stop 0",
+        "start 1 tool_use", "delta 1 input_json_delta", "stop 1",
+        "start 2 tool_use", "delta 2 input_json_delta", "stop 2",
+        "message_delta", "message_stop"]
+    args = ["".join(d["delta"]["partial_json"] for n, d in evs if n == "content_block_delta"
+                    and d["index"] == i) for i in (1, 2)]
+    assert [json.loads(a) for a in args] == [{"city": "Paris"}, {"city": "Rome"}]
+    assert evs[-2][1]["delta"]["stop_reason"] == "tool_use"
+
+
+def test_same_output_as_chat_completions(client):
+    for script in (0, 1, 3):
+        m = client.post("/v1/messages", json=ask(script, tools=TOOLS)).json()
+        tools = [{"type": "function", "function": {"name": t["name"],
+                                                   "parameters": t["input_schema"]}}
+                 for t in TOOLS]
+        msg, _ = reassemble(stream(client, script, tools=tools))
+        text = "".join(b.get("text", "") for b in m["content"])
+        calls = [(b["name"], b["input"]) for b in m["content"] if b["type"] == "tool_use"]
+        assert text == msg["content"]
+        assert calls == [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+                         for c in msg["tool_calls"]]
+
+
+def test_stop_sequences_and_max_tokens(client):
+    m = client.post("/v1/messages", json=ask(3, stop_sequences=[" wor"])).json()
+    assert m["content"] == [{"type": "text", "text": "Hello"}]
+    assert (m["stop_reason"], m["stop_sequence"]) == ("stop_sequence", " wor")
+    m = client.post("/v1/messages", json=ask(3, max_tokens=1)).json()
+    assert m["stop_reason"] == "max_tokens" and m["usage"]["output_tokens"] == 1
+    for body, delta in ((ask(3, stop_sequences=[" wor"]), {"stop_reason": "stop_sequence",
+                                                           "stop_sequence": " wor"}),
+                        (ask(3, max_tokens=1), {"stop_reason": "max_tokens",
+                                                "stop_sequence": None})):
+        name, last = events(client, body)[-2]
+        assert name == "message_delta" and last["delta"] == delta
+
+
+def test_history_with_system_tool_use_and_tool_result(client):
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "<script0>", "signature": "x"},
+            {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+             "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                      "content": [{"type": "text", "text": "<script3>"}]}]}]
+    body = {"max_tokens": 50, "system": [{"type": "text", "text": "Be brief."}],
+            "messages": messages, "tools": TOOLS}
+    m = client.post("/v1/messages", json=body).json()
+    # the thinking block is dropped from the prompt, so the tool result's script runs
+    assert [b.get("text") or b["name"] for b in m["content"]] == ["Hello world", "get_time"]
+    r = client.post("/v1/messages/count_tokens", json=body)
+    assert r.status_code == 200 and r.json() == {"input_tokens": m["usage"]["input_tokens"]
+                                                 + m["usage"]["cache_read_input_tokens"]}
+    bad = {**body, "messages": messages[:1] + messages[2:]}
+    r = client.post("/v1/messages", json=bad)
+    assert r.status_code == 400 and "answers no tool call" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"tool_choice": {"type": "tool", "name": "nope"}}, "not among the tools"),
+    ({"tool_choice": {"type": "tool"}}, "needs a name"),
+    ({"tools": [{"type": "bash_20250124", "name": "bash"}]}, "tools.0"),
+    ({"service_tier": "priority"}, "service_tier"),
+    ({"thinking": {"type": "enabled", "budget_tokens": 500}}, "budget_tokens"),
+    ({"temperature": 1.5}, "temperature"),
+    ({"max_tokens": None}, "max_tokens"),
+])
+def test_errors_in_anthropic_shape(client, extra, words):
+    r = client.post("/v1/messages", json=ask(0, **{"tools": TOOLS, **extra}))
+    assert r.status_code == 400, r.text
+    body = r.json()
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    assert words in body["error"]["message"]
+
+
+def test_image_blocks_become_image_url_parts(client):
+    image = {"type": "image", "source": {"type": "url", "url": "http://x/cat.png"}}
+    r = client.post("/v1/messages", json={"max_tokens": 5, "messages": [
+        {"role": "user", "content": [image, {"type": "text", "text": "what is it?"}]}]})
+    # the chat path's answer for an image part until images are served
+    assert r.status_code == 400 and "images" in r.json()["error"]["message"]
+
+
+def test_thinking_needs_a_reasoning_parser():
+    with make_client(reasoning_parser="none") as c:
+        r = c.post("/v1/messages", json=ask(3, thinking={"type": "enabled",
+                                                         "budget_tokens": 10}))
+        assert r.status_code == 400 and "thinking" in r.json()["error"]["message"]
+        assert c.post("/v1/messages", json=ask(3)).status_code == 200
+
+
+def test_keys_as_x_api_key_and_not_found_in_anthropic_shape():
+    with make_client(api_keys=("k1",)) as c:
+        r = c.post("/v1/messages", json=ask(3))
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+        assert c.post("/v1/messages", json=ask(3), headers={"x-api-key": "k1"}).status_code == 200
+        r = c.post("/v1/chat/completions", headers={"x-api-key": "k1"},
+                   json={"messages": [{"role": "user", "content": "<script3>"}]})
+        assert r.status_code == 200
+        r = c.post("/v1/messages", json=ask(3, model="other"), headers={"x-api-key": "k1"})
+        assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+        # the OpenAI routes keep OpenAI's shape
+        assert "type" not in chat(c, 3).json()
+
+
+def test_the_anthropic_sdk(client):
+    sdk = anthropic.Anthropic(base_url="http://testserver", api_key="k", http_client=client,
+                              max_retries=0)
+    m = sdk.messages.create(model="scripted-model", max_tokens=100,
+                            messages=[{"role": "user", "content": "<script0>"}], tools=TOOLS)
+    assert [b.type for b in m.content] == ["text", "tool_use", "tool_use"]
+    assert m.content[1].input == {"city": "Paris"} and m.stop_reason == "tool_use"
+    with sdk.messages.stream(model="scripted-model", max_tokens=100, tools=TOOLS,
+                             messages=[{"role": "user", "content": "<script1>"}]) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert text == "Hello world"
+    assert [b.type for b in final.content] == ["thinking", "text"]
+    assert final.content[0].thinking == "Paris is in France"
+    with sdk.messages.stream(model="scripted-model", max_tokens=100, tools=TOOLS,
+                             messages=[{"role": "user", "content": "<script0>"}]) as s:
+        final = s.get_final_message()
+    assert final.model_dump()["content"] == m.model_dump()["content"][:1] + [
+        {**b, "id": f.id} for b, f in zip(m.model_dump()["content"][1:], final.content[1:],
+                                            strict=True)]
+    with pytest.raises(anthropic.NotFoundError):
+        sdk.messages.create(model="other", max_tokens=5,
+                            messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(anthropic.BadRequestError):
+        sdk.messages.create(model="scripted-model", max_tokens=5, messages=[])
+    n = sdk.messages.count_tokens(model="scripted-model",
+                                  messages=[{"role": "user", "content": "<script0>"}])
+    assert n.input_tokens == 2
+
+
+def _success(client, api: str) -> float:
+    text = client.get("/metrics").text
+    line = next(ln for ln in text.splitlines() if ln.startswith(
+        f'fp8serve_request_success_total{{api="{api}",finished_reason="stop"'))
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_metrics_carry_the_api(client):
+    before = {api: _success(client, api) for api in ("chat", "messages", "responses")}
+    assert client.post("/v1/messages", json=ask(3)).status_code == 200
+    assert client.post("/v1/messages", json=ask(3)).status_code == 200
+    assert client.post("/v1/responses", json={"input": "<script3>"}).status_code == 200
+    assert chat(client, 3).status_code == 200
+    after = {api: _success(client, api) for api in before}
+    assert {api: after[api] - before[api] for api in before} == {
+        "chat": 1, "messages": 2, "responses": 1}

@@ -1,0 +1,175 @@
+"""/v1/responses on the scripted model (tests/service/scripted_backend.py): the exact
+event sequences for text, reasoning and function calls, the non-streaming body equal to
+the stream's final response, input items (function_call, function_call_output), the
+stateless refusals, and the openai SDK's stream helper reassembling the events."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.settings import Settings
+from tests.service.scripted_backend import scripted_loader
+from tests.service.test_chat_tools_api import make_client, reassemble, stream
+
+TOOLS = [{"type": "function", "name": n, "parameters": {"type": "object"}}
+         for n in ("get_weather", "get_time")]
+
+
+@pytest.fixture(scope="module")
+def client():
+    with make_client() as c:
+        yield c
+
+
+def ask(script: int, **body) -> dict:
+    return {"input": f"<script{script}>", "temperature": 0, **body}
+
+
+def events(client, body: dict) -> list[dict]:
+    r = client.post("/v1/responses", json={**body, "stream": True})
+    assert r.status_code == 200, r.text
+    out = []
+    for block in r.text.strip().split("\n\n"):
+        name, data = block.split("\n")
+        out.append(json.loads(data[6:]))
+        assert name == f"event: {out[-1]['type']}"
+    assert [e["sequence_number"] for e in out] == list(range(len(out)))
+    return out
+
+
+def shape(evs: list[dict]) -> list[str]:
+    """Event types without the response. prefix, runs of one delta type folded."""
+    out: list[str] = []
+    for e in evs:
+        t = e["type"].removeprefix("response.")
+        if not (out and out[-1] == t and t.endswith(".delta")):
+            out.append(t)
+    return out
+
+
+def test_text_and_reasoning(client):
+    body = client.post("/v1/responses", json=ask(1)).json()
+    assert body["status"] == "completed" and body["object"] == "response"
+    assert [o["type"] for o in body["output"]] == ["reasoning", "message"]
+    assert body["output"][0]["content"] == [{"type": "reasoning_text",
+                                             "text": "Paris is in France"}]
+    assert body["output"][1]["content"][0]["text"] == "Hello world"
+    assert body["usage"]["output_tokens_details"]["reasoning_tokens"] == 14
+    evs = events(client, ask(1))
+    assert shape(evs) == [
+        "created", "in_progress",
+        "output_item.added", "content_part.added", "reasoning_text.delta",
+        "reasoning_text.done", "content_part.done", "output_item.done",
+        "output_item.added", "content_part.added", "output_text.delta",
+        "output_text.done", "content_part.done", "output_item.done", "completed"]
+    final = evs[-1]["response"]
+    assert [o["content"] for o in final["output"]] == [o["content"] for o in body["output"]]
+    assert final["usage"] == body["usage"]
+    assert "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta") \
+        == "Hello world"
+
+
+def test_function_calls(client):
+    body = client.post("/v1/responses", json=ask(0, tools=TOOLS)).json()
+    assert [o["type"] for o in body["output"]] == ["message", "function_call", "function_call"]
+    calls = body["output"][1:]
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [
+        ("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Rome"})]
+    assert all(c["call_id"] and c["id"].startswith("fc_") for c in calls)
+    evs = events(client, ask(0, tools=TOOLS))
+    call = ["output_item.added", "function_call_arguments.delta",
+            "function_call_arguments.done", "output_item.done"]
+    assert shape(evs) == ["created", "in_progress", "output_item.added",
+                          "content_part.added", "output_text.delta", "output_text.done",
+                          "content_part.done", "output_item.done", *call, *call, "completed"]
+    done = [e for e in evs if e["type"] == "response.function_call_arguments.done"]
+    assert [json.loads(e["arguments"]) for e in done] == [{"city": "Paris"}, {"city": "Rome"}]
+
+
+def test_same_output_as_chat_completions(client):
+    chat_tools = [{"type": "function", "function": {"name": t["name"],
+                                                    "parameters": t["parameters"]}}
+                  for t in TOOLS]
+    for script in (0, 1, 3):
+        body = client.post("/v1/responses", json=ask(script, tools=TOOLS)).json()
+        msg, _ = reassemble(stream(client, script, tools=chat_tools))
+        text = "".join(o["content"][0]["text"] for o in body["output"]
+                       if o["type"] == "message")
+        calls = [(o["name"], o["arguments"]) for o in body["output"]
+                 if o["type"] == "function_call"]
+        assert text == msg["content"]
+        assert calls == [(c["function"]["name"], c["function"]["arguments"])
+                         for c in msg["tool_calls"]]
+
+
+def test_max_output_tokens_is_incomplete(client):
+    body = client.post("/v1/responses", json=ask(3, max_output_tokens=2)).json()
+    assert body["status"] == "incomplete"
+    assert body["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert events(client, ask(3, max_output_tokens=2))[-1]["response"]["status"] == "incomplete"
+
+
+def test_input_items_with_a_call_and_its_output(client):
+    items = [{"role": "user", "content": [{"type": "input_text", "text": "weather?"}]},
+             {"type": "reasoning", "summary": []},
+             {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+              "arguments": '{"city": "Paris"}'},
+             {"type": "function_call_output", "call_id": "call_1", "output": "<script3>"}]
+    body = client.post("/v1/responses", json={"input": items, "instructions": "Be brief.",
+                                              "tools": TOOLS}).json()
+    assert [o.get("name") or o["content"][0]["text"] for o in body["output"]] == [
+        "Hello world", "get_time"]
+    r = client.post("/v1/responses", json={"input": items[-1:], "tools": TOOLS})
+    assert r.status_code == 400 and "answers no tool call" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"store": True}, "store"), ({"previous_response_id": "resp_1"}, "previous_response_id"),
+    ({"tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
+    ({"input": [{"type": "input_file", "file_id": "f"}]}, "input"),
+])
+def test_refusals_name_the_field(client, extra, param):
+    r = client.post("/v1/responses", json={**ask(3, tools=TOOLS), **extra})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] is not None and err["param"].startswith(param), err
+
+
+def test_the_openai_sdk(client):
+    sdk = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=client,
+                        max_retries=0)
+    r = sdk.responses.create(model="scripted-model", input="<script0>", tools=TOOLS)
+    assert r.output_text == "Let me check."
+    assert [o.name for o in r.output if o.type == "function_call"] == ["get_weather"] * 2
+    with sdk.responses.stream(model="scripted-model", input="<script0>", tools=TOOLS) as s:
+        deltas = [e.delta for e in s if e.type == "response.function_call_arguments.delta"]
+        final = s.get_final_response()
+    assert "".join(deltas) == '{"city": "Paris"}{"city": "Rome"}'
+    assert [(o.type, getattr(o, "arguments", None)) for o in final.output] == [
+        (o.type, getattr(o, "arguments", None)) for o in r.output]
+    text = [e.delta for e in sdk.responses.create(model="scripted-model", input="<script1>",
+                                                  stream=True)
+            if e.type == "response.output_text.delta"]
+    assert "".join(text) == "Hello world"
+    with pytest.raises(openai.BadRequestError):
+        sdk.responses.create(model="scripted-model", input="hi", previous_response_id="r")
+
+
+def test_a_timeout_mid_stream_is_an_error_event_in_each_api_shape():
+    # 1000 scripted tokens take far longer than the 20 ms deadline
+    cfg = Settings(max_model_len=4096, request_timeout=0.02)
+    with TestClient(create_app(cfg, load_backend=scripted_loader(["ab" * 600]))) as c:
+        r = c.post("/v1/responses", json={"input": "<script0>", "stream": True})
+        last = json.loads(r.text.strip().split("\n\n")[-1].split("\n")[1][6:])
+        assert last["type"] == "error" and last["code"] == "timeout_error", last
+        r = c.post("/v1/messages", json={"max_tokens": 1000, "stream": True,
+                                         "messages": [{"role": "user", "content": "<script0>"}]})
+        assert r.status_code == 200, r.text
+        name, data = r.text.strip().split("\n\n")[-1].split("\n")
+        assert name == "event: error"
+        assert json.loads(data[6:])["error"]["type"] == "timeout_error"
