@@ -55,6 +55,7 @@ SCHEMALESS_400S = [
     # tool turns: rules across messages (a result answers an earlier call)
     ("messages[", "needs tool_call_id"), ("messages[", "answers no tool call"),
     ("messages[", "only assistant messages carry tool_calls"),
+    ("messages[", "image parts are accepted in user messages only"),  # a role's parts
     ("messages", "is not valid JSON"),  # a call's arguments text
     # tools and tool_choice together
     ("tool_choice", "needs tools"), ("tool_choice", "not among the tools"),
