@@ -12,12 +12,10 @@ import openai
 import pytest
 from fastapi.testclient import TestClient
 
-from engine.demo_model import ensure_demo_model
-from engine.synth import SynthSpec, write_checkpoint
 from service.app import create_app
 from service.settings import Settings
 from tests.service.test_e2e_tools import TOOLS as CHAT_TOOLS
-from tests.service.test_e2e_tools import WEATHER
+from tests.service.test_e2e_tools import WEATHER, e2e_model_dir
 
 TOOLS = [{"name": t["function"]["name"], "description": t["function"]["description"],
           "input_schema": t["function"]["parameters"]} for t in CHAT_TOOLS]
@@ -27,11 +25,7 @@ GREEDY = {"temperature": 0}
 
 @pytest.fixture(scope="module", params=["demo", "tekken"])
 def served(request, tmp_path_factory):
-    if request.param == "demo":
-        model_dir = ensure_demo_model()
-    else:
-        model_dir = tmp_path_factory.mktemp("tiny-tekken")
-        write_checkpoint(model_dir, SynthSpec.preset("tiny", tokenizer="tekken"))
+    model_dir = e2e_model_dir(request.param, tmp_path_factory)
     settings = Settings(model=model_dir, max_model_len=1024, max_num_seqs=4, api_keys=("k",))
     with TestClient(create_app(settings)) as client:
         sdk = anthropic.Anthropic(base_url="http://testserver", api_key="k",

@@ -52,14 +52,19 @@ def _sdk(model_dir):
     return client, sdk, sdk.models.list().data[0].id
 
 
+def e2e_model_dir(kind: str, tmp_path_factory):
+    """"demo": the demo model (ChatML, hermes calls); "tekken": a tiny random checkpoint
+    with a v13 tekken.json (mistral calls)."""
+    if kind == "demo":
+        return ensure_demo_model()
+    model_dir = tmp_path_factory.mktemp("tiny-tekken")
+    write_checkpoint(model_dir, SynthSpec.preset("tiny", tokenizer="tekken"))
+    return model_dir
+
+
 @pytest.fixture(scope="module", params=["demo", "tekken"])
 def served(request, tmp_path_factory):
-    if request.param == "demo":
-        model_dir = ensure_demo_model()
-    else:
-        model_dir = tmp_path_factory.mktemp("tiny-tekken")
-        write_checkpoint(model_dir, SynthSpec.preset("tiny", tokenizer="tekken"))
-    client, sdk, name = _sdk(model_dir)
+    client, sdk, name = _sdk(e2e_model_dir(request.param, tmp_path_factory))
     yield request.param, sdk, name
     client.__exit__(None, None, None)
 
