@@ -52,8 +52,16 @@ class SeqChunk:
     block_table: tuple[int, ...]  # KV block ids covering [0, start_pos + len(token_ids))
     logits: LogitsWanted = LogitsWanted.LAST
     embeds: ChunkEmbeds | None = None  # image features for some of token_ids
+    # speculative decoding: the last num_draft token_ids are draft tokens after the
+    # sequence's newest token (token_ids[0]); such a chunk wants logits ALL, row j scoring
+    # the token after token_ids[j]. The runner treats it as any other chunk.
+    num_draft: int = 0
 
     def __post_init__(self) -> None:
+        if self.num_draft and (self.num_draft >= len(self.token_ids)
+                               or self.logits is not LogitsWanted.ALL):
+            raise ValueError(f"a chunk with {self.num_draft} draft tokens needs at least one "
+                             f"token before them and logits ALL")
         if self.embeds is not None and self.embeds.offsets and (
                 self.embeds.offsets[-1] >= len(self.token_ids)):
             raise ValueError(f"ChunkEmbeds offset {self.embeds.offsets[-1]} outside a chunk "

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.kernels.base import DEFAULT_BLOCK, ScaleKind
+
+if TYPE_CHECKING:
+    from engine.spec.config import SpeculativeConfig
 
 # --lm-head-dtype: auto = the checkpoint's, or force bf16 / fp8 (engine/model/lm_head.py)
 LM_HEAD_DTYPES = ("auto", "bf16", "fp8")
@@ -124,6 +128,8 @@ class EngineConfig:
     disabled_kernels: tuple[str, ...] = ()  # FP8SERVE_DISABLED_KERNELS
     lm_head_dtype: str = "auto"  # LM_HEAD_DTYPES (engine/model/lm_head.py)
     kv_cache_dtype: str = "auto"  # KV_CACHE_DTYPES (engine/model/kv_store.py)
+    # --speculative-config (engine/spec/config.py SpeculativeConfig); None = off
+    speculative_config: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
         _require(self.max_num_seqs >= 1, "max_num_seqs must be >= 1")

@@ -31,6 +31,7 @@ from engine.request import (
     Request,
 )
 from engine.scheduler import KvCapacityError, Scheduler
+from engine.spec.decoder import DraftLimits, SpecDecoder
 from engine.stream import EngineObserver, OutputSink
 
 log = logging.getLogger(__name__)
@@ -57,13 +58,18 @@ class Engine:
         allocator = BlockAllocator(runner.num_kv_blocks, runner.block_size)
         cache = (PrefixCache(allocator, getattr(runner, "kv_dtype", "bfloat16"))
                  if config.enable_prefix_caching else None)
+        self.spec = (SpecDecoder(config.speculative_config, config.max_model_len)
+                     if config.speculative_config is not None else None)
         self.scheduler = Scheduler(allocator, config.max_num_seqs, config.max_num_batched_tokens,
-                                   config.max_prefill_tokens_with_decodes, cache)
+                                   config.max_prefill_tokens_with_decodes, cache,
+                                   drafter=None if self.spec is None else self._drafts)
+        if self.spec is not None:
+            log.info("speculative decoding: %s", config.speculative_config.to_json())
         log.info("prefix caching %s (%d KV blocks of %d tokens)",
                  "on" if cache is not None else "off", allocator.num_blocks,
                  allocator.block_size)
         self.steps = StepRunner(runner, tokenizer, config.max_model_len, self.observer, clock,
-                                sampler=sampler, detokenizer=detokenizer)
+                                sampler=sampler, detokenizer=detokenizer, spec=self.spec)
         self._live: dict[str, LiveRequest] = {}  # engine thread only
         self._lock = threading.Condition()
         self._inbox: list[LiveRequest] = []
@@ -258,6 +264,18 @@ class Engine:
     def _finish(self, req: Request) -> None:
         self.scheduler.remove(req)
         self._live.pop(req.request_id, None)
+        if self.spec is not None:
+            self.spec.release(req.seq_id)
+
+    def _drafts(self, reqs: list[Request]) -> list[tuple[int, ...]]:
+        """The scheduler's drafter: a proposal for each of this step's decodes."""
+        assert self.spec is not None
+        limits = []
+        for req in reqs:
+            lv = self._live[req.request_id]
+            limits.append(DraftLimits(req.seq_id, req.prompt_ids, req.output_ids,
+                                      lv.max_tokens, lv.matcher is not None))
+        return self.spec.drafts(limits, len(self.scheduler.running))
 
     def _publish_stats(self) -> None:
         with self._lock:

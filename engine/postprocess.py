@@ -6,10 +6,27 @@ that ends a request is never detokenized. Failures are isolated per request: if 
 batched forward pass (or sampling) raises, each chunk is retried alone and only the
 requests whose own chunk fails end with an error. Re-running a chunk is safe because the
 runner writes K/V for fixed positions (same inputs give the same cache contents).
+
+Speculative verification (engine/spec/): a chunk with draft tokens gives one logits row per
+token. Row j is sampled exactly as a plain decode of that position would be: the same
+processing over the output so far (which by then holds the kept drafts), the same
+per-request generator, one draw per row. A draft token is kept when it equals the sampled
+token; the first sampled token that differs (or the one after the last draft) is kept too
+and ends the run. For a greedy row this is the longest matching prefix plus the bonus
+token. For a sampled row it is the rejection rule for a point-mass draft: the draft token t
+survives with probability p(t), and when it does not, the emitted token is distributed as p
+with t removed and renormalised; drawing that token with the very draw plain decoding would
+have made keeps seeded outputs identical with speculation on or off. Every kept token goes
+through the same stop, length and detokenizer checks as a plain one (a stop inside the run
+ends the request there), and the step's tokens leave as one output. The sequence's
+``num_computed`` then covers only the kept tokens' positions; the rejected tail's K/V is
+garbage that is never read (it lies past ``num_computed``) and its blocks are released at
+the next schedule.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -51,8 +68,10 @@ class StepRunner:
     def __init__(self, runner: Any, tokenizer: Any, max_model_len: int,
                  observer: EngineObserver, clock: Callable[[], float], *,
                  sampler: Callable[..., Any] | None = None,
-                 detokenizer: Callable[..., Any] | None = None) -> None:
+                 detokenizer: Callable[..., Any] | None = None,
+                 spec: Any = None) -> None:
         self.runner = runner
+        self.spec = spec  # engine.spec.decoder.SpecDecoder, told what each draft kept
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
         self.observer = observer
@@ -81,6 +100,7 @@ class StepRunner:
         logits, spans = self._forward(out)  # chunk index -> (first row, rows) or error
         finished: list[Request] = []
         sampled: list[tuple[LiveRequest, int]] = []
+        verify: list[tuple[LiveRequest, int, tuple[int, ...]]] = []
         for i, (req, chunk) in enumerate(zip(out.requests, out.batch.chunks, strict=True)):
             span = spans[i]
             if isinstance(span, str):
@@ -88,6 +108,9 @@ class StepRunner:
                 finished.append(req)
                 continue
             first, n = span
+            if chunk.num_draft:
+                verify.append((live[req.request_id], first, chunk.token_ids[1:]))
+                continue
             if chunk.logits is LogitsWanted.ALL and not self._score_prompt(
                     live[req.request_id], chunk, logits[first:first + n]):
                 finished.append(req)
@@ -96,8 +119,8 @@ class StepRunner:
             if n and req.num_uncomputed == 0:
                 sampled.append((live[req.request_id], first + n - 1))
         finished += self._sample(logits, sampled)
-        self.observer.on_step(self.clock() - now, out.num_decodes,
-                              out.batch.num_tokens - out.num_decodes)
+        finished += self._verify(logits, verify)
+        self.observer.on_step(self.clock() - now, out.num_decodes, out.num_prefill_tokens)
         return finished
 
     def _forward(self, out: SchedulerOutput
@@ -153,17 +176,8 @@ class StepRunner:
         idx = [row for _, row in items]
         x = logits if idx == list(range(logits.shape[0])) else logits[idx]
         lives = [lv for lv, _ in items]
-        try:
-            results = self._sample_rows(x, lives)
-        except Exception:  # noqa: BLE001 - isolate the failing request(s) below
-            results = []
-            for j, lv in enumerate(lives):
-                try:
-                    results += self._sample_rows(x[j:j + 1], [lv])
-                except Exception as exc:  # noqa: BLE001
-                    results.append(f"sampling failed: {type(exc).__name__}: {exc}")
         finished = []
-        for lv, res in zip(lives, results, strict=True):
+        for lv, res in zip(lives, self._sample_isolated(x, lives), strict=True):
             try:
                 done = (self.end(lv, FinishReason.ERROR, res) if isinstance(res, str)
                         else self._append(lv, *res))
@@ -172,6 +186,79 @@ class StepRunner:
             if done:
                 finished.append(lv.req)
         return finished
+
+    def _sample_isolated(self, x: torch.Tensor, lives: list[LiveRequest]) -> list[Any]:
+        """:meth:`_sample_rows`, and when the batch fails, each row alone: per row a
+        (token, logprob, top) or the error string of that row."""
+        try:
+            return self._sample_rows(x, lives)
+        except Exception:  # noqa: BLE001 - isolate the failing request(s) below
+            results: list[Any] = []
+            for j, lv in enumerate(lives):
+                try:
+                    results += self._sample_rows(x[j:j + 1], [lv])
+                except Exception as exc:  # noqa: BLE001
+                    results.append(f"sampling failed: {type(exc).__name__}: {exc}")
+            return results
+
+    def _verify(self, logits: torch.Tensor,
+                items: list[tuple[LiveRequest, int, tuple[int, ...]]]) -> list[Request]:
+        """Verify draft chunks (module docstring). items: (request, its first logits row,
+        its draft tokens). Row j of every request still going is sampled in one batch."""
+        finished: list[Request] = []
+        active = [(lv, first, drafts, lv.req.num_computed) for lv, first, drafts in items]
+        pieces: dict[int, list[RequestOutput]] = {id(lv): [] for lv, _, _ in items}
+        j = 0
+        while active:
+            lives = [a[0] for a in active]
+            x = logits[[first + j for _, first, _, _ in active]]
+            going = []
+            for (lv, first, drafts, base), res in zip(active, self._sample_isolated(x, lives),
+                                                      strict=True):
+                got = pieces[id(lv)]
+                done, kept = True, False
+                try:
+                    if isinstance(res, str):
+                        raise RuntimeError(res)
+                    piece, done = self._next_output(lv, *res)
+                    got.append(piece)
+                    kept = not done and j < len(drafts) and res[0] == drafts[j]
+                except Exception as exc:  # noqa: BLE001 - this request only
+                    self._time_token(lv.req, len(got))
+                    self._flush(lv, got)
+                    self.end(lv, FinishReason.ERROR, str(exc) if isinstance(res, str)
+                             else f"{type(exc).__name__}: {exc}")
+                    finished.append(lv.req)
+                    continue
+                if kept:
+                    going.append((lv, first, drafts, base))
+                    continue
+                lv.req.num_computed = base + len(got)  # the kept tokens' positions
+                if self.spec is not None:
+                    self.spec.verified(lv.req.seq_id, len(drafts), len(got) - 1)
+                self.observer.on_spec_decode(len(drafts), len(got) - 1)
+                reason = got[-1].finish_reason
+                self._time_token(lv.req, len(got))
+                self._flush(lv, got)
+                if done:
+                    self._close(lv, reason)
+                    finished.append(lv.req)
+            active = going
+            j += 1
+        return finished
+
+    @staticmethod
+    def _flush(lv: LiveRequest, pieces: list[RequestOutput]) -> None:
+        """Emit a step's outputs of one request as one."""
+        if not pieces:
+            return
+        one = pieces[0] if len(pieces) == 1 else dataclasses.replace(
+            pieces[-1], text="".join(p.text for p in pieces),
+            token_ids=tuple(t for p in pieces for t in p.token_ids),
+            logprobs=tuple(lp for p in pieces for lp in p.logprobs),
+            prompt_logprobs=pieces[0].prompt_logprobs)
+        pieces.clear()
+        StepRunner._emit(lv, one)
 
     def _sample_rows(self, x: torch.Tensor, lives: list[LiveRequest]) -> list[Any]:
         """x [n, V] fp32: row j is lives[j]'s logits -> (token, logprob, top) per row."""
@@ -197,8 +284,19 @@ class StepRunner:
         return mask
 
     def _append(self, lv: LiveRequest, token: int, logprob: float, top: Any) -> bool:
+        """A plain decode's sample: record, emit, and close the request if it ended."""
+        self._time_token(lv.req)
+        out, done = self._next_output(lv, token, logprob, top)
+        self._emit(lv, out)
+        if done:
+            self._close(lv, out.finish_reason)
+        return done
+
+    def _next_output(self, lv: LiveRequest, token: int, logprob: float, top: Any
+                     ) -> tuple[RequestOutput, bool]:
+        """Append ``token`` to the output and decide whether the request ended; returns
+        the output to emit (not emitted yet) and whether it is the last."""
         req, p = lv.req, lv.req.params
-        self._time_token(req)
         req.output_ids.append(token)
         if lv.matcher is not None:
             lv.matcher.advance(token)  # GrammarMatchError ends this request (caller)
@@ -217,21 +315,23 @@ class StepRunner:
         prompt_lps = None
         if n == 1 and p.prompt_logprobs is not None:
             prompt_lps = tuple(req.prompt_logprobs)
-        self._emit(lv, RequestOutput(req.request_id, text, (token,), lps,
-                                     reason is not None, reason, None, len(req.prompt_ids),
-                                     n, stop_reason, prompt_lps,
-                                     num_cached_tokens=req.num_cached_tokens))
-        if reason is not None:
-            self._close(lv, reason)
-        return reason is not None
+        return RequestOutput(req.request_id, text, (token,), lps, reason is not None, reason,
+                             None, len(req.prompt_ids), n, stop_reason, prompt_lps,
+                             num_cached_tokens=req.num_cached_tokens), reason is not None
 
-    def _time_token(self, req: Request) -> None:
+    def _time_token(self, req: Request, num_tokens: int = 1) -> None:
+        """``num_tokens`` new tokens of ``req`` leave now (several after a verified draft:
+        one inter-token latency, as the client sees them arrive together)."""
+        if num_tokens < 1:
+            return
         now = self.clock()
         if req.first_token_time is None:
             req.first_token_time = now
             self.observer.on_first_token(now - req.arrival_time)
+            if num_tokens > 1:
+                self.observer.on_token(0.0, num_tokens - 1)
         else:
-            self.observer.on_token(now - (req.last_token_time or now))
+            self.observer.on_token(now - (req.last_token_time or now), num_tokens)
         req.last_token_time = now
 
     def _finish_reason(self, lv: LiveRequest, token: int, step: Any

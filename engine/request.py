@@ -68,6 +68,9 @@ class Request:
     # their features replace the [IMG] embeddings; their content hashes key the KV blocks
     # that hold their positions
     images: tuple[Any, ...] = ()
+    # speculative decoding (engine/spec/): the draft tokens the scheduler put after the
+    # newest token in this step's chunk; () when the request does not draft this step
+    spec_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:

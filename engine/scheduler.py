@@ -26,11 +26,19 @@ and generation continues where it stopped (its output stream sees nothing). If t
 sequence is itself the newest, it is the one preempted. No admission happens in a step
 that preempted. Requests that could never fit (prompt + max_tokens needs more blocks than
 the whole cache) are refused by :meth:`Scheduler.check_fits` before they are queued.
+
+Speculative decoding (engine/spec/): with a ``drafter``, after step 1 the decodes are
+offered draft tokens; a decode that takes k of them runs a 1 + k token chunk whose rows all
+give logits. Drafts come out of the budget left after every decode got its one token, and
+take only free blocks (a draft never preempts anything). After verification the sequence's
+``num_computed`` covers only the kept tokens; the next schedule releases the blocks past
+what its tokens need (:meth:`BlockAllocator.shrink`).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.batch import BatchInputs, LogitsWanted, SeqChunk
@@ -53,6 +61,12 @@ class SchedulerOutput:
     # tokens of the requests that looked, and those found cached
     cache_queries: int = 0
     cache_hits: int = 0
+    num_draft_tokens: int = 0  # speculative draft tokens in the decode chunks
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        """Prompt (prefill or recompute) tokens of the step."""
+        return self.batch.num_tokens - self.num_decodes - self.num_draft_tokens
 
     def logit_spans(self) -> list[tuple[int, int]]:
         """For each chunk, (first row, number of rows) of its logits in the runner output
@@ -71,8 +85,12 @@ class Scheduler:
     def __init__(self, allocator: BlockAllocator, max_num_seqs: int,
                  max_num_batched_tokens: int,
                  max_prefill_tokens_with_decodes: int | None = None,
-                 prefix_cache: PrefixCache | None = None) -> None:
+                 prefix_cache: PrefixCache | None = None,
+                 drafter: Callable[[list[Request]], list[tuple[int, ...]]] | None = None
+                 ) -> None:
         self.allocator = allocator
+        # decodes -> one proposal each (engine/spec/decoder.py); None = no speculation
+        self.drafter = drafter
         self.prefix_cache = prefix_cache
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -119,13 +137,19 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         picked: list[tuple[Request, int]] = []
         preempted: list[Request] = []
-        if self.prefix_cache is not None:
-            for req in self.running:  # what the last step computed becomes shareable
+        for req in self.running:
+            req.spec_ids = ()
+            if self.drafter is not None:  # the tail a rejected draft was written into
+                self.allocator.shrink(req.block_table, req.num_tokens)
+            if self.prefix_cache is not None:  # what the last step computed is shareable
                 self.prefix_cache.commit(req)
         decodes = [r for r in self.running if r.is_decoding]
         prefills = [r for r in self.running if not r.is_decoding]
         budget = self._pick(decodes, budget, picked, preempted)
         num_decodes = len(picked)
+        num_drafts = 0
+        if self.drafter is not None and num_decodes and budget:
+            budget, num_drafts = self._draft(picked, budget)
         cap = self.max_prefill_tokens_with_decodes
         if num_decodes and cap is not None:  # the step carries decodes: prefill gets <= cap
             budget = min(budget, cap)
@@ -135,7 +159,34 @@ class Scheduler:
             return None
         chunks = tuple(self._chunk(req, n) for req, n in picked)
         return SchedulerOutput(BatchInputs(chunks), tuple(r for r, _ in picked),
-                               tuple(preempted), num_decodes, queries, hits)
+                               tuple(preempted), num_decodes, queries, hits, num_drafts)
+
+    def _draft(self, picked: list[tuple[Request, int]], budget: int) -> tuple[int, int]:
+        """Give the picked decodes the draft tokens the drafter proposes, as far as
+        ``budget`` and the free blocks reach; returns (budget left, tokens drafted)."""
+        reqs = [r for r, _ in picked]
+        drafted = 0
+        for i, (req, props) in enumerate(zip(reqs, self.drafter(reqs), strict=True)):
+            k = self._fit_draft(req, min(len(props), budget))
+            if k:
+                req.spec_ids = tuple(props[:k])
+                picked[i] = (req, 1 + k)
+                budget -= k
+                drafted += k
+            if not budget:
+                break
+        return budget, drafted
+
+    def _fit_draft(self, req: Request, k: int) -> int:
+        """How many of ``k`` draft positions after the newest token ``req``'s blocks can
+        hold, growing them only into free blocks."""
+        if k <= 0:
+            return 0
+        start = req.num_computed + 1  # the newest token's position is reserved already
+        if self.allocator.grow(req.block_table, start + k):
+            return k
+        room = len(req.block_table) * self.allocator.block_size - start
+        return max(0, min(k, room))
 
     def _pick(self, reqs: list[Request], budget: int, picked: list[tuple[Request, int]],
               preempted: list[Request]) -> int:
@@ -205,10 +256,13 @@ class Scheduler:
     @staticmethod
     def _chunk(req: Request, n: int) -> SeqChunk:
         start = req.num_computed
-        tokens = req.token_slice(start, start + n)
-        last = start + n == req.num_tokens
+        drafts = req.spec_ids
+        tokens = req.token_slice(start, start + n - len(drafts)) + drafts
+        last = start + n - len(drafts) == req.num_tokens
         if req.wants_prompt_logprobs and start < len(req.prompt_ids):
             wanted = LogitsWanted.ALL  # every row: it scores the next prompt token
+        elif drafts:
+            wanted = LogitsWanted.ALL  # every row: it verifies the next draft token
         else:
             wanted = LogitsWanted.LAST if last else LogitsWanted.NONE
         embeds = None
@@ -217,4 +271,5 @@ class Scheduler:
 
             embeds = chunk_embeds(req.images, start, start + n)
         return SeqChunk(seq_id=req.seq_id, token_ids=tokens, start_pos=start,
-                        block_table=tuple(req.block_table), logits=wanted, embeds=embeds)
+                        block_table=tuple(req.block_table), logits=wanted, embeds=embeds,
+                        num_draft=len(drafts))

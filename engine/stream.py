@@ -109,7 +109,13 @@ class EngineObserver:
 
     def on_first_token(self, ttft: float) -> None: ...
 
-    def on_token(self, inter_token_latency: float) -> None: ...
+    def on_token(self, inter_token_latency: float, num_tokens: int = 1) -> None:
+        """``num_tokens`` more output tokens arrived together (more than one after a
+        verified speculative draft), ``inter_token_latency`` after the previous ones."""
+
+    def on_spec_decode(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
+        """A speculative draft was verified: its length and how many of its tokens were
+        kept (they are the first ``num_accepted_tokens``)."""
 
     def on_finished(self, reason: FinishReason, e2e: float, num_output_tokens: int,
                     tag: str = "") -> None:

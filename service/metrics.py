@@ -63,6 +63,17 @@ class ServingMetrics(EngineObserver):
                                      "requests that looked up the prefix cache.")
         self.cache_hits = counter("prefix_cache_hits", "Of those, tokens found cached "
                                   "(their KV was not computed again).")
+        # speculative decoding, vLLM's spec_decode_* meanings: drafts verified, the tokens
+        # they proposed, those accepted, and accepted ones by draft position (0 = first)
+        self.spec_drafts = counter("spec_decode_num_drafts", "Speculative drafts verified.")
+        self.spec_draft_tokens = counter("spec_decode_num_draft_tokens",
+                                         "Draft tokens proposed and verified.")
+        self.spec_accepted = counter("spec_decode_num_accepted_tokens",
+                                     "Draft tokens accepted (equal to the target's token).")
+        self.spec_accepted_pos = counter("spec_decode_num_accepted_tokens_per_pos",
+                                         "Accepted draft tokens by position in the draft.",
+                                         ("position",))
+        self._spec_pos_children: dict[int, Any] = {}
         self.ttft = hist("time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS)
         self.itl = hist("inter_token_latency_seconds", "Inter-token latency.", ITL_BUCKETS)
         self.e2e = hist("e2e_request_latency_seconds", "End-to-end latency.", E2E_BUCKETS,
@@ -78,9 +89,11 @@ class ServingMetrics(EngineObserver):
         # children bound once (exported as zeros before the first request); the per-token
         # hooks then skip the label lookup
         (self._gen, self._itl, self._ttft, self._queue, self._prompt, self._cache_q,
-         self._cache_h, self._preempt) = (m.labels(model_name) for m in (
+         self._cache_h, self._preempt, self._spec_drafts, self._spec_draft_tokens,
+         self._spec_accepted) = (m.labels(model_name) for m in (
              self.generation_tokens, self.itl, self.ttft, self.queue, self.prompt_tokens,
-             self.cache_queries, self.cache_hits, self.preemptions))
+             self.cache_queries, self.cache_hits, self.preemptions, self.spec_drafts,
+             self.spec_draft_tokens, self.spec_accepted))
         self._export_outcomes()
 
     def _export_outcomes(self) -> None:
@@ -109,9 +122,23 @@ class ServingMetrics(EngineObserver):
         self._ttft.observe(ttft)
         self._gen.inc()
 
-    def on_token(self, inter_token_latency: float) -> None:
+    def on_token(self, inter_token_latency: float, num_tokens: int = 1) -> None:
         self._itl.observe(inter_token_latency)
-        self._gen.inc()
+        self._gen.inc(num_tokens)
+
+    def on_spec_decode(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
+        self._spec_drafts.inc()
+        self._spec_draft_tokens.inc(num_draft_tokens)
+        self._spec_accepted.inc(num_accepted_tokens)
+        for pos in range(num_accepted_tokens):
+            self._spec_pos(pos).inc()
+
+    def _spec_pos(self, pos: int) -> Any:
+        child = self._spec_pos_children.get(pos)
+        if child is None:
+            child = self._spec_pos_children[pos] = self.spec_accepted_pos.labels(
+                self.model_name, str(pos))
+        return child
 
     def on_step(self, seconds: float, num_decode_rows: int, num_prefill_tokens: int) -> None:
         kind = ("mixed" if num_decode_rows and num_prefill_tokens

@@ -81,6 +81,16 @@ class BlockAllocator:
             table.append(block)
         return True
 
+    def shrink(self, table: list[int], num_tokens: int) -> int:
+        """Release ``table``'s blocks past those ``num_tokens`` positions need (the tail a
+        rejected speculative draft was written into); returns how many were released."""
+        keep = self.blocks_for(num_tokens)
+        tail = table[keep:]
+        if tail:
+            del table[keep:]
+            self.free(tail)
+        return len(tail)
+
     def share(self, table: list[int], blocks: list[int]) -> None:
         """Append cached ``blocks`` (from :meth:`lookup`) to ``table``, taking a reference
         on each (a free one leaves the free queue)."""

@@ -47,6 +47,9 @@ class CacheCheckingRunner:
     delay_s: float = 0.0  # sleep per run() so tests can observe requests in flight
     next_fn: Callable[[list[int]], int] = next_token  # the "model": sequence -> next token
     vocab: int = VOCAB
+    # None: rows are -10 except +10 at the next token (sampling is all but greedy); a
+    # float: rows are 0 except ``soft`` there, so sampled requests really draw
+    soft: float | None = None
 
     def run(self, batch: BatchInputs) -> torch.Tensor:
         self.batches.append(batch)
@@ -67,8 +70,8 @@ class CacheCheckingRunner:
             for i in want:
                 seq = [self.cache[(c.block_table[p // self.block_size], p % self.block_size)]
                        for p in range(c.start_pos + i + 1)]
-                row = torch.full((self.vocab,), -10.0)
-                row[self.next_fn(seq)] = 10.0
+                row = torch.full((self.vocab,), -10.0 if self.soft is None else 0.0)
+                row[self.next_fn(seq)] = 10.0 if self.soft is None else self.soft
                 rows.append(row)
         return torch.stack(rows) if rows else torch.empty(0, self.vocab)
 

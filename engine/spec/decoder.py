@@ -1,0 +1,103 @@
+"""The engine's side of speculation: who may draft this step, how many tokens, and what
+verification kept (counted with vLLM's meanings).
+
+A sequence drafts when it is decoding without a grammar (constrained requests decode plain:
+their token masks would have to be computed for every draft position), the step runs at
+most ``disable_by_batch_size`` sequences, its backoff allows it (engine/spec/policy.py), and
+its limits leave room: drafting k tokens can append k + 1, so k <= max_tokens - outputs - 1,
+and the drafts' positions must stay below max_model_len.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from engine.spec.config import SpeculativeConfig
+from engine.spec.ngram import NgramProposer
+from engine.spec.policy import DraftBackoff
+from engine.spec.proposer import DraftInput, Proposer
+
+
+@dataclass(slots=True)
+class SpecStats:
+    """Totals since start (vLLM's spec_decode counters): drafts verified, tokens they
+    proposed, tokens accepted, and accepted tokens by draft position (0 = first)."""
+
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens emitted per verified draft (accepted + the one sampled after them)."""
+        return 1 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class DraftLimits:
+    """What the engine knows of one decoding sequence when it may draft."""
+
+    seq_id: int
+    prompt_ids: Sequence[int]
+    output_ids: Sequence[int]
+    max_tokens: int  # the request's output budget (engine LiveRequest.max_tokens)
+    constrained: bool  # a grammar decides its tokens
+
+
+class SpecDecoder:
+    def __init__(self, config: SpeculativeConfig, max_model_len: int,
+                 proposer: Proposer | None = None) -> None:
+        self.config = config
+        self.max_model_len = max_model_len
+        self.proposer: Proposer = proposer or NgramProposer(config.prompt_lookup_min,
+                                                            config.prompt_lookup_max)
+        self.stats = SpecStats(accepted_per_pos=[0] * config.num_speculative_tokens)
+        self._backoff: dict[int, DraftBackoff] = {}
+
+    def room(self, s: DraftLimits) -> int:
+        """The most tokens ``s`` may draft now (0: none)."""
+        if s.constrained:
+            return 0
+        num_out = len(s.output_ids)
+        num_tokens = len(s.prompt_ids) + num_out
+        return max(0, min(self.config.num_speculative_tokens, s.max_tokens - num_out - 1,
+                          self.max_model_len - num_tokens))
+
+    def drafts(self, seqs: Sequence[DraftLimits], num_running: int
+               ) -> list[tuple[int, ...]]:
+        """One proposal per sequence (possibly empty), within its room."""
+        out: list[tuple[int, ...]] = [() for _ in seqs]
+        cap = self.config.disable_by_batch_size
+        if cap is not None and num_running > cap:
+            return out
+        asks: list[tuple[int, DraftInput]] = []
+        for i, s in enumerate(seqs):
+            k = self.room(s)
+            if k and self._backoff.setdefault(s.seq_id, DraftBackoff()).may_draft():
+                asks.append((i, DraftInput(s.seq_id, s.prompt_ids, s.output_ids, k)))
+        if asks:
+            props = self.proposer.propose([a for _, a in asks])
+            for (i, a), p in zip(asks, props, strict=True):
+                out[i] = tuple(p[:a.max_tokens])
+        return out
+
+    def verified(self, seq_id: int, num_drafted: int, num_accepted: int) -> None:
+        """A draft of ``num_drafted`` tokens was verified; its first ``num_accepted``
+        were kept."""
+        s = self.stats
+        s.num_drafts += 1
+        s.num_draft_tokens += num_drafted
+        s.num_accepted_tokens += num_accepted
+        for pos in range(num_accepted):
+            s.accepted_per_pos[pos] += 1
+        self._backoff.setdefault(seq_id, DraftBackoff()).record(num_accepted)
+
+    def release(self, seq_id: int) -> None:
+        self._backoff.pop(seq_id, None)
+        self.proposer.release(seq_id)

@@ -1,0 +1,82 @@
+"""Prompt lookup (engine/spec/ngram.py) and the draft policy (engine/spec/policy.py)."""
+
+import pytest
+
+from engine.spec.ngram import NgramIndex, NgramProposer
+from engine.spec.policy import MAX_BACKOFF, DraftBackoff
+from engine.spec.proposer import DraftInput
+
+
+def naive(tokens, n_min, n_max, k):
+    """The definition: the latest earlier occurrence of the longest suffix n-gram."""
+    size = len(tokens)
+    for n in range(min(n_max, size - 1), n_min - 1, -1):
+        suffix = tokens[size - n:]
+        for e in range(size - 1, n - 1, -1):
+            if tokens[e - n:e] == suffix:
+                return tuple(tokens[e:e + k])
+    return ()
+
+
+def test_latest_earlier_occurrence_of_the_longest_suffix():
+    idx = NgramIndex(1, 3)
+    idx.extend([5, 6, 7, 8, 1, 6, 7, 9, 2, 6, 7])
+    # suffix (6, 7): latest earlier occurrence ends at 7 (followed by 9 2 6 7); the 3-gram
+    # (2, 6, 7) never occurred before
+    assert idx.propose(3) == (9, 2, 6)
+    assert idx.propose(10) == (9, 2, 6, 7)  # runs up to the end of the sequence
+
+
+def test_no_match_and_too_short():
+    idx = NgramIndex(2, 3)
+    idx.extend([1, 2, 3, 4])
+    assert idx.propose(4) == ()
+    empty = NgramIndex(1, 1)
+    assert empty.propose(2) == ()
+    empty.extend([7])
+    assert empty.propose(2) == ()  # a lone token has no earlier occurrence
+
+
+def test_incremental_extension_matches_the_definition():
+    import random
+
+    rng = random.Random(3)
+    idx = NgramIndex(2, 4)
+    tokens: list[int] = []
+    for step in range(400):
+        new = [rng.randrange(6) for _ in range(rng.randrange(1, 4))]
+        tokens += new
+        idx.extend(new)
+        assert idx.propose(5) == naive(tokens, 2, 4, 5), step
+
+
+def test_bad_sizes_are_refused():
+    with pytest.raises(ValueError):
+        NgramIndex(3, 2)
+    with pytest.raises(ValueError):
+        NgramIndex(0, 2)
+
+
+def test_proposer_keeps_one_index_per_sequence_and_forgets_it():
+    prop = NgramProposer(1, 2)
+    a = DraftInput(1, (4, 5, 6, 4), (5,), 2)
+    b = DraftInput(2, (9, 9), (), 3)
+    assert prop.propose([a, b]) == [(6, 4), (9,)]
+    # the output grows: only the new tokens are indexed
+    assert prop.propose([DraftInput(1, (4, 5, 6, 4), (5, 6, 4), 2)]) == [(5, 6)]
+    prop.release(1)
+    assert 1 not in prop._index and 2 in prop._index
+
+
+def test_backoff_doubles_after_misses_and_clears_on_a_hit():
+    b = DraftBackoff()
+    assert b.may_draft()
+    b.record(0)
+    assert [b.may_draft() for _ in range(2)] == [False, True]
+    b.record(0)
+    assert [b.may_draft() for _ in range(4)] == [False] * 3 + [True]
+    b.record(2)
+    assert b.may_draft() and b.misses == 0
+    for _ in range(20):
+        b.record(0)
+    assert b.skip == 2 ** MAX_BACKOFF - 1
