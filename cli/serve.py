@@ -43,6 +43,10 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
     ("--allowed-local-media-path", Path, "directory file:// image URLs may read (default: "
                                          "file:// refused)"),
     ("--image-cache-mib", int, "encoded images kept for reuse, LRU (default 512)"),
+    ("--speculative-config", str, "speculative decoding, vLLM's JSON: '{\"method\": "
+                                  "\"ngram\", \"num_speculative_tokens\": 4, "
+                                  "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' "
+                                  "(default off)"),
 )
 
 

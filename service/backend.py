@@ -22,6 +22,7 @@ from engine.engine import Engine
 from engine.hardware import HardwareInfo
 from engine.kernels.layer_kernel import KernelReport
 from engine.kernels.registry import KernelOverrides, overrides_from
+from engine.spec.config import SpeculativeConfig
 from engine.stream import LoopDispatcher
 from service.metrics import ServingMetrics, build_registry
 from service.settings import Settings
@@ -72,7 +73,8 @@ def load_backend(settings: Settings) -> ModelBackend:
                        kernel=settings.kernel,
                        disabled_kernels=tuple(settings.disabled_kernels),
                        lm_head_dtype=settings.lm_head_dtype,
-                       kv_cache_dtype=settings.kv_cache_dtype)
+                       kv_cache_dtype=settings.kv_cache_dtype,
+                       speculative_config=SpeculativeConfig.parse(settings.speculative_config))
     from engine.hardware import probe_hardware
 
     hw = probe_hardware()

@@ -58,6 +58,8 @@ class Settings(BaseSettings):
     max_media_bytes: int = Field(20 * 2**20, ge=1)
     allowed_local_media_path: Path | None = None
     image_cache_mib: int = Field(512, ge=0)  # encoded images kept for reuse (LRU)
+    # speculative decoding (engine/spec/config.py): vLLM's JSON object; None = off
+    speculative_config: str | None = None
 
     @field_validator("api_keys", "disabled_kernels", "allowed_media_domains", mode="before")
     @classmethod
@@ -68,6 +70,14 @@ class Settings(BaseSettings):
                 return tuple(json.loads(v))
             return tuple(p.strip() for p in v.split(",") if p.strip())
         return v
+
+    @field_validator("speculative_config")
+    @classmethod
+    def _spec_config(cls, v: str | None) -> str | None:
+        from engine.spec.config import SpeculativeConfig
+
+        parsed = SpeculativeConfig.parse(v)  # ConfigError (a ValueError) names the key
+        return None if parsed is None else parsed.to_json()
 
     @field_validator("api_keys")
     @classmethod

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, Depends
@@ -62,6 +63,8 @@ async def version(state: StateDep) -> dict[str, Any]:
     if state.backend is not None:
         body["model"] = state.backend.model_name
         body.update(state.parsers.as_dict())
+        spec = getattr(state.backend.engine_config, "speculative_config", None)
+        body["speculative_config"] = None if spec is None else json.loads(spec.to_json())
     return body
 
 
