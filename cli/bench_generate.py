@@ -35,7 +35,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="best of this many passes per bandwidth sample")
     add_lm_head_arg(p)
     add_kv_cache_dtype_arg(p)
-    p.add_argument("--json", type=Path, default=Path("bench/results/generate.json"))
+    p.add_argument("--speculative-config", default=None, metavar="JSON",
+                   help="compare plain decoding with this speculative config (vLLM's "
+                        "JSON) on the grounded / code-edit / story chat workloads, through "
+                        "the engine, interleaved; replaces the baseline comparison")
+    p.add_argument("--workloads", default="grounded,code-edit,story",
+                   help="with --speculative-config: comma list of workloads")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16],
+                   help="with --speculative-config: concurrent requests per pass")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="with --speculative-config: interleaved rounds (median reported)")
+    p.add_argument("--json", type=Path, default=None,
+                   help="default bench/results/generate.json (spec.json with "
+                        "--speculative-config)")
     p.set_defaults(func=run)
 
 
@@ -124,13 +136,44 @@ def format_table(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    from engine.bench.generate_bench import run_generate_bench
+def spec_config_from_args(args: argparse.Namespace) -> Any:
+    from engine.bench.spec_bench import SpecBenchConfig
+    from engine.config import ConfigError
+    from engine.demo_model import ensure_demo_model
+    from engine.spec.config import SpeculativeConfig
 
-    cfg = config_from_args(args)
-    res = run_generate_bench(cfg, log=lambda s: print(s, flush=True))
-    print(format_table(res))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(res, indent=2))
-    print(f"wrote {args.json}")
+    try:
+        spec = SpeculativeConfig.parse(args.speculative_config)
+        if spec is None:
+            raise CliError("--speculative-config: give a config to compare with")
+        if args.model is not None and not args.model.is_dir():
+            raise CliError(f"--model {args.model}: not a directory")
+        return SpecBenchConfig(
+            model_dir=ensure_demo_model() if args.model is None else args.model, spec=spec,
+            workloads=tuple(w.strip() for w in args.workloads.split(",") if w.strip()),
+            concurrency=tuple(args.concurrency), gen_len=args.gen_len, rounds=args.rounds,
+            threads=args.threads)
+    except (ConfigError, ValueError) as exc:
+        raise CliError(str(exc)) from exc
+
+
+def run(args: argparse.Namespace) -> int:
+    log = lambda s: print(s, flush=True)  # noqa: E731
+    if args.speculative_config is not None:
+        from engine.bench.spec_bench import format_table as spec_table
+        from engine.bench.spec_bench import run_spec_bench
+
+        res = run_spec_bench(spec_config_from_args(args), log=log)
+        table = spec_table(res)
+        out = args.json or Path("bench/results/spec.json")
+    else:
+        from engine.bench.generate_bench import run_generate_bench
+
+        res = run_generate_bench(config_from_args(args), log=log)
+        table = format_table(res)
+        out = args.json or Path("bench/results/generate.json")
+    print(table)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2))
+    print(f"wrote {out}")
     return 0

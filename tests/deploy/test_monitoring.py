@@ -122,6 +122,12 @@ def _datasource_uid() -> str:
     ("Engine step time by kind", ["rate(fp8serve_engine_step_seconds_bucket", "le, kind"]),
     ("Prefix cache hit rate", ["rate(fp8serve_prefix_cache_hits_total",
                                ") / sum by (instance) (rate(fp8serve_prefix_cache_queries_total"]),
+    ("Speculative decoding acceptance rate",
+     ["rate(fp8serve_spec_decode_num_accepted_tokens_total",
+      ") / sum by (instance) (rate(fp8serve_spec_decode_num_draft_tokens_total"]),
+    ("Tokens per verified draft", ["1 + sum by (instance) (rate("
+                                   "fp8serve_spec_decode_num_accepted_tokens_total",
+                                   "rate(fp8serve_spec_decode_num_drafts_total"]),
 ])
 def test_dashboard_has_the_panel(title, needles):
     text = "\n".join(_panel(title))
