@@ -159,19 +159,19 @@ def spec_config_from_args(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     log = lambda s: print(s, flush=True)  # noqa: E731
-    if args.speculative_config is not None:
+    if getattr(args, "speculative_config", None) is not None:
         from engine.bench.spec_bench import format_table as spec_table
         from engine.bench.spec_bench import run_spec_bench
 
         res = run_spec_bench(spec_config_from_args(args), log=log)
         table = spec_table(res)
-        out = args.json or Path("bench/results/spec.json")
+        out = getattr(args, "json", None) or Path("bench/results/spec.json")
     else:
         from engine.bench.generate_bench import run_generate_bench
 
         res = run_generate_bench(config_from_args(args), log=log)
         table = format_table(res)
-        out = args.json or Path("bench/results/generate.json")
+        out = getattr(args, "json", None) or Path("bench/results/generate.json")
     print(table)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2))

@@ -8,7 +8,9 @@ the medians over the rounds, the comparison rows)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +23,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare-url", default=None,
                    help="a second server driven interleaved with the first (e.g. one started "
                         "with --no-enable-prefix-caching); both get every pass")
-    p.add_argument("--workload", choices=("random", "multi-turn", "shared-prefix"),
-                   default="random",
+    p.add_argument("--workload", default="random",
+                   choices=("random", "multi-turn", "shared-prefix", "grounded", "code-edit",
+                            "story"),
                    help="random: no shared prefix; multi-turn: conversations resending "
-                        "their history; shared-prefix: one system prompt, many users. The "
-                        "last two run a cache-on and a cache-off pass per round")
+                        "their history; shared-prefix: one system prompt, many users (these "
+                        "two run a cache-on and a cache-off pass per round); grounded, "
+                        "code-edit, story: chat prompts in text (quote a passage, edit a "
+                        "function, write a story), for --speculative-config")
+    p.add_argument("--speculative-config", default=None, metavar="JSON",
+                   help="start two servers on --model-dir, one with this speculative config "
+                        "(vLLM's JSON) and one without, and drive both interleaved (instead "
+                        "of --url / --compare-url); they are stopped at the end")
+    p.add_argument("--model-dir", type=Path, default=None,
+                   help="with --speculative-config: the checkpoint (default: the demo model)")
+    p.add_argument("--server-arg", action="append", default=[], metavar="FLAG",
+                   help="with --speculative-config: a `serve` flag for both servers "
+                        "(repeatable; e.g. --server-arg=--kv-cache-gib=2)")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1],
                    help="in-flight requests (conversations for multi-turn); several values "
                         "run one after another")
@@ -111,7 +125,60 @@ def report(args: argparse.Namespace, levels: list[dict[str, Any]]) -> dict[str, 
     return {"cache": cache, "servers": servers}
 
 
+@contextlib.contextmanager
+def spec_servers(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    """(URL with speculation, URL without): two `fp8serve serve` processes on free ports,
+    the same model and flags but --speculative-config; stopped on exit."""
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    from engine.bench.rss import stop, wait_ready
+    from engine.config import ConfigError
+    from engine.demo_model import ensure_demo_model
+    from engine.spec.config import SpeculativeConfig
+
+    try:
+        spec = SpeculativeConfig.parse(args.speculative_config)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from exc
+    if spec is None:
+        raise CliError("--speculative-config: give a config to compare with")
+    model = args.model_dir or ensure_demo_model()
+    common = ["--max-num-seqs", str(max(args.concurrency)), *args.server_arg]
+    procs = []
+    try:
+        urls = []
+        for extra in (["--speculative-config", spec.to_json()], []):
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            log = Path(tempfile.mkstemp(suffix=".log", prefix="fp8serve-bench-")[1])
+            cmd = [sys.executable, "-m", "cli.main", "--log-level", "WARNING", "serve",
+                   "--model", str(model), "--port", str(port), *common, *extra]
+            proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
+            procs.append(proc)
+            url = f"http://127.0.0.1:{port}"
+            print(f"started {url} ({'speculative' if extra else 'plain'}; log {log})",
+                  flush=True)
+            wait_ready(url, proc, 900.0, log)
+            urls.append(url)
+        yield urls[0], urls[1]
+    finally:
+        for proc in procs:
+            stop(proc)
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "speculative_config", None) is None:
+        return _run(args)
+    with spec_servers(args) as (on, off):
+        args.url, args.compare_url = on, off
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from service.bench_report import combine_rounds
 
     runs = run_passes(args)

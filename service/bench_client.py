@@ -35,22 +35,28 @@ class RequestResult:
     prompt_tokens: int = 0  # the usage chunk's, else the prompt's length
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
     last_token_s: float = 0.0  # the latest token event, seconds after the request was sent
+    events: int = 0  # token events (chunks); a speculative server may put several tokens in one
 
     def take(self, chunk: dict[str, Any], elapsed: float) -> None:
         """One stream chunk, ``elapsed`` seconds after the request was sent: the usage
-        chunk (no choices) gives the token counts; any other chunk is one token event."""
+        chunk (no choices, last) gives the token counts; any other chunk is one token
+        event (one token, or several from a verified speculative draft: the usage chunk's
+        ``completion_tokens`` then corrects the count)."""
         usage = chunk.get("usage")
         if usage:
             self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
             details = usage.get("prompt_tokens_details") or {}
             self.cached_tokens = details.get("cached_tokens", self.cached_tokens)
+            # the usage chunk comes last: its count is the tokens, whatever the chunking
+            self.output_tokens = usage.get("completion_tokens", self.output_tokens)
         if not chunk.get("choices"):
             return
-        if self.output_tokens == 0:
+        if self.events == 0:
             self.ttft = elapsed
         else:
             self.itl.append(elapsed - self.last_token_s)
         self.last_token_s = elapsed
+        self.events += 1
         self.output_tokens += 1
         self.text += "".join(c.get("text") or "" for c in chunk["choices"])
 
@@ -101,6 +107,16 @@ async def one_request(session: aiohttp.ClientSession, cfg: BenchConfig, model: s
         return RequestResult(False, error=f"{type(exc).__name__}: {exc}")
     res.latency, res.ok = time.perf_counter() - start, True
     return res
+
+
+async def tokenize_chat(session: aiohttp.ClientSession, cfg: BenchConfig, model: str,
+                        messages: list[dict[str, str]]) -> list[int]:
+    """The server's prompt ids for a chat (POST /tokenize with messages: its template).
+    Raises aiohttp.ClientError when the server refuses."""
+    async with session.post(cfg.endpoint("/tokenize"), json={"model": model,
+                                                             "messages": messages},
+                            raise_for_status=True) as r:
+        return list((await r.json())["tokens"])
 
 
 async def tokenize(session: aiohttp.ClientSession, cfg: BenchConfig, model: str,

@@ -19,10 +19,12 @@ from typing import Any
 
 import aiohttp
 
-from service.bench_client import RequestResult, one_request, tokenize
+from service.bench_client import RequestResult, one_request, tokenize, tokenize_chat
 from service.bench_report import group_summary, summarize
 from service.bench_serve import BenchConfig, bench_session, gather_limited, run_bench
 from service.bench_workloads import (
+    TEXT_WORKLOADS,
+    UNCACHED,
     conversations,
     pass_salts,
     passes,
@@ -79,12 +81,30 @@ async def run_shared_prefix(cfg: BenchConfig, mode: str) -> dict[str, Any]:
         "groups": [group_summary("first", [first]), group_summary("rest", rest)]}
 
 
+async def run_text(cfg: BenchConfig) -> dict[str, Any]:
+    """A text workload: request i is workload_messages(workload, i), tokenized by the
+    server; each request has its own cache salt."""
+    from engine.bench.spec_workloads import workload_messages
+
+    async with bench_session(cfg) as (session, model):
+        prompts = [await tokenize_chat(session, cfg, model, workload_messages(cfg.workload, i))
+                   for i in range(cfg.num_prompts)]
+        salts = pass_salts(UNCACHED, len(prompts))
+        jobs = [lambda p=p, s=s: one_request(session, cfg, model, p, s[0])
+                for p, s in zip(prompts, salts, strict=True)]
+        start = time.perf_counter()
+        results = await gather_limited(cfg.concurrency, jobs)
+        return summarize(cfg, results, time.perf_counter() - start)
+
+
 async def run_pass(cfg: BenchConfig, mode: str) -> dict[str, Any]:
     """One pass (bench_workloads.CACHED / UNCACHED) of cfg.workload against cfg.url: its
     summary, labelled with the pass. Raises aiohttp.ClientError when the server cannot
     be reached or has no model."""
     if cfg.workload == "random":
         return await run_bench(cfg)
+    if cfg.workload in TEXT_WORKLOADS:
+        return await run_text(cfg) | {"pass": UNCACHED}
     run = run_multi_turn if cfg.workload == "multi-turn" else run_shared_prefix
     return await run(cfg, mode) | {"pass": mode}
 

@@ -8,6 +8,11 @@ Workloads:
                  k-1's reply + a new user message of ``input_len`` ids.
   shared-prefix  one system prompt of ``system_len`` ids shared by ``num_prompts``
                  requests, each followed by its own ``input_len`` ids of user text.
+  grounded, code-edit, story
+                 chat prompts in text (engine/bench/spec_workloads.py: quote a passage,
+                 return a function with one change, write a story), turned into ids by
+                 the server's POST /tokenize with its chat template; ``input_len`` does
+                 not apply. For speculative decoding (``--speculative-config``).
 
 Prompts are token ids, not text (/v1/completions takes a list of ids), so every length is
 exact and no tokenizer or chat template is needed (the synth checkpoints have none). The
@@ -35,13 +40,14 @@ import random
 import secrets
 from collections.abc import Sequence
 
-WORKLOADS = ("random", "multi-turn", "shared-prefix")
+TEXT_WORKLOADS = ("grounded", "code-edit", "story")
+WORKLOADS = ("random", "multi-turn", "shared-prefix", *TEXT_WORKLOADS)
 CACHED, UNCACHED = "cached", "uncached"
 
 
 def passes(workload: str) -> tuple[str, ...]:
     """The passes one round of ``workload`` runs against each server, in order."""
-    return (UNCACHED,) if workload == "random" else (CACHED, UNCACHED)
+    return (UNCACHED,) if workload in ("random", *TEXT_WORKLOADS) else (CACHED, UNCACHED)
 
 
 def random_ids(rng: random.Random, n: int, lo: int, hi: int) -> list[int]:

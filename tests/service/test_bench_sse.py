@@ -3,6 +3,8 @@ the same payloads however the byte stream is cut into network reads."""
 
 from __future__ import annotations
 
+import pytest
+
 from service.bench_client import sse_data
 
 STREAM = (b'data: {"a": 1}\n\n'
@@ -40,3 +42,14 @@ def test_incomplete_event_is_carried() -> None:
     payloads, rest = sse_data(b"", b'data: {"a": 1}\n\ndata: {"b"')
     assert payloads == [b'{"a": 1}'] and rest == b'data: {"b"'
     assert sse_data(rest, b': 2}\n\n') == ([b'{"b": 2}'], b"")
+
+
+def test_a_chunk_of_several_tokens_is_counted_by_the_usage_chunk() -> None:
+    from service.bench_client import RequestResult
+
+    res = RequestResult(ok=True)
+    res.take({"choices": [{"text": " a"}]}, 0.1)
+    res.take({"choices": [{"text": " b c d"}]}, 0.3)  # a verified draft: three tokens
+    res.take({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 4}}, 0.3)
+    assert (res.output_tokens, res.events, res.ttft, res.text) == (4, 2, 0.1, " a b c d")
+    assert res.itl == [pytest.approx(0.2)]
