@@ -45,7 +45,8 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
     # and structured-output work (service/tool_calls/, engine/structured/)
     CHAT: frozenset(_SAMPLING + (
         "messages", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs",
-        "tools", "tool_choice", "parallel_tool_calls", "response_format")),
+        "tools", "tool_choice", "parallel_tool_calls", "response_format",
+        "reasoning_effort")),
     STREAM_OPTIONS: frozenset({"include_usage"}),
     MESSAGES: frozenset({"model", "max_tokens", "messages", "system", "stop_sequences",
                          "temperature", "top_p", "top_k", "stream", "tools", "tool_choice",
@@ -70,7 +71,6 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "functions": (None, []),  # deprecated for tools
         "function_call": (None, "none"),  # deprecated for tool_choice
         "store": (None, False),
-        "reasoning_effort": (None, "none"),  # Ministral-3 instruct models do not reason
         "verbosity": (None,),
         "service_tier": (None, "auto", "default"),  # one tier here
         "moderation": (None,),

@@ -27,7 +27,8 @@ ANTHROPIC = "AnthropicErrorResponse"
     **ok_events("AnthropicMessageResponse", "the message; with stream: Anthropic's events"),
     **errors(400, 401, 404, 408, 429, 503, body=ANTHROPIC)})
 async def messages(body: MessagesRequest, request: Request, state: ReadyStateDep):
-    run = await start_chat(state, to_chat(body, state.parsers), "msg")
+    chat = to_chat(body, state.parsers, state.backend.tokenizer)
+    run = await start_chat(state, chat, "msg")
     msg_id = run.sub.id.replace("-", "_", 1)
     reader = run.readers[0]
     if not body.stream:
@@ -42,5 +43,6 @@ async def messages(body: MessagesRequest, request: Request, state: ReadyStateDep
 @router.post("/v1/messages/count_tokens", response_model=None, responses={
     **ok("InputTokens"), **errors(400, 401, 404, 503, body=ANTHROPIC)})
 async def count_tokens(body: CountTokensRequest, state: ReadyStateDep) -> dict[str, Any]:
-    _, _, prompt = await chat_prompt(state, to_chat(body, state.parsers))
+    chat = to_chat(body, state.parsers, state.backend.tokenizer)
+    _, _, prompt = await chat_prompt(state, chat)
     return {"input_tokens": len(prompt)}
