@@ -7,7 +7,8 @@ ChatCompletionRequest it means, and a finished choice becomes Anthropic's messag
   puts "Error: " in front of its content);
 - assistant ``text`` blocks are its content, ``tool_use`` blocks its tool calls (input
   as JSON text); ``thinking`` / ``redacted_thinking`` blocks are dropped from the prompt,
-  as Anthropic's own models drop earlier turns' thinking;
+  as Anthropic's own models drop earlier turns' thinking (a thinking block's signature is
+  checked first, service/translate/signature.py);
 - ``tool_choice`` auto / any / tool / none is auto / required / a named function / none,
   ``disable_parallel_tool_use`` is ``parallel_tool_calls: false``;
 - ``thinking: {type: enabled}`` needs a model with a reasoning parser (a 400 otherwise);
@@ -40,6 +41,7 @@ from service.translate.schemas import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from service.translate.signature import ThinkingSigner
 
 
 def _part(block: TextBlock | ImageBlock) -> dict[str, Any]:
@@ -207,12 +209,13 @@ def usage(prompt_tokens: int, output_tokens: int, cached: int) -> dict[str, int]
 
 
 def message_body(msg_id: str, model: str, reader: ChoiceReader, choice: Choice,
-                 prompt_tokens: int) -> dict[str, Any]:
+                 prompt_tokens: int, signer: ThinkingSigner) -> dict[str, Any]:
     m = reader.message()
     content: list[dict[str, Any]] = []
     if m.get("reasoning_content"):
-        content.append({"type": "thinking", "thinking": m["reasoning_content"],
-                        "signature": ""})
+        thought = m["reasoning_content"]
+        content.append({"type": "thinking", "thinking": thought,
+                        "signature": signer.sign(thought)})
     if m.get("content"):
         content.append({"type": "text", "text": m["content"]})
     for c in m.get("tool_calls", ()):
