@@ -55,7 +55,7 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
                              "thinking"}),
     RESPONSES: frozenset({"model", "input", "instructions", "tools", "tool_choice",
                           "parallel_tool_calls", "text", "max_output_tokens", "temperature",
-                          "top_p", "stream"}),
+                          "top_p", "stream", "reasoning"}),
 }
 
 NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
@@ -94,7 +94,6 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "background": (None, False),
         "include": (None, []),
         "prompt": (None,),  # stored prompt templates
-        "reasoning": (None,),
         "max_tool_calls": (None,),
         "top_logprobs": (None, 0),
         "truncation": (None, "disabled"),
