@@ -24,17 +24,22 @@ from service.translate.schemas import AnthropicMessage, ThinkingBlock
 _DOMAIN = b"fp8serve thinking v1\0"  # what the MAC is of, so the key signs nothing else
 
 
+def _utf8(text: str) -> bytes:
+    """Any JSON string's bytes (a lone surrogate included: JSON can carry one)."""
+    return text.encode("utf-8", "surrogatepass")
+
+
 class ThinkingSigner:
     def __init__(self, key: bytes | None = None) -> None:
         """``key``: the secret (None: 32 random bytes, valid for this process only)."""
         self._key = key if key is not None else secrets.token_bytes(32)
 
     def sign(self, thinking: str) -> str:
-        mac = hmac.new(self._key, _DOMAIN + thinking.encode(), hashlib.sha256).digest()
+        mac = hmac.new(self._key, _DOMAIN + _utf8(thinking), hashlib.sha256).digest()
         return base64.b64encode(mac).decode("ascii")
 
     def verifies(self, thinking: str, signature: str) -> bool:
-        return hmac.compare_digest(self.sign(thinking), signature)
+        return hmac.compare_digest(self.sign(thinking).encode("ascii"), _utf8(signature))
 
     def check_history(self, messages: Sequence[AnthropicMessage]) -> None:
         """A 400 naming the first signed thinking block whose signature does not verify."""

@@ -6,6 +6,8 @@ field; unsigned blocks are accepted; a configured key keeps signatures across se
 
 from __future__ import annotations
 
+import json
+
 import anthropic
 import pytest
 
@@ -95,3 +97,12 @@ def test_a_configured_key_signs_alike_across_servers_and_a_random_one_does_not(c
 def test_a_short_key_is_refused_at_startup():
     with pytest.raises(ValueError, match="16 characters"):
         make_client(thinking_signature_key="short")
+
+
+def test_any_json_string_is_checked_without_failing(client):
+    for thinking, signature in (("é \ud800", "é"), ("x", "\ud800"), ("\U0001f600", "===")):
+        block = {"type": "thinking", "thinking": thinking, "signature": signature}
+        body = {"max_tokens": 5, "messages": _next_turn([block, {"type": "text", "text": "ok"}])}
+        r = client.post("/v1/messages", content=json.dumps(body),  # \ud800 escaped as JSON has it
+                        headers={"content-type": "application/json"})
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
