@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.settings import Settings
 from tests.service.scripted_backend import ScriptTokenizer, scripted_loader
+from tests.service.test_e2e_tools import e2e_model_dir
 from tests.service.test_messages_api import events
 
 SCRIPTS = ["[THINK]Paris is in France[/THINK]Hello world",
@@ -117,3 +118,32 @@ def test_markers_that_are_not_single_tokens_are_a_400_naming_the_budget(monkeypa
         assert r.status_code == 400 and r.json()["error"]["param"] == "thinking_token_budget"
         # without a budget, the same model still reads its reasoning
         assert _chat(c, 2)["choices"][0]["message"]["content"] == "Hello world"
+
+
+def test_the_real_engine_and_tekken_tokenizer_cut_at_the_budget(tmp_path_factory):
+    """A tiny random v13-tekken checkpoint: [THINK]/[/THINK] resolved from tekken.json, a
+    logit bias makes the model open a section. Greedy, so the budgeted output is the free
+    one up to the section's third reasoning token, then [/THINK], then more answer."""
+    with TestClient(create_app(Settings(model=e2e_model_dir("tekken", tmp_path_factory),
+                                        max_model_len=256))) as c:
+        tok = c.app.state.serving.backend.tokenizer
+        think = tok.token_to_id("[THINK]")
+        name = c.get("/v1/models").json()["data"][0]["id"]
+        body = {"model": name, "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 16, "temperature": 0, "logprobs": True,
+                "logit_bias": {str(think): 8}, "frequency_penalty": 2, "presence_penalty": 2}
+
+        def run(**extra) -> tuple[list[str], int]:
+            r = c.post("/v1/chat/completions", json={**body, **extra})
+            assert r.status_code == 200, r.text
+            choice, usage = r.json()["choices"][0], r.json()["usage"]
+            return ([t["token"] for t in choice["logprobs"]["content"]],
+                    usage["completion_tokens_details"]["reasoning_tokens"])
+
+        free, free_reasoning = run()
+        assert free[0] == "[THINK]" and "[/THINK]" not in free and free_reasoning > 3
+        cut, reasoning = run(thinking_token_budget=3)
+        at = cut.index("[/THINK]")
+        assert reasoning == 3 and cut[:at] == free[:at]
+        assert len([t for t in cut[1:at] if t != "[THINK]"]) == 3  # a start inside: a marker
+        assert at < len(cut) - 1  # the answer follows
