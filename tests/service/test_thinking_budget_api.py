@@ -116,6 +116,10 @@ def test_markers_that_are_not_single_tokens_are_a_400_naming_the_budget(monkeypa
         assert "not single tokens" in err["message"]
         r = c.post("/v1/chat/completions", json=ask(2, thinking_token_budget=5))
         assert r.status_code == 400 and r.json()["error"]["param"] == "thinking_token_budget"
+        r = c.post("/v1/messages", json=ask(2, thinking={"type": "disabled"}))
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith("thinking: ")
+        r = c.post("/v1/responses", json={"input": "<script2>", "reasoning": {"effort": "none"}})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "reasoning.effort"
         # without a budget, the same model still reads its reasoning
         assert _chat(c, 2)["choices"][0]["message"]["content"] == "Hello world"
 
