@@ -40,6 +40,29 @@ def _as_tuple(value: str | Iterable | None) -> tuple:
 
 
 @dataclass(frozen=True)
+class ThinkingBudget:
+    """At most ``budget`` output tokens inside reasoning sections. A section runs from
+    ``start_token_id`` to ``end_token_id`` (the markers themselves are not counted, an end
+    outside a section and a start inside one change nothing, as the reasoning parsers read
+    them); ``starts_inside``: the prompt opened one, so the output begins inside it. Once
+    the budget is spent, a section still open can only be closed: the sampler allows
+    ``end_token_id`` alone (engine/sampler.py), so the next token ends the reasoning."""
+
+    start_token_id: int
+    end_token_id: int
+    budget: int
+    starts_inside: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("start_token_id", "end_token_id", "budget"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                   f"thinking.{name}", f"must be an integer >= 0, got {v!r}")
+        _check(self.start_token_id != self.end_token_id, "thinking",
+               f"start and end are one token ({self.start_token_id})")
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     """How to pick each next token and when to stop.
 
@@ -48,6 +71,7 @@ class SamplingParams:
     logit_bias maps token id -> additive bias in [-100, 100] (stored read-only).
     grammar: a compiled constraint (engine/structured): every sampled token must keep the
     output a valid prefix of it; not part of equality.
+    thinking: a cap on the output's reasoning tokens (:class:`ThinkingBudget`); None: none.
     """
 
     max_tokens: int | None = 16  # None: until EOS / max_model_len
@@ -69,6 +93,7 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     grammar: CompiledGrammar | None = field(default=None, compare=False)
+    thinking: ThinkingBudget | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", _as_tuple(self.stop))
@@ -123,6 +148,8 @@ class SamplingParams:
             _check(isinstance(t, int) and t >= 0, "stop_token_ids", f"bad token id {t!r}")
         _check(self.grammar is None or hasattr(self.grammar, "new_matcher"), "grammar",
                f"must be a CompiledGrammar, got {type(self.grammar).__name__}")
+        _check(self.thinking is None or isinstance(self.thinking, ThinkingBudget), "thinking",
+               f"must be a ThinkingBudget, got {type(self.thinking).__name__}")
 
     @property
     def greedy(self) -> bool:
@@ -139,8 +166,10 @@ class SamplingParams:
 
     def validate_for_vocab(self, vocab_size: int) -> None:
         """Token ids named by the request must exist in the model's vocabulary."""
+        tb = self.thinking
+        marks = (tb.start_token_id, tb.end_token_id) if tb is not None else ()
         for name, ids in (("logit_bias", self.logit_bias.keys()),
-                          ("stop_token_ids", self.stop_token_ids)):
+                          ("stop_token_ids", self.stop_token_ids), ("thinking", marks)):
             bad = [t for t in ids if t >= vocab_size]
             _check(not bad, name, f"token ids {bad[:5]} out of range for vocab {vocab_size}")
         g = self.grammar

@@ -27,6 +27,7 @@ from engine.stream import LoopDispatcher
 from service.metrics import ServingMetrics, build_registry
 from service.settings import Settings
 from service.tool_calls.select import ParserChoice, choose_parsers
+from service.translate.signature import ThinkingSigner
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,8 @@ class ServingState:
         self.dispatcher: LoopDispatcher | None = None  # engine thread -> event loop
         self.started = time.time()
         self.parsers: ParserChoice = ParserChoice(None, None, "")  # set by attach
+        key = settings.thinking_signature_key
+        self.signer = ThinkingSigner(key.get_secret_value().encode() if key else None)
 
     def attach(self, backend: ModelBackend) -> None:
         """Start serving ``backend``; called on the event loop (the lifespan)."""

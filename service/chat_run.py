@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from engine.sampling_params import SamplingParams, SamplingParamsError
+from engine.sampling_params import SamplingParams, SamplingParamsError, ThinkingBudget
 from engine.stream import RequestOutput
 from service.backend import ServingState
 from service.deps import check_model
@@ -22,10 +22,12 @@ from service.schemas import ChatCompletionRequest
 from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.grammar import compile_plan_grammar
 from service.tool_calls.plan import ChatPlan, plan_chat
+from service.tool_calls.thinking import chat_thinking
 
 
 def make_params(state: ServingState, body: Any, logprobs: int | None,
-                prompt_logprobs: int | None = None, grammar: Any = None) -> SamplingParams:
+                prompt_logprobs: int | None = None, grammar: Any = None,
+                thinking: ThinkingBudget | None = None) -> SamplingParams:
     """The request's sampling parameters; fields it leaves out take the model's
     generation_config.json defaults where the server applies them."""
     defaults = state.backend.sampling_defaults
@@ -33,7 +35,7 @@ def make_params(state: ServingState, body: Any, logprobs: int | None,
         params = SamplingParams(max_tokens=body.output_limit(defaults.max_tokens),
                                 seed=body.seed, logprobs=logprobs,
                                 prompt_logprobs=prompt_logprobs, grammar=grammar,
-                                **body.sampling_kwargs(defaults))
+                                thinking=thinking, **body.sampling_kwargs(defaults))
         params.validate_for_vocab(state.backend.tokenizer.vocab_size)
     except SamplingParamsError as exc:
         raise APIError(400, str(exc), str(exc).split(":", 1)[0]) from exc
@@ -81,12 +83,13 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
                      prefix: str = "chatcmpl") -> ChatRun:
     model = check_model(state, body.model)
     plan = plan_chat(body, state.parsers)
+    thinking = chat_thinking(state.backend.tokenizer, plan, body)
     # the grammar first: a bad tool schema is named as such, not as a template failure
     grammar = await run_in_threadpool(compile_plan_grammar, state.backend, plan)
     prompt, images = await run_in_threadpool(encode_chat_prompt, state, body.messages,
                                              body.add_generation_prompt, plan)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    params = make_params(state, body, logprobs, grammar=grammar)
+    params = make_params(state, body, logprobs, grammar=grammar, thinking=thinking)
     sub = submit(state, prefix, [prompt], params, body.n, body.cache_salt, images)
     tok = state.backend.tokenizer
     readers = [ChoiceReader(tok, plan, bool(params.stop)) for _ in sub.ids]

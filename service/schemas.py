@@ -57,6 +57,7 @@ class _Body(BaseModel):
 
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 TokenId = Annotated[int, Field(ge=0)]
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 _BIAS = {"type": "number", "minimum": -100, "maximum": 100}
@@ -221,6 +222,10 @@ class ChatCompletionRequest(_Sampling):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
+    # a cap on reasoning tokens (service/tool_calls/thinking.py): vLLM's budget (-1: none),
+    # and OpenAI's effort, of which only "none" has a meaning here
+    thinking_token_budget: int | None = Field(None, ge=-1)
+    reasoning_effort: ReasoningEffort | None = None
 
     def output_limit(self, default: int | None) -> int | None:
         """max_completion_tokens, else max_tokens; neither: the model's default, else

@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,10 @@ class Settings(BaseSettings):
     image_cache_mib: int = Field(512, ge=0)  # encoded images kept for reuse (LRU)
     # speculative decoding (engine/spec/config.py): vLLM's JSON object; None = off
     speculative_config: str | None = None
+    # the HMAC key of Anthropic thinking-block signatures (service/translate/signature.py);
+    # unset: a random key per process, so signatures do not outlive a restart. The
+    # environment only, no CLI flag: a flag's value shows in the process list
+    thinking_signature_key: SecretStr | None = None
 
     @field_validator("api_keys", "disabled_kernels", "allowed_media_domains", mode="before")
     @classmethod
@@ -84,6 +88,13 @@ class Settings(BaseSettings):
     def _keys_not_blank(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         if any(len(k) < 1 or k.strip() != k for k in v):
             raise ValueError("API keys must be non-empty and without surrounding spaces")
+        return v
+
+    @field_validator("thinking_signature_key")
+    @classmethod
+    def _key_long_enough(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and len(v.get_secret_value()) < 16:
+            raise ValueError("the thinking signature key must have at least 16 characters")
         return v
 
     @model_validator(mode="after")

@@ -45,7 +45,8 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
     # and structured-output work (service/tool_calls/, engine/structured/)
     CHAT: frozenset(_SAMPLING + (
         "messages", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs",
-        "tools", "tool_choice", "parallel_tool_calls", "response_format")),
+        "tools", "tool_choice", "parallel_tool_calls", "response_format",
+        "reasoning_effort")),
     STREAM_OPTIONS: frozenset({"include_usage"}),
     MESSAGES: frozenset({"model", "max_tokens", "messages", "system", "stop_sequences",
                          "temperature", "top_p", "top_k", "stream", "tools", "tool_choice",
@@ -54,7 +55,7 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
                              "thinking"}),
     RESPONSES: frozenset({"model", "input", "instructions", "tools", "tool_choice",
                           "parallel_tool_calls", "text", "max_output_tokens", "temperature",
-                          "top_p", "stream"}),
+                          "top_p", "stream", "reasoning"}),
 }
 
 NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
@@ -70,7 +71,6 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "functions": (None, []),  # deprecated for tools
         "function_call": (None, "none"),  # deprecated for tool_choice
         "store": (None, False),
-        "reasoning_effort": (None, "none"),  # Ministral-3 instruct models do not reason
         "verbosity": (None,),
         "service_tier": (None, "auto", "default"),  # one tier here
         "moderation": (None,),
@@ -94,7 +94,6 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "background": (None, False),
         "include": (None, []),
         "prompt": (None,),  # stored prompt templates
-        "reasoning": (None,),
         "max_tool_calls": (None,),
         "top_logprobs": (None, 0),
         "truncation": (None, "disabled"),

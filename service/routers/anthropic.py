@@ -27,13 +27,15 @@ ANTHROPIC = "AnthropicErrorResponse"
     **ok_events("AnthropicMessageResponse", "the message; with stream: Anthropic's events"),
     **errors(400, 401, 404, 408, 429, 503, body=ANTHROPIC)})
 async def messages(body: MessagesRequest, request: Request, state: ReadyStateDep):
-    run = await start_chat(state, to_chat(body, state.parsers), "msg")
+    state.signer.check_history(body.messages)
+    chat = to_chat(body, state.parsers, state.backend.tokenizer)
+    run = await start_chat(state, chat, "msg")
     msg_id = run.sub.id.replace("-", "_", 1)
     reader = run.readers[0]
     if not body.stream:
         choice = (await run.collect(request))[0]
-        return message_body(msg_id, run.model, reader, choice, len(run.prompt))
-    enc = MessageStream(msg_id, run.model, reader, len(run.prompt))
+        return message_body(msg_id, run.model, reader, choice, len(run.prompt), state.signer)
+    enc = MessageStream(msg_id, run.model, reader, len(run.prompt), state.signer)
     events = NamedStream(enc.first(), enc.chunk, enc.error, PING, PING_EVERY_S)
     return StreamingResponse(stream_named(run.sub, events),
                              media_type="text/event-stream", headers=SSE_HEADERS)
@@ -42,5 +44,7 @@ async def messages(body: MessagesRequest, request: Request, state: ReadyStateDep
 @router.post("/v1/messages/count_tokens", response_model=None, responses={
     **ok("InputTokens"), **errors(400, 401, 404, 503, body=ANTHROPIC)})
 async def count_tokens(body: CountTokensRequest, state: ReadyStateDep) -> dict[str, Any]:
-    _, _, prompt = await chat_prompt(state, to_chat(body, state.parsers))
+    state.signer.check_history(body.messages)
+    chat = to_chat(body, state.parsers, state.backend.tokenizer)
+    _, _, prompt = await chat_prompt(state, chat)
     return {"input_tokens": len(prompt)}

@@ -33,6 +33,8 @@ def _head(model: str, body: ResponsesRequest) -> dict[str, Any]:
             "max_output_tokens": body.max_output_tokens,
             "text": {"format": (body.text.format.model_dump(by_alias=True, exclude_none=True)
                                 if body.text and body.text.format else {"type": "text"})},
+            "reasoning": {"effort": body.reasoning.effort if body.reasoning else None,
+                          "summary": None},
             "store": False, "metadata": {}}
 
 
@@ -40,7 +42,8 @@ def _head(model: str, body: ResponsesRequest) -> dict[str, Any]:
     **ok_events("Response", "the response; with stream: the Responses API's typed events"),
     **errors(400, 401, 404, 408, 429, 503)})
 async def responses(body: ResponsesRequest, request: Request, state: ReadyStateDep):
-    run = await start_chat(state, to_chat(body), "resp")
+    chat = to_chat(body, state.parsers, state.backend.tokenizer)
+    run = await start_chat(state, chat, "resp")
     enc = ResponseStream(run.sub.id.replace("-", "_", 1), _head(run.model, body),
                          run.readers[0], len(run.prompt), run.reasoning)
     if not body.stream:

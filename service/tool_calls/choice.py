@@ -18,6 +18,7 @@ from engine.stream import RequestOutput
 from service.tool_calls.deltas import DeltaMessage, ParsedMessage, ToolCall
 from service.tool_calls.output import OutputParser
 from service.tool_calls.plan import ChatPlan
+from service.tool_calls.reasoning import REASONING_TAGS
 from service.tool_calls.vocab import TokenVocab
 
 
@@ -25,11 +26,8 @@ class ReasoningCounter:
     """Output tokens inside the reasoning block: counted on ids when both tags are single
     tokens of the vocabulary, else by encoding the reasoning text at the end."""
 
-    TAGS = {"mistral": ("[THINK]", "[/THINK]"), "think": ("<think>", "</think>"),
-            "think-open": ("<think>", "</think>")}
-
     def __init__(self, vocab: Any, parser: str | None) -> None:
-        begin, end = self.TAGS.get(parser or "", (None, None))
+        begin, end = REASONING_TAGS.get(parser or "", (None, None))
         lookup = getattr(vocab, "token_to_id", lambda _: None)
         self._begin = lookup(begin) if begin else None
         self._end = lookup(end) if end else None

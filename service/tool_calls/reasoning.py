@@ -20,6 +20,10 @@ from service.tool_calls.tags import TagSplitter
 from service.tool_calls.vocab import TokenVocab, special_id
 
 Item = Piece | Reasoning
+# each parser's (start, end) markers; "think-open" starts inside (the prompt opened it)
+REASONING_TAGS = {"mistral": ("[THINK]", "[/THINK]"), "think": ("<think>", "</think>"),
+                  "think-open": ("<think>", "</think>")}
+STARTS_INSIDE = frozenset({"think-open"})
 
 
 class MistralReasoningParser:

@@ -7,11 +7,16 @@ ChatCompletionRequest it means, and a finished choice becomes Anthropic's messag
   puts "Error: " in front of its content);
 - assistant ``text`` blocks are its content, ``tool_use`` blocks its tool calls (input
   as JSON text); ``thinking`` / ``redacted_thinking`` blocks are dropped from the prompt,
-  as Anthropic's own models drop earlier turns' thinking;
+  as Anthropic's own models drop earlier turns' thinking (a thinking block's signature is
+  checked first, service/translate/signature.py);
 - ``tool_choice`` auto / any / tool / none is auto / required / a named function / none,
   ``disable_parallel_tool_use`` is ``parallel_tool_calls: false``;
 - ``thinking: {type: enabled}`` needs a model with a reasoning parser (a 400 otherwise);
-  ``budget_tokens`` must be below ``max_tokens`` and is not enforced apart from it.
+  ``budget_tokens`` must be below ``max_tokens`` and is enforced in the sampler (chat's
+  ``thinking_token_budget``, service/tool_calls/thinking.py): a 400 naming it where the
+  model's reasoning markers are not single tokens. ``{type: disabled}`` is a budget of 0
+  on a model that reasons (a section it opens is closed at once); left out, the model
+  reasons as it does by default.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from service.generation import Choice
 from service.schemas import ChatCompletionRequest
 from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.select import ParserChoice
+from service.tool_calls.thinking import thinking_budget
 from service.translate.schemas import (
     CountTokensRequest,
     ImageBlock,
@@ -35,6 +41,7 @@ from service.translate.schemas import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from service.translate.signature import ThinkingSigner
 
 
 def _part(block: TextBlock | ImageBlock) -> dict[str, Any]:
@@ -119,25 +126,36 @@ def _tool_fields(body: CountTokensRequest | MessagesRequest) -> dict[str, Any]:
     return out
 
 
-def _check_thinking(body: CountTokensRequest | MessagesRequest, parsers: ParserChoice) -> None:
-    if body.thinking is None or body.thinking.type != "enabled":
-        return
-    if parsers.reasoning_parser is None:
+def _thinking(body: CountTokensRequest | MessagesRequest, parsers: ParserChoice, tok: Any
+              ) -> int | None:
+    """The chat request's thinking_token_budget: budget_tokens when enabled, 0 when
+    disabled on a model that reasons; a 400 naming the field where it cannot be enforced."""
+    t, parser = body.thinking, parsers.reasoning_parser
+    if t is None or (t.type == "disabled" and parser is None):
+        return None
+    if t.type == "disabled":
+        thinking_budget(tok, parser, 0, "thinking")
+        return 0
+    if parser is None:
         raise APIError(400, "thinking: this model has no reasoning format the server can "
                        "read (start it with --reasoning-parser)", "thinking")
     limit = getattr(body, "max_tokens", None)
-    if limit is not None and body.thinking.budget_tokens >= limit:
+    if limit is not None and t.budget_tokens >= limit:
         raise APIError(400, "thinking.budget_tokens: must be less than max_tokens",
                        "thinking.budget_tokens")
+    thinking_budget(tok, parser, t.budget_tokens, "thinking.budget_tokens")
+    return t.budget_tokens
 
 
-def to_chat(body: CountTokensRequest | MessagesRequest, parsers: ParserChoice
+def to_chat(body: CountTokensRequest | MessagesRequest, parsers: ParserChoice, tok: Any
             ) -> ChatCompletionRequest:
     """The chat request ``body`` means (sampling fields left out take the model's
-    defaults, as on the chat route)."""
-    _check_thinking(body, parsers)
+    defaults, as on the chat route); ``tok``: the model's tokenizer."""
     data: dict[str, Any] = {"model": body.model, "messages": _messages(body),
                             **_tool_fields(body)}
+    budget = _thinking(body, parsers, tok)
+    if budget is not None:
+        data["thinking_token_budget"] = budget
     if isinstance(body, MessagesRequest):
         data.update(max_tokens=body.max_tokens, stream=body.stream)
         for ours, theirs in (("stop", "stop_sequences"), ("temperature", "temperature"),
@@ -191,12 +209,13 @@ def usage(prompt_tokens: int, output_tokens: int, cached: int) -> dict[str, int]
 
 
 def message_body(msg_id: str, model: str, reader: ChoiceReader, choice: Choice,
-                 prompt_tokens: int) -> dict[str, Any]:
+                 prompt_tokens: int, signer: ThinkingSigner) -> dict[str, Any]:
     m = reader.message()
     content: list[dict[str, Any]] = []
     if m.get("reasoning_content"):
-        content.append({"type": "thinking", "thinking": m["reasoning_content"],
-                        "signature": ""})
+        thought = m["reasoning_content"]
+        content.append({"type": "thinking", "thinking": thought,
+                        "signature": signer.sign(thought)})
     if m.get("content"):
         content.append({"type": "text", "text": m["content"]})
     for c in m.get("tool_calls", ()):

@@ -1,8 +1,9 @@
 """One message's stream in Anthropic's events: ``message_start``, then per content block
 ``content_block_start``, its deltas (``thinking_delta``, ``text_delta``,
-``input_json_delta``) and ``content_block_stop``, then ``message_delta`` (stop_reason,
-usage) and ``message_stop``. Blocks open in the order the output writes them: a change of
-kind (thinking, text, a new tool call) closes the open block and opens the next."""
+``input_json_delta``; a thinking block's ``signature_delta`` right before its stop) and
+``content_block_stop``, then ``message_delta`` (stop_reason, usage) and ``message_stop``.
+Blocks open in the order the output writes them: a change of kind (thinking, text, a new
+tool call) closes the open block and opens the next."""
 
 from __future__ import annotations
 
@@ -14,15 +15,17 @@ from service.generation import Event
 from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.deltas import DeltaMessage
 from service.translate.anthropic import stop_reason, usage
+from service.translate.signature import ThinkingSigner
 
 PING: list[Event] = [("ping", {"type": "ping"})]
 
 
 class MessageStream:
     def __init__(self, msg_id: str, model: str, reader: ChoiceReader,
-                 prompt_tokens: int) -> None:
+                 prompt_tokens: int, signer: ThinkingSigner) -> None:
         self.msg_id, self.model, self.reader = msg_id, model, reader
-        self.prompt_tokens = prompt_tokens
+        self.prompt_tokens, self.signer = prompt_tokens, signer
+        self.thought = ""  # the open thinking block's text, for its signature
         self.index = -1
         self.open: tuple[str, int | None] | None = None  # (kind, call index)
         self.output_tokens = self.cached = 0
@@ -46,8 +49,15 @@ class MessageStream:
     def _close(self) -> list[Event]:
         if self.open is None:
             return []
+        kind, _ = self.open
         self.open = None
-        return [("content_block_stop", {"type": "content_block_stop", "index": self.index})]
+        events = []
+        if kind == "thinking":
+            events.append(self._delta({"type": "signature_delta",
+                                       "signature": self.signer.sign(self.thought)}))
+            self.thought = ""
+        return events + [("content_block_stop", {"type": "content_block_stop",
+                                                 "index": self.index})]
 
     def _delta(self, delta: dict[str, Any]) -> Event:
         return ("content_block_delta", {"type": "content_block_delta", "index": self.index,
@@ -60,6 +70,7 @@ class MessageStream:
                                                      "signature": ""})
             events.append(self._delta({"type": "thinking_delta",
                                        "thinking": d.reasoning_content}))
+            self.thought += d.reasoning_content
         if d.content:
             events += self._block("text", None, {"type": "text", "text": ""})
             events.append(self._delta({"type": "text_delta", "text": d.content}))

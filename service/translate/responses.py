@@ -7,7 +7,12 @@ ResponsesRequest becomes the ChatCompletionRequest it means.
   assistant message (consecutive calls share one), ``function_call_output`` items
   ``tool`` messages; ``reasoning`` items are dropped from the prompt;
 - ``tools`` (function), ``tool_choice``, ``parallel_tool_calls`` as on chat;
-  ``text.format`` is chat's ``response_format``; ``max_output_tokens`` is ``max_tokens``.
+  ``text.format`` is chat's ``response_format``; ``max_output_tokens`` is ``max_tokens``;
+- ``reasoning.effort``: ``"none"`` is a thinking budget of 0 on a model that reasons (a
+  section it opens is closed at once; service/tool_calls/thinking.py) and a no-op on one
+  without a reasoning parser; other efforts are 400s (no effort control to map them to).
+  ``reasoning.summary`` (and ``generate_summary``) other than null is a 400: a summary
+  needs a second generation, and the reasoning item carries the reasoning text itself.
 
 The output (service/translate/responses_stream.py) is built by one encoder for both
 modes: the non-streaming body is the stream's last snapshot.
@@ -19,6 +24,8 @@ from typing import Any
 
 from service.errors import APIError
 from service.schemas import ChatCompletionRequest
+from service.tool_calls.select import ParserChoice
+from service.tool_calls.thinking import effort_budget, thinking_budget
 from service.translate.anthropic import validated
 from service.translate.schemas import (
     FunctionCallItem,
@@ -77,10 +84,33 @@ def _format(body: ResponsesRequest) -> dict[str, Any] | None:
                                                    if v is not None}}
 
 
-def to_chat(body: ResponsesRequest) -> ChatCompletionRequest:
+def _reasoning(body: ResponsesRequest, parsers: ParserChoice, tok: Any) -> int | None:
+    """The chat request's thinking_token_budget for ``reasoning`` (None: no cap)."""
+    r = body.reasoning
+    if r is None:
+        return None
+    for name in ("summary", "generate_summary"):
+        if getattr(r, name) is not None:
+            field = f"reasoning.{name}"
+            raise APIError(400, f"{field}: {getattr(r, name)!r} is not supported: this server "
+                           "writes no reasoning summaries (that needs a second generation); "
+                           "the reasoning item carries the reasoning text itself (accepted: "
+                           "null)", field)
+    budget = effort_budget(r.effort, "reasoning.effort")
+    if budget is None or parsers.reasoning_parser is None:
+        return None  # no reasoning format: "none" is what the model does anyway
+    thinking_budget(tok, parsers.reasoning_parser, budget, "reasoning.effort")
+    return budget
+
+
+def to_chat(body: ResponsesRequest, parsers: ParserChoice, tok: Any) -> ChatCompletionRequest:
+    """The chat request ``body`` means; ``tok``: the model's tokenizer."""
     data: dict[str, Any] = {"model": body.model, "messages": _messages(body),
                             "parallel_tool_calls": body.parallel_tool_calls,
                             "stream": body.stream}
+    budget = _reasoning(body, parsers, tok)
+    if budget is not None:
+        data["thinking_token_budget"] = budget
     if body.tools:
         data["tools"] = [{"type": "function", "function": t.model_dump(
             exclude_none=True, exclude={"type"})} for t in body.tools]

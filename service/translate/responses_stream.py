@@ -108,7 +108,8 @@ class ResponseStream:
                 if kind == "message" else {"type": "reasoning_text", "text": ""})
         item = ({"id": _new_id("msg"), "type": "message", "role": "assistant",
                  "status": "in_progress", "content": [part]} if kind == "message" else
-                {"id": _new_id("rs"), "type": "reasoning", "summary": [], "content": [part]})
+                {"id": _new_id("rs"), "type": "reasoning", "summary": [], "content": [part],
+                 "status": "in_progress"})
         events = self._start(kind, None, item)
         self._item["content"][0]["text"] += text
         name = ("response.output_text.delta" if kind == "message"

@@ -8,7 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Discriminator, Field, Tag
 
 from service import unsupported
-from service.schemas import NAME_PATTERN, NonEmptyStr, _Body
+from service.schemas import NAME_PATTERN, NonEmptyStr, ReasoningEffort, _Body
 
 
 class TextBlock(_Body):
@@ -189,6 +189,22 @@ class TextConfig(_Body):
     format: TextFormat | None = None
 
 
+Summary = Literal["auto", "concise", "detailed"]
+
+
+class ReasoningConfig(_Body):
+    """``effort`` and ``summary`` (and its deprecated ``generate_summary``): the values
+    this server can serve are checked in service/translate/responses.py; ``context``:
+    reasoning items are never rendered back into the prompt, so only the server's choice
+    (auto) is served; ``mode``: one execution mode."""
+
+    effort: ReasoningEffort | None = None
+    summary: Summary | None = None
+    generate_summary: Summary | None = None
+    context: Literal["auto"] | None = None
+    mode: Literal["standard"] | None = None
+
+
 class ResponsesRequest(_Body):
     openai_endpoint: ClassVar[str | None] = unsupported.RESPONSES
     model: str | None = None
@@ -198,6 +214,7 @@ class ResponsesRequest(_Body):
     tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = None
     parallel_tool_calls: bool = True
     text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)

@@ -67,13 +67,20 @@ class ScriptTokenizer:
 
 
 def script_model(tok: ScriptTokenizer, scripts: Sequence[str]):
-    """sequence -> next token: the script named by the last marker, then </s>."""
+    """sequence -> next token: the script named by the last marker, then </s>. A script's
+    reasoning that the sampler closed early (a thinking budget) goes on with what the script
+    writes after its own end marker, as a model answers once its reasoning is closed."""
     marker = {tok.token_to_id(f"<script{k}>"): k for k in range(len(scripts))}
     ids = [tok.encode(s) for s in scripts]
+    ends = {tok.token_to_id("[/THINK]"), tok.token_to_id("</think>")}
 
     def next_token(seq: list[int]) -> int:
         at = max(i for i, t in enumerate(seq) if t in marker)
-        script, k = ids[marker[seq[at]]], len(seq) - at - 1
+        script, out = ids[marker[seq[at]]], seq[at + 1:]
+        k = len(out)
+        closed = next((j for j, t in enumerate(out) if t in ends), None)
+        if closed is not None and out[closed] in script:
+            k = script.index(out[closed]) + k - closed
         return script[k] if k < len(script) else 0
     return next_token
 

@@ -5,6 +5,7 @@ Anthropic's shape and keys as x-api-key; then the anthropic SDK over the same ap
 
 from __future__ import annotations
 
+import base64
 import json
 
 import anthropic
@@ -59,19 +60,23 @@ def test_thinking_and_text(client):
     assert r.status_code == 200, r.text
     m = r.json()
     assert m["id"].startswith("msg_") and (m["type"], m["role"]) == ("message", "assistant")
+    signature = m["content"][0]["signature"]
+    assert len(base64.b64decode(signature, validate=True)) == 32  # HMAC-SHA256
     assert m["content"] == [
-        {"type": "thinking", "thinking": "Paris is in France", "signature": ""},
+        {"type": "thinking", "thinking": "Paris is in France", "signature": signature},
         {"type": "text", "text": "Hello world"}]
     assert (m["stop_reason"], m["stop_sequence"]) == ("end_turn", None)
     assert m["usage"]["input_tokens"] + m["usage"]["cache_read_input_tokens"] == 2
     evs = events(client, ask(1))
     assert shape(evs) == ["message_start", "ping", "start 0 thinking", "delta 0 thinking_delta",
-                          "stop 0", "start 1 text", "delta 1 text_delta", "stop 1",
-                          "message_delta", "message_stop"]
+                          "delta 0 signature_delta", "stop 0", "start 1 text",
+                          "delta 1 text_delta", "stop 1", "message_delta", "message_stop"]
     text = "".join(d["delta"].get("text", "") for n, d in evs if n == "content_block_delta")
     thought = "".join(d["delta"].get("thinking", "") for n, d in evs
                       if n == "content_block_delta")
     assert (thought, text) == ("Paris is in France", "Hello world")
+    assert [d["delta"]["signature"] for n, d in evs if n == "content_block_delta"
+            and d["delta"]["type"] == "signature_delta"] == [signature]
     final = evs[-2][1]
     assert final["delta"] == {"stop_reason": "end_turn", "stop_sequence": None}
     assert final["usage"]["output_tokens"] == m["usage"]["output_tokens"]
@@ -128,7 +133,7 @@ def test_history_with_system_tool_use_and_tool_result(client):
     messages = [
         {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
         {"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "<script0>", "signature": "x"},
+            {"type": "thinking", "thinking": "<script0>", "signature": ""},
             {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
              "input": {"city": "Paris"}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",

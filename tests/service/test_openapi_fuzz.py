@@ -67,6 +67,14 @@ SCHEMALESS_400S = [
     ("messages", "cannot carry"), ("tool_choice.name", "needs a name"),
     ("thinking", "no reasoning format"), ("thinking.budget_tokens", "less than max_tokens"),
     ("input", "no message to answer"),  # Responses input of reasoning items only
+    # a thinking block whose signature does not verify (service/translate/signature.py)
+    ("messages.", "invalid signature in thinking block"),
+    # reasoning caps (service/tool_calls/thinking.py): a budget needs a reasoning parser
+    # whose markers are single tokens; efforts other than none and summaries are not served
+    ("thinking_token_budget", "no reasoning format"), ("thinking", "not single tokens"),
+    ("thinking_token_budget", "not single tokens"), ("reasoning.effort", "not single tokens"),
+    ("reasoning_effort", "is not supported"), ("reasoning.effort", "is not supported"),
+    ("reasoning.summary", "is not supported"), ("reasoning.generate_summary", "not supported"),
 ]
 
 

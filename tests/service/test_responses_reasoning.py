@@ -1,0 +1,79 @@
+"""Reasoning on /v1/responses, on the scripted model: the reasoning output item in OpenAI's
+shape (read back by the openai SDK's own types, streaming included), and the ``reasoning``
+request field: effort none closes the reasoning at once, what the server cannot serve
+(other efforts, summaries, other context modes) is a 400 naming the field."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+from openai.types.responses import ResponseReasoningItem
+
+from tests.service.test_chat_tools_api import make_client
+from tests.service.test_responses_api import ask, events
+
+
+@pytest.fixture(scope="module")
+def client():
+    with make_client() as c:
+        yield c
+
+
+def _sdk(client) -> openai.OpenAI:
+    return openai.OpenAI(base_url="http://testserver/v1", api_key="k", http_client=client,
+                         max_retries=0)
+
+
+def test_the_reasoning_item_in_openais_shape(client):
+    r = _sdk(client).responses.create(model="scripted-model", input="<script1>",
+                                      temperature=0)
+    item = r.output[0]
+    assert isinstance(item, ResponseReasoningItem) and item.id.startswith("rs_")
+    assert item.model_dump(exclude_none=True) == {
+        "id": item.id, "type": "reasoning", "summary": [], "status": "completed",
+        "content": [{"type": "reasoning_text", "text": "Paris is in France"}]}
+    assert r.output_text == "Hello world"
+
+
+def test_the_stream_helper_reads_the_reasoning_text_events(client):
+    with _sdk(client).responses.stream(model="scripted-model", input="<script1>",
+                                       temperature=0) as s:
+        evs = list(s)
+        final = s.get_final_response()
+    deltas = [e for e in evs if e.type == "response.reasoning_text.delta"]
+    done = [e for e in evs if e.type == "response.reasoning_text.done"]
+    assert "".join(e.delta for e in deltas) == done[0].text == "Paris is in France"
+    assert {(e.item_id, e.output_index, e.content_index) for e in deltas + done} == {
+        (final.output[0].id, 0, 0)}
+    added = next(e for e in evs if e.type == "response.output_item.added")
+    assert (added.item.type, added.item.status) == ("reasoning", "in_progress")
+    assert final.output[0].content[0].text == "Paris is in France"
+
+
+def test_effort_none_closes_the_reasoning_at_once(client):
+    body = client.post("/v1/responses", json=ask(1, reasoning={"effort": "none"})).json()
+    assert [o["type"] for o in body["output"]] == ["message"]
+    assert body["output"][0]["content"][0]["text"] == "Hello world"
+    assert body["reasoning"] == {"effort": "none", "summary": None}
+    assert body["usage"]["output_tokens_details"]["reasoning_tokens"] == 0
+    evs = events(client, ask(1, reasoning={"effort": "none"}))
+    assert not [e for e in evs if e["type"].startswith("response.reasoning")]
+
+
+@pytest.mark.parametrize("reasoning", [{}, {"effort": None, "summary": None},
+                                       {"context": "auto", "mode": "standard"}])
+def test_what_is_served_as_asked(client, reasoning):
+    body = client.post("/v1/responses", json=ask(1, reasoning=reasoning)).json()
+    assert [o["type"] for o in body["output"]] == ["reasoning", "message"]
+
+
+@pytest.mark.parametrize("reasoning, param", [
+    ({"effort": "high"}, "reasoning.effort"), ({"effort": "minimal"}, "reasoning.effort"),
+    ({"summary": "auto"}, "reasoning.summary"), ({"summary": "detailed"}, "reasoning.summary"),
+    ({"generate_summary": "concise"}, "reasoning.generate_summary"),
+    ({"context": "all_turns"}, "reasoning.context"), ({"mode": "pro"}, "reasoning.mode")])
+def test_what_cannot_be_served_is_a_400_naming_it(client, reasoning, param):
+    r = client.post("/v1/responses", json=ask(1, reasoning=reasoning))
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == param, r.text
+    assert err["message"].startswith(f"{param}: ")
