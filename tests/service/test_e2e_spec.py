@@ -133,3 +133,35 @@ def test_chat_and_seeded_sampling_equal_plain(servers):
         a = httpx.post(on["url"] + "/v1/chat/completions", json=body, timeout=300).json()
         b = httpx.post(off["url"] + "/v1/chat/completions", json=body, timeout=300).json()
         assert a["choices"] == b["choices"] and a["usage"] == b["usage"], extra
+
+
+def test_bench_serve_text_workload_on_both(servers, tmp_path, capsys):
+    """`bench serve --workload code-edit --url <spec> --compare-url <plain>`: the server
+    tokenizes the chat prompts, both give the same number of tokens (counted from the usage
+    chunk, though the speculative one sends several per chunk), the comparison prints."""
+    from cli.main import main
+
+    on, off = servers
+    out = tmp_path / "spec-serve.json"
+    rc = main(["bench", "serve", "--url", on["url"], "--compare-url", off["url"],
+               "--workload", "code-edit", "--concurrency", "2", "--num-prompts", "2",
+               "--output-len", "24", "--json-out", str(out)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    runs = {r["config"]["url"]: r for r in data["runs"]}
+    for run in runs.values():
+        assert (run["completed"], run["failed"], run["total_output_tokens"]) == (2, 0, 48)
+    assert runs[on["url"]]["prompt_tokens"] == runs[off["url"]]["prompt_tokens"] > 100
+    (row,) = data["comparison"]["servers"]
+    assert row["url"] == on["url"] and row["throughput_ratio"] > 0
+    assert on["url"] in capsys.readouterr().out
+
+
+def test_bench_serve_refuses_a_bad_config_before_starting_anything():
+    from cli.bench_serve import run
+    from cli.main import CliError, build_parser
+
+    args = build_parser().parse_args(["bench", "serve", "--speculative-config",
+                                      '{"method": "ngram", "k": 1}'])
+    with pytest.raises(CliError, match="'k'"):
+        run(args)
