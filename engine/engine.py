@@ -215,8 +215,11 @@ class Engine:
         if out is not None and out.preempted:
             self.observer.on_preempted(len(out.preempted))
         if out is not None:
+            t0 = time.perf_counter()
             for req in self.steps.run(out, self._live):
                 self._finish(req)
+            if self.spec is not None and out.num_decodes and not out.num_prefill_tokens:
+                self.spec.step_timed(out.batch.num_tokens, time.perf_counter() - t0)
         self._publish_stats()
         return 0 if out is None else len(out.requests)
 

@@ -80,3 +80,31 @@ def test_backoff_doubles_after_misses_and_clears_on_a_hit():
     for _ in range(20):
         b.record(0)
     assert b.skip == 2 ** MAX_BACKOFF - 1
+
+
+def test_a_draft_pays_only_if_its_kept_share_beats_the_cost():
+    b = DraftBackoff()
+    b.record(3, 4, cost=0.5)  # kept 0.75 on average... (1 + 0.75) / 2 > 0.5
+    assert b.misses == 0 and b.may_draft(0.5)
+    b.record(1, 4, cost=0.6)  # average (0.875 + 0.25) / 2 = 0.56 < 0.6: a miss
+    assert b.misses == 1 and not b.may_draft(0.6) and b.may_draft(0.6)  # then a probe
+    b2 = DraftBackoff(kept=0.3)
+    assert not b2.may_draft(0.4) and b2.misses == 1  # the cost rose above its average
+    assert not b2.may_draft(0.0) and b2.may_draft(0.0)  # sits out one chance, then probes
+
+
+def test_step_cost_fits_fixed_and_per_row_seconds():
+    from engine.spec.cost import StepCost
+
+    c = StepCost()
+    assert c.row_share(16) == 0.0  # unfitted: drafting looks free
+    for i in range(200):
+        rows = 1 + i % 5
+        c.observe(rows, 0.02 + 0.005 * rows)
+    assert c.a == pytest.approx(0.02, rel=1e-6) and c.b == pytest.approx(0.005, rel=1e-6)
+    assert c.row_share(1) == pytest.approx(0.005 / 0.025)
+    assert c.row_share(16) == pytest.approx(0.08 / 0.1)
+    flat = StepCost()
+    for _ in range(50):
+        flat.observe(4, 0.1)  # no spread in rows: no slope, everything is fixed cost
+    assert flat.b == 0.0 and flat.a == pytest.approx(0.1) and flat.row_share(4) == 0.0

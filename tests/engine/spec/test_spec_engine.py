@@ -54,8 +54,24 @@ def make(spec, runner=None, observer=None, **kw):
                        speculative_config=spec)
     runner = runner or CacheCheckingRunner(num_kv_blocks=kw.pop("blocks", 64),
                                            block_size=4, next_fn=periodic)
-    return Engine(runner, FakeTokenizer(), cfg, detokenizer=FakeDetokenizer,
-                  observer=observer, **kw)
+    eng = Engine(runner, FakeTokenizer(), cfg, detokenizer=FakeDetokenizer,
+                 observer=observer, **kw)
+    if eng.spec is not None:  # the fake runner's step times say nothing: drafting is free
+        eng.spec.cost = FixedShare(0.0)
+    return eng
+
+
+class FixedShare:
+    """engine.spec.cost.StepCost with a fixed row share (no fitting)."""
+
+    def __init__(self, share):
+        self.share = share
+
+    def observe(self, rows, seconds):
+        pass
+
+    def row_share(self, num_seqs):
+        return self.share
 
 
 def run(engine, requests, max_steps=5000, on_step=None):
@@ -75,7 +91,9 @@ def flat(outs):
     """What a client sees: tokens, text, logprobs, how it ended."""
     return ([t for o in outs for t in o.token_ids], "".join(o.text for o in outs),
             [(lp.token_id, round(lp.logprob, 6), lp.top) for o in outs for lp in o.logprobs],
-            outs[-1].finish_reason, outs[-1].stop_reason, outs[-1].num_output_tokens)
+            outs[-1].finish_reason, outs[-1].stop_reason, outs[-1].num_output_tokens,
+            [(lp.token_id, round(lp.logprob, 6), lp.top) if lp else None
+             for o in outs for lp in (o.prompt_logprobs or ())])
 
 
 def prompts(n, seed=0):
@@ -134,6 +152,7 @@ def test_stops_penalties_logprobs_and_min_tokens_as_plain():
                        stop_token_ids=[seq[3]]),
         SamplingParams(max_tokens=30, temperature=0.0, logit_bias={seq[5]: -30.0}),
         SamplingParams(max_tokens=7, temperature=0.0),
+        SamplingParams(max_tokens=20, temperature=0.0, prompt_logprobs=2, logprobs=1),
     ]
     reqs = [(f"c{i}", base, p) for i, p in enumerate(cases)]
     plain = run(make(None), reqs)
@@ -144,6 +163,7 @@ def test_stops_penalties_logprobs_and_min_tokens_as_plain():
     assert counter.accepted > 0
     assert spec["c0"][-1].finish_reason is FinishReason.STOP
     assert spec["c6"][-1].num_output_tokens == 7
+    assert len(flat(spec["c7"])[-1]) == len(base)  # prompt logprobs, entry 0 None
 
 
 def test_max_model_len_and_max_tokens_bound_the_drafts():
@@ -318,6 +338,38 @@ def test_disable_by_batch_size():
         if any(c.num_draft for c in b.chunks):
             assert len(b.chunks) <= 2
     assert any(c.num_draft for b in runner.batches for c in b.chunks)
+
+
+def test_measured_cost_stops_drafts_that_do_not_pay():
+    """With rows costing most of a step, the model that breaks its period every 13th
+    token (drafts kept ~70%) still drafts; one whose drafts are never right stops
+    drafting almost entirely, and outputs are unchanged either way."""
+    def never(seq):  # a function of the position: what followed before never follows now
+        return random.Random(len(seq) * 1000 + seq[-1]).randrange(1, VOCAB)
+
+    for next_fn, min_rate in ((periodic, 0.3), (never, None)):
+        counter = SpecCounter()
+        eng = make(SPEC, CacheCheckingRunner(block_size=4, next_fn=next_fn), counter)
+        eng.spec.cost = FixedShare(0.5)  # a row costs as much as the rest of the step
+        reqs = [("a", [3, 1, 4, 1, 5, 9, 2, 6], SamplingParams(max_tokens=60,
+                                                                temperature=0.0))]
+        got = flat(run(eng, reqs)["a"])
+        assert got == flat(run(make(None, CacheCheckingRunner(block_size=4,
+                                                              next_fn=next_fn)), reqs)["a"])
+        if min_rate is None:
+            assert counter.drafts <= 8  # backoff after misses: 1, 3, 7, 15, ... skipped
+        else:
+            assert counter.accepted / counter.drafted > min_rate
+
+
+def test_engine_fits_the_cost_from_timed_decode_steps():
+    eng = make(SPEC, CacheCheckingRunner(block_size=4, next_fn=periodic, delay_s=0.002))
+    from engine.spec.cost import StepCost
+
+    eng.spec.cost = StepCost()
+    run(eng, [("a", [3, 1, 4, 1, 5, 9, 2, 6], SamplingParams(max_tokens=40,
+                                                              temperature=0.0))])
+    assert eng.spec.cost.a > 0  # decode steps were timed
 
 
 def test_constrained_and_exhausted_sequences_have_no_room():
