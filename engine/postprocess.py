@@ -37,7 +37,7 @@ import torch
 
 from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.request import FinishReason, Request, RequestStatus
-from engine.sampler import make_generator, token_logprobs
+from engine.sampler import Sampler, make_generator, token_logprobs
 from engine.scheduler import SchedulerOutput
 from engine.stream import EngineObserver, OutputSink, RequestOutput, TokenLogprob
 
@@ -208,13 +208,15 @@ class StepRunner:
         finished: list[Request] = []
         active = [(lv, first, drafts, lv.req.num_computed) for lv, first, drafts in items]
         pieces: dict[int, list[RequestOutput]] = {id(lv): [] for lv, _, _ in items}
+        # plain greedy rows (no processing, no logprobs): the sampler's argmax of each
+        # row, taken for all of a request's rows at once
+        argmax = {id(lv): logits[first:first + 1 + len(drafts)].argmax(dim=-1).tolist()
+                  for lv, first, drafts in items if self._plain_greedy(lv)}
         j = 0
         while active:
-            lives = [a[0] for a in active]
-            x = logits[[first + j for _, first, _, _ in active]]
             going = []
-            for (lv, first, drafts, base), res in zip(active, self._sample_isolated(x, lives),
-                                                      strict=True):
+            for (lv, first, drafts, base), res in zip(active, self._row_results(
+                    logits, active, j, argmax), strict=True):
                 got = pieces[id(lv)]
                 done, kept = True, False
                 try:
@@ -246,6 +248,32 @@ class StepRunner:
             active = going
             j += 1
         return finished
+
+    def _plain_greedy(self, lv: LiveRequest) -> bool:
+        """The default sampler would take the argmax of ``lv``'s raw logits at every
+        position of its draft (nothing processes them and no logprobs are asked)."""
+        p = lv.req.params
+        return (isinstance(self.sampler, Sampler) and p.greedy and p.logprobs is None
+                and not p.has_penalties and not p.logit_bias and lv.matcher is None
+                and getattr(p, "thinking", None) is None
+                and len(lv.req.output_ids) >= p.min_tokens)
+
+    def _row_results(self, logits: torch.Tensor, active: list[Any], j: int,
+                     argmax: dict[int, list[int]]) -> list[Any]:
+        """Row j of each active verification: (token, logprob, top) or an error."""
+        results: list[Any] = [None] * len(active)
+        rest = []
+        for i, (lv, first, _, _) in enumerate(active):
+            if id(lv) in argmax:
+                results[i] = (argmax[id(lv)][j], None, None)
+            else:
+                rest.append((i, lv, first + j))
+        if rest:
+            x = logits[[row for _, _, row in rest]]
+            for (i, _, _), res in zip(rest, self._sample_isolated(x, [lv for _, lv, _ in rest]),
+                                      strict=True):
+                results[i] = res
+        return results
 
     @staticmethod
     def _flush(lv: LiveRequest, pieces: list[RequestOutput]) -> None:
