@@ -3,9 +3,10 @@ verification kept (counted with vLLM's meanings).
 
 A sequence drafts when it is decoding without a grammar (constrained requests decode plain:
 their token masks would have to be computed for every draft position), the step runs at
-most ``disable_by_batch_size`` sequences, its backoff allows it given what a row costs in a
-step of this many sequences (engine/spec/policy.py, engine/spec/cost.py: fitted from the
-decode steps the engine times), and its limits leave room: drafting k tokens can append
+most ``disable_by_batch_size`` sequences, its policy finds a draft length that pays given
+its acceptance so far and what a row costs in a step of this many sequences
+(engine/spec/policy.py, engine/spec/cost.py: fitted from the decode steps the engine
+times), and its limits leave room: drafting k tokens can append
 k + 1, so k <= max_tokens - outputs - 1, and the drafts' positions must stay below
 max_model_len.
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from engine.spec.config import SpeculativeConfig
 from engine.spec.cost import StepCost
 from engine.spec.ngram import NgramProposer
-from engine.spec.policy import DraftBackoff
+from engine.spec.policy import DraftPolicy
 from engine.spec.proposer import DraftInput, Proposer
 
 
@@ -61,7 +62,7 @@ class SpecDecoder:
         self.proposer: Proposer = proposer or NgramProposer(config.prompt_lookup_min,
                                                             config.prompt_lookup_max)
         self.stats = SpecStats(accepted_per_pos=[0] * config.num_speculative_tokens)
-        self._backoff: dict[int, DraftBackoff] = {}
+        self._policy: dict[int, DraftPolicy] = {}
         self.cost = StepCost()
         self._share = 0.0  # the row share drafts of the current step were decided with
 
@@ -85,7 +86,9 @@ class SpecDecoder:
         self._share = share = self.cost.row_share(len(seqs))
         for i, s in enumerate(seqs):
             k = self.room(s)
-            if k and self._backoff.setdefault(s.seq_id, DraftBackoff()).may_draft(share):
+            if k:
+                k = self._policy.setdefault(s.seq_id, DraftPolicy()).length(share, k)
+            if k:
                 asks.append((i, DraftInput(s.seq_id, s.prompt_ids, s.output_ids, k)))
         if asks:
             props = self.proposer.propose([a for _, a in asks])
@@ -102,8 +105,8 @@ class SpecDecoder:
         s.num_accepted_tokens += num_accepted
         for pos in range(num_accepted):
             s.accepted_per_pos[pos] += 1
-        self._backoff.setdefault(seq_id, DraftBackoff()).record(num_accepted, num_drafted,
-                                                                self._share)
+        self._policy.setdefault(seq_id, DraftPolicy()).record(num_accepted, num_drafted,
+                                                              self._share)
 
     def step_timed(self, num_rows: int, seconds: float) -> None:
         """A decode step (no prompt tokens) of ``num_rows`` token rows, drafts included,
@@ -111,5 +114,5 @@ class SpecDecoder:
         self.cost.observe(num_rows, seconds)
 
     def release(self, seq_id: int) -> None:
-        self._backoff.pop(seq_id, None)
+        self._policy.pop(seq_id, None)
         self.proposer.release(seq_id)

@@ -1,50 +1,75 @@
-"""When a sequence drafts: per-sequence backoff after drafts that did not pay.
+"""How many tokens a sequence drafts this step: as many as pay for their rows.
 
-A draft pays when the share of its tokens kept beats what its rows cost the step
-(``cost``, engine/spec/cost.py: 0 until the engine has timed some steps, then the rows'
-share of a step of this size). Each sequence keeps an average of its drafts' kept shares;
-while that average does not beat the cost, the sequence is missing: after m misses in a
-row it sits out the next ``2**min(m, MAX_BACKOFF) - 1`` steps where it could draft (1, 3,
-7, ... 63), then drafts once more to see whether its text has turned repetitive. So a
-workload with nothing to look up pays for about one draft per 64 steps, and one that
-repeats itself drafts every step. Decisions depend only on the sequence's own history and
-the measured cost, never on outputs: speculation never changes what is generated.
+Per sequence, draft tokens are modelled as accepted one after another with a constant
+probability p (a draft token is only kept if every one before it was): the i-th token of a
+draft is kept with probability p**i. Each draft token costs ``cost`` of a token's worth of
+step time (engine/spec/cost.py: the rows' share of a step of this many sequences; 0 until
+the engine has timed some steps). So the i-th token is worth drafting when p**i > cost,
+and the draft length is the largest such i (at most the room the sequence has):
+floor(log(cost) / log(p)). p is estimated from the sequence's own drafts: kept tokens over
+kept tokens plus drafts that ended on a rejection, both exponentially weighted so a text
+that turns repetitive (or stops being so) is followed within a few drafts.
+
+A draft pays when the tokens it kept exceed what its rows cost (kept > cost * drafted).
+After m drafts in a row that did not pay, or when p falls to the cost, the sequence sits
+out its next ``2**min(m, MAX_BACKOFF) - 1`` chances to draft (1, 3, 7, ... 63), then
+drafts its whole room once to probe. So a workload with nothing to look up pays for about
+one draft per 64 steps, and one that repeats itself drafts every step. Decisions depend only
+on the sequence's own history and the measured cost: they never change what is generated.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 MAX_BACKOFF = 6
-SMOOTHING = 0.5  # weight of the newest draft in the kept-share average
+DECAY = 0.8  # weight of the past per verified draft in the acceptance estimate
 
 
 @dataclass(slots=True)
-class DraftBackoff:
-    misses: int = 0  # consecutive drafts whose kept-share average did not beat the cost
+class DraftPolicy:
+    kept: float = 1.0  # weighted count of draft tokens kept (optimistic prior: p = 1)
+    rejected: float = 0.0  # weighted count of drafts that ended on a rejected token
+    misses: int = 0  # consecutive drafts that did not pay
     skip: int = 0  # drafting chances still to sit out
-    kept: float = 1.0  # average share of draft tokens kept (optimistic before any draft)
 
-    def may_draft(self, cost: float = 0.0) -> bool:
-        """Asked once per step the sequence could draft; False uses up one skipped step.
-        A sequence whose average falls to ``cost`` (the cost rose) starts backing off
-        without drafting."""
+    @property
+    def accept_prob(self) -> float:
+        """p: the chance a draft token is kept, given every one before it was."""
+        return self.kept / (self.kept + self.rejected)
+
+    def best_length(self, cost: float, room: int) -> int:
+        """The largest i <= room with p**i > cost (0: not even one token pays)."""
+        p = self.accept_prob
+        if cost <= 0 or p >= 1:
+            return room
+        if p <= cost:
+            return 0
+        return max(1, min(room, math.floor(math.log(cost) / math.log(p))))
+
+    def length(self, cost: float, room: int) -> int:
+        """Tokens to draft now, asked once per step the sequence could draft (room >= 1);
+        0 while backing off (using up one skipped chance)."""
         if self.skip:
             self.skip -= 1
-            return False
-        if not self.misses and self.kept <= cost:
-            self._miss()
-            return False
-        return True
+            return 0
+        k = self.best_length(cost, room)
+        if k:
+            return k
+        if self.misses:  # a probe after sitting out: try the whole room once
+            return room
+        self._miss()  # the estimate fell to the cost: start backing off
+        return 0
 
-    def record(self, num_accepted: int, num_drafted: int = 1, cost: float = 0.0) -> None:
-        """A verified draft of ``num_drafted`` tokens kept ``num_accepted``."""
-        share = num_accepted / max(1, num_drafted)
-        self.kept = (1 - SMOOTHING) * self.kept + SMOOTHING * share
-        if num_accepted and self.kept > cost:
+    def record(self, num_accepted: int, num_drafted: int, cost: float = 0.0) -> None:
+        """A verified draft of ``num_drafted`` tokens kept its first ``num_accepted``."""
+        self.kept = DECAY * self.kept + num_accepted
+        self.rejected = DECAY * self.rejected + (num_accepted < num_drafted)
+        if num_accepted > cost * num_drafted:
             self.misses = 0
-            return
-        self._miss()
+        else:
+            self._miss()
 
     def _miss(self) -> None:
         self.misses += 1

@@ -1,9 +1,8 @@
-"""Prompt lookup (engine/spec/ngram.py) and the draft policy (engine/spec/policy.py)."""
+"""Prompt lookup (engine/spec/ngram.py) and the step cost fit (engine/spec/cost.py)."""
 
 import pytest
 
 from engine.spec.ngram import NgramIndex, NgramProposer
-from engine.spec.policy import MAX_BACKOFF, DraftBackoff
 from engine.spec.proposer import DraftInput
 
 
@@ -66,31 +65,6 @@ def test_proposer_keeps_one_index_per_sequence_and_forgets_it():
     assert prop.propose([DraftInput(1, (4, 5, 6, 4), (5, 6, 4), 2)]) == [(5, 6)]
     prop.release(1)
     assert 1 not in prop._index and 2 in prop._index
-
-
-def test_backoff_doubles_after_misses_and_clears_on_a_hit():
-    b = DraftBackoff()
-    assert b.may_draft()
-    b.record(0)
-    assert [b.may_draft() for _ in range(2)] == [False, True]
-    b.record(0)
-    assert [b.may_draft() for _ in range(4)] == [False] * 3 + [True]
-    b.record(2)
-    assert b.may_draft() and b.misses == 0
-    for _ in range(20):
-        b.record(0)
-    assert b.skip == 2 ** MAX_BACKOFF - 1
-
-
-def test_a_draft_pays_only_if_its_kept_share_beats_the_cost():
-    b = DraftBackoff()
-    b.record(3, 4, cost=0.5)  # kept 0.75 on average... (1 + 0.75) / 2 > 0.5
-    assert b.misses == 0 and b.may_draft(0.5)
-    b.record(1, 4, cost=0.6)  # average (0.875 + 0.25) / 2 = 0.56 < 0.6: a miss
-    assert b.misses == 1 and not b.may_draft(0.6) and b.may_draft(0.6)  # then a probe
-    b2 = DraftBackoff(kept=0.3)
-    assert not b2.may_draft(0.4) and b2.misses == 1  # the cost rose above its average
-    assert not b2.may_draft(0.0) and b2.may_draft(0.0)  # sits out one chance, then probes
 
 
 def test_step_cost_fits_fixed_and_per_row_seconds():

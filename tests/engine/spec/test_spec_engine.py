@@ -262,7 +262,7 @@ def test_preemption_and_abort_mid_speculation():
         if rid != "r3":
             assert flat(spec[rid]) == flat(plain[rid]), rid
     assert eng.scheduler.allocator.num_free == 20
-    assert not eng.spec.proposer._index and not eng.spec._backoff  # state released
+    assert not eng.spec.proposer._index and not eng.spec._policy  # state released
 
 
 def test_seeded_sampling_is_the_same_with_speculation_on_or_off():

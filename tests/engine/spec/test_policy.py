@@ -1,0 +1,51 @@
+"""The draft-length policy (engine/spec/policy.py)."""
+
+import math
+
+import pytest
+
+from engine.spec.policy import MAX_BACKOFF, DraftPolicy
+
+
+def test_free_rows_draft_the_whole_room_and_misses_back_off():
+    b = DraftPolicy()
+    assert b.length(0.0, 4) == 4
+    b.record(0, 4)  # nothing kept: a miss, sit out one chance
+    assert [b.length(0.0, 4) for _ in range(2)] == [0, 4]
+    b.record(0, 4)
+    assert [b.length(0.0, 4) for _ in range(4)] == [0, 0, 0, 4]
+    b.record(2, 4)  # kept some: the misses clear
+    assert b.misses == 0 and b.length(0.0, 4) == 4
+    for _ in range(20):
+        b.record(0, 4)
+    assert b.skip == 2 ** MAX_BACKOFF - 1
+
+
+def test_length_is_the_largest_i_with_p_to_the_i_above_the_cost():
+    b = DraftPolicy(kept=9.0, rejected=1.0)  # p = 0.9
+    assert b.accept_prob == pytest.approx(0.9)
+    assert b.best_length(0.5, 8) == math.floor(math.log(0.5) / math.log(0.9)) == 6
+    assert b.best_length(0.5, 3) == 3  # capped by the room
+    assert b.best_length(0.95, 8) == 0  # p <= cost: nothing pays
+    assert DraftPolicy(kept=6.0, rejected=4.0).best_length(0.5, 8) == 1  # 0.6 > 0.5 > 0.36
+
+
+def test_the_estimate_follows_the_text():
+    b = DraftPolicy()
+    for _ in range(10):
+        b.record(4, 4, cost=0.3)  # repetitive: every draft kept whole
+    assert b.accept_prob == 1.0 and b.length(0.3, 4) == 4
+    for _ in range(12):
+        b.record(0, 4)  # no longer: the estimate drops below the cost
+    assert b.accept_prob < 0.3
+    b.misses = b.skip = 0
+    assert b.length(0.3, 4) == 0 and b.misses == 1  # starts backing off by itself
+    assert b.length(0.3, 4) == 0 and b.length(0.3, 4) == 4  # sat out one, then a probe
+
+
+def test_a_draft_pays_only_if_its_kept_tokens_beat_the_cost():
+    b = DraftPolicy()
+    b.record(1, 4, cost=0.2)  # 1 > 0.8: paid
+    assert b.misses == 0
+    b.record(1, 4, cost=0.3)  # 1 < 1.2: did not pay
+    assert b.misses == 1 and b.skip == 1
