@@ -7,7 +7,11 @@
    shape, and bf16 x bf16 at min(patches, 256) rows (on hosts without AVX-512 BF16
    torch's bf16 GEMM is emulated and takes minutes at the full shape). The ratio against
    the faster of the two is the headline.
-2. Serving (optional, loads the text model): TTFT of a one-image chat (encode + prefill +
+2. Fused against unfused (optional, ``--compare-unfused``): the served tower (one q/k/v
+   and one gate/up GEMM per layer) and engine/vision/tower_unfused.py on the same
+   weights and pixels, alternating round by round in this process so both see the same
+   host load, with a torch matmul rate measured between them; the outputs compared.
+3. Serving (optional, loads the text model): TTFT of a one-image chat (encode + prefill +
    first token, nothing else running), and the inter-token latency of 4 running streams
    before and while an image is encoded on a side thread (engine/vision/runtime.py).
 No imports from service/."""
@@ -79,6 +83,51 @@ def encode_row(enc: VisionEncoder, w: int, h: int) -> EncodeRow:
     flops = enc.flops(px[1], px[2])
     return EncodeRow(w, h, out.shape[0], dt, flops / 1e9, flops / dt / 1e9,
                      (before[0] + after[0]) / 2, (before[1] + after[1]) / 2)
+
+
+@dataclass(frozen=True, slots=True)
+class FusionRow:
+    width: int
+    height: int
+    fused_s: list[float]  # per round, encoder call only (pixels already prepared)
+    unfused_s: list[float]
+    fp32_matmul_gflops: list[float]  # between the two, per round
+    gflop: float
+    max_abs_diff: float  # fused vs unfused output (0.0: the same bits)
+
+    @property
+    def speedup(self) -> float:
+        """Median over rounds of unfused / fused time."""
+        return statistics.median(u / f for u, f in zip(self.unfused_s, self.fused_s,
+                                                       strict=True))
+
+
+def fusion_row(enc: VisionEncoder, w: int, h: int, rounds: int = 2) -> FusionRow:
+    from engine.vision.tower_unfused import UnfusedTower
+
+    img = Image.open(io.BytesIO(noise_png(w, h)))
+    pixels = prepare_image(img, enc.config.image_size, enc.config.token_pixels).pixels
+    fused_tower, unfused = enc.tower, UnfusedTower(enc.weights, enc.gemm)
+    patches = (pixels.shape[1] // enc.config.patch_size) * (pixels.shape[2]
+                                                           // enc.config.patch_size)
+    times: dict[str, list[float]] = {"fused": [], "unfused": []}
+    outs: dict[str, torch.Tensor] = {}
+    rates = []
+    try:
+        for r in range(rounds):
+            order = ("fused", "unfused") if r % 2 == 0 else ("unfused", "fused")
+            for i, name in enumerate(order):
+                enc.tower = fused_tower if name == "fused" else unfused
+                t0 = time.perf_counter()
+                outs[name] = enc(pixels)
+                times[name].append(time.perf_counter() - t0)
+                if i == 0:
+                    rates.append(matmul_rate(patches, torch.float32))
+    finally:
+        enc.tower = fused_tower
+    diff = float((outs["fused"].float() - outs["unfused"].float()).abs().max())
+    return FusionRow(w, h, times["fused"], times["unfused"], rates,
+                     enc.flops(pixels.shape[1], pixels.shape[2]) / 1e9, diff)
 
 
 class _Clock:
