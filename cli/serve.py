@@ -43,6 +43,9 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
     ("--allowed-local-media-path", Path, "directory file:// image URLs may read (default: "
                                          "file:// refused)"),
     ("--image-cache-mib", int, "encoded images kept for reuse, LRU (default 512)"),
+    ("--vision-encoder-threads", int, "torch threads the image encoder uses, on its own "
+                                      "thread (default: --threads); fewer keep more of the "
+                                      "cores for running streams while an image encodes"),
 )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -58,6 +59,9 @@ class Settings(BaseSettings):
     max_media_bytes: int = Field(20 * 2**20, ge=1)
     allowed_local_media_path: Path | None = None
     image_cache_mib: int = Field(512, ge=0)  # encoded images kept for reuse (LRU)
+    # torch intra-op threads of the one thread that encodes images (None: --threads);
+    # at most the CPUs this process may use (engine/vision/encoder_thread.py)
+    vision_encoder_threads: int | None = Field(None, ge=1)
 
     @field_validator("api_keys", "disabled_kernels", "allowed_media_domains", mode="before")
     @classmethod
@@ -67,6 +71,15 @@ class Settings(BaseSettings):
             if v.startswith("["):
                 return tuple(json.loads(v))
             return tuple(p.strip() for p in v.split(",") if p.strip())
+        return v
+
+    @field_validator("vision_encoder_threads")
+    @classmethod
+    def _encoder_threads_fit(cls, v: int | None) -> int | None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
+        if v is not None and v > cpus:
+            raise ValueError(f"{v} threads, but this process may use {cpus} CPUs")
         return v
 
     @field_validator("api_keys")
