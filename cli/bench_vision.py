@@ -33,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also time the unfused tower beside the served one, alternating")
     p.add_argument("--rounds", type=int, default=2, help="rounds of --compare-unfused")
     p.add_argument("--serving-image", type=_size, default=(512, 512), metavar="WxH")
+    p.add_argument("--vision-encoder-threads", type=int, nargs="+", default=None,
+                   metavar="N", help="--serving: one encode per value beside the streams "
+                   "(default: one, at the engine's thread count)")
     p.add_argument("--json", type=Path, default=Path("bench/results/vision.json"))
     p.set_defaults(func=run)
 
@@ -73,7 +76,11 @@ def run(args: argparse.Namespace) -> int:
         result["fusion"] = [_fusion(enc, w, h, args.rounds) for w, h in args.sizes]
     if args.serving:
         del enc
-        result["serving"] = serving_latency(args.model, args.serving_image)
+        threads = tuple(args.vision_encoder_threads or (None,))
+        if min((t for t in threads if t is not None), default=1) < 1:
+            raise CliError("--vision-encoder-threads: each N must be >= 1")
+        result["serving"] = serving_latency(args.model, args.serving_image,
+                                            encoder_threads=threads)
         print(json.dumps(result["serving"], indent=2))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))
