@@ -1,6 +1,8 @@
 """`fp8serve bench rss --model DIR --kv-cache-gib G`: start `fp8serve serve` in a
 subprocess, send a few requests, and report its peak RSS (VmHWM) against the weight bytes
-on disk (vision tensors excluded) plus the KV budget (engine/bench/rss.py)."""
+on disk of what it loaded (the vision tower too when it serves images;
+--limit-mm-per-prompt image=0 skips it, as for serve) plus the KV budget
+(engine/bench/rss.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.main import CliError
+from cli.serve import parse_mm_limit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,6 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-num-seqs", type=int, default=16)
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--limit-mm-per-prompt", type=parse_mm_limit, default=None,
+                   metavar="image=N", help="passed to serve (image=0: no vision tower)")
     p.add_argument("--requests", type=int, default=8)
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--prompt-len", type=int, default=128)
@@ -32,9 +37,13 @@ def format_summary(res: dict[str, Any]) -> str:
     w, gib = res["weight_bytes"], 2**30
     base = res["interpreter_baseline"].get("VmHWM", 0) / gib
     after = res["memory"]["after_requests"]
+    v = res["vision"]
+    tower = (f"loaded, {w['vision'] / 2**20:.0f} MiB on disk counted" if v.get("images")
+             else f"not loaded ({v.get('reason')})")
     return "\n".join([
-        f"model {res['model']}: weights on disk {w['text_decoder'] / gib:.2f} GiB "
-        f"(text decoder; all tensors {w['all_tensors'] / gib:.2f} GiB) + KV "
+        f"model {res['model']}: weights loaded {res['loaded_weight_bytes'] / gib:.2f} GiB "
+        f"on disk (text decoder {w['text_decoder'] / gib:.2f} GiB; vision tower + "
+        f"projector {w['vision'] / gib:.2f} GiB: {tower}) + KV "
         f"{res['kv_cache_bytes'] / gib:.2f} GiB = {res['budget_gib']:.2f} GiB",
         f"server peak RSS (VmHWM) {res['peak_rss_gib']:.2f} GiB: "
         f"{res['overhead_gib']:+.2f} GiB over weights + KV "
@@ -62,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = RssBenchConfig(model_dir=model, kv_cache_gib=args.kv_cache_gib,
                              max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
-                             threads=args.threads, requests=args.requests,
+                             threads=args.threads,
+                             limit_mm_per_prompt=getattr(args, "limit_mm_per_prompt", None),
+                             requests=args.requests,
                              concurrency=args.concurrency, prompt_len=args.prompt_len,
                              max_tokens=args.max_tokens)
         res = run_rss_bench(cfg, log=lambda s: print(s, flush=True))

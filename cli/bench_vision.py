@@ -29,9 +29,28 @@ def register(sub: argparse._SubParsersAction) -> None:
                    metavar="WxH", help=f"images to encode (default {' '.join(SIZES)})")
     p.add_argument("--serving", action="store_true",
                    help="also TTFT of a one-image chat and ITL of 4 streams during an encode")
+    p.add_argument("--compare-unfused", action="store_true",
+                   help="also time the unfused tower beside the served one, alternating")
+    p.add_argument("--rounds", type=int, default=2, help="rounds of --compare-unfused")
     p.add_argument("--serving-image", type=_size, default=(512, 512), metavar="WxH")
+    p.add_argument("--vision-encoder-threads", type=int, nargs="+", default=None,
+                   metavar="N", help="--serving: one encode per value beside the streams "
+                   "(default: one, at the engine's thread count)")
     p.add_argument("--json", type=Path, default=Path("bench/results/vision.json"))
     p.set_defaults(func=run)
+
+
+def _fusion(enc: object, w: int, h: int, rounds: int) -> dict[str, object]:
+    from engine.bench.vision_bench import fusion_row
+
+    r = fusion_row(enc, w, h, rounds)  # type: ignore[arg-type]
+    gf = [f"{r.gflop / s:.1f}" for s in r.fused_s]
+    gu = [f"{r.gflop / s:.1f}" for s in r.unfused_s]
+    mm = [f"{x:.1f}" for x in r.fp32_matmul_gflops]
+    print(f"{w}x{h}: fused GFLOP/s {' '.join(gf)} | unfused {' '.join(gu)} | torch fp32 mm "
+          f"{' '.join(mm)} | unfused/fused time {r.speedup:.3f} (median of {rounds}); "
+          f"max |fused - unfused| {r.max_abs_diff:g}", flush=True)
+    return {**asdict(r), "speedup": r.speedup}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,9 +72,15 @@ def run(args: argparse.Namespace) -> int:
               f"{r.ratio:6.2f}", flush=True)
     result = {"model": str(args.model), "gemm": enc.gemm.mode, "gemm_choice": enc.gemm.why,
               "encode": rows}
+    if args.compare_unfused:
+        result["fusion"] = [_fusion(enc, w, h, args.rounds) for w, h in args.sizes]
     if args.serving:
         del enc
-        result["serving"] = serving_latency(args.model, args.serving_image)
+        threads = tuple(args.vision_encoder_threads or (None,))
+        if min((t for t in threads if t is not None), default=1) < 1:
+            raise CliError("--vision-encoder-threads: each N must be >= 1")
+        result["serving"] = serving_latency(args.model, args.serving_image,
+                                            encoder_threads=threads)
         print(json.dumps(result["serving"], indent=2))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -64,6 +65,9 @@ class Settings(BaseSettings):
     # unset: a random key per process, so signatures do not outlive a restart. The
     # environment only, no CLI flag: a flag's value shows in the process list
     thinking_signature_key: SecretStr | None = None
+    # torch intra-op threads of the one thread that encodes images (None: --threads);
+    # at most the CPUs this process may use (engine/vision/encoder_thread.py)
+    vision_encoder_threads: int | None = Field(None, ge=1)
 
     @field_validator("api_keys", "disabled_kernels", "allowed_media_domains", mode="before")
     @classmethod
@@ -82,6 +86,15 @@ class Settings(BaseSettings):
 
         parsed = SpeculativeConfig.parse(v)  # ConfigError (a ValueError) names the key
         return None if parsed is None else parsed.to_json()
+
+    @field_validator("vision_encoder_threads")
+    @classmethod
+    def _encoder_threads_fit(cls, v: int | None) -> int | None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
+        if v is not None and v > cpus:
+            raise ValueError(f"{v} threads, but this process may use {cpus} CPUs")
+        return v
 
     @field_validator("api_keys")
     @classmethod

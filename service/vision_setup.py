@@ -36,4 +36,5 @@ def load_vision_runtime(model_dir: Path, settings: Any, tokenizer: Any
     assert encoder is not None
     limits = VisionLimits(max_images=settings.limit_mm_per_prompt, max_image_size=max_size,
                           cache_bytes=settings.image_cache_mib * 2**20)
-    return VisionRuntime(encoder, ids, limits), None
+    return VisionRuntime(encoder, ids, limits,
+                         encoder_threads=settings.vision_encoder_threads), None

@@ -1,6 +1,8 @@
 """Peak resident memory of `fp8serve serve` for a model, against what it must hold: the
-weight bytes on disk (vision tensors excluded: they are never loaded) plus the
-preallocated KV cache (``kv_cache_gib``).
+weight bytes on disk of what the server loaded (the text decoder; the vision tower and
+projector too when it serves images, which its GET /kernels ``vision`` says: a multimodal
+checkpoint loads them unless ``--limit-mm-per-prompt image=0``) plus the preallocated KV
+cache (``kv_cache_gib``).
 
 The server runs in its own subprocess; a few requests go through it (service/bench_serve.py
 drives them), then its peak is read from ``/proc/<pid>/status`` ``VmHWM`` (the high-water
@@ -35,6 +37,7 @@ class RssBenchConfig:
     max_num_seqs: int = 16
     max_model_len: int = 4096
     threads: int | None = None
+    limit_mm_per_prompt: int | None = None  # serve's --limit-mm-per-prompt (None: default)
     requests: int = 8  # requests driven through the server before reading the peak
     concurrency: int = 4
     prompt_len: int = 128
@@ -68,14 +71,14 @@ def _safetensors_sizes(path: Path) -> dict[str, int]:
 
 
 def weight_bytes_on_disk(model_dir: Path) -> dict[str, int]:
-    """Bytes of tensor data in every *.safetensors file of ``model_dir``: all of them, and
-    the text decoder's alone (names without a vision marker)."""
+    """Bytes of tensor data in every *.safetensors file of ``model_dir``: all of them, the
+    text decoder's (names without a vision marker) and the vision tower + projector's."""
     total = text = 0
     for f in sorted(Path(model_dir).glob("*.safetensors")):
         for name, size in _safetensors_sizes(f).items():
             total += size
             text += 0 if any(m in name for m in VISION_MARKERS) else size
-    return {"all_tensors": total, "text_decoder": text}
+    return {"all_tensors": total, "text_decoder": text, "vision": total - text}
 
 
 def _free_port() -> int:
@@ -88,7 +91,19 @@ def server_command(cfg: RssBenchConfig, port: int) -> list[str]:
     cmd = [sys.executable, "-m", "cli.main", "--log-level", "WARNING", "serve", "--model",
            str(cfg.model_dir), "--port", str(port), "--kv-cache-gib", str(cfg.kv_cache_gib),
            "--max-num-seqs", str(cfg.max_num_seqs), "--max-model-len", str(cfg.max_model_len)]
+    if cfg.limit_mm_per_prompt is not None:
+        cmd += ["--limit-mm-per-prompt", f"image={cfg.limit_mm_per_prompt}"]
     return cmd + (["--threads", str(cfg.threads)] if cfg.threads else [])
+
+
+def served_vision(url: str) -> dict[str, Any]:
+    """The server's GET /kernels ``vision`` part: images served (with the tower's size) or
+    why not."""
+    import httpx
+
+    r = httpx.get(url + "/kernels", timeout=30)
+    r.raise_for_status()
+    return dict(r.json().get("vision") or {"images": False, "reason": "not reported"})
 
 
 def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float, log_path: Path) -> float:
@@ -140,12 +155,14 @@ def interpreter_baseline() -> dict[str, int]:
 
 
 def _summary(cfg: RssBenchConfig, weights: dict[str, int], mem: dict[str, dict[str, int]],
-             load: dict[str, Any], ready_s: float) -> dict[str, Any]:
-    budget = weights["text_decoder"] + cfg.kv_cache_gib * GIB
+             load: dict[str, Any], ready_s: float, vision: dict[str, Any]) -> dict[str, Any]:
+    loaded = weights["text_decoder"] + (weights["vision"] if vision.get("images") else 0)
+    budget = loaded + cfg.kv_cache_gib * GIB
     peak = mem["after_requests"]["VmHWM"]
     return {"schema": 1, "config": {k: (str(v) if isinstance(v, Path) else v)
                                     for k, v in asdict(cfg).items()},
             "model": Path(cfg.model_dir).name, "weight_bytes": weights,
+            "vision": vision, "loaded_weight_bytes": loaded,
             "kv_cache_bytes": int(cfg.kv_cache_gib * GIB), "budget_bytes": int(budget),
             "memory": mem, "peak_rss_bytes": peak, "peak_rss_gib": peak / GIB,
             "budget_gib": budget / GIB, "overhead_gib": (peak - budget) / GIB,
@@ -171,10 +188,11 @@ def run_rss_bench(cfg: RssBenchConfig, log: Any = print) -> dict[str, Any]:
         log(f"server pid {proc.pid} on {url}; waiting for /health (log {log_file.name})")
         ready_s = wait_ready(url, proc, cfg.startup_timeout_s, Path(log_file.name))
         mem = {"ready": proc_memory(proc.pid)}
+        vision = served_vision(url)
         log(f"ready in {ready_s:.1f} s; {cfg.requests} requests at concurrency "
             f"{cfg.concurrency}")
         load = drive(url, cfg, vocab)
         mem["after_requests"] = proc_memory(proc.pid)
     finally:
         stop(proc)
-    return _summary(cfg, weights, mem, load, ready_s)
+    return _summary(cfg, weights, mem, load, ready_s, vision)

@@ -53,7 +53,8 @@ class VisionEncoder:
 
 def load_vision_encoder(model_dir: Path, gemm: VisionGemm | None = None
                         ) -> VisionEncoder | None:
-    """The checkpoint's vision encoder (bf16, memory-mapped); None for text-only files."""
+    """The checkpoint's vision encoder (bf16; memory-mapped but for the fused q|k|v and
+    gate|up copies, engine/vision/weights.py); None for text-only files."""
     from engine.loader import open_store
 
     cfg = read_vision_config(Path(model_dir))

@@ -1,6 +1,6 @@
 """How the vision tower runs its GEMMs on this host, chosen once by measuring.
 
-Weights stay bf16 (memory-mapped, as stored). Two paths:
+Weights stay bf16 (memory-mapped as stored, or concatenated at load: weights.py). Two paths:
 
 - ``bf16``: activations bf16, ``F.linear(x bf16 [M, K], w bf16 [N, K])`` (oneDNN). Fast
   where the CPU has AVX-512 BF16 / AMX.

@@ -44,7 +44,13 @@ class Rope2D:
 
 
 def apply_rope_2d(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [N, heads, d] -> x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1)."""
+    """x [N, ..., d] (any strides) -> x * cos + rotate_half(x) * sin, a new contiguous
+    tensor; rotate_half(x) = cat(-x2, x1); cos, sin broadcast against x ([N, 1, d] for
+    [N, heads, d]). Two buffers, the same operations in the same order as the textbook
+    form (so the same bits)."""
     half = x.shape[-1] // 2
-    rot = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rot * sin
+    rot = torch.cat((x[..., half:], x[..., :half]), dim=-1)
+    rot[..., :half].neg_()
+    out = x * cos
+    out += rot.mul_(sin)
+    return out

@@ -1,18 +1,19 @@
 """VisionRuntime: what the server holds to take images: the encoder, the image token ids,
 the limits and the encoded-image cache.
 
-Scheduling choice: images are encoded *ahead of scheduling*, on the request's own worker
-thread (the routes' thread pool), before the request reaches the engine; the engine
-thread only scatters finished features into prefill chunks. Running streams keep
-stepping while an image encodes (they share the cores, so their inter-token latency
-rises, but they never stop), and a slow image never holds a step. One image encodes at a
-time (a lock): concurrent encodes would only oversubscribe the cores. Requests whose
-images are cached skip the lock entirely."""
+Scheduling choice: images are encoded *ahead of scheduling*, before the request reaches
+the engine: the request's worker thread (the routes' thread pool) decodes the bytes and
+looks up the cache, then hands preprocessing + encoding to the one encoder thread
+(engine/vision/encoder_thread.py), whose torch intra-op threads are capped by
+``--vision-encoder-threads``; the engine thread only scatters finished features into
+prefill chunks. Running streams keep stepping while an image encodes (they share the
+cores, so their inter-token latency rises, but they never stop), and a slow image never
+holds a step. One image encodes at a time (one encoder thread): concurrent encodes
+would only share the same cores. Requests whose images are cached never wait for it."""
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -21,6 +22,7 @@ import torch
 
 from engine.vision.decode import DEFAULT_MAX_PIXELS, decode_image
 from engine.vision.encoder import VisionEncoder
+from engine.vision.encoder_thread import EncoderThread
 from engine.vision.image_cache import ImageCache, image_key
 from engine.vision.layout import ImageTokenIds
 from engine.vision.preprocess import ImageGrid, prepare_image, token_grid
@@ -57,7 +59,10 @@ class VisionObserver(Protocol):
 
 class VisionRuntime:
     def __init__(self, encoder: VisionEncoder, ids: ImageTokenIds, limits: VisionLimits,
-                 observer: VisionObserver | None = None) -> None:
+                 observer: VisionObserver | None = None,
+                 encoder_threads: int | None = None) -> None:
+        """encoder_threads: torch intra-op threads of the encoder thread (None: the
+        constructing thread's count, i.e. --threads)."""
         c = encoder.config
         if limits.max_image_size > c.image_size:
             raise ValueError(f"max_image_size {limits.max_image_size} exceeds the model's "
@@ -70,7 +75,7 @@ class VisionRuntime:
         self.limits = limits
         self.cache = ImageCache(limits.cache_bytes)
         self.observer = observer
-        self._lock = threading.Lock()
+        self.worker = EncoderThread(encoder_threads)
 
     def encode(self, data: bytes) -> EncodedImage:
         """Image file bytes -> features (ImageDecodeError for bad bytes)."""
@@ -82,16 +87,19 @@ class VisionRuntime:
         if hit is not None:
             out = EncodedImage(key, grid, hit, cached=True, seconds=0.0)
         else:
-            with self._lock:
-                t0 = time.perf_counter()
-                prepared = prepare_image(image, self.limits.max_image_size, step)
-                features = self.encoder(prepared.pixels)
-                out = EncodedImage(key, grid, features, cached=False,
-                                   seconds=time.perf_counter() - t0)
+            features, seconds = self.worker.run(self._encode, image)
+            out = EncodedImage(key, grid, features, cached=False, seconds=seconds)
             self.cache.put(key, features)
         if self.observer is not None:
             self.observer.on_image(out.seconds, grid.num_image_tokens, out.cached)
         return out
+
+    def _encode(self, image: Any) -> tuple[torch.Tensor, float]:
+        """On the encoder thread: PIL image -> (features [T, H] bf16, seconds)."""
+        t0 = time.perf_counter()
+        prepared = prepare_image(image, self.limits.max_image_size,
+                                 self.encoder.config.token_pixels)
+        return self.encoder(prepared.pixels), time.perf_counter() - t0
 
     def describe(self) -> dict[str, Any]:
         """For /kernels, /v1/models and the startup log."""
@@ -101,5 +109,5 @@ class VisionRuntime:
                 "vision_layers": c.num_layers, "vision_hidden_size": c.hidden_size,
                 "vision_weights_mib": round(self.encoder.weights.nbytes / 2**20, 1),
                 "gemm": self.encoder.gemm.mode, "gemm_choice": self.encoder.gemm.why,
-                "attention": "torch sdpa",
+                "attention": "torch sdpa", "encoder_threads": self.worker.effective,
                 "image_cache_mib": round(self.limits.cache_bytes / 2**20, 1)}

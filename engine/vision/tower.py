@@ -2,12 +2,18 @@
 
     pixels [3, P*gh, P*gw] fp32 (normalized) --patch_conv (as a GEMM over P x P patches)-->
     [N = gh*gw, D] bf16, patches row-major --ln_pre--> N pre-norm layers:
-        x += o(SDPA(rope(q(n)), rope(k(n)), v(n)))   n = attention_norm(x), non-causal
-        x += down(silu(gate(n)) * up(n))             n = ffn_norm(x)
+        q | k | v = qkv(n)                           n = attention_norm(x), one GEMM
+        x += o(SDPA(rope(q), rope(k), v))            non-causal, no mask (one image)
+        g | u = gate_up(n)                           n = ffn_norm(x), one GEMM
+        x += down(silu(g) * u)
     --> [N, D] (no final norm)
 
 Activations are bf16 or fp32 and GEMMs go through engine/vision/gemm.py (chosen once per
-host by measuring); attention is torch SDPA over [1, heads, N, d]."""
+host by measuring). Attention is torch SDPA on [1, heads, N, d] views of the [N, heads, d]
+rows (no copies: the CPU flash kernel takes the strides, and its output transposed back
+is [N, heads * d] contiguous). The fused GEMMs give the same bits as the separate ones
+did (each output element is the same dot product), and RoPE and the residuals compute
+the same operations in the same order, only in fewer buffers."""
 
 from __future__ import annotations
 
@@ -64,13 +70,13 @@ class VisionTower:
                sin: torch.Tensor) -> torch.Tensor:
         """x [N, D] -> [N, D], both gemm.act_dtype."""
         c, lin = self.config, self.gemm.linear
-        n, heads, d = x.shape[0], c.num_heads, c.head_dim
-        h = rms_norm(x, lw.attention_norm, c.eps)
-        q = apply_rope_2d(lin(h, lw.q_proj).view(n, heads, d), cos, sin)
-        k = apply_rope_2d(lin(h, lw.k_proj).view(n, heads, d), cos, sin)
-        v = lin(h, lw.v_proj).view(n, heads, d)
-        attn = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
-                                              v.transpose(0, 1)[None])
-        x = x + lin(attn[0].transpose(0, 1).reshape(n, heads * d), lw.o_proj)
-        h = rms_norm(x, lw.ffn_norm, c.eps)
-        return x + lin(F.silu(lin(h, lw.gate_proj)) * lin(h, lw.up_proj), lw.down_proj)
+        n, heads, d, inter = x.shape[0], c.num_heads, c.head_dim, c.intermediate_size
+        qkv = lin(rms_norm(x, lw.attention_norm, c.eps), lw.qkv_proj).view(n, 3, heads, d)
+        qk = apply_rope_2d(qkv[:, :2], cos[:, None], sin[:, None])  # [N, 2, heads, d]
+        q, k, v = (t.transpose(0, 1)[None] for t in (qk[:, 0], qk[:, 1], qkv[:, 2]))
+        attn = F.scaled_dot_product_attention(q, k, v)  # [1, heads, N, d]
+        x += lin(attn[0].transpose(0, 1).reshape(n, heads * d), lw.o_proj)
+        gu = lin(rms_norm(x, lw.ffn_norm, c.eps), lw.gate_up_proj)  # [N, 2I]: gate | up
+        act = F.silu(gu[:, :inter], inplace=True).mul_(gu[:, inter:])
+        x += lin(act, lw.down_proj)
+        return x

@@ -1,8 +1,11 @@
 """VisionWeights: every tensor of the Pixtral tower and the projector in one canonical
 layout, loaded from either checkpoint layout.
 
-All bf16 and memory-mapped as stored (fp16/fp32 files are converted once). q/k rows are
-in the half-split RoPE layout (HF); Mistral-native wq/wk (interleaved complex pairs) are
+All bf16 (fp16/fp32 files are converted once). Memory-mapped as stored, except q/k/v
+and gate/up: each layer's are concatenated at load into one [3D, D] and one [2I, D]
+weight (one GEMM each instead of three and two), and the file pages the copy read are
+released (engine/vision/mapped_pages.py), so the tower holds one copy. q/k rows are in
+the half-split RoPE layout (HF); Mistral-native wq/wk (interleaved complex pairs) are
 permuted by :func:`load_vision_weights`, like the text wq/wk (engine/checkpoint/assemble.py).
 
 Names on disk (HF prefix ``""`` or ``"model."`` | native):
@@ -27,19 +30,33 @@ from engine.checkpoint.assemble import interleaved_to_half_split
 from engine.checkpoint.tensors import TensorStore
 from engine.checkpoint.validate import read_float
 from engine.vision.config import VisionConfig
+from engine.vision.mapped_pages import release_mapped_pages
 
 
 @dataclass(frozen=True, slots=True)
 class VisionLayerWeights:
     attention_norm: torch.Tensor  # [D] bf16
     ffn_norm: torch.Tensor  # [D] bf16
-    q_proj: torch.Tensor  # [D, D] bf16, rows half-split per head
-    k_proj: torch.Tensor  # [D, D] bf16, rows half-split per head
-    v_proj: torch.Tensor  # [D, D] bf16
+    qkv_proj: torch.Tensor  # [3D, D] bf16: rows q | k | v; q, k rows half-split per head
     o_proj: torch.Tensor  # [D, D] bf16
-    gate_proj: torch.Tensor  # [I, D] bf16
-    up_proj: torch.Tensor  # [I, D] bf16
+    gate_up_proj: torch.Tensor  # [2I, D] bf16: rows gate | up
     down_proj: torch.Tensor  # [D, I] bf16
+
+    def __post_init__(self) -> None:
+        d = self.o_proj.shape[0]
+        if self.qkv_proj.shape != (3 * d, d) or self.gate_up_proj.shape[0] % 2:
+            raise ValueError(f"qkv_proj {list(self.qkv_proj.shape)} / gate_up_proj "
+                             f"{list(self.gate_up_proj.shape)} are not fused [3D, D] / [2I, D]")
+
+    def part(self, name: str) -> torch.Tensor:
+        """One of the unfused weights as a view: q_proj, k_proj, v_proj ([D, D]) or
+        gate_proj, up_proj ([I, D])."""
+        d, i = self.o_proj.shape[0], self.gate_up_proj.shape[0] // 2
+        spans = {"q_proj": (self.qkv_proj, 0, d), "k_proj": (self.qkv_proj, d, d),
+                 "v_proj": (self.qkv_proj, 2 * d, d), "gate_proj": (self.gate_up_proj, 0, i),
+                 "up_proj": (self.gate_up_proj, i, i)}
+        w, start, rows = spans[name]
+        return w[start:start + rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,18 +121,37 @@ def hf_vision_prefix(store: TensorStore) -> str:
     return "model." if "model.vision_tower.patch_conv.weight" in store else ""
 
 
+FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def _fused(store: TensorStore, c: VisionConfig, native: bool, prefix: str, i: int,
+           parts: tuple[str, ...]) -> torch.Tensor:
+    """The parts' rows concatenated ([sum rows, D] bf16); the mapped pages they were read
+    from are released (a bf16 file tensor is the mapping itself; others were converted)."""
+    d, inter = c.hidden_size, c.intermediate_size
+    read = []
+    for field in parts:
+        name = layer_name(native, prefix, i, field)
+        t = read_float(store, name, (d if field in FUSED["qkv_proj"] else inter, d))
+        mapped = t if store.meta(name).dtype == torch.bfloat16 else None
+        if native and field in ("q_proj", "k_proj"):
+            t = interleaved_to_half_split(t, c.num_heads)
+        read.append((t, mapped))
+    out = torch.cat([t for t, _ in read])
+    for _, mapped in read:
+        if mapped is not None:
+            release_mapped_pages(mapped)
+    return out
+
+
 def _layer(store: TensorStore, c: VisionConfig, native: bool, prefix: str,
            i: int) -> VisionLayerWeights:
     d, inter = c.hidden_size, c.intermediate_size
-    shapes = {"attention_norm": (d,), "ffn_norm": (d,), "q_proj": (d, d), "k_proj": (d, d),
-              "v_proj": (d, d), "o_proj": (d, d), "gate_proj": (inter, d),
-              "up_proj": (inter, d), "down_proj": (d, inter)}
-    out = {}
-    for field, shape in shapes.items():
-        t = read_float(store, layer_name(native, prefix, i, field), shape)
-        if native and field in ("q_proj", "k_proj"):
-            t = interleaved_to_half_split(t, c.num_heads)
-        out[field] = t
+    shapes = {"attention_norm": (d,), "ffn_norm": (d,), "o_proj": (d, d),
+              "down_proj": (d, inter)}
+    out = {f: read_float(store, layer_name(native, prefix, i, f), s) for f, s in shapes.items()}
+    for field, parts in FUSED.items():
+        out[field] = _fused(store, c, native, prefix, i, parts)
     return VisionLayerWeights(**out)
 
 

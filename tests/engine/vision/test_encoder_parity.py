@@ -56,7 +56,7 @@ def test_native_and_hf_layouts_give_the_same_weights(pair) -> None:
     hf, native = (load_vision_encoder(p) for p in pair)
     assert hf is not None and native is not None
     for a, b in zip(hf.weights.layers, native.weights.layers, strict=True):
-        assert torch.equal(a.q_proj, b.q_proj) and torch.equal(a.k_proj, b.k_proj)
+        assert torch.equal(a.qkv_proj, b.qkv_proj) and torch.equal(a.gate_up_proj, b.gate_up_proj)
         assert torch.equal(a.down_proj, b.down_proj)
     assert torch.equal(hf.weights.linear_1, native.weights.linear_1)
     img = pixels(56, 84, seed=1)
@@ -70,8 +70,8 @@ def test_native_qk_on_disk_are_interleaved(pair) -> None:
     enc = load_vision_encoder(pair[1])
     with safe_open(str(pair[1] / "consolidated.safetensors"), "pt") as f:
         raw = f.get_tensor("vision_encoder.transformer.layers.0.attention.wq.weight")
-    assert raw.shape == enc.weights.layers[0].q_proj.shape
-    assert not torch.equal(raw, enc.weights.layers[0].q_proj)
+    assert raw.shape == enc.weights.layers[0].part("q_proj").shape
+    assert not torch.equal(raw, enc.weights.layers[0].part("q_proj"))
 
 
 def test_the_comparison_detects_rope_and_merge_mistakes(pair, reference, monkeypatch) -> None:

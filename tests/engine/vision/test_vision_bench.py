@@ -17,11 +17,12 @@ def test_bench_vision_cli(tmp_path, capsys) -> None:
     out = tmp_path / "vision.json"
     args = parser.parse_args(["bench", "vision", "--model", str(hf), "--sizes", "56x84",
                               "112x112", "--serving", "--serving-image", "56x56",
-                              "--json", str(out)])
+                              "--vision-encoder-threads", "1", "2", "--compare-unfused",
+                              "--rounds", "1", "--json", str(out)])
     import engine.bench.vision_bench as vb
 
     real = vb.serving_latency
-    vb.serving_latency = lambda m, img: real(m, img, baseline_s=0.5)
+    vb.serving_latency = lambda m, img, **kw: real(m, img, baseline_s=0.5, **kw)
     try:
         assert args.func(args) == 0
     finally:
@@ -34,4 +35,11 @@ def test_bench_vision_cli(tmp_path, capsys) -> None:
     s = res["serving"]
     assert s["image_tokens"] == 4 and s["prompt_tokens"] > 6 and s["ttft_s"] > 0
     assert s["itl_baseline_median_s"] > 0
+    assert [d["encoder_threads"] for d in s["during_encode"]] == [1, 2]
+    assert all(d["encode_s"] > 0 and d["window_s"] >= d["encode_s"]
+               for d in s["during_encode"])
+    fusion = res["fusion"]
+    assert [(f["width"], f["height"]) for f in fusion] == [(56, 84), (112, 112)]
+    assert all(f["max_abs_diff"] < 0.01 and f["speedup"] > 0 and len(f["fused_s"]) == 1
+               for f in fusion)
     assert "ratio" in capsys.readouterr().out
