@@ -49,7 +49,7 @@ def servers():
 
 
 def complete(srv: dict, prompt: str, **kw) -> dict:
-    body = {"model": "demo", "prompt": prompt, "max_tokens": 48, "temperature": 0,
+    body = {"model": "demo", "prompt": prompt, "max_tokens": 32, "temperature": 0,
             "logprobs": 3, **kw}
     r = httpx.post(srv["url"] + "/v1/completions", json=body, timeout=300)
     assert r.status_code == 200, r.text
@@ -93,7 +93,7 @@ def test_greedy_one_at_a_time_equals_plain(servers):
 
 async def _stream(client: httpx.AsyncClient, prompt: str, **kw) -> tuple[list, list[int]]:
     """(the tokens with their logprobs, tokens per chunk)."""
-    body = {"model": "demo", "prompt": prompt, "max_tokens": 40, "temperature": 0,
+    body = {"model": "demo", "prompt": prompt, "max_tokens": 24, "temperature": 0,
             "stream": True, "logprobs": 2, **kw}
     got, sizes = [], []
     async with client.stream("POST", "/v1/completions", json=body) as r:
@@ -129,7 +129,7 @@ def test_chat_and_seeded_sampling_equal_plain(servers):
     msgs = [{"role": "user", "content": f"Repeat this sentence exactly: {PASSAGE}"}]
     for extra in ({"temperature": 0}, {"temperature": 0.8, "top_p": 0.9, "seed": 7},
                   {"temperature": 1.0, "seed": 1234, "logprobs": True, "top_logprobs": 2}):
-        body = {"model": "demo", "messages": msgs, "max_tokens": 40, **extra}
+        body = {"model": "demo", "messages": msgs, "max_tokens": 24, **extra}
         a = httpx.post(on["url"] + "/v1/chat/completions", json=body, timeout=300).json()
         b = httpx.post(off["url"] + "/v1/chat/completions", json=body, timeout=300).json()
         assert a["choices"] == b["choices"] and a["usage"] == b["usage"], extra
