@@ -27,8 +27,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hf-dtype", choices=("float32", "bfloat16"), default="float32",
                    help="dtype transformers dequantizes the FP8 weights into")
     p.add_argument("--gguf", type=Path, default=None,
-                   help="GGUF for llama.cpp (default: the demo model's original, with the "
-                        "demo model only)")
+                   help="GGUF for llama.cpp (default: the demo model's original with the demo "
+                        "model; any other checkpoint is exported to --gguf-types, cached "
+                        "beside it as DIR.Q8_0.gguf / DIR.BF16.gguf)")
+    p.add_argument("--gguf-types", default="Q8_0,BF16",
+                   help="comma list of Q8_0, BF16: the exports llama.cpp is timed on")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="interleaved timed rounds of fp8serve and each llama.cpp GGUF "
+                        "(order reversed every other round), or with --speculative-config of "
+                        "plain and speculative passes; figures are the median round's")
     p.add_argument("--bandwidth-mib", type=int, default=1024,
                    help="read-bandwidth probe buffer (MiB; the probe reads all of it per pass)")
     p.add_argument("--bandwidth-passes", type=int, default=5,
@@ -43,8 +50,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --speculative-config: comma list of workloads")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16],
                    help="with --speculative-config: concurrent requests per pass")
-    p.add_argument("--rounds", type=int, default=2,
-                   help="with --speculative-config: interleaved rounds (median reported)")
     p.add_argument("--json", type=Path, default=None,
                    help="default bench/results/generate.json (spec.json with "
                         "--speculative-config)")
@@ -79,7 +84,10 @@ def config_from_args(args: argparse.Namespace) -> Any:
             bandwidth_bytes=args.bandwidth_mib << 20,
             bandwidth_passes=getattr(args, "bandwidth_passes", 5),
             lm_head_dtype=getattr(args, "lm_head_dtype", None) or "auto",
-            kv_cache_dtype=getattr(args, "kv_cache_dtype", None) or "auto")
+            kv_cache_dtype=getattr(args, "kv_cache_dtype", None) or "auto",
+            rounds=getattr(args, "rounds", 1),
+            gguf_types=tuple(t.strip() for t in getattr(args, "gguf_types", "Q8_0,BF16")
+                             .split(",") if t.strip()))
     except ValueError as exc:
         raise CliError(str(exc)) from exc
 
@@ -131,9 +139,33 @@ def format_table(res: dict[str, Any]) -> str:
     lines.append(f"fp8serve kernels (layers): {ours['kernels']}; lm_head: "
                  f"{ours.get('lm_head_kernel')}; extension built: "
                  f"{ext.get('built')}" + (f" ({ext['error']})" if ext.get("error") else ""))
+    lines += _bytes_lines(res)
     lines.append("(vs bandwidth bound: fraction of the bound reached; "
                  "vs bf16 matmul: fraction of torch's bf16 throughput for the same FLOPs)")
     return "\n".join(lines)
+
+
+def _bytes_lines(res: dict[str, Any]) -> list[str]:
+    """Per engine: weight bytes read per decode token, the read rate that decode speed
+    implies, and the per-round figures when there were several rounds."""
+    ours = res["fp8serve"]
+    rows = [("fp8serve", res["bytes_per_token"]["total"], ours)]
+    rows += [(n, b["bytes_per_token"], b) for n, b in res["baselines"].items()
+             if "bytes_per_token" in b]
+    out = []
+    for name, nb, t in rows:
+        line = (f"{name}: {nb / 1e6:.0f} MB read per decode token -> "
+                f"{nb * t['decode_tok_s'] / 1e9:.1f} GB/s at its decode speed")
+        if len(t.get("rounds", {}).get("decode_tok_s", [])) > 1:
+            line += "; rounds decode " + ", ".join(
+                f"{x:.2f}" for x in t["rounds"]["decode_tok_s"]) + ", prefill " + ", ".join(
+                f"{x:.1f}" for x in t["rounds"]["prefill_tok_s"])
+        r = res["ratios"].get(f"{name}_per_round")
+        if r:
+            line += ("; fp8serve x per round decode " + ", ".join(f"{x:.2f}" for x in r["decode"])
+                     + ", prefill " + ", ".join(f"{x:.2f}" for x in r["prefill"]))
+        out.append(line)
+    return out
 
 
 def spec_config_from_args(args: argparse.Namespace) -> Any:

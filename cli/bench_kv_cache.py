@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="greedy tokens per prompt for the accuracy part (0 = skip)")
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--op-only", action="store_true",
+                   help="time only the paged-attention op at the model's head shape (one "
+                        "decode row per context, --speed-rounds reps per dtype, interleaved)")
     p.add_argument("--json", type=Path, default=Path("bench/results/kv-cache.json"))
     p.set_defaults(func=run)
 
@@ -69,9 +72,32 @@ def format_summary(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    from engine.bench.kv_cache_bench import run_kv_cache_bench
+def format_op(res: dict[str, Any]) -> str:
+    lines = [f"paged_attention alone, {res['heads']} query / {res['kv_heads']} KV heads x "
+             f"{res['head_dim']}, one decode row, {res['threads']} threads"]
+    for ctx, r in res.items():
+        if not isinstance(r, dict):
+            continue
+        for n in ("bf16", "fp8"):
+            best = min(r["seconds"][n])
+            lines.append(f"{ctx} keys {n}: best {best * 1e3:.1f} ms, K/V "
+                         f"{r['kv_bytes'][n] / 1e6:.1f} MB -> "
+                         f"{r['kv_bytes'][n] / best / 1e9:.2f} GB/s")
+        lines.append(f"{ctx} keys fp8 / bf16 time per rep: "
+                     + ", ".join(f"{x:.2f}" for x in r["ratio_per_rep"]))
+    return "\n".join(lines)
 
+
+def run(args: argparse.Namespace) -> int:
+    from engine.bench.kv_cache_bench import attention_op_speed, run_kv_cache_bench
+
+    if getattr(args, "op_only", False):
+        cfg = config_from_args(args)
+        res = attention_op_speed(cfg.model_dir, cfg.contexts, cfg.speed_rounds, cfg.threads)
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(res, indent=2))
+        print(format_op(res))
+        return 0
     res = run_kv_cache_bench(config_from_args(args), log=lambda s: print(s, flush=True))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(res, indent=2))

@@ -20,6 +20,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,8 @@ class GenerateBenchConfig:
     bandwidth_passes: int = 5  # best of this many passes per probe sample
     lm_head_dtype: str = "auto"  # engine/model/lm_head.py
     kv_cache_dtype: str = "auto"  # engine/model/kv_store.py
+    rounds: int = 1  # interleaved timed rounds of fp8serve and llama.cpp (engine/bench/rounds.py)
+    gguf_types: tuple[str, ...] = ("Q8_0", "BF16")  # exports timed when gguf is None
     gemm_reps: int = 3
     seed: int = 0
 
@@ -63,6 +66,11 @@ class GenerateBenchConfig:
             raise ValueError("hf_dtype must be float32 or bfloat16")
         if self.bandwidth_bytes < 64 or self.bandwidth_bytes % 64:
             raise ValueError("the bandwidth probe needs a positive multiple of 64 bytes")
+        if self.rounds < 1:
+            raise ValueError("need --rounds >= 1")
+        bad = sorted(set(self.gguf_types) - {"Q8_0", "BF16"})
+        if bad or not self.gguf_types:
+            raise ValueError(f"--gguf-types: choose from Q8_0, BF16 (got {bad or 'none'})")
 
 
 @dataclass(frozen=True)
@@ -137,28 +145,29 @@ def load_bench_runner(cfg: GenerateBenchConfig) -> tuple[Any, dict[str, Any], An
     return runner, bytes_tok, hw
 
 
-def run_fp8serve(cfg: GenerateBenchConfig, prompt: list[int], log: Log,
-                 probe: ReadProbe, samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """Load, warm up (16-token prompt, 4 tokens), then one timed greedy generation with a
-    read-bandwidth sample right before and right after it (appended to ``samples``)."""
+def load_fp8serve(cfg: GenerateBenchConfig, prompt: list[int], log: Log) -> dict[str, Any]:
+    """The runner, loaded and warmed up (16-token prompt, 4 tokens), with its byte count
+    per decode token and load time."""
     t0 = time.perf_counter()
     runner, bytes_tok, hw = load_bench_runner(cfg)
     load_s = time.perf_counter() - t0
     log(f"fp8serve: loaded in {load_s:.1f} s; warm-up")
     time_runner(runner, prompt[: min(16, len(prompt))], 4)
-    samples.append(probe.sample("before fp8serve"))
-    log("fp8serve: timed run")
-    timing = time_runner(runner, prompt, cfg.gen_len)
-    samples.append(probe.sample("after fp8serve"))
+    return {"runner": runner, "bytes_per_token": bytes_tok, "load_s": load_s, "hw": hw}
+
+
+def release_fp8serve(loaded: dict[str, Any]) -> dict[str, Any]:
+    """What the result reports about the runner (kernels, lm_head kernel, extension);
+    the runner is dropped."""
+    runner = loaded.pop("runner")
     kernels = {f"{k}/{p}/{s}": n for (k, p, s), n in
                runner.kernel_report.selected_counts().items()}
     head = runner.model.lm_head
     head_kernel = getattr(head, "kernel_id", None) or head.kernel.kernel.id
     del runner
     gc.collect()
-    ext = hw.extension
-    return {"timing": timing, "bytes_per_token": bytes_tok, "load_s": load_s,
-            "kernels": kernels, "lm_head_kernel": head_kernel,
+    ext = loaded.pop("hw").extension
+    return {"load_s": loaded["load_s"], "kernels": kernels, "lm_head_kernel": head_kernel,
             "extension": {"built": ext.built, "error": ext.error}}
 
 
@@ -193,27 +202,6 @@ def _agreement(ours: tuple[int, ...], theirs: list[int] | None) -> int | None:
     return n
 
 
-def _run_baselines(cfg: GenerateBenchConfig, prompt: list[int], threads: int,
-                   log: Log, probe: ReadProbe,
-                   samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each baseline timed, a read-bandwidth sample after each (the one before is the
-    previous phase's 'after')."""
-    from engine.bench.baselines import run_llamacpp, run_transformers
-
-    out: dict[str, Any] = {}
-    for name in cfg.baselines:
-        log(f"{name}: loading and timing")
-        samples.append(probe.sample(f"before {name}"))
-        if name == "transformers":
-            out[name] = run_transformers(cfg.model_dir, prompt, cfg.gen_len, cfg.hf_dtype)
-        else:
-            out[name] = run_llamacpp(cfg.gguf, prompt, cfg.gen_len, threads)
-        samples.append(probe.sample(f"after {name}"))
-        if "skipped" in out[name]:
-            log(f"{name}: skipped: {out[name]['skipped']}")
-    return out
-
-
 def _bandwidth(samples: list[dict[str, Any]], bytes_tok: dict[str, Any]) -> dict[str, Any]:
     """The bound from the samples bracketing fp8serve's timed run: read_xor's best (the
     torch-sum best when the extension is missing), and the torch-sum figure beside it."""
@@ -227,9 +215,13 @@ def _bandwidth(samples: list[dict[str, Any]], bytes_tok: dict[str, Any]) -> dict
 
 
 def run_generate_bench(cfg: GenerateBenchConfig, log: Log = print) -> dict[str, Any]:
-    """Everything in one process, in order: the bf16 GEMM reference, fp8serve, then each
-    baseline (fp8serve's memory is released first); a read-bandwidth sample right before
-    and right after each timed phase."""
+    """Everything in one process, in order: the bf16 GEMM reference; fp8serve and each
+    llama.cpp GGUF loaded, then ``cfg.rounds`` interleaved timed rounds of them
+    (engine/bench/rounds.py); then transformers alone (the others released first). A
+    read-bandwidth sample right before and right after each timed generation. Figures
+    are the median round's; ratios against llama.cpp the median of per-round ratios."""
+    from engine.bench.baselines import llamacpp_engines
+    from engine.bench.rounds import Contender, median_round, per_round, run_rounds
     from engine.loader import read_model_config
 
     if cfg.threads is not None:
@@ -244,19 +236,60 @@ def run_generate_bench(cfg: GenerateBenchConfig, log: Log = print) -> dict[str, 
     log(f"torch bf16 GEMMs at M={cfg.prompt_len}")
     gemm = bf16_prefill_reference(mcfg, cfg.prompt_len, cfg.gemm_reps)
     samples.append(probe.sample("after bf16 matmul"))
-    ours = run_fp8serve(cfg, prompt, log, probe, samples)
-    timing: GenTiming = ours.pop("timing")
-    bytes_tok = ours.pop("bytes_per_token")
+    loaded = load_fp8serve(cfg, prompt, log)
+    engines, base = llamacpp_engines(cfg, prompt, threads, log)
+    contenders = [Contender("fp8serve", partial(time_runner, loaded["runner"]))]
+    contenders += [Contender(n, e.generate) for n, e in engines.items()]
+    timings = run_rounds(contenders, prompt, cfg.gen_len, cfg.rounds, probe, samples, log)
+    del contenders  # the runner's last reference is loaded["runner"]
+    bytes_tok = loaded["bytes_per_token"]
+    ours = release_fp8serve(loaded) | {"rounds": per_round(timings["fp8serve"])}
+    for name, eng in engines.items():
+        eng.close()
+        base[name] = (median_round(timings[name]).to_dict() | eng.info
+                      | {"rounds": per_round(timings[name])})
+    if "transformers" in cfg.baselines:
+        base |= _run_transformers(cfg, prompt, log, probe, samples)
+    timing = median_round(timings["fp8serve"])
     bw = _bandwidth(samples, bytes_tok)
-    base = _run_baselines(cfg, prompt, threads, log, probe, samples)
-    ratios = {"decode_vs_bandwidth_bound": timing.decode_tps / bw["decode_tok_s"],
-              "decode_vs_torch_sum_bound": timing.decode_tps / bw["torch_sum_decode_tok_s"],
-              "prefill_vs_bf16_matmul": timing.prefill_tps / gemm["prefill_tok_s"]}
-    for name, res in base.items():
-        ratios[f"decode_vs_{name}"] = _ratio(timing.decode_tps, res.get("decode_tok_s"))
-        ratios[f"prefill_vs_{name}"] = _ratio(timing.prefill_tps, res.get("prefill_tok_s"))
+    ratios = _ratios(timing, timings, base, bw, gemm)
     return _result(cfg, mcfg, threads, timing, ours, bytes_tok, bw, samples, gemm, base,
                    ratios)
+
+
+def _run_transformers(cfg: GenerateBenchConfig, prompt: list[int], log: Log,
+                      probe: ReadProbe, samples: list[dict[str, Any]]) -> dict[str, Any]:
+    from engine.bench.baselines import run_transformers
+
+    log("transformers: loading and timing")
+    samples.append(probe.sample("before transformers"))
+    res = run_transformers(cfg.model_dir, prompt, cfg.gen_len, cfg.hf_dtype)
+    samples.append(probe.sample("after transformers"))
+    if "skipped" in res:
+        log(f"transformers: skipped: {res['skipped']}")
+    return {"transformers": res}
+
+
+def _ratios(timing: GenTiming, timings: dict[str, list[GenTiming]], base: dict[str, Any],
+            bw: dict[str, Any], gemm: dict[str, Any]) -> dict[str, Any]:
+    """fp8serve / each reference; against an engine timed in the rounds, the median of
+    the per-round ratios (and the rounds' own under ``<name>_per_round``)."""
+    from engine.bench.rounds import round_ratios
+
+    ratios: dict[str, Any] = {
+        "decode_vs_bandwidth_bound": timing.decode_tps / bw["decode_tok_s"],
+        "decode_vs_torch_sum_bound": timing.decode_tps / bw["torch_sum_decode_tok_s"],
+        "prefill_vs_bf16_matmul": timing.prefill_tps / gemm["prefill_tok_s"]}
+    for name, res in base.items():
+        if name in timings:
+            rr = round_ratios(timings["fp8serve"], timings[name])
+            ratios[f"decode_vs_{name}"] = rr["decode_median"]
+            ratios[f"prefill_vs_{name}"] = rr["prefill_median"]
+            ratios[f"{name}_per_round"] = rr
+            continue
+        ratios[f"decode_vs_{name}"] = _ratio(timing.decode_tps, res.get("decode_tok_s"))
+        ratios[f"prefill_vs_{name}"] = _ratio(timing.prefill_tps, res.get("prefill_tok_s"))
+    return ratios
 
 
 def _result(cfg: GenerateBenchConfig, mcfg: Any, threads: int, timing: GenTiming,

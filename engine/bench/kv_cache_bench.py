@@ -199,3 +199,54 @@ def run_kv_cache_bench(cfg: KvCacheBenchConfig, log=print) -> dict[str, Any]:
     res["speed"] = speed(runner, st, cfg, log)
     runner.kv = st["bf16"]
     return res
+
+
+
+def _op_calls(c: Any, keys: int, bs: int = 16) -> tuple[dict[str, Any], dict[str, int]]:
+    """({dtype: a paged_attention call over ``keys`` random keys}, {dtype: K/V bytes})."""
+    from functools import partial
+
+    ops, g, shape = torch.ops.fp8serve, torch.Generator().manual_seed(0), \
+        (keys, c.num_kv_heads, c.head_dim)
+    k, v = (torch.randn(*shape, generator=g).to(KV_DTYPE) for _ in range(2))
+    k8, v8 = (torch.zeros(*shape, dtype=KV_FP8) for _ in range(2))
+    ks, vs = torch.ones(shape[:2]), torch.ones(shape[:2])
+    ops.kv_write_fp8(k8, v8, ks, vs, k, v, torch.arange(keys), 0.0, 0.0)
+    q = torch.randn(1, c.num_heads, c.head_dim, generator=g).to(KV_DTYPE)
+    meta = (torch.arange(keys // bs, dtype=torch.int32)[None],
+            torch.zeros(1, dtype=torch.int32), torch.tensor([keys], dtype=torch.int32), bs,
+            c.head_dim ** -0.5)
+    calls = {"bf16": partial(ops.paged_attention, q, k, v, *meta),
+             "fp8": partial(ops.paged_attention, q, k8, v8, *meta, ks, vs)}
+    return calls, {"bf16": 2 * k.numel() * 2, "fp8": 2 * (k8.numel() + ks.numel() * 4)}
+
+
+def attention_op_speed(model_dir: Path, contexts: tuple[int, ...], rounds: int,
+                       threads: int | None = None) -> dict[str, Any]:
+    """The paged-attention op alone at the model's head shape: one decode row over each
+    context's keys (rounded up to a block) of random K/V, bf16 vs fp8 (kv_write_fp8's
+    bytes and per-row scales), ``rounds`` reps each after a warm-up, interleaved (bf16
+    first in even reps). Per context: seconds per call, K/V bytes read, fp8 / bf16 per rep."""
+    import ext
+    from engine.loader import read_model_config
+
+    if not ext.load().built:
+        raise RuntimeError(f"the extension is not built: {ext.load().error}")
+    if threads is not None:
+        torch.set_num_threads(threads)
+    c = read_model_config(model_dir)
+    out: dict[str, Any] = {"heads": c.num_heads, "kv_heads": c.num_kv_heads,
+                           "head_dim": c.head_dim, "threads": torch.get_num_threads()}
+    for ctx in contexts:
+        keys = -(-ctx // 16) * 16
+        calls, nbytes = _op_calls(c, keys)
+        t: dict[str, list[float]] = {"bf16": [], "fp8": []}
+        for r in range(rounds + 1):  # rep 0 warms up
+            for name in (("bf16", "fp8") if r % 2 == 0 else ("fp8", "bf16")):
+                t0 = time.perf_counter()
+                calls[name]()
+                if r:
+                    t[name].append(time.perf_counter() - t0)
+        out[str(keys)] = {"seconds": t, "kv_bytes": nbytes, "ratio_per_rep":
+                          [f / b for f, b in zip(t["fp8"], t["bf16"], strict=True)]}
+    return out

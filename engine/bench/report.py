@@ -29,7 +29,8 @@ def generate_section(runs: list[dict[str, Any]]) -> list[str]:
     rows = []
     for g in runs:
         ours, r, b = g["fp8serve"], g["ratios"], g["baselines"]
-        hf, lc = b.get("transformers", {}), b.get("llamacpp", {})
+        lname = "llamacpp_q8_0" if "llamacpp_q8_0" in b else "llamacpp"  # Q8_0 export first
+        hf, lc = b.get("transformers", {}), b.get(lname, {})
         rows.append([
             f"{g['model']['name']} ({g['model']['num_layers']} layers)",
             str(g["host"]["torch_threads"]), _f(ours["prefill_tok_s"]),
@@ -40,8 +41,8 @@ def generate_section(runs: list[dict[str, Any]]) -> list[str]:
             f"{_f(r.get('decode_vs_transformers'), '{:.2f}')} / "
             f"{_f(r.get('prefill_vs_transformers'), '{:.2f}')}",
             _f(lc.get("decode_tok_s")),
-            f"{_f(r.get('decode_vs_llamacpp'), '{:.2f}')} / "
-            f"{_f(r.get('prefill_vs_llamacpp'), '{:.2f}')}"])
+            f"{_f(r.get(f'decode_vs_{lname}'), '{:.2f}')} / "
+            f"{_f(r.get(f'prefill_vs_{lname}'), '{:.2f}')}"])
     c = runs[0]["config"]
     return ([f"### Single stream (`fp8serve bench generate`, prompt {c['prompt_len']}, "
              f"{c['gen_len']} generated tokens, greedy)", ""] + _table(head, rows)

@@ -49,10 +49,17 @@ def test_baselines_and_ratios(result):
     hf = result["baselines"]["transformers"]
     assert hf["dtype"] == "float32" and hf["decode_steps"] == 4
     assert len(hf["output_ids"]) == 5
-    assert "skipped" in result["baselines"]["llamacpp"]  # no GGUF for a synth model
     r, ours = result["ratios"], result["fp8serve"]
+    for name in ("llamacpp_q8_0", "llamacpp_bf16"):  # the checkpoint's own exports
+        lc = result["baselines"][name]
+        if "skipped" in lc:
+            assert "llama-cpp-python is not installed" in lc["skipped"]
+            assert r[f"decode_vs_{name}"] is None
+            assert f"{name}: skipped" in format_table(result)
+            continue
+        assert lc["decode_steps"] == 4 and lc["gguf"].endswith(name[9:].upper() + ".gguf")
+        assert r[f"decode_vs_{name}"] == pytest.approx(ours["decode_tok_s"] / lc["decode_tok_s"])
     assert r["decode_vs_transformers"] == pytest.approx(ours["decode_tok_s"] / hf["decode_tok_s"])
-    assert r["decode_vs_llamacpp"] is None
     bound = result["read_bandwidth_gbps"] * 1e9 / result["bytes_per_token"]["total"]
     assert result["bandwidth_bound"]["decode_tok_s"] == pytest.approx(bound)
     assert r["decode_vs_bandwidth_bound"] == pytest.approx(ours["decode_tok_s"] / bound)
@@ -61,7 +68,7 @@ def test_baselines_and_ratios(result):
     # Same weights, greedy: both engines start with the same token.
     assert result["agreement_tokens"]["transformers"] >= 1
     text = format_table(result)
-    assert "transformers (float32)" in text and "llamacpp: skipped" in text
+    assert "transformers (float32)" in text and "fp8serve: " in text
 
 
 def test_bytes_per_token_counts_every_weight(tiny_checkpoint):
@@ -123,3 +130,43 @@ def test_fp8_head_bytes_per_token(tiny_checkpoint):
     v, h = w.config.vocab_size, w.config.hidden_size
     assert decode_bytes_per_token(w, "fp8")["lm_head_bytes"] == v * h + 4 * v
     assert decode_bytes_per_token(w, "bf16")["lm_head_bytes"] == v * h * 2
+
+
+def test_interleaved_rounds(tiny_checkpoint, tmp_path):
+    out = tmp_path / "generate.json"
+    assert run(_args(tiny_checkpoint(), out, baselines="", rounds=3)) == 0
+    res = json.loads(out.read_text())
+    rounds = res["fp8serve"]["rounds"]["decode_tok_s"]
+    assert len(rounds) == 3
+    assert res["fp8serve"]["decode_tok_s"] == sorted(rounds)[1]  # the median round's
+    labels = [s["label"] for s in res["read_bandwidth_samples"]]
+    assert labels[2:] == ["before fp8serve", "after fp8serve"] * 3
+    assert "rounds decode" in format_table(res)
+    with pytest.raises(ValueError, match="rounds"):
+        GenerateBenchConfig(model_dir=".", rounds=0)
+    with pytest.raises(ValueError, match="gguf-types"):
+        GenerateBenchConfig(model_dir=".", gguf_types=("Q4_0",))
+
+
+def test_rounds_alternate_order_and_ratios_are_per_round():
+    from engine.bench.generate_bench import GenTiming
+    from engine.bench.read_probe import ReadProbe
+    from engine.bench.rounds import Contender, median_round, round_ratios, run_rounds
+
+    calls = []
+
+    def engine(name, decode_s):
+        def gen(prompt, n):
+            calls.append(name)
+            return GenTiming(len(prompt), 1.0, n - 1, decode_s[len([c for c in calls
+                                                                    if c == name]) - 1])
+        return Contender(name, gen)
+
+    a, b = engine("a", [1.0, 2.0, 4.0]), engine("b", [2.0, 2.0, 2.0])
+    samples: list = []
+    t = run_rounds([a, b], [1] * 8, 5, 3, ReadProbe(1 << 16, 1), samples, log=lambda s: None)
+    assert calls == ["a", "b", "b", "a", "a", "b"]
+    assert [s["label"] for s in samples[:4]] == ["before a", "after a", "before b", "after b"]
+    rr = round_ratios(t["a"], t["b"])
+    assert rr["decode"] == pytest.approx([2.0, 1.0, 0.5]) and rr["decode_median"] == 1.0
+    assert median_round(t["a"]).decode_s == 2.0

@@ -39,3 +39,22 @@ def test_stores_hold_the_same_values(tiny_checkpoint) -> None:
     q, s = quantize_kv(b.v[:20])
     assert torch.equal(f.v[:20].view(torch.uint8), q.view(torch.uint8))
     assert torch.equal(f.v_scale[:20], s)
+
+
+def test_attention_op_only(tiny_checkpoint, tmp_path) -> None:
+    import argparse
+    import json
+
+    from cli.bench_kv_cache import format_op, run
+
+    out = tmp_path / "op.json"
+    args = argparse.Namespace(model=tiny_checkpoint(), contexts="40", speed_rounds=3,
+                              speed_tokens=1, greedy_tokens=0, prompts=1, threads=1,
+                              op_only=True, json=out)
+    assert run(args) == 0
+    res = json.loads(out.read_text())
+    r = res["48"]  # 40 keys rounded up to whole blocks of 16
+    assert len(r["seconds"]["bf16"]) == len(r["seconds"]["fp8"]) == len(r["ratio_per_rep"]) == 3
+    h, d = res["kv_heads"], res["head_dim"]
+    assert r["kv_bytes"] == {"bf16": 2 * 48 * h * d * 2, "fp8": 2 * 48 * h * (d + 4)}
+    assert "48 keys fp8 / bf16 time per rep" in format_op(res)
