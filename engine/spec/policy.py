@@ -10,11 +10,13 @@ floor(log(cost) / log(p)). p is estimated from the sequence's own drafts: kept t
 kept tokens plus drafts that ended on a rejection, both exponentially weighted so a text
 that turns repetitive (or stops being so) is followed within a few drafts.
 
-A draft pays when the tokens it kept exceed what its rows cost (kept > cost * drafted).
-After m drafts in a row that did not pay, or when p falls to the cost, the sequence sits
-out its next ``2**min(m, MAX_BACKOFF) - 1`` chances to draft (1, 3, 7, ... 63), then
-drafts its whole room once to probe. So a workload with nothing to look up pays for about
-one draft per 64 steps, and one that repeats itself drafts every step. Decisions depend only
+A draft pays when the tokens it kept exceed what its rows cost (kept > cost * drafted) and
+the estimate still beats the cost (one lucky draft does not end a backoff). After m drafts
+in a row that did not pay, or when p falls to the cost, the sequence sits out its next
+``2**min(m, MAX_BACKOFF) - 1`` chances to draft (1, 3, 7, ... 63), then probes with one
+token (the whole room while rows are free). So a workload with nothing to look up pays for
+about one draft token per 64 steps and sequence, and one that repeats itself drafts every
+step. Decisions depend only
 on the sequence's own history and the measured cost: they never change what is generated.
 """
 
@@ -57,8 +59,8 @@ class DraftPolicy:
         k = self.best_length(cost, room)
         if k:
             return k
-        if self.misses:  # a probe after sitting out: try the whole room once
-            return room
+        if self.misses:  # a probe after sitting out: one token where rows cost anything
+            return 1 if cost > 0 else room
         self._miss()  # the estimate fell to the cost: start backing off
         return 0
 
@@ -66,7 +68,7 @@ class DraftPolicy:
         """A verified draft of ``num_drafted`` tokens kept its first ``num_accepted``."""
         self.kept = DECAY * self.kept + num_accepted
         self.rejected = DECAY * self.rejected + (num_accepted < num_drafted)
-        if num_accepted > cost * num_drafted:
+        if num_accepted > cost * num_drafted and self.accept_prob > cost:
             self.misses = 0
         else:
             self._miss()

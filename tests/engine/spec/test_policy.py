@@ -40,7 +40,7 @@ def test_the_estimate_follows_the_text():
     assert b.accept_prob < 0.3
     b.misses = b.skip = 0
     assert b.length(0.3, 4) == 0 and b.misses == 1  # starts backing off by itself
-    assert b.length(0.3, 4) == 0 and b.length(0.3, 4) == 4  # sat out one, then a probe
+    assert b.length(0.3, 4) == 0 and b.length(0.3, 4) == 1  # sat out one, then a probe
 
 
 def test_a_draft_pays_only_if_its_kept_tokens_beat_the_cost():
@@ -49,3 +49,12 @@ def test_a_draft_pays_only_if_its_kept_tokens_beat_the_cost():
     assert b.misses == 0
     b.record(1, 4, cost=0.3)  # 1 < 1.2: did not pay
     assert b.misses == 1 and b.skip == 1
+
+
+def test_probes_are_one_token_where_rows_cost_and_one_lucky_draft_does_not_end_a_backoff():
+    b = DraftPolicy(kept=1.0, rejected=4.0)  # p = 0.2
+    assert b.length(0.5, 4) == 0 and b.misses == 1  # starts backing off
+    assert b.length(0.5, 4) == 0  # sits out one chance
+    assert b.length(0.5, 4) == 1  # then probes with a single token
+    b.record(1, 1, cost=0.5)  # kept it, but p = (0.8 + 1) / (1.8 + 3.2) is still < 0.5
+    assert b.misses == 2 and b.skip == 3
