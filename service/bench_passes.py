@@ -21,7 +21,13 @@ import aiohttp
 
 from service.bench_client import RequestResult, one_request, tokenize, tokenize_chat
 from service.bench_report import group_summary, summarize
-from service.bench_serve import BenchConfig, bench_session, gather_limited, run_bench
+from service.bench_serve import (
+    BenchConfig,
+    bench_session,
+    gather_limited,
+    run_bench,
+    run_uncached,
+)
 from service.bench_workloads import (
     TEXT_WORKLOADS,
     UNCACHED,
@@ -89,12 +95,7 @@ async def run_text(cfg: BenchConfig) -> dict[str, Any]:
     async with bench_session(cfg) as (session, model):
         prompts = [await tokenize_chat(session, cfg, model, workload_messages(cfg.workload, i))
                    for i in range(cfg.num_prompts)]
-        salts = pass_salts(UNCACHED, len(prompts))
-        jobs = [lambda p=p, s=s: one_request(session, cfg, model, p, s[0])
-                for p, s in zip(prompts, salts, strict=True)]
-        start = time.perf_counter()
-        results = await gather_limited(cfg.concurrency, jobs)
-        return summarize(cfg, results, time.perf_counter() - start)
+        return await run_uncached(session, cfg, model, prompts)
 
 
 async def run_pass(cfg: BenchConfig, mode: str) -> dict[str, Any]:

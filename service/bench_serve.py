@@ -101,9 +101,16 @@ async def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         rng = random.Random(cfg.seed)
         prompts = [random_ids(rng, cfg.input_len, cfg.vocab_lo, cfg.vocab_hi)
                    for _ in range(cfg.num_prompts)]
-        salts = pass_salts(UNCACHED, len(prompts))
-        jobs = [lambda p=p, s=s: one_request(session, cfg, model, p, s[0])
-                for p, s in zip(prompts, salts, strict=True)]
-        start = time.perf_counter()
-        results = await gather_limited(cfg.concurrency, jobs)
-        return summarize(cfg, results, time.perf_counter() - start) | {"pass": UNCACHED}
+        return await run_uncached(session, cfg, model, prompts) | {"pass": UNCACHED}
+
+
+async def run_uncached(session: aiohttp.ClientSession, cfg: BenchConfig, model: str,
+                       prompts: list[list[int]]) -> dict[str, Any]:
+    """``prompts`` at most ``concurrency`` in flight, each with its own cache salt; the
+    summary of the timed requests."""
+    salts = pass_salts(UNCACHED, len(prompts))
+    jobs = [lambda p=p, s=s: one_request(session, cfg, model, p, s[0])
+            for p, s in zip(prompts, salts, strict=True)]
+    start = time.perf_counter()
+    results = await gather_limited(cfg.concurrency, jobs)
+    return summarize(cfg, results, time.perf_counter() - start)
