@@ -44,6 +44,7 @@ SOURCE_NAMES = (
     "fp8_gemm_avx2.cpp",
     "bf16_gemm.cpp",
     "bf16_gemm_avx512.cpp",
+    "bf16_gemm_avx2.cpp",
     "attention.cpp",
     "attention_avx512.cpp",
     "kv_fp8.cpp",
@@ -57,7 +58,7 @@ SOURCE_NAMES = (
 )
 HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h", "avx512_kernels.inc", "gemm.h", "attention.h",
                 "decode_layer.h", "decode_team.h", "decode_team_op.h", "avx512_math.inc",
-                "tile_sched.h")
+                "avx2_gemm.inc", "tile_sched.h")
 BASE_CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno", "-Wall", "-Wno-unused-function", "-Wno-psabi")
 
 

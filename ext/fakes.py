@@ -95,6 +95,23 @@ def gemm_bf16_avx512(x, w_packed, bias, n, out_fp32=False):
     return x.new_empty((x.shape[0], n), dtype=torch.float32 if out_fp32 else torch.bfloat16)
 
 
+def pack_bf16_avx2(w: torch.Tensor) -> torch.Tensor:
+    torch._check(w.dim() == 2 and w.dtype == torch.bfloat16,
+                 lambda: "pack_bf16_avx2: w must be [N, K] bf16")
+    n, k = w.shape
+    return w.new_empty((_cdiv(n, 16), k, 16))
+
+
+def gemm_bf16_avx2(x, w_packed, bias, n, out_fp32=False):
+    _check_x(x, "gemm_bf16_avx2")
+    want = (_cdiv(n, 16), x.shape[1], 16)
+    torch._check(tuple(w_packed.shape) == want and w_packed.dtype == torch.bfloat16,
+                 lambda: f"gemm_bf16_avx2: w_packed must be [N/16, K, 16] = {want} bf16, "
+                         f"got {tuple(w_packed.shape)}")
+    _check_bias(bias, n, "gemm_bf16_avx2")
+    return x.new_empty((x.shape[0], n), dtype=torch.float32 if out_fp32 else torch.bfloat16)
+
+
 def paged_attention(q, k_cache, v_cache, block_tables, token_seq, ctx_lens, block_size,
                     scale, k_scale=None, v_scale=None):
     torch._check(q.dim() == 3 and q.dtype == torch.bfloat16,
@@ -170,6 +187,8 @@ FAKES = {
     "decode_stack": decode_stack,
     "pack_bf16_vnni32": pack_bf16_vnni32,
     "gemm_bf16_avx512": gemm_bf16_avx512,
+    "pack_bf16_avx2": pack_bf16_avx2,
+    "gemm_bf16_avx2": gemm_bf16_avx2,
     "read_xor": read_xor,
 }
 

@@ -1,4 +1,5 @@
-"""The BF16-weight linear kernel (the lm_head, unquantized decoder linears).
+"""The BF16-weight linear kernels (the lm_head, unquantized decoder linears), in priority
+order.
 
 bf16_avx512 (ext/csrc/bf16_gemm_avx512.cpp)
     packed: {"weight": bf16 [ceil(N/32), ceil(K/32)*16, 32, 2]  (BF16_VNNI32_LAYOUT:
@@ -6,9 +7,19 @@ bf16_avx512 (ext/csrc/bf16_gemm_avx512.cpp)
     apply:  x[M, K] bf16 -> y[M, N] bf16, or fp32 straight from the fp32 accumulators.
             Batch-invariant: row i of y is bitwise the same for any M and any other rows
             (one dpbf16 chain per output over K in order; work split over N only).
-Gate: avx512f/bw/vl + avx512_bf16, the extension built with the op, and an AVX-512
-dispatch level (FP8SERVE_ISA may lower it). Elsewhere callers use torch.mm, whose row i
-depends on M (oneDNN picks its blocking by shape).
+    Gate: avx512f/bw/vl + avx512_bf16, the extension built with the op, and an AVX-512
+    dispatch level (FP8SERVE_ISA may lower it).
+
+bf16_avx2 (ext/csrc/bf16_gemm_avx2.cpp, the column tiles of csrc/avx2_gemm.inc)
+    packed: {"weight": bf16 [ceil(N/16), K, 16]  (BF16_AVX2_LAYOUT: element [t, c, j] =
+                       w[16t + j, c], zero padded)}
+    apply:  as bf16_avx512; bf16 -> fp32 exactly (a shift), fp32 FMA in two accumulator
+            sets per output whose order depends on K alone, so row i of y is bitwise the
+            same for any M. Widening is shared by up to 48 rows (verify chunks, prefill).
+    Gate: avx2, fma, f16c, the extension built with the op, dispatch level >= avx2.
+
+Elsewhere callers use torch.mm, whose row i may depend on M (oneDNN picks its blocking by
+shape) and which emulates bf16 on CPUs without AVX-512 BF16, one weight pass per row.
 
 Memory: the packed copy is one more N x K bf16 tensor (plus padding to multiples of 32).
 For a tied lm_head the embedding table stays for F.embedding, so the model holds the
@@ -23,12 +34,17 @@ import torch
 
 import ext
 from engine.hardware import HardwareInfo
+from engine.kernels.avx2 import AVX2_FLAGS
 from engine.kernels.avx512 import AVX512_FLAGS, extension_reason, missing_flags
 from engine.kernels.base import LayoutError, PackedWeight
 
 KERNEL_ID = "bf16_avx512"
+AVX2_KERNEL_ID = "bf16_avx2"
+TORCH_KERNEL_ID = "torch_mm"
 BF16_VNNI32_LAYOUT = "bf16_vnni32[ceil(N/32)][ceil(K/32)*16][32][2]"
+BF16_AVX2_LAYOUT = "bf16_avx2_16[ceil(N/16)][K][16]"
 AVX512_DISPATCH = ("avx512", "avx512_vbmi", "amx")
+_LAYOUTS = {KERNEL_ID: BF16_VNNI32_LAYOUT, AVX2_KERNEL_ID: BF16_AVX2_LAYOUT}
 
 
 def bf16_gemm_reason(hw: HardwareInfo) -> str | None:
@@ -42,24 +58,53 @@ def bf16_gemm_reason(hw: HardwareInfo) -> str | None:
     return None
 
 
+def bf16_avx2_reason(hw: HardwareInfo) -> str | None:
+    """None when bf16_avx2 can run on this host, else why not."""
+    if reason := (missing_flags(hw, AVX2_FLAGS) or extension_reason(hw)
+                  or hw.dispatch_reason("avx2")):
+        return reason
+    if not hasattr(ext.ops(), "gemm_bf16_avx2"):
+        return "C++ extension build lacks gemm_bf16_avx2"
+    return None
+
+
+def choose_bf16_kernel(hw: HardwareInfo) -> tuple[str, str | None]:
+    """(kernel id, None) for the highest-priority C++ kernel this host runs, else
+    ("torch_mm", why neither runs)."""
+    avx512 = bf16_gemm_reason(hw)
+    if avx512 is None:
+        return KERNEL_ID, None
+    avx2 = bf16_avx2_reason(hw)
+    if avx2 is None:
+        return AVX2_KERNEL_ID, None
+    return TORCH_KERNEL_ID, f"{KERNEL_ID}: {avx512}; {AVX2_KERNEL_ID}: {avx2}"
+
+
 @dataclass(frozen=True, slots=True)
 class Bf16Gemm:
-    """One BF16 weight packed for bf16_avx512. Stateless apart from the packed tensor."""
+    """One BF16 weight packed for bf16_avx512 or bf16_avx2. Stateless apart from the
+    packed tensor."""
 
     packed: PackedWeight
 
+    @property
+    def kernel_id(self) -> str:
+        return self.packed.kernel_id
+
     @classmethod
-    def prepare(cls, weight: torch.Tensor) -> Bf16Gemm:
+    def prepare(cls, weight: torch.Tensor, kernel_id: str = KERNEL_ID) -> Bf16Gemm:
         """weight [N, K] bf16, row-major contiguous (never a transposed view)."""
+        if kernel_id not in _LAYOUTS:
+            raise ValueError(f"unknown bf16 kernel {kernel_id!r}; one of {sorted(_LAYOUTS)}")
         if weight.dim() != 2 or weight.dtype != torch.bfloat16:
-            raise LayoutError(f"{KERNEL_ID}: weight must be [N, K] bf16, got "
+            raise LayoutError(f"{kernel_id}: weight must be [N, K] bf16, got "
                               f"{tuple(weight.shape)} {weight.dtype}")
         if not weight.is_contiguous():
-            raise LayoutError(f"{KERNEL_ID}: weight [N, K] must be row-major contiguous; got "
+            raise LayoutError(f"{kernel_id}: weight [N, K] must be row-major contiguous; got "
                               f"strides {weight.stride()} (a transposed [K, N] view?)")
         n, k = int(weight.shape[0]), int(weight.shape[1])
-        packed = PackedWeight(KERNEL_ID, BF16_VNNI32_LAYOUT, n, k,
-                              {"weight": ext.pack_bf16_vnni32(weight)})
+        pack = ext.pack_bf16_vnni32 if kernel_id == KERNEL_ID else ext.pack_bf16_avx2
+        packed = PackedWeight(kernel_id, _LAYOUTS[kernel_id], n, k, {"weight": pack(weight)})
         return cls(packed)
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None,
@@ -67,6 +112,7 @@ class Bf16Gemm:
         """x [M, K] bf16, bias fp32 [N] | None -> y [M, N] bf16 (fp32 with out_fp32)."""
         p = self.packed
         if x.dim() != 2 or x.shape[1] != p.k or x.dtype != torch.bfloat16:
-            raise LayoutError(f"{KERNEL_ID}: x must be [M, K={p.k}] bf16, got "
+            raise LayoutError(f"{p.kernel_id}: x must be [M, K={p.k}] bf16, got "
                               f"{tuple(x.shape)} {x.dtype}")
-        return ext.gemm_bf16_avx512(x, p.tensors["weight"], bias, p.n, out_fp32)
+        gemm = ext.gemm_bf16_avx512 if p.kernel_id == KERNEL_ID else ext.gemm_bf16_avx2
+        return gemm(x, p.tensors["weight"], bias, p.n, out_fp32)

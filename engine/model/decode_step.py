@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import torch
 
 from engine.kernels.avx512 import GEMV_MAX_M, VNNI32_LAYOUT
-from engine.kernels.bf16_linear import KERNEL_ID as BF16_KERNEL_ID
 from engine.kernels.bf16_linear import Bf16Gemm
 from engine.model.attention import AVX512_ISAS, AttentionMetadata
 from engine.model.kv_store import LayerKV
@@ -136,10 +135,9 @@ class PackedBf16Head:
     fp32 accumulators. Replacing the Bf16Linear with this before its first call releases
     the unpacked [V, H] bf16 weight (for an untied head; a tied one is the embedding)."""
 
-    kernel_id = BF16_KERNEL_ID
-
     def __init__(self, gemm: Bf16Gemm) -> None:
         self.gemm = gemm
+        self.kernel_id = gemm.kernel_id
 
     @classmethod
     def replacing(cls, head: Linear) -> PackedBf16Head | None:

@@ -23,8 +23,7 @@ import torch.nn.functional as F
 from engine.config import RopeConfig
 from engine.hardware import HardwareInfo
 from engine.kernels.base import Fp8Weight, Platform, ScaleKind
-from engine.kernels.bf16_linear import KERNEL_ID as BF16_KERNEL_ID
-from engine.kernels.bf16_linear import Bf16Gemm, bf16_gemm_reason
+from engine.kernels.bf16_linear import TORCH_KERNEL_ID, Bf16Gemm, choose_bf16_kernel
 from engine.kernels.layer_kernel import KernelReport, LayerKernel
 from engine.kernels.registry import KernelOverrides
 from engine.memory import WeightSource
@@ -154,10 +153,10 @@ def apply_rope(qk: torch.Tensor, rope: StepRope) -> torch.Tensor:
 class Bf16Linear:
     """y [M, N] bf16 = x [M, K] bf16 @ w.T, w bf16 [N, K] (``weight``, kept as given).
 
-    With ``hw`` able to run bf16_avx512 (engine/kernels/bf16_linear.py) the product is
-    the batch-invariant C++ GEMM on a packed copy of w, made on the first call (a caller
-    that replaces this module before running it never pays for the copy); else torch.mm,
-    whose row i depends on M. ``kernel_id`` / ``reason`` say which and why."""
+    With ``hw`` able to run bf16_avx512 or bf16_avx2 (engine/kernels/bf16_linear.py) the
+    product is the batch-invariant C++ GEMM on a packed copy of w, made on the first call
+    (a caller that replaces this module before running it never pays for the copy); else
+    torch.mm, whose row i may depend on M. ``kernel_id`` / ``reason`` say which and why."""
 
     def __init__(self, name: str, weight: torch.Tensor, hw: HardwareInfo | None = None) -> None:
         if weight.dim() != 2:
@@ -165,8 +164,8 @@ class Bf16Linear:
         self.name = name
         self.weight = weight.to(torch.bfloat16).contiguous()
         self.n, self.k = int(weight.shape[0]), int(weight.shape[1])
-        self.reason = bf16_gemm_reason(hw) if hw is not None else "no hardware profile"
-        self.kernel_id = BF16_KERNEL_ID if self.reason is None else "torch_mm"
+        self.kernel_id, self.reason = (choose_bf16_kernel(hw) if hw is not None
+                                       else (TORCH_KERNEL_ID, "no hardware profile"))
         self._gemm: Bf16Gemm | None = None
         self._lock = threading.Lock()
 
@@ -176,7 +175,7 @@ class Bf16Linear:
             return None
         with self._lock:
             if self._gemm is None:
-                self._gemm = Bf16Gemm.prepare(self.weight)
+                self._gemm = Bf16Gemm.prepare(self.weight, self.kernel_id)
             return self._gemm
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,9 @@
 // BF16-weight linear (the lm_head): y[M, N] = x[M, K] bf16 @ w[N, K].T (+ bias), fp32
-// accumulation, bf16 or fp32 output, on the weight packed by pack_bf16_vnni32
-// ([Np/32][Kp/2][32][2] bf16). Batch-invariant (gemm.h); split over 32-column tiles.
+// accumulation, bf16 or fp32 output. Batch-invariant (gemm.h); split over column tiles.
+//   gemm_bf16_avx512: the weight packed by pack_bf16_vnni32 ([Np/32][Kp/2][32][2] bf16),
+//       32-column tiles (bf16_gemm_avx512.cpp).
+//   gemm_bf16_avx2: the weight packed by pack_bf16_avx2 ([Np/16][K][16] bf16), 16-column
+//       tiles of fp32 FMA (bf16_gemm_avx2.cpp, avx2_gemm.inc).
 #include <ATen/Parallel.h>
 
 #include "gemm.h"
@@ -62,6 +65,39 @@ at::Tensor gemm_bf16_avx512(const at::Tensor& x, const at::Tensor& w_packed,
                        reinterpret_cast<const uint16_t*>(w_packed.data_ptr()), kp, n,
                        bias ? bias->data_ptr<float>() : nullptr, y.data_ptr(), n, out_fp32};
   bf16_linear(a);
+  return y;
+}
+
+at::Tensor gemm_bf16_avx2(const at::Tensor& x, const at::Tensor& w_packed,
+                          const std::optional<at::Tensor>& bias, int64_t n, bool out_fp32) {
+  const char* op = "gemm_bf16_avx2";
+  TORCH_CHECK(cpu_isa() >= Isa::kAvx2, op, ": needs AVX2/FMA/F16C; dispatch ISA is ",
+              isa_name(cpu_isa()));
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.device().is_cpu(), op,
+              ": x must be a 2-D [M, K] bfloat16 CPU tensor, got ", x.scalar_type(), " ",
+              x.sizes());
+  const int64_t m = x.size(0), k = x.size(1);
+  TORCH_CHECK(w_packed.scalar_type() == at::kBFloat16 && w_packed.is_contiguous() &&
+                  w_packed.dim() == 3 && w_packed.size(0) == ceil_div(n, kTileN2) &&
+                  w_packed.size(1) == k && w_packed.size(2) == kTileN2,
+              op, ": w_packed must be [N/16, K, 16] = [", ceil_div(n, kTileN2), ", ", k,
+              ", 16] bf16 (pack_bf16_avx2 of w[N=", n, ", K]), got ", w_packed.scalar_type(),
+              " ", w_packed.sizes());
+  if (bias) {
+    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() &&
+                    bias->dim() == 1 && bias->size(0) == n,
+                op, ": bias must be contiguous float32 [N] = [", n, "], got ", bias->sizes());
+  }
+  at::Tensor y = at::empty({m, n}, x.options().dtype(out_fp32 ? at::kFloat : at::kBFloat16));
+  if (m == 0) return y;
+  const at::Tensor xf = x.to(at::kFloat).contiguous();
+  const float* xs = xf.data_ptr<float>();
+  const auto* w = reinterpret_cast<const uint16_t*>(w_packed.data_ptr());
+  const float* bs = bias ? bias->data_ptr<float>() : nullptr;
+  void* yp = y.data_ptr();
+  parallel_tiles(ceil_div(n, kTileN2), 2, [&](int64_t t0, int64_t t1) {
+    avx2::bf16_gemm_tiles(xs, m, k, w, n, bs, yp, out_fp32, t0, t1);
+  });
   return y;
 }
 

@@ -31,65 +31,25 @@ inline uint16_t to_bf16_rne(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-// acc[r][h] = sum_k x[m0 + r, k] * w(tile t)[k, 8h .. 8h+7]; U accumulator sets (set u
-// sums the k with k % U == u in order, the sets are added 0 + 1 + ... at the end, the
-// tail k past the last multiple of U goes to set 0).
-template <int R, int U>
-inline void accumulate(const float* x, int64_t k, const uint8_t* w, __m256 acc[R][2]) {
-  __m256 c[U][R][2];
-  for (int u = 0; u < U; ++u)
-    for (int r = 0; r < R; ++r) c[u][r][0] = c[u][r][1] = _mm256_setzero_ps();
-  int64_t kk = 0;
-  for (; kk + U <= k; kk += U) {
-    for (int u = 0; u < U; ++u) {
-      __m256 lo, hi;
-      cvt16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16 * (kk + u))), lo, hi);
-      for (int r = 0; r < R; ++r) {
-        const __m256 xb = _mm256_broadcast_ss(x + r * k + kk + u);
-        c[u][r][0] = _mm256_fmadd_ps(lo, xb, c[u][r][0]);
-        c[u][r][1] = _mm256_fmadd_ps(hi, xb, c[u][r][1]);
-      }
-    }
+struct Fp8Loader {  // e4m3 codes -> fp32 values * 2^-8 (cvt16)
+  using Elem = uint8_t;
+  static inline void load(const uint8_t* p, __m256& lo, __m256& hi) {
+    cvt16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), lo, hi);
   }
-  for (; kk < k; ++kk) {
-    __m256 lo, hi;
-    cvt16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16 * kk)), lo, hi);
-    for (int r = 0; r < R; ++r) {
-      const __m256 xb = _mm256_broadcast_ss(x + r * k + kk);
-      c[0][r][0] = _mm256_fmadd_ps(lo, xb, c[0][r][0]);
-      c[0][r][1] = _mm256_fmadd_ps(hi, xb, c[0][r][1]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    acc[r][0] = c[0][r][0];
-    acc[r][1] = c[0][r][1];
-    for (int u = 1; u < U; ++u) {
-      acc[r][0] = _mm256_add_ps(acc[r][0], c[u][r][0]);
-      acc[r][1] = _mm256_add_ps(acc[r][1], c[u][r][1]);
-    }
-  }
-}
+};
 
-// Batch invariance: every row of every group size uses the same U, so an output's
-// summation order depends on k alone, never on M or on which rows share its group (the
-// same row gives the same bits alone, batched or in any prefill chunk). U = 2 with groups
-// of at most 3 rows keeps the 2 * U * R accumulators and the operands in 16 registers.
-constexpr int kSets = 2;
-constexpr int kMaxRows = 3;
+#include "avx2_gemm.inc"
 
-template <int R>
-void tile_rows(const float* x, int64_t m0, int64_t k, const uint8_t* w, int64_t n,
-               const float* scale, const float* bias, uint16_t* y, int64_t t) {
-  constexpr int U = kSets;
-  __m256 acc[R][2];
-  accumulate<R, U>(x + m0 * k, k, w + t * k * kTileN2, acc);
+// y rows r0 .. r0 + rows - 1, tile t: bf16(acc * scale * 256 + bias).
+inline void store_rows(const __m256 acc[kMaxRows][2], int64_t r0, int64_t rows, int64_t n,
+                       const float* scale, const float* bias, uint16_t* y, int64_t t) {
   const int64_t n0 = t * kTileN2;
   const int64_t cols = n - n0 < kTileN2 ? n - n0 : kTileN2;
   alignas(32) float out[2][8];
-  for (int r = 0; r < R; ++r) {
+  for (int64_t r = 0; r < rows; ++r) {
     _mm256_store_ps(out[0], acc[r][0]);
     _mm256_store_ps(out[1], acc[r][1]);
-    uint16_t* yr = y + (m0 + r) * n + n0;
+    uint16_t* yr = y + (r0 + r) * n + n0;
     for (int64_t j = 0; j < cols; ++j) {
       const float v = out[j / 8][j % 8] * (scale[n0 + j] * kUnscale);
       yr[j] = to_bf16_rne(bias ? v + bias[n0 + j] : v);
@@ -117,13 +77,10 @@ void fp8_to_bf16(const uint8_t* src, uint16_t* dst, int64_t n) {
 void gemm_tiles(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n,
                 const float* scale, const float* bias, uint16_t* y, int64_t t0, int64_t t1) {
   for (int64_t t = t0; t < t1; ++t) {
-    for (int64_t m0 = 0; m0 < m; m0 += kMaxRows) {
-      switch (m - m0 >= kMaxRows ? kMaxRows : m - m0) {
-        case 1: tile_rows<1>(x, m0, k, w, n, scale, bias, y, t); break;
-        case 2: tile_rows<2>(x, m0, k, w, n, scale, bias, y, t); break;
-        default: tile_rows<3>(x, m0, k, w, n, scale, bias, y, t); break;
-      }
-    }
+    tile_all_rows<Fp8Loader>(x, m, k, w + t * k * kTileN2,
+                             [&](int64_t r0, int64_t rows, const __m256 acc[kMaxRows][2]) {
+                               store_rows(acc, r0, rows, n, scale, bias, y, t);
+                             });
   }
 }
 

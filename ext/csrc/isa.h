@@ -39,7 +39,8 @@ enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vbmi = 3, kAm
 constexpr int64_t kTileN = 32;
 constexpr int64_t kPadK = 32;
 
-// Packed AVX2 weight ("avx2_16"): w[N, K] fp8 -> [Np/16][K][16] fp8, Np = ceil(N/16)*16.
+// Packed AVX2 weight ("avx2_16"): w[N, K] fp8 (or bf16, pack_bf16_avx2) -> [Np/16][K][16],
+// Np = ceil(N/16)*16, zero padded.
 constexpr int64_t kTileN2 = 16;
 
 // Arguments of the small-M (decode) GEMV path. All row-major.
@@ -112,6 +113,11 @@ void fp8_to_bf16(const uint8_t* src, uint16_t* dst, int64_t n);
 // x [M, K] fp32 (pre-widened), w avx2_16 [Np/16][K][16], scale [N], bias [N] or null.
 void gemm_tiles(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n,
                 const float* scale, const float* bias, uint16_t* y, int64_t t0, int64_t t1);
+// y = x @ w.T + bias over 16-wide column tiles [t0, t1) (bf16_gemm_avx2.cpp).
+// x [M, K] fp32 (pre-widened), w bf16 avx2_16 [Np/16][K][16], bias [N] or null;
+// y [M, N] fp32 (y_fp32) or bf16 bits. The same arithmetic per output as gemm_tiles.
+void bf16_gemm_tiles(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
+                     const float* bias, void* y, bool y_fp32, int64_t t0, int64_t t1);
 // w: `lines` 64-byte lines -> XOR of their 64-bit words (read_probe_avx2.cpp).
 uint64_t xor_lines(const uint64_t* w, int64_t lines);
 }  // namespace avx2

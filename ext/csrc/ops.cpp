@@ -37,6 +37,11 @@ TORCH_LIBRARY(fp8serve, m) {
   // x[M, K] bf16, w_packed [N/32, K/2, 32, 2] bf16, bias f32 [N]? -> y[M, n] bf16 | f32
   m.def("gemm_bf16_avx512(Tensor x, Tensor w_packed, Tensor? bias, int n, "
         "bool out_fp32=False) -> Tensor");
+  // w[N, K] bf16 -> [N/16, K, 16] bf16 (N zero-padded to a multiple of 16)
+  m.def("pack_bf16_avx2(Tensor w) -> Tensor");
+  // x[M, K] bf16, w_packed [N/16, K, 16] bf16, bias f32 [N]? -> y[M, n] bf16 | f32
+  m.def("gemm_bf16_avx2(Tensor x, Tensor w_packed, Tensor? bias, int n, "
+        "bool out_fp32=False) -> Tensor");
   // q [T, Hq, D] bf16, k_cache / v_cache [S, Hkv, D] bf16 (or float8_e4m3fn with
   // k_scale / v_scale [S, Hkv] fp32), block_tables [C, W] int32, token_seq [T] int32,
   // ctx_lens [T] int32 -> [T, Hq * D] bf16 (attention.cpp, kv_fp8.cpp)
@@ -80,6 +85,8 @@ TORCH_LIBRARY_IMPL(fp8serve, CPU, m) {
   m.impl("gemm_avx2", &fp8serve::gemm_avx2);
   m.impl("pack_bf16_vnni32", &fp8serve::pack_bf16_vnni32);
   m.impl("gemm_bf16_avx512", &fp8serve::gemm_bf16_avx512);
+  m.impl("pack_bf16_avx2", &fp8serve::pack_bf16_avx2);
+  m.impl("gemm_bf16_avx2", &fp8serve::gemm_bf16_avx2);
   m.impl("paged_attention", &fp8serve::paged_attention);
   m.impl("kv_write", &fp8serve::kv_write);
   m.impl("kv_write_fp8", &fp8serve::kv_write_fp8);

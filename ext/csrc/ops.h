@@ -22,6 +22,12 @@ at::Tensor pack_avx2(const at::Tensor& w);
 at::Tensor pack_bf16_vnni32(const at::Tensor& w);
 // gemm_bf16_avx512: x[M, K] bf16, w_packed bf16 [Np/32, Kp/2, 32, 2], bias f32 [N] or none
 //   -> y[M, n] bf16 (fp32 when out_fp32); batch-invariant (gemm.h)
+// pack_bf16_avx2: w[N, K] bf16 -> [Np/16, K, 16] bf16 (pack_avx2's order)
+at::Tensor pack_bf16_avx2(const at::Tensor& w);
+// gemm_bf16_avx2: x[M, K] bf16, w_packed bf16 [Np/16, K, 16], bias f32 [N] or none
+//   -> y[M, n] bf16 (fp32 when out_fp32); batch-invariant
+at::Tensor gemm_bf16_avx2(const at::Tensor& x, const at::Tensor& w_packed,
+                          const std::optional<at::Tensor>& bias, int64_t n, bool out_fp32);
 at::Tensor gemm_bf16_avx512(const at::Tensor& x, const at::Tensor& w_packed,
                             const std::optional<at::Tensor>& bias, int64_t n, bool out_fp32);
 at::Tensor gemm_avx512(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,

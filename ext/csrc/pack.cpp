@@ -68,22 +68,40 @@ at::Tensor pack_bf16_vnni32(const at::Tensor& w) {
 }
 
 // w[N, K] -> [Np/16][K][16]: out[t][c][j] = w[16t + j][c]
-at::Tensor pack_avx2(const at::Tensor& w) {
-  check_canonical(w, "pack_avx2");
-  const int64_t n = w.size(0), k = w.size(1);
+template <class T>
+void pack_avx2_into(const T* src, int64_t n, int64_t k, T* dst) {
   const int64_t np = round_up(n, kTileN2);
-  at::Tensor out = at::zeros({np / kTileN2, k, kTileN2}, w.options());
-  const auto* src = reinterpret_cast<const uint8_t*>(w.data_ptr());
-  auto* dst = reinterpret_cast<uint8_t*>(out.data_ptr());
   at::parallel_for(0, np / kTileN2, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      uint8_t* tile = dst + t * k * kTileN2;
+      T* tile = dst + t * k * kTileN2;
       for (int64_t j = 0; j < kTileN2 && t * kTileN2 + j < n; ++j) {
-        const uint8_t* row = src + (t * kTileN2 + j) * k;
+        const T* row = src + (t * kTileN2 + j) * k;
         for (int64_t c = 0; c < k; ++c) tile[c * kTileN2 + j] = row[c];
       }
     }
   });
+}
+
+at::Tensor pack_avx2(const at::Tensor& w) {
+  check_canonical(w, "pack_avx2");
+  const int64_t n = w.size(0), k = w.size(1);
+  at::Tensor out = at::zeros({round_up(n, kTileN2) / kTileN2, k, kTileN2}, w.options());
+  pack_avx2_into(reinterpret_cast<const uint8_t*>(w.data_ptr()), n, k,
+                 reinterpret_cast<uint8_t*>(out.data_ptr()));
+  return out;
+}
+
+// bf16 w[N, K] -> bf16 [Np/16][K][16], pack_avx2's element order
+at::Tensor pack_bf16_avx2(const at::Tensor& w) {
+  TORCH_CHECK(w.scalar_type() == at::kBFloat16 && w.dim() == 2 && w.device().is_cpu(),
+              "pack_bf16_avx2: w must be a 2-D [N, K] bfloat16 CPU tensor, got ",
+              w.scalar_type(), " ", w.sizes());
+  TORCH_CHECK(w.is_contiguous(), "pack_bf16_avx2: w must be row-major contiguous [N, K] (a "
+              "transposed [K, N] view is rejected, never reinterpreted); strides ", w.strides());
+  const int64_t n = w.size(0), k = w.size(1);
+  at::Tensor out = at::zeros({round_up(n, kTileN2) / kTileN2, k, kTileN2}, w.options());
+  pack_avx2_into(reinterpret_cast<const uint16_t*>(w.data_ptr()), n, k,
+                 reinterpret_cast<uint16_t*>(out.data_ptr()));
   return out;
 }
 
