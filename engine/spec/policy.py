@@ -8,7 +8,11 @@ the engine has timed some steps). So the i-th token is worth drafting when p**i 
 and the draft length is the largest such i (at most the room the sequence has):
 floor(log(cost) / log(p)). p is estimated from the sequence's own drafts: kept tokens over
 kept tokens plus drafts that ended on a rejection, both exponentially weighted so a text
-that turns repetitive (or stops being so) is followed within a few drafts.
+that turns repetitive (or stops being so) is followed within a few drafts. Before its first
+draft a sequence assumes p = PRIOR_P, worth one draft: where rows are nearly free its first
+draft takes the whole room, where they cost PRIOR_P of a step or more it waits for a probe
+(a batch of sequences that each opened with a full draft would pay for rows the first
+rejection shows were not worth it).
 
 A draft pays when the tokens it kept exceed what its rows cost (kept > cost * drafted) and
 the estimate still beats the cost (one lucky draft does not end a backoff). After m drafts
@@ -27,12 +31,13 @@ from dataclasses import dataclass
 
 MAX_BACKOFF = 6
 DECAY = 0.8  # weight of the past per verified draft in the acceptance estimate
+PRIOR_P = 0.8  # p assumed before the first draft, with the weight of one draft
 
 
 @dataclass(slots=True)
 class DraftPolicy:
-    kept: float = 1.0  # weighted count of draft tokens kept (optimistic prior: p = 1)
-    rejected: float = 0.0  # weighted count of drafts that ended on a rejected token
+    kept: float = PRIOR_P  # weighted count of draft tokens kept
+    rejected: float = 1.0 - PRIOR_P  # weighted count of drafts that ended on a rejection
     misses: int = 0  # consecutive drafts that did not pay
     skip: int = 0  # drafting chances still to sit out
 

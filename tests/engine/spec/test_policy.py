@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from engine.spec.policy import MAX_BACKOFF, DraftPolicy
+from engine.spec.policy import MAX_BACKOFF, PRIOR_P, DraftPolicy
 
 
 def test_free_rows_draft_the_whole_room_and_misses_back_off():
@@ -34,7 +34,7 @@ def test_the_estimate_follows_the_text():
     b = DraftPolicy()
     for _ in range(10):
         b.record(4, 4, cost=0.3)  # repetitive: every draft kept whole
-    assert b.accept_prob == 1.0 and b.length(0.3, 4) == 4
+    assert b.accept_prob > 0.99 and b.length(0.3, 4) == 4
     for _ in range(12):
         b.record(0, 4)  # no longer: the estimate drops below the cost
     assert b.accept_prob < 0.3
@@ -58,3 +58,12 @@ def test_probes_are_one_token_where_rows_cost_and_one_lucky_draft_does_not_end_a
     assert b.length(0.5, 4) == 1  # then probes with a single token
     b.record(1, 1, cost=0.5)  # kept it, but p = (0.8 + 1) / (1.8 + 3.2) is still < 0.5
     assert b.misses == 2 and b.skip == 3
+
+
+def test_the_first_draft_follows_the_cost_of_rows():
+    assert DraftPolicy().accept_prob == pytest.approx(PRIOR_P)
+    assert DraftPolicy().length(0.1, 8) == 8  # nearly free: the whole room
+    assert DraftPolicy().length(0.5, 8) == math.floor(math.log(0.5) / math.log(PRIOR_P)) == 3
+    b = DraftPolicy()
+    assert b.length(0.85, 8) == 0 and b.misses == 1  # rows cost more than p: wait
+    assert b.length(0.85, 8) == 0 and b.length(0.85, 8) == 1  # then a one-token probe
