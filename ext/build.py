@@ -47,6 +47,7 @@ SOURCE_NAMES = (
     "bf16_gemm_avx2.cpp",
     "attention.cpp",
     "attention_avx512.cpp",
+    "attention_avx2.cpp",
     "kv_fp8.cpp",
     "decode_layer.cpp",
     "decode_layer_avx512.cpp",
@@ -58,7 +59,7 @@ SOURCE_NAMES = (
 )
 HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h", "avx512_kernels.inc", "gemm.h", "attention.h",
                 "decode_layer.h", "decode_team.h", "decode_team_op.h", "avx512_math.inc",
-                "avx2_gemm.inc", "tile_sched.h")
+                "avx2_gemm.inc", "avx2_math.inc", "tile_sched.h")
 BASE_CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno", "-Wall", "-Wno-unused-function", "-Wno-psabi")
 
 

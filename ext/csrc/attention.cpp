@@ -2,7 +2,7 @@
 //
 //   paged_attention: q [T, Hq, D] bf16 (unit stride on D), k_cache / v_cache [S, Hkv, D] bf16
 //       contiguous (S = num_blocks * block_size, slot = block * block_size + offset), or
-//       float8_e4m3fn with k_scale / v_scale [S, Hkv] fp32 (kv_fp8.cpp; portable kernel),
+//       float8_e4m3fn with k_scale / v_scale [S, Hkv] fp32 (kv_fp8.cpp),
 //       block_tables [C, W] int32, token_seq [T] int32 (row of block_tables),
 //       ctx_lens [T] int32 (keys 0 .. ctx_len - 1 attended) -> out [T, Hq * D] bf16.
 //   kv_write: k, v [T, Hkv, D] bf16 -> k_cache / v_cache rows slot_mapping [T] int64.
@@ -10,8 +10,9 @@
 // Work items (token, KV head), or for a few rows their key segments, are split over
 // torch's intra-op threads dynamically (tile_sched.h): a prefill chunk's items cost in
 // proportion to their context length, so a static split of the causal triangle leaves one
-// thread with most of the work. AVX-512 hosts run attention_avx512.cpp; others the
-// portable kernel below (same segments and tiles, std::exp).
+// thread with most of the work. AVX-512 hosts run attention_avx512.cpp (bf16 caches),
+// AVX2 hosts attention_avx2.cpp (bf16 and FP8 caches; FP8 ones on AVX-512 hosts too),
+// others the portable kernel below (same segments and tiles, std::exp).
 #include <ATen/Parallel.h>
 
 #include <cmath>
@@ -121,10 +122,22 @@ void check_int(const at::Tensor& t, const char* name, int64_t dim) {
 // Below this many (key, KV head) pairs in the call, attention runs on the calling thread.
 constexpr int64_t kInlineKeys = 1024;
 
-// AVX-512: whole (token, KV head) rows spread over the threads; when there are too few
-// rows to keep the threads busy (single-sequence decode), their key segments instead, then
-// one merge pass. Both give the same bits (attention.h), whatever the thread count.
-void attend_avx512(const AttnArgs& a, int64_t t_n) {
+// The vector kernels' three entry points (attention.h namespaces avx512 / avx2).
+struct VectorKernel {
+  void (*items)(const AttnArgs&, int64_t, int64_t);
+  void (*segments)(const AttnArgs&, int64_t, int64_t, int64_t, float*);
+  void (*merge)(const AttnArgs&, int64_t, int64_t, int64_t, const float*);
+};
+
+constexpr VectorKernel kAvx512Kernel{avx512::attend_items, avx512::attend_segments,
+                                     avx512::merge_segments};
+constexpr VectorKernel kAvx2Kernel{avx2::attend_items, avx2::attend_segments,
+                                   avx2::merge_segments};
+
+// Whole (token, KV head) rows spread over the threads; when there are too few rows to
+// keep the threads busy (single-sequence decode), their key segments instead, then one
+// merge pass. Both give the same bits (attention.h), whatever the thread count.
+void attend_vector(const VectorKernel& kern, const AttnArgs& a, int64_t t_n) {
   const int64_t rows = t_n * a.hkv;
   const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
   int64_t nseg = 1, keys = 0;
@@ -133,18 +146,18 @@ void attend_avx512(const AttnArgs& a, int64_t t_n) {
     keys += a.ctx_lens[t];
   }
   if (threads <= 1 || keys * a.hkv < kInlineKeys) {  // a few us: not worth a fork
-    avx512::attend_items(a, 0, rows);
+    kern.items(a, 0, rows);
     return;
   }
   if (nseg == 1 || rows >= 2 * threads) {
-    parallel_tiles(rows, 1, [&](int64_t i0, int64_t i1) { avx512::attend_items(a, i0, i1); });
+    parallel_tiles(rows, 1, [&](int64_t i0, int64_t i1) { kern.items(a, i0, i1); });
     return;
   }
   std::vector<float> part(size_t(rows * nseg * partial_floats(a)));
   parallel_tiles(rows * nseg, 1, [&](int64_t i0, int64_t i1) {
-    avx512::attend_segments(a, nseg, i0, i1, part.data());
+    kern.segments(a, nseg, i0, i1, part.data());
   });
-  avx512::merge_segments(a, nseg, 0, rows, part.data());
+  kern.merge(a, nseg, 0, rows, part.data());
 }
 
 }  // namespace
@@ -165,9 +178,16 @@ void check_paged_indices(const AttnArgs& a, int64_t t_n, int64_t c_n, int64_t sl
   }
 }
 
+// AVX-512 hosts: attention_avx512.cpp for bf16 caches (FP8 ones take the AVX2 kernel);
+// AVX2 hosts: attention_avx2.cpp for both; below (or FP8SERVE_ISA=scalar): portable.
 void paged_attention_into(const AttnArgs& a, int64_t t_n) {
-  if (cpu_isa() >= Isa::kAvx512 && a.k8 == nullptr) {  // FP8 KV: portable kernel only
-    attend_avx512(a, t_n);
+  const Isa isa = cpu_isa();
+  if (isa >= Isa::kAvx512 && a.k8 == nullptr) {
+    attend_vector(kAvx512Kernel, a, t_n);
+    return;
+  }
+  if (isa >= Isa::kAvx2) {
+    attend_vector(kAvx2Kernel, a, t_n);
     return;
   }
   parallel_tiles(t_n * a.hkv, 1, [&](int64_t i0, int64_t i1) {

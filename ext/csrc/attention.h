@@ -1,6 +1,7 @@
 // Plain-pointer interface of the paged-attention kernels, shared by the generic
-// translation unit (attention.cpp: checks, threading, portable kernel) and the AVX-512 one
-// (attention_avx512.cpp, compiled for its ISA only, no torch or STL headers).
+// translation unit (attention.cpp: checks, threading, portable kernel) and the vector ones
+// (attention_avx512.cpp, attention_avx2.cpp: each compiled for its ISA only, no torch or
+// STL headers).
 //
 // A query row (token t) attends keys [0, ctx_len). Per KV head h, the G = Hq / Hkv query
 // heads of h attend together, so each K/V row is read once for the group. The keys are cut
@@ -43,7 +44,7 @@ struct AttnArgs {
   // FP8 KV (kv_fp8.cpp): when k8 is set, K/V are float8_e4m3fn [slots, hkv, d] (k, v are
   // then unused) with fp32 dequant scales ks / vs [slots, hkv]:
   //   K[slot, h, i] = ks[slot * hkv + h] * e4m3(k8[(slot * hkv + h) * d + i]), V likewise.
-  // Only the portable kernel reads this form (paged_attention_into routes it there).
+  // The AVX2 and portable kernels read this form (paged_attention_into routes it).
   const uint8_t* k8 = nullptr;
   const uint8_t* v8 = nullptr;
   const float* ks = nullptr;
@@ -80,5 +81,15 @@ void attend_segments(const AttnArgs& a, int64_t nseg, int64_t i0, int64_t i1, fl
 void merge_segments(const AttnArgs& a, int64_t nseg, int64_t i0, int64_t i1,
                     const float* part);
 }  // namespace avx512
+
+// The same three entry points for AVX2 + FMA + F16C, reading bf16 caches or (k8 set) the
+// FP8 form with K/V rows converted in registers (attention_avx2.cpp). Same segments, tiles
+// and merge order, so the same invariance; its bits differ from the other kernels'.
+namespace avx2 {
+void attend_items(const AttnArgs& a, int64_t i0, int64_t i1);
+void attend_segments(const AttnArgs& a, int64_t nseg, int64_t i0, int64_t i1, float* part);
+void merge_segments(const AttnArgs& a, int64_t nseg, int64_t i0, int64_t i1,
+                    const float* part);
+}  // namespace avx2
 
 }  // namespace fp8serve
