@@ -1,6 +1,7 @@
 """The three workloads speculative decoding is measured on (chat prompts, plain text):
 
-* grounded: quote a passage given in the prompt (summaries, RAG answers that cite);
+* grounded: answer a question about a passage given in the prompt by quoting it (RAG
+  answers that cite their sources);
 * code-edit: return a given function with one change;
 * story: open-ended writing, nothing in the prompt to copy.
 
@@ -47,8 +48,8 @@ def summarize_orders(orders, min_total=0.0):
 '''
 
 PROMPTS = {
-    "grounded": ("Here is a passage:\n\n" + PASSAGE + "\nQuote the second paragraph of "
-                 "the passage word for word."),
+    "grounded": ("Here is a passage:\n\n" + PASSAGE + "\nWhat do the ledgers record? "
+                 "Answer by quoting the passage word for word."),
     "code-edit": ("Here is a Python function:\n\n" + FUNCTION + "\nReturn the same function "
                   "with the variable `totals` renamed to `sums`, and nothing else changed. "
                   "Reply with the code only."),
