@@ -3,8 +3,9 @@
 
 For each workload (engine/bench/spec_workloads.py) and concurrency C, passes without and
 with speculation alternate for ``rounds`` rounds over one loaded runner. A pass admits C
-chat requests (greedy, up to ``gen_len`` tokens, EOS ends them), runs the engine until every
-request has its first token (prefill done), then times the steps until all finish: decode
+chat requests (greedy, up to ``gen_len`` tokens, EOS ends them) and prefills all of them in
+one step (the step budget is raised to their prompt tokens), so every request starts
+decoding at the same step in both modes; then it times the steps until all finish: decode
 tokens/s = tokens produced in that phase / its wall time. Reported per (workload, C): the
 median of each mode, their ratio, whether the outputs were identical (they must be: greedy),
 and for speculation the drafts, acceptance rate and tokens per sequence-step (1.0 = plain).
@@ -35,7 +36,6 @@ class SpecBenchConfig:
     gen_len: int = 128
     rounds: int = 2
     threads: int | None = None
-    max_num_batched_tokens: int = 512
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.workloads) - set(WORKLOADS))
@@ -53,6 +53,11 @@ class _StepCounter(EngineObserver):
         self.seq_steps += num_decode_rows
 
 
+def step_budget(prompts: list[list[int]]) -> int:
+    """A step budget that prefills every prompt of a pass in one step."""
+    return max(512, sum(map(len, prompts)))
+
+
 def load(cfg: SpecBenchConfig, max_prompt: int) -> tuple[Any, Any]:
     """(runner with KV for max(concurrency) sequences of max_prompt + gen_len, tokenizer)."""
     from engine.config import EngineConfig
@@ -67,7 +72,8 @@ def load(cfg: SpecBenchConfig, max_prompt: int) -> tuple[Any, Any]:
     need = max_prompt + cfg.gen_len + 32
     per_token = weights.config.kv_bytes_per_token()
     ecfg = EngineConfig(model_dir=cfg.model_dir, max_num_seqs=seqs, max_model_len=need,
-                        threads=cfg.threads, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                        threads=cfg.threads,
+                        max_num_batched_tokens=max(512, seqs * max_prompt),
                         kv_cache_gib=max(per_token * seqs * (need + 32) * 1.1 / 2**30, 1e-3))
     runner = ModelRunner(weights, ecfg, probe_hardware(), KernelOverrides.from_env())
     return runner, Tokenizer.from_dir(cfg.model_dir)
@@ -83,7 +89,7 @@ def run_pass(runner: Any, tokenizer: Any, cfg: SpecBenchConfig, spec: Speculativ
     c = len(prompts)
     ecfg = EngineConfig(model_dir=cfg.model_dir, max_num_seqs=c,
                         max_model_len=runner.engine_config.max_model_len,
-                        max_num_batched_tokens=cfg.max_num_batched_tokens,
+                        max_num_batched_tokens=step_budget(prompts),
                         enable_prefix_caching=False, speculative_config=spec)
     steps = _StepCounter()
     eng = Engine(runner, tokenizer, ecfg, observer=steps)
@@ -98,6 +104,8 @@ def run_pass(runner: Any, tokenizer: Any, cfg: SpecBenchConfig, spec: Speculativ
     while not all(outs[i] or done[i] for i in range(c)):
         eng.step()
     first = sum(map(len, outs))
+    if first != c:  # some request decoded before another's prefill: unequal windows
+        raise RuntimeError(f"prefill of {c} requests took more than one step ({first} tokens)")
     seq_steps0 = steps.seq_steps
     t0 = time.perf_counter()
     while not all(done):

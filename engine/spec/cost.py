@@ -10,6 +10,12 @@ second only if its expected kept tokens exceed k * row_share(B), i.e. if its acc
 beats row_share(B) (engine/spec/policy.py). On a bandwidth-bound small batch the share is
 small and drafting is nearly free; at large batches or on hosts where compute dominates
 it approaches 1 and only drafts that are almost always right pay.
+
+Until the steps have spread enough in rows to fit a slope (a server that has not drafted
+yet runs steps of one row per sequence), the share is a prior: a step's fixed cost taken
+as PRIOR_FIXED_ROWS rows' worth, so B / (B + PRIOR_FIXED_ROWS) (0.2 for one sequence, 0.8
+for sixteen). Assuming rows free instead would open every sequence of a large batch with a
+full draft on a host where rows cost most of a step.
 """
 
 from __future__ import annotations
@@ -18,12 +24,14 @@ from dataclasses import dataclass
 
 DECAY = 0.97  # weight of the past per observed step (an effective window of ~33 steps)
 MIN_SPREAD = 0.25  # rows variance below which the slope is not refitted
+PRIOR_FIXED_ROWS = 4.0  # before a fit: a step's fixed cost in rows' worth
 
 
 @dataclass(slots=True)
 class StepCost:
     a: float = 0.0  # seconds per step
-    b: float = 0.0  # seconds per row; 0 until fitted: drafting looks free
+    b: float = 0.0  # seconds per row (fitted once the rows have spread)
+    fitted: bool = False
     _w: float = 0.0
     _x: float = 0.0
     _y: float = 0.0
@@ -44,10 +52,15 @@ class StepCost:
         var = self._xx / self._w - mx * mx
         if var >= MIN_SPREAD:
             self.b = max(0.0, (self._xy / self._w - mx * my) / var)
+            self.fitted = True
         self.a = max(0.0, my - self.b * mx)
 
     def row_share(self, num_seqs: int) -> float:
-        """b*B / (a + b*B) for a step of ``num_seqs`` decoding sequences (0 when unfitted)."""
+        """b*B / (a + b*B) for a step of ``num_seqs`` decoding sequences (the prior before
+        a fit)."""
+        if not self.fitted:
+            n = max(1, num_seqs)
+            return n / (n + PRIOR_FIXED_ROWS)
         rows = self.b * max(1, num_seqs)
         total = self.a + rows
         return rows / total if total > 0 else 0.0

@@ -18,10 +18,16 @@ A draft pays when the tokens it kept exceed what its rows cost (kept > cost * dr
 the estimate still beats the cost (one lucky draft does not end a backoff). After m drafts
 in a row that did not pay, or when p falls to the cost, the sequence sits out its next
 ``2**min(m, MAX_BACKOFF) - 1`` chances to draft (1, 3, 7, ... 63), then probes with one
-token (the whole room while rows are free). So a workload with nothing to look up pays for
-about one draft token per 64 steps and sequence, and one that repeats itself drafts every
-step. Decisions depend only
-on the sequence's own history and the measured cost: they never change what is generated.
+token (the whole room while rows are free).
+
+Probes are also paid from a waste budget: every chance to draft earns WASTE_RATE tokens of
+credit (at most CREDIT_CAP, which is also the credit a sequence starts with), every
+rejected draft token spends ``cost``, and a probe needs credit >= cost. So on text with
+nothing to look up a sequence wastes at most about WASTE_RATE of its steps' tokens on
+probes whatever the batch size (where a row costs most of a step, as in a large batch on a
+compute-bound host, probes become rare), and one that repeats itself drafts every step.
+Decisions depend only on the sequence's own history and the measured cost: they never
+change what is generated.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from dataclasses import dataclass
 MAX_BACKOFF = 6
 DECAY = 0.8  # weight of the past per verified draft in the acceptance estimate
 PRIOR_P = 0.8  # p assumed before the first draft, with the weight of one draft
+WASTE_RATE = 0.01  # probe credit earned per chance to draft, in tokens
+CREDIT_CAP = 1.0  # the most credit a sequence holds (and starts with); -CAP the least
 
 
 @dataclass(slots=True)
@@ -40,6 +48,7 @@ class DraftPolicy:
     rejected: float = 1.0 - PRIOR_P  # weighted count of drafts that ended on a rejection
     misses: int = 0  # consecutive drafts that did not pay
     skip: int = 0  # drafting chances still to sit out
+    credit: float = CREDIT_CAP  # probe budget, in tokens (module docstring)
 
     @property
     def accept_prob(self) -> float:
@@ -58,6 +67,7 @@ class DraftPolicy:
     def length(self, cost: float, room: int) -> int:
         """Tokens to draft now, asked once per step the sequence could draft (room >= 1);
         0 while backing off (using up one skipped chance)."""
+        self.credit = min(CREDIT_CAP, self.credit + WASTE_RATE)
         if self.skip:
             self.skip -= 1
             return 0
@@ -65,7 +75,9 @@ class DraftPolicy:
         if k:
             return k
         if self.misses:  # a probe after sitting out: one token where rows cost anything
-            return 1 if cost > 0 else room
+            if cost <= 0:
+                return room
+            return 1 if self.credit >= cost else 0
         self._miss()  # the estimate fell to the cost: start backing off
         return 0
 
@@ -73,6 +85,7 @@ class DraftPolicy:
         """A verified draft of ``num_drafted`` tokens kept its first ``num_accepted``."""
         self.kept = DECAY * self.kept + num_accepted
         self.rejected = DECAY * self.rejected + (num_accepted < num_drafted)
+        self.credit = max(-CREDIT_CAP, self.credit - cost * (num_drafted - num_accepted))
         if num_accepted > cost * num_drafted and self.accept_prob > cost:
             self.misses = 0
         else:

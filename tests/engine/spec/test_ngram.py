@@ -68,10 +68,11 @@ def test_proposer_keeps_one_index_per_sequence_and_forgets_it():
 
 
 def test_step_cost_fits_fixed_and_per_row_seconds():
-    from engine.spec.cost import StepCost
+    from engine.spec.cost import PRIOR_FIXED_ROWS, StepCost
 
     c = StepCost()
-    assert c.row_share(16) == 0.0  # unfitted: drafting looks free
+    assert c.row_share(16) == 16 / (16 + PRIOR_FIXED_ROWS)  # unfitted: the prior
+    assert c.row_share(1) == 1 / (1 + PRIOR_FIXED_ROWS)
     for i in range(200):
         rows = 1 + i % 5
         c.observe(rows, 0.02 + 0.005 * rows)
@@ -81,4 +82,5 @@ def test_step_cost_fits_fixed_and_per_row_seconds():
     flat = StepCost()
     for _ in range(50):
         flat.observe(4, 0.1)  # no spread in rows: no slope, everything is fixed cost
-    assert flat.b == 0.0 and flat.a == pytest.approx(0.1) and flat.row_share(4) == 0.0
+    assert flat.b == 0.0 and flat.a == pytest.approx(0.1) and not flat.fitted
+    assert flat.row_share(4) == 4 / (4 + PRIOR_FIXED_ROWS)  # still the prior

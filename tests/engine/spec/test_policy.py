@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from engine.spec.policy import MAX_BACKOFF, PRIOR_P, DraftPolicy
+from engine.spec.policy import CREDIT_CAP, MAX_BACKOFF, PRIOR_P, WASTE_RATE, DraftPolicy
 
 
 def test_free_rows_draft_the_whole_room_and_misses_back_off():
@@ -67,3 +67,26 @@ def test_the_first_draft_follows_the_cost_of_rows():
     b = DraftPolicy()
     assert b.length(0.85, 8) == 0 and b.misses == 1  # rows cost more than p: wait
     assert b.length(0.85, 8) == 0 and b.length(0.85, 8) == 1  # then a one-token probe
+
+
+@pytest.mark.parametrize("cost", [0.3, 0.85])
+def test_probes_on_text_without_matches_waste_a_bounded_share(cost):
+    b, chances, wasted = DraftPolicy(), 2000, 0.0
+    for _ in range(chances):
+        k = b.length(cost, 4)
+        if k:
+            b.record(0, k, cost)  # every draft rejected
+            wasted += cost * k
+    # the budget: what it starts with, what it earns, and one overdraft of a draft's rows
+    assert wasted <= CREDIT_CAP + WASTE_RATE * chances + cost * 4
+    assert wasted > 0  # it does keep probing
+
+
+def test_a_probe_waits_for_credit_where_rows_cost_most_of_a_step():
+    b = DraftPolicy(kept=1.0, rejected=4.0, credit=0.5)  # p = 0.2
+    assert [b.length(0.9, 4) for _ in range(2)] == [0, 0]  # starts backing off, sits out one
+    n = 0
+    while b.length(0.9, 4) == 0:
+        n += 1
+    assert 0.9 <= b.credit < 0.9 + WASTE_RATE  # it probed once the credit reached the cost
+    assert n >= (0.9 - 0.52) / WASTE_RATE - 2  # after waiting for it
