@@ -50,6 +50,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --speculative-config: comma list of workloads")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16],
                    help="with --speculative-config: concurrent requests per pass")
+    p.add_argument("--spec-oracle", choices=("right", "wrong"), default=None,
+                   help="with --speculative-config: draft from the plain pass's output, "
+                        "every token right (the ceiling verify steps allow on this host and "
+                        "model) or every token wrong (the floor the draft policy leaves); "
+                        "for checkpoints whose text means nothing")
     p.add_argument("--json", type=Path, default=None,
                    help="default bench/results/generate.json (spec.json with "
                         "--speculative-config)")
@@ -184,7 +189,7 @@ def spec_config_from_args(args: argparse.Namespace) -> Any:
             model_dir=ensure_demo_model() if args.model is None else args.model, spec=spec,
             workloads=tuple(w.strip() for w in args.workloads.split(",") if w.strip()),
             concurrency=tuple(args.concurrency), gen_len=args.gen_len, rounds=args.rounds,
-            threads=args.threads)
+            threads=args.threads, oracle=getattr(args, "spec_oracle", None))
     except (ConfigError, ValueError) as exc:
         raise CliError(str(exc)) from exc
 

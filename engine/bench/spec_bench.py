@@ -9,19 +9,29 @@ decoding at the same step in both modes; then it times the steps until all finis
 tokens/s = tokens produced in that phase / its wall time. Reported per (workload, C): the
 median of each mode, their ratio, whether the outputs were identical (they must be: greedy),
 and for speculation the drafts, acceptance rate and tokens per sequence-step (1.0 = plain).
-Every figure comes from this run; ratios are the only thing comparable on a shared host."""
+Every figure comes from this run; ratios are the only thing comparable on a shared host.
+
+``oracle``: the speculative passes draft with :class:`ReplayProposer` instead of the
+configured n-gram lookup, from the greedy output of the plain pass just before. "right"
+replays it, so every draft token is kept: the ratio is the ceiling that verify steps allow
+on this host and model, whatever the text. "wrong" drafts a different token (the id with
+its lowest bit flipped) at every position, so every draft is rejected at once: the ratio
+is the floor the draft policy's backoff and waste budget leave. The draft lengths still
+come from the policy. (For random-weight checkpoints, whose text says nothing about real
+acceptance.)"""
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from engine.bench.spec_workloads import WORKLOADS, workload_messages
 from engine.spec.config import SpeculativeConfig
+from engine.spec.proposer import DraftInput
 from engine.stream import EngineObserver
 
 Log = Callable[[str], object]
@@ -36,13 +46,41 @@ class SpecBenchConfig:
     gen_len: int = 128
     rounds: int = 2
     threads: int | None = None
+    oracle: str | None = None  # None | "right" | "wrong"
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.workloads) - set(WORKLOADS))
         if unknown:
             raise ValueError(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
+        if self.oracle not in (None, "right", "wrong"):
+            raise ValueError(f"oracle must be right or wrong, got {self.oracle!r}")
         if self.gen_len < 2 or self.rounds < 1 or min(self.concurrency, default=0) < 1:
             raise ValueError("need gen_len >= 2, rounds >= 1 and concurrency >= 1")
+
+
+class ReplayProposer:
+    """Drafts from a known continuation (the Proposer interface, engine/spec/proposer.py):
+    ``refs`` maps a prompt to the output a plain pass gave it. A sequence whose output so far
+    is a prefix of its prompt's reference gets the reference's next tokens (``wrong``: each
+    with its lowest bit flipped, so never the token), any other nothing."""
+
+    def __init__(self, refs: dict[tuple[int, ...], list[int]], wrong: bool = False) -> None:
+        self.refs = refs
+        self.wrong = wrong
+
+    def propose(self, seqs: Sequence[DraftInput]) -> list[tuple[int, ...]]:
+        out: list[tuple[int, ...]] = []
+        for s in seqs:
+            ref = self.refs.get(tuple(s.prompt_ids))
+            n = len(s.output_ids)
+            if ref is None or list(s.output_ids) != ref[:n]:
+                out.append(())
+            else:
+                out.append(tuple(t ^ 1 if self.wrong else t for t in ref[n:n + s.max_tokens]))
+        return out
+
+    def release(self, seq_id: int) -> None:
+        pass
 
 
 class _StepCounter(EngineObserver):
@@ -80,8 +118,9 @@ def load(cfg: SpecBenchConfig, max_prompt: int) -> tuple[Any, Any]:
 
 
 def run_pass(runner: Any, tokenizer: Any, cfg: SpecBenchConfig, spec: SpeculativeConfig | None,
-             prompts: list[list[int]]) -> dict[str, Any]:
-    """One pass: C requests to completion; the decode phase timed."""
+             prompts: list[list[int]], proposer: Any = None) -> dict[str, Any]:
+    """One pass: C requests to completion; the decode phase timed. ``proposer`` replaces
+    the engine's drafts' source (with ``spec``)."""
     from engine.config import EngineConfig
     from engine.engine import Engine
     from engine.sampling_params import SamplingParams
@@ -93,6 +132,8 @@ def run_pass(runner: Any, tokenizer: Any, cfg: SpecBenchConfig, spec: Speculativ
                         enable_prefix_caching=False, speculative_config=spec)
     steps = _StepCounter()
     eng = Engine(runner, tokenizer, ecfg, observer=steps)
+    if proposer is not None and eng.spec is not None:
+        eng.spec.proposer = proposer
     outs: list[list[int]] = [[] for _ in prompts]
     done = [False] * c
     for i, p in enumerate(prompts):
@@ -149,8 +190,15 @@ def run_spec_bench(cfg: SpecBenchConfig, log: Log = print) -> dict[str, Any]:
             passes: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
             for r in range(cfg.rounds):
                 for mode in ("off", "on"):  # interleaved: drift hits both alike
+                    replay = None
+                    if mode == "on" and cfg.oracle:
+                        off = passes["off"][-1]["outputs"]
+                        replay = ReplayProposer({tuple(p): o
+                                                 for p, o in zip(prompts[(w, c)], off,
+                                                                 strict=True)},
+                                                wrong=cfg.oracle == "wrong")
                     res = run_pass(runner, tokenizer, cfg, cfg.spec if mode == "on" else None,
-                                   prompts[(w, c)])
+                                   prompts[(w, c)], replay)
                     passes[mode].append(res)
                     log(f"{w} c={c} round {r + 1} {mode}: "
                         f"{res['decode_tok_s'] or 0:.1f} decode tok/s, "
@@ -184,7 +232,9 @@ def _row(w: str, c: int, passes: dict[str, list[dict[str, Any]]]) -> dict[str, A
 
 
 def format_table(res: dict[str, Any]) -> str:
-    lines = [f"speculative decoding {res['config']['spec']}, {res['threads']} threads, "
+    oracle = (f", drafts from the plain pass's output, all {res['config']['oracle']} "
+              f"(--spec-oracle)" if res["config"].get("oracle") else "")
+    lines = [f"speculative decoding {res['config']['spec']}{oracle}, {res['threads']} threads, "
              f"gen_len {res['config']['gen_len']}, median of {res['config']['rounds']} "
              f"interleaved rounds",
              f"{'workload':<11}{'C':>4}{'plain tok/s':>13}{'spec tok/s':>12}{'x':>7}"

@@ -60,6 +60,36 @@ def test_workload_prompts_and_config_checks():
         SpecBenchConfig(model_dir=ensure_demo_model(), spec=spec, workloads=("poem",))
 
 
+def test_replay_proposer_drafts_the_reference_while_the_output_follows_it():
+    from engine.bench.spec_bench import ReplayProposer
+    from engine.spec.proposer import DraftInput
+
+    prop = ReplayProposer({(1, 2): [5, 6, 7, 8]})
+    assert prop.propose([DraftInput(0, (1, 2), (), 2), DraftInput(1, (1, 2), (5, 6), 9),
+                         DraftInput(2, (1, 2), (5, 9), 2), DraftInput(3, (3,), (), 2)]) == [
+        (5, 6), (7, 8), (), ()]  # diverged, or an unknown prompt: nothing
+    wrong = ReplayProposer({(1, 2): [5, 6, 7, 8]}, wrong=True)
+    assert wrong.propose([DraftInput(0, (1, 2), (5,), 2)]) == [(7, 6)]  # 6 ^ 1, 7 ^ 1
+
+
+def test_oracle_passes_keep_every_draft_or_none(tmp_path):
+    out = tmp_path / "oracle.json"
+    assert run(_args(out, concurrency=[1], workloads="story", spec_oracle="right")) == 0
+    row, = json.loads(out.read_text())["rows"]
+    s = row["spec"]
+    assert row["outputs_identical"] is True and s["num_draft_tokens"] > 0
+    assert s["num_accepted_tokens"] == s["num_draft_tokens"]  # replayed: always right
+    assert row["tokens_per_seq_step"] > 1.5
+    assert run(_args(out, concurrency=[1], workloads="story", spec_oracle="wrong")) == 0
+    row, = json.loads(out.read_text())["rows"]
+    s = row["spec"]
+    assert row["outputs_identical"] is True and s["num_drafts"] > 0
+    assert s["num_accepted_tokens"] == 0 and row["tokens_per_seq_step"] == 1.0
+    with pytest.raises(ValueError, match="oracle"):
+        SpecBenchConfig(model_dir=ensure_demo_model(), spec=SpeculativeConfig.parse(SPEC),
+                        oracle="maybe")
+
+
 @pytest.mark.parametrize("bad", ['{"method": "ngram"}', "{", "null"])
 def test_bad_speculative_config_is_a_cli_error(bad, tmp_path):
     with pytest.raises(CliError):
