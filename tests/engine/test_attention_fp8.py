@@ -1,6 +1,6 @@
 """The FP8 KV cache ops: kv_write_fp8 and paged_attention on float8_e4m3fn K/V
-(ext/csrc/kv_fp8.cpp; the AVX2 kernel attention_avx2.cpp on AVX2 and AVX-512 hosts, the
-portable kernel of attention.cpp below, or under FP8SERVE_ISA=scalar in its own process).
+(ext/csrc/kv_fp8.cpp; the AVX-512 or AVX2 attention kernel as the host has, the portable
+one of attention.cpp below AVX2 or under FP8SERVE_ISA=scalar in its own process).
 
 * The write gives the same bytes and scales as the torch reference quantizer
   (engine/model/kv_store.py quantize_kv), per (token, KV head), dynamic or static.
