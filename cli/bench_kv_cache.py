@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--op-only", action="store_true",
                    help="time only the paged-attention op at the model's head shape (one "
                         "decode row per context, --speed-rounds reps per dtype, interleaved)")
+    p.add_argument("--op-layers", type=int, default=1,
+                   help="with --op-only: copies of the K/V called in turn per rep, as a "
+                        "model's layers (enough of them keep the KV out of the CPU caches)")
     p.add_argument("--json", type=Path, default=Path("bench/results/kv-cache.json"))
     p.set_defaults(func=run)
 
@@ -73,8 +76,9 @@ def format_summary(res: dict[str, Any]) -> str:
 
 
 def format_op(res: dict[str, Any]) -> str:
-    lines = [f"paged_attention alone, {res['heads']} query / {res['kv_heads']} KV heads x "
-             f"{res['head_dim']}, one decode row, {res['threads']} threads"]
+    lines = [f"paged_attention alone ({res.get('isa', '?')} dispatch), {res['heads']} query "
+             f"/ {res['kv_heads']} KV heads x {res['head_dim']}, one decode row, "
+             f"{res['threads']} threads, {res.get('layers', 1)} K/V copies per rep"]
     for ctx, r in res.items():
         if not isinstance(r, dict):
             continue
@@ -93,7 +97,11 @@ def run(args: argparse.Namespace) -> int:
 
     if getattr(args, "op_only", False):
         cfg = config_from_args(args)
-        res = attention_op_speed(cfg.model_dir, cfg.contexts, cfg.speed_rounds, cfg.threads)
+        layers = getattr(args, "op_layers", 1)
+        if layers < 1:
+            raise CliError(f"--op-layers {layers}: must be >= 1")
+        res = attention_op_speed(cfg.model_dir, cfg.contexts, cfg.speed_rounds, cfg.threads,
+                                 layers)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(res, indent=2))
         print(format_op(res))

@@ -202,8 +202,10 @@ def run_kv_cache_bench(cfg: KvCacheBenchConfig, log=print) -> dict[str, Any]:
 
 
 
-def _op_calls(c: Any, keys: int, bs: int = 16) -> tuple[dict[str, Any], dict[str, int]]:
-    """({dtype: a paged_attention call over ``keys`` random keys}, {dtype: K/V bytes})."""
+def _op_calls(c: Any, keys: int, bs: int = 16,
+              layers: int = 1) -> tuple[dict[str, list[Any]], dict[str, int]]:
+    """({dtype: ``layers`` paged_attention calls over ``keys`` random keys, each on its own
+    copy of the K/V}, {dtype: K/V bytes of one call})."""
     from functools import partial
 
     ops, g, shape = torch.ops.fp8serve, torch.Generator().manual_seed(0), \
@@ -216,17 +218,23 @@ def _op_calls(c: Any, keys: int, bs: int = 16) -> tuple[dict[str, Any], dict[str
     meta = (torch.arange(keys // bs, dtype=torch.int32)[None],
             torch.zeros(1, dtype=torch.int32), torch.tensor([keys], dtype=torch.int32), bs,
             c.head_dim ** -0.5)
-    calls = {"bf16": partial(ops.paged_attention, q, k, v, *meta),
-             "fp8": partial(ops.paged_attention, q, k8, v8, *meta, ks, vs)}
+    calls: dict[str, list[Any]] = {"bf16": [], "fp8": []}
+    for i in range(layers):  # layer 0 uses the originals, the others copies
+        cp = (lambda x: x) if i == 0 else torch.clone
+        calls["bf16"].append(partial(ops.paged_attention, q, cp(k), cp(v), *meta))
+        calls["fp8"].append(partial(ops.paged_attention, q, cp(k8), cp(v8), *meta, cp(ks),
+                                    cp(vs)))
     return calls, {"bf16": 2 * k.numel() * 2, "fp8": 2 * (k8.numel() + ks.numel() * 4)}
 
 
 def attention_op_speed(model_dir: Path, contexts: tuple[int, ...], rounds: int,
-                       threads: int | None = None) -> dict[str, Any]:
+                       threads: int | None = None, layers: int = 1) -> dict[str, Any]:
     """The paged-attention op alone at the model's head shape: one decode row over each
     context's keys (rounded up to a block) of random K/V, bf16 vs fp8 (kv_write_fp8's
     bytes and per-row scales), ``rounds`` reps each after a warm-up, interleaved (bf16
-    first in even reps). Per context: seconds per call, K/V bytes read, fp8 / bf16 per rep."""
+    first in even reps). A rep calls ``layers`` copies of the K/V in turn, as a model's
+    layers do (with enough of them the KV no longer stays in the last-level cache between
+    calls). Per context: seconds per call, K/V bytes read, fp8 / bf16 per rep."""
     import ext
     from engine.loader import read_model_config
 
@@ -236,17 +244,19 @@ def attention_op_speed(model_dir: Path, contexts: tuple[int, ...], rounds: int,
         torch.set_num_threads(threads)
     c = read_model_config(model_dir)
     out: dict[str, Any] = {"heads": c.num_heads, "kv_heads": c.num_kv_heads,
-                           "head_dim": c.head_dim, "threads": torch.get_num_threads()}
+                           "head_dim": c.head_dim, "threads": torch.get_num_threads(),
+                           "layers": layers, "isa": ext.isa()}
     for ctx in contexts:
         keys = -(-ctx // 16) * 16
-        calls, nbytes = _op_calls(c, keys)
+        calls, nbytes = _op_calls(c, keys, layers=layers)
         t: dict[str, list[float]] = {"bf16": [], "fp8": []}
         for r in range(rounds + 1):  # rep 0 warms up
             for name in (("bf16", "fp8") if r % 2 == 0 else ("fp8", "bf16")):
                 t0 = time.perf_counter()
-                calls[name]()
+                for call in calls[name]:
+                    call()
                 if r:
-                    t[name].append(time.perf_counter() - t0)
+                    t[name].append((time.perf_counter() - t0) / layers)
         out[str(keys)] = {"seconds": t, "kv_bytes": nbytes, "ratio_per_rep":
                           [f / b for f, b in zip(t["fp8"], t["bf16"], strict=True)]}
     return out

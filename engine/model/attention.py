@@ -170,9 +170,10 @@ def extension_attention_reason(num_heads: int, num_kv_heads: int, head_dim: int)
         return "C++ extension has no paged_attention op"
     if head_dim % 32 or head_dim > 256 or num_heads // num_kv_heads > 16:
         return f"head_dim {head_dim} / group {num_heads // num_kv_heads} not supported"
-    # below AVX-512 the op runs its portable C++ kernel: slower than SDPA, but it keeps
-    # the batch and chunk invariance that SDPA's shape-dependent blocking loses (greedy
-    # outputs alone = batched = chunked = from the prefix cache)
+    # AVX2 hosts run its AVX2 kernel (bf16 and fp8 caches), hosts without AVX2 its
+    # portable one (slower than SDPA); both keep the batch and chunk invariance that
+    # SDPA's shape-dependent blocking loses (greedy outputs alone = batched = chunked =
+    # from the prefix cache)
     return None
 
 

@@ -10,9 +10,9 @@
 // Work items (token, KV head), or for a few rows their key segments, are split over
 // torch's intra-op threads dynamically (tile_sched.h): a prefill chunk's items cost in
 // proportion to their context length, so a static split of the causal triangle leaves one
-// thread with most of the work. AVX-512 hosts run attention_avx512.cpp (bf16 caches),
-// AVX2 hosts attention_avx2.cpp (bf16 and FP8 caches; FP8 ones on AVX-512 hosts too),
-// others the portable kernel below (same segments and tiles, std::exp).
+// thread with most of the work. AVX-512 hosts run attention_avx512.cpp, AVX2 hosts
+// attention_avx2.cpp (both read bf16 and FP8 caches), others the portable kernel below
+// (same segments and tiles, std::exp).
 #include <ATen/Parallel.h>
 
 #include <cmath>
@@ -178,11 +178,11 @@ void check_paged_indices(const AttnArgs& a, int64_t t_n, int64_t c_n, int64_t sl
   }
 }
 
-// AVX-512 hosts: attention_avx512.cpp for bf16 caches (FP8 ones take the AVX2 kernel);
-// AVX2 hosts: attention_avx2.cpp for both; below (or FP8SERVE_ISA=scalar): portable.
+// AVX-512 hosts: attention_avx512.cpp; AVX2 hosts: attention_avx2.cpp (both for bf16 and
+// FP8 caches); below (or FP8SERVE_ISA=scalar): the portable kernel.
 void paged_attention_into(const AttnArgs& a, int64_t t_n) {
   const Isa isa = cpu_isa();
-  if (isa >= Isa::kAvx512 && a.k8 == nullptr) {
+  if (isa >= Isa::kAvx512) {
     attend_vector(kAvx512Kernel, a, t_n);
     return;
   }

@@ -44,7 +44,7 @@ struct AttnArgs {
   // FP8 KV (kv_fp8.cpp): when k8 is set, K/V are float8_e4m3fn [slots, hkv, d] (k, v are
   // then unused) with fp32 dequant scales ks / vs [slots, hkv]:
   //   K[slot, h, i] = ks[slot * hkv + h] * e4m3(k8[(slot * hkv + h) * d + i]), V likewise.
-  // The AVX2 and portable kernels read this form (paged_attention_into routes it).
+  // Every kernel reads this form; the fused decode stack (decode_team.cpp) does not.
   const uint8_t* k8 = nullptr;
   const uint8_t* v8 = nullptr;
   const float* ks = nullptr;

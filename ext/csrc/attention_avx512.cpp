@@ -1,5 +1,6 @@
-// AVX-512 paged attention (contract and segment merge in attention.h). Compiled for
-// AVX-512 only (ISA_BEGIN); called only when dispatch.cpp chose Isa::kAvx512 or higher.
+// AVX-512 paged attention (contract and segment merge in attention.h), for bf16 caches
+// and the FP8 form (AttnArgs k8 set). Compiled for AVX-512 only (ISA_BEGIN); called only
+// when dispatch.cpp chose Isa::kAvx512 or higher.
 //
 // Per (token t, KV head h, segment [j0, j1)), G query heads at once (q and K stay bf16):
 //   for each key tile [j, j + 16) in position order (the last one partial):
@@ -8,6 +9,11 @@
 //     m'       = max(m, max_j s);  alpha = exp(m - m');  p = exp(s - m')
 //     l        = l * alpha + sum_j p (one 16-lane reduction); acc = acc * alpha + sum_j p_j V_j
 // then segments merge in order (attention.h) and out[t, hG + g] = bf16(acc * (1 / l)).
+// FP8 caches: K rows widen in registers to k16 = e4m3 * 2^-8 in bf16 (exact: 4 significant
+// bits), through fp16 bits and vcvtph2ps as in attention_avx2.cpp, and
+// s = (dot(q, k16) * ks') * scale with ks' = 256 ks; V rows widen to fp32 the same way and
+// the tile's weights become p * vs' (vs' = 256 vs; l still sums p). The bf16 path's
+// arithmetic is unchanged by this.
 // exp is a fixed polynomial (Cody-Waite reduction, degree-6, scalef), so results are
 // reproducible across calls. No torch or STL headers here.
 #include <immintrin.h>
@@ -23,12 +29,45 @@ namespace {
 
 #include "avx512_math.inc"
 
+constexpr float kE4m3Unscale = 256.0f;  // the fp16 bits below give value * 2^-8
+
+// 16 e4m3 codes -> 16 fp16 bits (s << 15) | ((c & 0x7F) << 7): e4m3(c) * 2^-8 exactly
+// (attention_avx2.cpp's load_e4m3_div256). The NaN codes 0x7F / 0xFF would read as a
+// finite 480 * 2^-8: the clamped quantizer (kv_fp8.cpp) never writes them.
+inline __m256i e4m3_fp16_bits(__m128i codes) {
+  const __m256i s = _mm256_cvtepi8_epi16(codes);
+  return _mm256_and_si256(_mm256_slli_epi16(s, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
+}
+
+// 16 fp32 of a V row chunk: bf16 bits, or e4m3 codes as value * 2^-8.
+inline __m512 load_v16(const uint16_t* p) { return load_bf16(p); }
+inline __m512 load_v16(const uint8_t* p) {
+  return _mm512_cvtph_ps(e4m3_fp16_bits(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+// 32 bf16 of a K row chunk, the dpbf16 operand (element order kept).
+inline __m512bh load_k32(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
+inline __m512bh load_k32(const uint8_t* p) {
+  const __m512 lo = load_v16(p), hi = load_v16(p + 16);
+  return _mm512_cvtne2ps_pbh(hi, lo);  // exact: the values have 4 significant bits
+}
+
 // Running (or one segment's) state of the G query heads of one (t, h).
 struct Item {
   float acc[kMaxGroup][kMaxHeadDim];
   float s[kMaxGroup][kKeyTile];
   float m[kMaxGroup], l[kMaxGroup];
+  float ks[kKeyTile], vs[kKeyTile];  // FP8: the tile's dequant scales * 256 (0 past n)
 };
+
+// FP8: the dequant scales of the tile's rows (element offset off = row * d).
+void tile_scales(const AttnArgs& a, Item& it, const int64_t off[kKeyTile], int64_t n) {
+  for (int64_t jj = 0; jj < kKeyTile; ++jj) {
+    const int64_t row = jj < n ? off[jj] / a.d : 0;
+    it.ks[jj] = jj < n ? a.ks[row] * kE4m3Unscale : 0.0f;
+    it.vs[jj] = jj < n ? a.vs[row] * kE4m3Unscale : 0.0f;
+  }
+}
 
 // Element offsets (into a cache) of the rows of keys [j, j + n) of KV head h: one
 // division per tile, the block walked incrementally.
@@ -53,16 +92,19 @@ void tile_offsets(const AttnArgs& a, const int32_t* bt, int64_t h, int64_t j, in
 // before P V) instead of one burst that stalls the loads behind it. Measured on Zen 5 with
 // the KV in DRAM, against one burst per tile: 16 rows x 160 keys of the demo model's 30
 // layers 3.8-4.4 vs 4.5-5.0 ms; one row x 4096 keys of the 8B shape's 34 layers 32 vs 34 ms.
+template <typename T>
 struct TilePrefetch {
-  const AttnArgs& a;
+  const T* k;
+  const T* v;
+  int64_t d;
   const int64_t* off;  // the next tile's row offsets
   int64_t n, done;     // its keys, and how many are prefetched
   void keys(int64_t count) {
     const int64_t end = done + count < n ? done + count : n;
     for (; done < end; ++done) {
-      const char* kr = reinterpret_cast<const char*>(a.k + off[done]);
-      const char* vr = reinterpret_cast<const char*>(a.v + off[done]);
-      for (int64_t b = 0; b < a.d * 2; b += 64) {
+      const char* kr = reinterpret_cast<const char*>(k + off[done]);
+      const char* vr = reinterpret_cast<const char*>(v + off[done]);
+      for (int64_t b = 0; b < d * int64_t(sizeof(T)); b += 64) {
         _mm_prefetch(kr + b, _MM_HINT_T1);
         _mm_prefetch(vr + b, _MM_HINT_T1);
       }
@@ -94,12 +136,16 @@ alignas(64) const uint16_t kZeroRow[kMaxHeadDim] = {};
 
 // s[g][jj] = scale * (q[g] . K[jj]) for jj < n (lanes >= n hold 0): bf16 pairs
 // multiplied into fp32 sums by dpbf16 (q and K stay bf16), then one 16-lane tree.
+// FP8: the dot is scaled by ks' first.
+template <typename T>
 void scores(const AttnArgs& a, Item& it, int64_t g_n, const int64_t off[kKeyTile], int64_t n,
-            const uint16_t* q, TilePrefetch& pf) {
+            const uint16_t* q, const T* k, TilePrefetch<T>& pf) {
   const int64_t slice = (pf.n + g_n) / (g_n + 1);  // g_n + 1 slices: the last in accumulate_v
-  const uint16_t* kr[kKeyTile];
-  for (int64_t jj = 0; jj < kKeyTile; ++jj) kr[jj] = jj < n ? a.k + off[jj] : kZeroRow;
+  const T* kr[kKeyTile];
+  const T* zero = reinterpret_cast<const T*>(kZeroRow);
+  for (int64_t jj = 0; jj < kKeyTile; ++jj) kr[jj] = jj < n ? k + off[jj] : zero;
   const __m512 scale = _mm512_set1_ps(a.scale);
+  const __m512 ks = sizeof(T) == 1 ? _mm512_loadu_ps(it.ks) : _mm512_setzero_ps();
   for (int64_t g = 0; g < g_n; ++g) {
     const uint16_t* qg = q + g * a.q_sh;
     __m512 dot[kKeyTile];
@@ -107,23 +153,25 @@ void scores(const AttnArgs& a, Item& it, int64_t g_n, const int64_t off[kKeyTile
     for (int64_t c = 0; c < a.d; c += 32) {
       const __m512bh qc = (__m512bh)_mm512_loadu_si512(qg + c);
       for (int jj = 0; jj < kKeyTile; ++jj) {
-        dot[jj] = _mm512_dpbf16_ps(dot[jj], qc, (__m512bh)_mm512_loadu_si512(kr[jj] + c));
+        dot[jj] = _mm512_dpbf16_ps(dot[jj], qc, load_k32(kr[jj] + c));
       }
     }
-    _mm512_storeu_ps(it.s[g], _mm512_mul_ps(reduce16(dot), scale));
+    const __m512 sum = reduce16(dot);
+    _mm512_storeu_ps(it.s[g], _mm512_mul_ps(sizeof(T) == 1 ? _mm512_mul_ps(sum, ks) : sum, scale));
     pf.keys(slice);
   }
 }
 
-// Online-softmax update of one tile: rescale acc, turn s into p (masked lanes 0).
-void softmax_tile(Item& it, int64_t g_n, int64_t n, int64_t d) {
+// Online-softmax update of one tile: rescale acc, turn s into p (masked lanes 0); FP8
+// (vs set): into p * vs', l summing p.
+void softmax_tile(Item& it, int64_t g_n, int64_t n, int64_t d, bool vs) {
   const __mmask16 valid = static_cast<__mmask16>((1u << n) - 1u);
   const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
   for (int64_t g = 0; g < g_n; ++g) {
     const __m512 sv = _mm512_mask_loadu_ps(ninf, valid, it.s[g]);
     const float m_new = __builtin_fmaxf(it.m[g], _mm512_reduce_max_ps(sv));
     const __m512 p = _mm512_maskz_mov_ps(valid, exp_ps(_mm512_sub_ps(sv, _mm512_set1_ps(m_new))));
-    _mm512_storeu_ps(it.s[g], p);
+    _mm512_storeu_ps(it.s[g], vs ? _mm512_mul_ps(p, _mm512_loadu_ps(it.vs)) : p);
     if (m_new == it.m[g]) {  // alpha = exp(0) = 1 exactly: l * 1 and acc * 1 change nothing
       it.l[g] += _mm512_reduce_add_ps(p);
       continue;
@@ -139,17 +187,17 @@ void softmax_tile(Item& it, int64_t g_n, int64_t n, int64_t d) {
 
 // acc[g] += sum_jj p[g][jj] V[jj] for G heads and NC 16-wide column chunks at a time:
 // compile-time bounds keep the G x NC accumulators in registers (independent fma chains).
-template <int G, int NC>
-void accumulate_v_fixed(const AttnArgs& a, Item& it, const int64_t off[kKeyTile],
+template <int G, int NC, typename T>
+void accumulate_v_fixed(const AttnArgs& a, Item& it, const T* v, const int64_t off[kKeyTile],
                         int64_t n) {
   for (int64_t c0 = 0; c0 < a.d; c0 += 16 * NC) {
     __m512 acc[G][NC];
     for (int g = 0; g < G; ++g)
       for (int c = 0; c < NC; ++c) acc[g][c] = _mm512_loadu_ps(it.acc[g] + c0 + 16 * c);
     for (int64_t jj = 0; jj < n; ++jj) {
-      const uint16_t* vr = a.v + off[jj] + c0;
+      const T* vr = v + off[jj] + c0;
       __m512 vc[NC];
-      for (int c = 0; c < NC; ++c) vc[c] = load_bf16(vr + 16 * c);
+      for (int c = 0; c < NC; ++c) vc[c] = load_v16(vr + 16 * c);
       for (int g = 0; g < G; ++g) {
         const __m512 pg = _mm512_set1_ps(it.s[g][jj]);
         for (int c = 0; c < NC; ++c) acc[g][c] = _mm512_fmadd_ps(pg, vc[c], acc[g][c]);
@@ -162,13 +210,14 @@ void accumulate_v_fixed(const AttnArgs& a, Item& it, const int64_t off[kKeyTile]
 
 // The same sums for any G (accumulators in memory): the same fma per element in the same
 // key order, so the same bits.
-void accumulate_v_any(const AttnArgs& a, Item& it, int64_t g_n, const int64_t off[kKeyTile],
-                      int64_t n) {
+template <typename T>
+void accumulate_v_any(const AttnArgs& a, Item& it, int64_t g_n, const T* v,
+                      const int64_t off[kKeyTile], int64_t n) {
   for (int64_t c = 0; c < a.d; c += 16) {
     for (int64_t g = 0; g < g_n; ++g) {
       __m512 acc = _mm512_loadu_ps(it.acc[g] + c);
       for (int64_t jj = 0; jj < n; ++jj) {
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(it.s[g][jj]), load_bf16(a.v + off[jj] + c), acc);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(it.s[g][jj]), load_v16(v + off[jj] + c), acc);
       }
       _mm512_storeu_ps(it.acc[g] + c, acc);
     }
@@ -176,32 +225,37 @@ void accumulate_v_any(const AttnArgs& a, Item& it, int64_t g_n, const int64_t of
 }
 
 // d is a multiple of 32: two chunks always divide it; four when d % 64 == 0.
-template <int G>
-void accumulate_v_g(const AttnArgs& a, Item& it, const int64_t off[kKeyTile], int64_t n) {
+template <int G, typename T>
+void accumulate_v_g(const AttnArgs& a, Item& it, const T* v, const int64_t off[kKeyTile],
+                    int64_t n) {
   if (G <= 4 && a.d % 64 == 0) {
-    accumulate_v_fixed<G, 4>(a, it, off, n);
+    accumulate_v_fixed<G, 4>(a, it, v, off, n);
   } else {
-    accumulate_v_fixed<G, 2>(a, it, off, n);
+    accumulate_v_fixed<G, 2>(a, it, v, off, n);
   }
 }
 
-void accumulate_v(const AttnArgs& a, Item& it, int64_t g_n, const int64_t off[kKeyTile],
-                  int64_t n) {
+template <typename T>
+void accumulate_v(const AttnArgs& a, Item& it, int64_t g_n, const T* v,
+                  const int64_t off[kKeyTile], int64_t n) {
   switch (g_n) {
-    case 1: accumulate_v_g<1>(a, it, off, n); break;
-    case 2: accumulate_v_g<2>(a, it, off, n); break;
-    case 3: accumulate_v_g<3>(a, it, off, n); break;
-    case 4: accumulate_v_g<4>(a, it, off, n); break;
-    case 5: accumulate_v_g<5>(a, it, off, n); break;
-    case 6: accumulate_v_g<6>(a, it, off, n); break;
-    case 8: accumulate_v_g<8>(a, it, off, n); break;
-    default: accumulate_v_any(a, it, g_n, off, n); break;
+    case 1: accumulate_v_g<1>(a, it, v, off, n); break;
+    case 2: accumulate_v_g<2>(a, it, v, off, n); break;
+    case 3: accumulate_v_g<3>(a, it, v, off, n); break;
+    case 4: accumulate_v_g<4>(a, it, v, off, n); break;
+    case 5: accumulate_v_g<5>(a, it, v, off, n); break;
+    case 6: accumulate_v_g<6>(a, it, v, off, n); break;
+    case 8: accumulate_v_g<8>(a, it, v, off, n); break;
+    default: accumulate_v_any(a, it, g_n, v, off, n); break;
   }
 }
 
-// One segment [j0, j1) of row (t, h) from scratch into it (acc unnormalized).
-void attend_segment(const AttnArgs& a, Item& it, int64_t t, int64_t h, int64_t j0,
-                    int64_t j1) {
+// One segment [j0, j1) of row (t, h) from scratch into it (acc unnormalized); k, v the
+// bf16 caches or the e4m3 ones.
+template <typename T>
+void segment_typed(const AttnArgs& a, Item& it, int64_t t, int64_t h, int64_t j0,
+                   int64_t j1, const T* k, const T* v) {
+  constexpr bool kFp8 = sizeof(T) == 1;
   const int64_t g_n = a.hq / a.hkv;
   const int32_t* bt = a.block_tables + int64_t(a.token_seq[t]) * a.bt_stride;
   const uint16_t* q = a.q + t * a.q_st + h * g_n * a.q_sh;
@@ -217,13 +271,23 @@ void attend_segment(const AttnArgs& a, Item& it, int64_t t, int64_t h, int64_t j
     const int64_t j_next = j + kKeyTile;
     const int64_t n_next = j_next >= j1 ? 0 : (j1 - j_next < kKeyTile ? j1 - j_next : kKeyTile);
     if (n_next > 0) tile_offsets(a, bt, h, j_next, n_next, next);
-    TilePrefetch pf{a, next, n_next, 0};
-    scores(a, it, g_n, cur, n, q, pf);
-    softmax_tile(it, g_n, n, a.d);
+    TilePrefetch<T> pf{k, v, a.d, next, n_next, 0};
+    if (kFp8) tile_scales(a, it, cur, n);
+    scores(a, it, g_n, cur, n, q, k, pf);
+    softmax_tile(it, g_n, n, a.d, kFp8);
     pf.keys(n_next);
-    accumulate_v(a, it, g_n, cur, n);
+    accumulate_v(a, it, g_n, v, cur, n);
     for (int64_t jj = 0; jj < n_next; ++jj) cur[jj] = next[jj];
     n = n_next;
+  }
+}
+
+void attend_segment(const AttnArgs& a, Item& it, int64_t t, int64_t h, int64_t j0,
+                    int64_t j1) {
+  if (a.k8 != nullptr) {
+    segment_typed(a, it, t, h, j0, j1, a.k8, a.v8);
+  } else {
+    segment_typed(a, it, t, h, j0, j1, a.k, a.v);
   }
 }
 

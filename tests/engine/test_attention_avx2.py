@@ -1,8 +1,8 @@
 """The AVX2 paged-attention kernel (ext/csrc/attention_avx2.cpp) on bf16 and FP8 caches.
 
 What runs in this process is the host's dispatch: the AVX2 kernel on AVX2 hosts for both
-cache dtypes (on AVX-512 hosts bf16 caches run the AVX-512 kernel and FP8 ones the AVX2
-kernel; test_avx2_kernel_forced_on_bigger_hosts runs the checks under FP8SERVE_ISA=avx2).
+cache dtypes (AVX-512 hosts run the AVX-512 kernel; test_avx2_kernel_forced_on_bigger_hosts
+runs the checks there under FP8SERVE_ISA=avx2).
 
 * Against a float64 reference over the very K/V values the kernel reads (the dequantized
   ones for FP8): fp32 accumulation (relative ~1e-6) and one bf16 rounding of the output
@@ -246,7 +246,7 @@ print("avx2 ok")
 
 
 def test_avx2_kernel_forced_on_bigger_hosts(ops) -> None:
-    """On AVX-512 hosts bf16 caches run the AVX-512 kernel in-process; FP8SERVE_ISA=avx2
+    """On AVX-512 hosts the AVX-512 kernel runs in-process; FP8SERVE_ISA=avx2
     (own process: the ISA is chosen once) runs the checks above on the AVX2 kernel."""
     if ext.isa() in ("scalar", "avx2"):
         pytest.skip(f"dispatch is {ext.isa()}: the in-process tests already cover it")

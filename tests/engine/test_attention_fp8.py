@@ -1,5 +1,6 @@
 """The FP8 KV cache ops: kv_write_fp8 and paged_attention on float8_e4m3fn K/V
-(ext/csrc/kv_fp8.cpp, the portable kernel of attention.cpp).
+(ext/csrc/kv_fp8.cpp; the AVX-512 or AVX2 attention kernel as the host has, the portable
+one of attention.cpp below AVX2 or under FP8SERVE_ISA=scalar in its own process).
 
 * The write gives the same bytes and scales as the torch reference quantizer
   (engine/model/kv_store.py quantize_kv), per (token, KV head), dynamic or static.
@@ -14,6 +15,10 @@
 """
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -190,3 +195,22 @@ def test_every_e4m3_code_is_read_exactly(ops) -> None:
         out = ops.paged_attention(_q(1, seed=r), k8, v8, bt, seq, ctx, 1, D ** -0.5, ones, ones)
         want = v8[r].float().repeat_interleave(HQ // HKV, dim=0).reshape(-1)
         assert torch.equal(out[0].float(), want), r
+
+
+PORTABLE = """
+import torch, ext
+from tests.engine import test_attention_fp8 as t
+assert ext.isa() == "scalar", ext.isa()
+t.test_attention_matches_reference_on_dequantized_kv(torch.ops.fp8serve)
+t.test_decode_alone_equals_batched_and_chunked_equals_one_shot(torch.ops.fp8serve)
+t.test_every_e4m3_code_is_read_exactly(torch.ops.fp8serve)
+print("portable ok")
+"""
+
+
+def test_portable_kernel_reads_fp8_too(ops) -> None:
+    """FP8SERVE_ISA=scalar: the same checks on the portable kernel (own process)."""
+    env = {**os.environ, "FP8SERVE_ISA": "scalar"}
+    out = subprocess.run([sys.executable, "-c", PORTABLE], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=os.getcwd())
+    assert out.returncode == 0 and "portable ok" in out.stdout, out.stderr[-2000:]

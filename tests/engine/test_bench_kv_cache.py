@@ -4,9 +4,11 @@ assertions: the figures are ratios printed for people."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from cli.bench_kv_cache import format_summary
+from cli.main import CliError
 from engine.bench.kv_cache_bench import (
     KvCacheBenchConfig,
     fill_random,
@@ -58,3 +60,22 @@ def test_attention_op_only(tiny_checkpoint, tmp_path) -> None:
     h, d = res["kv_heads"], res["head_dim"]
     assert r["kv_bytes"] == {"bf16": 2 * 48 * h * d * 2, "fp8": 2 * 48 * h * (d + 4)}
     assert "48 keys fp8 / bf16 time per rep" in format_op(res)
+    assert res["layers"] == 1 and res["isa"] in ("scalar", "avx2", "avx512", "avx512_vbmi", "amx")
+
+
+def test_attention_op_only_over_layer_copies(tiny_checkpoint, tmp_path) -> None:
+    import argparse
+    import json
+
+    from cli.bench_kv_cache import format_op, run
+
+    out = tmp_path / "op.json"
+    args = argparse.Namespace(model=tiny_checkpoint(), contexts="20", speed_rounds=2,
+                              speed_tokens=1, greedy_tokens=0, prompts=1, threads=1,
+                              op_only=True, op_layers=3, json=out)
+    assert run(args) == 0
+    res = json.loads(out.read_text())
+    assert res["layers"] == 3 and len(res["32"]["seconds"]["fp8"]) == 2
+    assert "3 K/V copies per rep" in format_op(res)
+    with pytest.raises(CliError, match="--op-layers 0"):
+        run(argparse.Namespace(**{**vars(args), "op_layers": 0}))

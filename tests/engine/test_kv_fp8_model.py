@@ -244,8 +244,15 @@ def test_fp8_kv_greedy_agreement_over_long_generations_on_the_demo_model() -> No
     bf16 continuation (engine/bench/kv_cache_bench.py). Measured on the AVX2 development
     host with 64 tokens: leading agreement 25, 64, 13, 1 (mean 25.8), KL(bf16 || fp8) mean
     8.4e-3, max 5.6e-2, top-1 0.953 over 428 positions (with 128 tokens, README: 25, 93,
-    13, 1; KL mean 7.9e-3, top-1 0.958); the bounds leave room for other kernels' rounding
-    (AVX-512 hosts sum in another order)."""
+    13, 1; KL mean 7.9e-3, top-1 0.958); those are the portable attention kernel's. With
+    the AVX2 kernel (attention_avx2.cpp), 32 tokens: leading agreement 11, 32, 32, 32, KL
+    mean 1.3e-2, max 0.56 (one position: bf16 gives its top token 0.49, fp8 0.26), top-1
+    0.98 over 300 positions; the portable kernel on the same 32 tokens: 25, 32, 13, 1, KL
+    mean 8.9e-3, max 5.6e-2, top-1 0.947. The e4m3 quantizer turns a kernel's ulp-level
+    rounding into whole e4m3 steps of the stored K/V (on the same token ids the two
+    kernels' bf16 logits differ by KL 1.4e-3 mean, their fp8 ones by 6.0e-3), so the max
+    over a few hundred positions moves 10x between kernels; the bounds leave room for that
+    and for other kernels' rounding (AVX-512 hosts sum in another order)."""
     from engine.bench.kv_cache_bench import (
         KvCacheBenchConfig,
         accuracy,
@@ -262,5 +269,5 @@ def test_fp8_kv_greedy_agreement_over_long_generations_on_the_demo_model() -> No
     assert acc["rows"] > 4 * n
     assert acc["greedy_leading_mean"] >= 8, acc["greedy"]
     assert sum(g["leading_agree"] >= 1 for g in acc["greedy"]) >= 3
-    assert acc["kl_mean"] < 0.03 and acc["kl_max"] < 0.5, (acc["kl_mean"], acc["kl_max"])
+    assert acc["kl_mean"] < 0.03 and acc["kl_max"] < 1.0, (acc["kl_mean"], acc["kl_max"])
     assert acc["top1"] >= 0.9
