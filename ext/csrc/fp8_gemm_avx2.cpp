@@ -24,13 +24,6 @@ inline void cvt16(__m128i raw, __m256& lo, __m256& hi) {
   hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
 }
 
-inline uint16_t to_bf16_rne(float f) {
-  uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 struct Fp8Loader {  // e4m3 codes -> fp32 values * 2^-8 (cvt16)
   using Elem = uint8_t;
   static inline void load(const uint8_t* p, __m256& lo, __m256& hi) {
@@ -39,23 +32,6 @@ struct Fp8Loader {  // e4m3 codes -> fp32 values * 2^-8 (cvt16)
 };
 
 #include "avx2_gemm.inc"
-
-// y rows r0 .. r0 + rows - 1, tile t: bf16(acc * scale * 256 + bias).
-inline void store_rows(const __m256 acc[kMaxRows][2], int64_t r0, int64_t rows, int64_t n,
-                       const float* scale, const float* bias, uint16_t* y, int64_t t) {
-  const int64_t n0 = t * kTileN2;
-  const int64_t cols = n - n0 < kTileN2 ? n - n0 : kTileN2;
-  alignas(32) float out[2][8];
-  for (int64_t r = 0; r < rows; ++r) {
-    _mm256_store_ps(out[0], acc[r][0]);
-    _mm256_store_ps(out[1], acc[r][1]);
-    uint16_t* yr = y + (r0 + r) * n + n0;
-    for (int64_t j = 0; j < cols; ++j) {
-      const float v = out[j / 8][j % 8] * (scale[n0 + j] * kUnscale);
-      yr[j] = to_bf16_rne(bias ? v + bias[n0 + j] : v);
-    }
-  }
-}
 
 }  // namespace
 
@@ -76,12 +52,7 @@ void fp8_to_bf16(const uint8_t* src, uint16_t* dst, int64_t n) {
 
 void gemm_tiles(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n,
                 const float* scale, const float* bias, uint16_t* y, int64_t t0, int64_t t1) {
-  for (int64_t t = t0; t < t1; ++t) {
-    tile_all_rows<Fp8Loader>(x, m, k, w + t * k * kTileN2,
-                             [&](int64_t r0, int64_t rows, const __m256 acc[kMaxRows][2]) {
-                               store_rows(acc, r0, rows, n, scale, bias, y, t);
-                             });
-  }
+  run_tiles<Fp8Loader>(x, m, k, w, n, scale, kUnscale, bias, y, false, t0, t1);
 }
 
 }  // namespace avx2
