@@ -19,9 +19,6 @@ runs the checks there under FP8SERVE_ISA=avx2).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +26,7 @@ import torch
 
 import ext
 from engine.model.kv_store import dequantize_kv
+from tests.ext.support import run_with_isa
 
 LENS = [1, 15, 16, 17, 127, 128, 129, 1030]
 BS = 7
@@ -208,9 +206,7 @@ ops = ext.ops()
 torch.save({{name: t.attend(ops, t.make_case(ops, *shape, t.LENS, fp8, seed=5))
             for name, (shape, fp8) in t.PORTABLE_CASES.items()}}, {str(tmp_path / "p.pt")!r})
 """
-    env = {**os.environ, "FP8SERVE_ISA": "scalar"}
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, timeout=300, cwd=os.getcwd())
+    out = run_with_isa("scalar", script)
     assert out.returncode == 0, out.stderr[-2000:]
     return torch.load(tmp_path / "p.pt")
 
@@ -250,7 +246,5 @@ def test_avx2_kernel_forced_on_bigger_hosts(ops) -> None:
     (own process: the ISA is chosen once) runs the checks above on the AVX2 kernel."""
     if ext.isa() in ("scalar", "avx2"):
         pytest.skip(f"dispatch is {ext.isa()}: the in-process tests already cover it")
-    env = {**os.environ, "FP8SERVE_ISA": "avx2"}
-    out = subprocess.run([sys.executable, "-c", FORCED], env=env, capture_output=True,
-                         text=True, timeout=300, cwd=os.getcwd())
+    out = run_with_isa("avx2", FORCED)
     assert out.returncode == 0 and "avx2 ok" in out.stdout, out.stderr[-2000:]

@@ -16,10 +16,6 @@ one of attention.cpp below AVX2 or under FP8SERVE_ISA=scalar in its own process)
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -37,6 +33,7 @@ from tests.engine.test_attention_op import (
     _reference,
     _tables,
 )
+from tests.ext.support import run_with_isa
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +207,5 @@ print("portable ok")
 
 def test_portable_kernel_reads_fp8_too(ops) -> None:
     """FP8SERVE_ISA=scalar: the same checks on the portable kernel (own process)."""
-    env = {**os.environ, "FP8SERVE_ISA": "scalar"}
-    out = subprocess.run([sys.executable, "-c", PORTABLE], env=env, capture_output=True,
-                         text=True, timeout=300, cwd=os.getcwd())
+    out = run_with_isa("scalar", PORTABLE)
     assert out.returncode == 0 and "portable ok" in out.stdout, out.stderr[-2000:]

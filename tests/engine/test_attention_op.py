@@ -12,14 +12,11 @@ sequences, split into prefill chunks, or on another thread count gives identical
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 import ext
+from tests.ext.support import run_with_isa
 
 BS = 16  # block size
 HQ, HKV, D = 8, 2, 64
@@ -230,7 +227,5 @@ print("portable ok")
 
 def test_portable_kernel_below_avx512(ops) -> None:
     """FP8SERVE_ISA=scalar runs the portable C++ kernel (same checks, own process)."""
-    env = {**os.environ, "FP8SERVE_ISA": "scalar"}
-    out = subprocess.run([sys.executable, "-c", PORTABLE], env=env, capture_output=True,
-                         text=True, timeout=300, cwd=os.getcwd())
+    out = run_with_isa("scalar", PORTABLE)
     assert out.returncode == 0 and "portable ok" in out.stdout, out.stderr[-2000:]

@@ -13,6 +13,9 @@ errors of the order of rms(ref).
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -92,3 +95,11 @@ def all_codes_weight(n_rows: int = 256, k: int = 32) -> tuple[torch.Tensor, torc
     w8[torch.arange(n_rows), codes % k] = codes.to(torch.uint8)
     w = w8.view(FP8_DTYPE)
     return w, codes.to(torch.uint8).view(FP8_DTYPE).to(torch.bfloat16)
+
+
+def run_with_isa(isa: str, script: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Python ``script`` in a new process with FP8SERVE_ISA=isa (the dispatch level is
+    chosen once per process), from the current directory; its output captured as text."""
+    env = {**os.environ, "FP8SERVE_ISA": isa}
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=timeout, cwd=os.getcwd())
