@@ -31,7 +31,7 @@ from typing import Any
 
 from engine.bench.spec_workloads import WORKLOADS, workload_messages
 from engine.spec.config import SpeculativeConfig
-from engine.spec.proposer import DraftInput
+from engine.spec.proposer import DraftInput, Proposer
 from engine.stream import EngineObserver
 
 Log = Callable[[str], object]
@@ -118,7 +118,7 @@ def load(cfg: SpecBenchConfig, max_prompt: int) -> tuple[Any, Any]:
 
 
 def run_pass(runner: Any, tokenizer: Any, cfg: SpecBenchConfig, spec: SpeculativeConfig | None,
-             prompts: list[list[int]], proposer: Any = None) -> dict[str, Any]:
+             prompts: list[list[int]], proposer: Proposer | None = None) -> dict[str, Any]:
     """One pass: C requests to completion; the decode phase timed. ``proposer`` replaces
     the engine's drafts' source (with ``spec``)."""
     from engine.config import EngineConfig

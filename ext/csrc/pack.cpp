@@ -13,9 +13,10 @@ namespace {
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-void check_canonical(const at::Tensor& w, const char* op) {
-  TORCH_CHECK(w.scalar_type() == at::kFloat8_e4m3fn, op,
-              ": w must be float8_e4m3fn [N, K], got ", w.scalar_type());
+void check_canonical(const at::Tensor& w, const char* op,
+                     at::ScalarType dtype = at::kFloat8_e4m3fn) {
+  TORCH_CHECK(w.scalar_type() == dtype, op, ": w must be ", dtype, " [N, K], got ",
+              w.scalar_type());
   TORCH_CHECK(w.dim() == 2, op, ": w must be 2-D [N, K], got ", w.dim(), "-D");
   TORCH_CHECK(w.is_contiguous(), op,
               ": w must be row-major contiguous [N, K] (a transposed [K, N] view is "
@@ -53,12 +54,7 @@ at::Tensor pack_vnni32(const at::Tensor& w) {
 
 // bf16 w[N, K] -> bf16 [Np/32][Kp/2][32][2], the same element order as pack_vnni32
 at::Tensor pack_bf16_vnni32(const at::Tensor& w) {
-  TORCH_CHECK(w.scalar_type() == at::kBFloat16 && w.dim() == 2 && w.device().is_cpu(),
-              "pack_bf16_vnni32: w must be a 2-D [N, K] bfloat16 CPU tensor, got ",
-              w.scalar_type(), " ", w.sizes());
-  TORCH_CHECK(w.is_contiguous(), "pack_bf16_vnni32: w must be row-major contiguous [N, K] "
-              "(a transposed [K, N] view is rejected, never reinterpreted); strides ",
-              w.strides());
+  check_canonical(w, "pack_bf16_vnni32", at::kBFloat16);
   const int64_t n = w.size(0), k = w.size(1);
   at::Tensor out = at::zeros({round_up(n, kTileN) / kTileN, round_up(k, kPadK) / 2, kTileN, 2},
                              w.options());
@@ -93,11 +89,7 @@ at::Tensor pack_avx2(const at::Tensor& w) {
 
 // bf16 w[N, K] -> bf16 [Np/16][K][16], pack_avx2's element order
 at::Tensor pack_bf16_avx2(const at::Tensor& w) {
-  TORCH_CHECK(w.scalar_type() == at::kBFloat16 && w.dim() == 2 && w.device().is_cpu(),
-              "pack_bf16_avx2: w must be a 2-D [N, K] bfloat16 CPU tensor, got ",
-              w.scalar_type(), " ", w.sizes());
-  TORCH_CHECK(w.is_contiguous(), "pack_bf16_avx2: w must be row-major contiguous [N, K] (a "
-              "transposed [K, N] view is rejected, never reinterpreted); strides ", w.strides());
+  check_canonical(w, "pack_bf16_avx2", at::kBFloat16);
   const int64_t n = w.size(0), k = w.size(1);
   at::Tensor out = at::zeros({round_up(n, kTileN2) / kTileN2, k, kTileN2}, w.options());
   pack_avx2_into(reinterpret_cast<const uint16_t*>(w.data_ptr()), n, k,

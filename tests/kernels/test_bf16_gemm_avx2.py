@@ -22,23 +22,12 @@ from engine.kernels.bf16_linear import (
 from engine.model.layers import Bf16Linear
 from tests.ext.support import AVX2_HOST, fake_hw, make_bias, needs_avx2
 from tests.kernels.test_batch_invariance import _assert_invariant, _x
+from tests.kernels.test_bf16_gemm import _assert_close, _w
 
 pytestmark = needs_avx2
-TOL = 2.0**-7
 # k 417: several 128-deep panel chunks and an odd tail; M crosses 3 (direct -> panel) and
 # 48 (a second row block)
 MS = [2, 3, 4, 5, 6, 7, 16, 48, 49, 130]
-
-
-def _w(n: int, k: int, seed: int = 0) -> torch.Tensor:
-    return (torch.randn(n, k, generator=torch.Generator().manual_seed(seed)) * 0.05).bfloat16()
-
-
-def _assert_close(y: torch.Tensor, ref: torch.Tensor) -> None:
-    assert tuple(y.shape) == tuple(ref.shape)
-    err = (y.float() - ref).abs()
-    bound = TOL * ref.abs() + TOL * ref.pow(2).mean().sqrt()
-    assert (err <= bound).all(), f"max err {err.max().item():.4g}"
 
 
 def test_pack_order_matches_pack_avx2():
