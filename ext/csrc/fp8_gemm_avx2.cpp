@@ -1,9 +1,9 @@
 // AVX2 + FMA + F16C FP8 kernels for CPUs without AVX-512. Compiled for that ISA only.
 //
-// FP8 e4m3 -> FP32 (16 codes per step): s = sign-extend(code) to 16 bits;
-// h = (s << 7) & 0xBF80 is the fp16 encoding of value * 2^-8 for every code (normals keep
-// their exponent field e, which fp16 reads with bias 15; exponent-0 codes become fp16
-// subnormals m * 2^-17, which vcvtph2ps converts exactly). 256 is folded into the scale.
+// FP8 e4m3 -> FP32 (16 codes per step): h = (sign-extend(code) << 7) & 0xBF80 is the
+// fp16 encoding of value * 2^-8 for every code (normals keep their exponent field e, which
+// fp16 reads with bias 15; exponent-0 codes become fp16 subnormals m * 2^-17, which
+// vcvtph2ps converts exactly). 256 is folded into the scale.
 #include <immintrin.h>
 
 #include "isa.h"
@@ -16,12 +16,15 @@ namespace {
 
 constexpr float kUnscale = 256.0f;
 
+// Per 16-bit lane: unpacking under zero gives code << 8; an arithmetic shift right by one
+// puts the sign at bits 15 and 14 and the exponent and mantissa at bits 7..13, and the mask
+// clears bit 14. Equal to sign-extend(code) << 7 & 0xBF80, in 128-bit halves (no lane
+// extract).
 inline void cvt16(__m128i raw, __m256& lo, __m256& hi) {
-  const __m256i s = _mm256_cvtepi8_epi16(raw);
-  const __m256i h =
-      _mm256_and_si256(_mm256_slli_epi16(s, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
-  lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
-  hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+  const __m128i zero = _mm_setzero_si128();
+  const __m128i mask = _mm_set1_epi16(static_cast<short>(0xBF80));
+  lo = _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(_mm_unpacklo_epi8(zero, raw), 1), mask));
+  hi = _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(_mm_unpackhi_epi8(zero, raw), 1), mask));
 }
 
 struct Fp8Loader {  // e4m3 codes -> fp32 values * 2^-8 (cvt16)
