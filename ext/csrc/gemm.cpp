@@ -188,14 +188,15 @@ at::Tensor gemm_avx2(const at::Tensor& x, const at::Tensor& w_packed, const at::
               "gemm_avx2: bias must be contiguous float32 [N] = [", n, "]");
   at::Tensor y = at::empty({m, n}, x.options());
   if (m == 0) return y;
-  const at::Tensor xf = x.to(at::kFloat).contiguous();
+  at::Tensor xf = x.to(at::kFloat).contiguous();  // x is bf16: always a fresh copy
+  const bool prescaled = avx2::prescale_x(xf.data_ptr<float>(), m * k);
   const float* xs = xf.data_ptr<float>();
   const auto* w = reinterpret_cast<const uint8_t*>(w_packed.data_ptr());
   const float* s = scale.data_ptr<float>();
   const float* bs = bias ? bias->data_ptr<float>() : nullptr;
   auto* yp = reinterpret_cast<uint16_t*>(y.data_ptr());
   at::parallel_for(0, ceil_div(n, kTileN2), 1, [&](int64_t t0, int64_t t1) {
-    avx2::gemm_tiles(xs, m, k, w, n, s, bs, yp, t0, t1);
+    avx2::gemm_tiles(xs, m, k, w, n, s, bs, yp, t0, t1, prescaled);
   });
   return y;
 }

@@ -111,8 +111,16 @@ namespace avx2 {
 void fp8_to_bf16(const uint8_t* src, uint16_t* dst, int64_t n);
 // y = x @ (w * scale).T + bias over 16-wide column tiles [t0, t1).
 // x [M, K] fp32 (pre-widened), w avx2_16 [Np/16][K][16], scale [N], bias [N] or null.
+// x_prescaled: x holds x * 2^112 (prescale_x returned true), and the weights are widened
+// to value * 2^-120 (Fp8TopLoader in fp8_gemm_avx2.cpp): one shuffle, shift and mask per 8
+// codes, where the fp16 route also needs vcvtph2ps. Every product is the same real number either way, so
+// the result is bitwise the same.
 void gemm_tiles(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n,
-                const float* scale, const float* bias, uint16_t* y, int64_t t0, int64_t t1);
+                const float* scale, const float* bias, uint16_t* y, int64_t t0, int64_t t1,
+                bool x_prescaled);
+// x[0 .. count) *= 2^112 and true when every |x| < 2^16 (the product then stays finite
+// and exact); otherwise false and x untouched. NaN entries give false.
+bool prescale_x(float* x, int64_t count);
 // y = x @ w.T + bias over 16-wide column tiles [t0, t1) (bf16_gemm_avx2.cpp).
 // x [M, K] fp32 (pre-widened), w bf16 avx2_16 [Np/16][K][16], bias [N] or null;
 // y [M, N] fp32 (y_fp32) or bf16 bits. The same arithmetic per output as gemm_tiles.

@@ -5,9 +5,10 @@ alone (M = 1) or inside any batch, whatever its position in the kernel's row gro
 from __future__ import annotations
 
 import pytest
+import torch
 
 from engine.kernels.avx2 import Avx2W8A16
-from engine.kernels.base import ScaleKind
+from engine.kernels.base import Fp8Weight, ScaleKind
 from tests.ext.support import assert_close_to_oracle, make_bias, make_weight, needs_avx2
 from tests.kernels.test_batch_invariance import _assert_invariant, _dequant, _x
 
@@ -25,3 +26,46 @@ def test_avx2_row_is_bitwise_batch_invariant(kind):
     x = _x(37, K, seed=5)
     bias = make_bias(N)
     assert_close_to_oracle(kernel.apply(packed, x, bias), w, x, bias)
+
+
+def _all_codes_weight(n: int, k: int):
+    """[n, k] e4m3 whose codes run through all 254 non-NaN values (row-major), scale 1."""
+    codes = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F], dtype=torch.uint8)
+    flat = codes.repeat(-(-n * k // codes.numel()))[: n * k]
+    return Fp8Weight(flat.view(n, k).view(torch.float8_e4m3fn), torch.ones(()),
+                     ScaleKind.PER_TENSOR)
+
+
+@pytest.mark.parametrize("magnitude", [1.0, 2.0**16])
+def test_every_code_widens_exactly_on_both_routes(magnitude):
+    """Activations with |x| < 2^16 take the prescaled route (codes widened to value * 2^-120,
+    denormal for exponent-0 codes); any larger entry sends the call down the fp16 route.
+    One-hot rows read single weights: y must equal code value * magnitude exactly (as
+    values: the code -0 sums to +0)."""
+    n, k = 48, 16
+    w = _all_codes_weight(n, k)
+    kernel = Avx2W8A16()
+    packed = kernel.prepare(w)
+    x = torch.eye(k, dtype=torch.bfloat16) * magnitude
+    y = kernel.apply(packed, x, None)
+    expect = (w.weight.float().t() * magnitude).to(torch.bfloat16)
+    assert torch.equal(y.float(), expect.float())
+
+
+def test_rows_are_the_same_whichever_route_the_batch_takes():
+    """A row with an entry >= 2^16 moves the whole call to the fp16 route; the other rows
+    must keep the bits they get alone (on the prescaled route)."""
+    kernel = Avx2W8A16()
+    w = make_weight(N, K, ScaleKind.PER_CHANNEL, seed=4)
+    packed = kernel.prepare(w)
+    x = _x(5, K, seed=9)
+    big = x.clone()
+    big[2, 7] = 70000.0
+    batched = kernel.apply(packed, big, None)  # M = 5: the panel schedule
+    for r in (0, 1, 3, 4):
+        alone = kernel.apply(packed, x[r : r + 1], None)
+        assert torch.equal(batched[r].view(torch.int16), alone[0].view(torch.int16)), r
+    pair = kernel.apply(packed, big[1:3], None)  # M = 2: the direct schedule
+    alone = kernel.apply(packed, x[1:2], None)
+    assert torch.equal(pair[0].view(torch.int16), alone[0].view(torch.int16))
+    assert torch.isfinite(batched[2].float()).all()
