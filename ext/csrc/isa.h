@@ -113,8 +113,8 @@ void fp8_to_bf16(const uint8_t* src, uint16_t* dst, int64_t n);
 // x [M, K] fp32 (pre-widened), w avx2_16 [Np/16][K][16], scale [N], bias [N] or null.
 // x_prescaled: x holds x * 2^112 (prescale_x returned true), and the weights are widened
 // to value * 2^-120 (Fp8TopLoader in fp8_gemm_avx2.cpp): one shuffle, shift and mask per 8
-// codes, where the fp16 route also needs vcvtph2ps. Every product is the same real number either way, so
-// the result is bitwise the same.
+// codes, where the fp16 route also needs vcvtph2ps. Every product is the same real number
+// either way, so the result is bitwise the same.
 void gemm_tiles(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n,
                 const float* scale, const float* bias, uint16_t* y, int64_t t0, int64_t t1,
                 bool x_prescaled);
