@@ -57,9 +57,6 @@ class ModelRunner:
                                lm_head_dtype=engine_config.lm_head_dtype)
         kv_dtype = kv_torch_dtype(engine_config.kv_cache_dtype)
         fp8 = kv_dtype != KV_DTYPE
-        if fp8 and not eager:  # the fused decode ops (AVX-512 hosts) read bf16 K/V only
-            self.model.set_fusion(False)
-            log.info("fp8 KV cache: decoder layers run unfused (the fused ops read bf16 K/V)")
         if eager:  # the reference path: Python layers, SDPA attention, Bf16Linear head
             self.model.attention.use_ext = False
         reasons = self.model.fusion_reasons

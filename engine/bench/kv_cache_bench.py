@@ -1,6 +1,6 @@
 """`fp8serve bench kv-cache`: the FP8 (e4m3) KV cache against the bf16 one, over one loaded
 model in one process (one runner; its KV store swapped between the two dtypes, both on the
-per-layer path: the fused decode ops read bf16 K/V only).
+same path: the fused decode ops where the host runs them, else the per-layer one).
 
 * accuracy (``greedy_tokens`` > 0): per prompt, each cache decodes greedily on its own;
   leading tokens in agreement and equal positions. Then prompt + the bf16 continuation is
@@ -56,9 +56,7 @@ def load_runner(cfg: KvCacheBenchConfig, max_len: int):
     ecfg = EngineConfig(model_dir=cfg.model_dir, max_num_seqs=1, max_model_len=max_len,
                         threads=cfg.threads, max_num_batched_tokens=512,
                         kv_cache_gib=per_token * (max_len + 64) * 1.1 / 2**30)
-    runner = ModelRunner(weights, ecfg, probe_hardware(), KernelOverrides.from_env())
-    runner.model.set_fusion(False)
-    return runner
+    return ModelRunner(weights, ecfg, probe_hardware(), KernelOverrides.from_env())
 
 
 def stores(runner) -> dict[str, KVStore]:

@@ -4,8 +4,10 @@ avx2_w8a16 (per-tensor, per-channel)
     packed: {"weight": fp8 [ceil(N/16), K, 16] (AVX2_LAYOUT: element [t, c, j] =
                        w[16t + j, c], zero padded),
              "scale":  fp32 [N] (per-tensor broadcast at prepare time)}
-    apply:  x[M, K] bf16 -> y[M, N] bf16: FP8 -> FP16 bits -> FP32 (vcvtph2ps), FP32 FMA,
-            16-column tiles over torch's intra-op threads.
+    apply:  x[M, K] bf16 -> y[M, N] bf16: x widened to FP32 and prescaled by 2^112 when
+            every |x| < 2^16, the FP8 codes then widened by a shuffle, shift and mask (else
+            through FP16 bits and vcvtph2ps; the same products, so the same bits), FP32
+            FMA, 16-column tiles over torch's intra-op threads (ext/csrc/fp8_gemm_avx2.cpp).
 Gate: avx2, fma, f16c, the extension built, its dispatch level >= avx2.
 """
 

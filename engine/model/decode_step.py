@@ -20,7 +20,7 @@ import torch
 from engine.kernels.avx512 import GEMV_MAX_M, VNNI32_LAYOUT
 from engine.kernels.bf16_linear import Bf16Gemm
 from engine.model.attention import AVX512_ISAS, AttentionMetadata
-from engine.model.kv_store import LayerKV
+from engine.model.kv_store import KVStore, LayerKV
 from engine.model.layers import Bf16Linear, Fp8Linear, FusedLinear, Linear, RopeTables
 
 FUSABLE_KERNELS = frozenset({"avx512_w8a16", "avx512_block_w8a16"})
@@ -92,14 +92,18 @@ class FusedDecodeLayer:
 
     def __call__(self, h: torch.Tensor, tables: RopeTables, meta: AttentionMetadata,
                  cache: LayerKV) -> torch.Tensor:
-        """h [T, H] bf16 -> [T, H] bf16; writes this layer's K/V of the step into cache."""
+        """h [T, H] bf16 -> [T, H] bf16; writes this layer's K/V of the step into cache
+        (an fp8 cache with its per-row scales, as kv_write_fp8 writes them)."""
         p = meta.paged
         dims = list(self.dims)
         dims[4] = p.block_size
         rope = [tables.cos, tables.sin, tables.q_cos, tables.q_sin]
+        fp8 = isinstance(cache, LayerKV) and cache.fp8  # a bare (k, v) pair is bf16
         return torch.ops.fp8serve.decode_layer(
             h, list(self.weights), dims, self.eps, rope, meta.positions, cache[0], cache[1],
-            meta.slot_mapping, [p.block_tables, p.token_seq, p.ctx_lens])
+            meta.slot_mapping, [p.block_tables, p.token_seq, p.ctx_lens],
+            cache.k_scale if fp8 else None, cache.v_scale if fp8 else None,
+            cache.k_static if fp8 else 0.0, cache.v_static if fp8 else 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,15 +123,18 @@ class FusedDecodeStack:
                    tuple(d for f in layers for d in f.dims), layers[0].eps, len(layers))
 
     def __call__(self, h: torch.Tensor, tables: RopeTables, meta: AttentionMetadata,
-                 kv: torch.Tensor) -> torch.Tensor:
-        """h [T, H] bf16 -> [T, H] bf16; kv [L, 2, blocks, block_size, Hkv, D] (written)."""
+                 store: KVStore) -> torch.Tensor:
+        """h [T, H] bf16 -> [T, H] bf16; store.kv [L, 2, blocks, block_size, Hkv, D] bf16
+        or float8_e4m3fn with store.scales [L, 2, blocks, block_size, Hkv] fp32 (written)."""
         p = meta.paged
         dims = list(self.dims)
         dims[4::14] = [p.block_size] * self.num_layers
         rope = [tables.cos, tables.sin, tables.q_cos, tables.q_sin]
+        statics = [x for ks_vs in store.static_scales or () for x in ks_vs]
         return torch.ops.fp8serve.decode_stack(
-            h, list(self.weights), dims, self.eps, rope, meta.positions, kv,
-            meta.slot_mapping, [p.block_tables, p.token_seq, p.ctx_lens])
+            h, list(self.weights), dims, self.eps, rope, meta.positions, store.kv,
+            meta.slot_mapping, [p.block_tables, p.token_seq, p.ctx_lens], store.scales,
+            statics)
 
 class PackedBf16Head:
     """The bf16 lm_head on the batch-invariant C++ bf16 GEMM (engine/kernels/bf16_linear.py)

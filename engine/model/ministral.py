@@ -190,7 +190,7 @@ class Ministral:
             raise ValueError(f"position {int(meta.positions.max())} beyond the rotary table "
                              f"({self.rope.max_positions} positions = max_model_len)")
         if self.stack is not None:
-            h = self.stack(h, self.rope, meta, kv.kv)
+            h = self.stack(h, self.rope, meta, kv)
         else:
             h = self._layers(h, meta, kv)
         return rms_norm(h.index_select(0, logit_rows), self.norm, self.config.rms_norm_eps)
@@ -208,6 +208,7 @@ class Ministral:
             if rope is None:  # built once per step, only when a Python layer runs
                 rope = StepRope.select(self.rope, meta.positions, c.num_heads, c.num_kv_heads)
             h = layer(h, rope, meta, kv.layer(i))
-        if len(self._fused_ok) == len(self.layers) and kv.kv.is_contiguous():
+        if len(self._fused_ok) == len(self.layers) and kv.kv.is_contiguous() and (
+                kv.scales is None or kv.scales.is_contiguous()):
             self.stack = FusedDecodeStack.of([f for f in self.fused if f is not None])
         return h

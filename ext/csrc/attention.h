@@ -44,13 +44,17 @@ struct AttnArgs {
   // FP8 KV (kv_fp8.cpp): when k8 is set, K/V are float8_e4m3fn [slots, hkv, d] (k, v are
   // then unused) with fp32 dequant scales ks / vs [slots, hkv]:
   //   K[slot, h, i] = ks[slot * hkv + h] * e4m3(k8[(slot * hkv + h) * d + i]), V likewise.
-  // Every kernel reads this form; the fused decode stack (decode_team.cpp) does not.
+  // Every kernel reads this form, and so does the fused decode stack (decode_team.cpp).
   const uint8_t* k8 = nullptr;
   const uint8_t* v8 = nullptr;
   const float* ks = nullptr;
   const float* vs = nullptr;
 };
 
+// One (token, KV head) row x[d] bf16 -> q[d] e4m3 codes; returns its dequant scale
+// (kv_write_fp8's rule: `fixed` if > 0, else amax / 448, 1 when amax < 1e-30). kv_fp8.cpp;
+// the team decode path (decode_team.cpp) writes its K/V rows through it too.
+float quantize_kv_row(const uint16_t* x, int64_t d, float fixed, uint8_t* q);
 // Row (slot, h) of K (value = false) or V as fp32 into out[d]; returns its dequant scale
 // (1 for bf16 caches, so scaling by it changes no bf16 result). kv_fp8.cpp.
 float load_kv_row(const AttnArgs& a, bool value, int64_t slot, int64_t h, float* out);

@@ -17,7 +17,9 @@
 //           gu_bk, down_bn, down_bk]
 //   rope = [cos, sin, q_cos, q_sin] fp32 [P, D/2] contiguous;  positions [T] int64
 //   k_cache / v_cache [S, Hkv, D] bf16 (written), slot_mapping [T] int64, block_tables,
-//   token_seq, ctx_lens as for paged_attention.
+//   token_seq, ctx_lens as for paged_attention; or an fp8 cache: k_cache / v_cache
+//   float8_e4m3fn [S, Hkv, D] with k_scale / v_scale fp32 [S, Hkv] and the static scales
+//   (0 = per row), written as kv_write_fp8 writes and read as paged_attention reads them.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -130,14 +132,32 @@ at::Tensor linear(const at::Tensor& x, const Linear& l, int64_t direct_max_m) {
 }
 
 at::Tensor attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                     const at::Tensor& slot_mapping, const std::vector<at::Tensor>& idx,
-                     c10::IntArrayRef dims) {
+                     const std::vector<Fp8KvScales>& fp8, const at::Tensor& slot_mapping,
+                     const std::vector<at::Tensor>& idx, c10::IntArrayRef dims) {
   const int64_t hq = dims[0], hkv = dims[1], d = dims[2], t_n = qkv.size(0);
   const at::Tensor k = qkv.narrow(1, hq * d, hkv * d).view({t_n, hkv, d});
   const at::Tensor v = qkv.narrow(1, (hq + hkv) * d, hkv * d).view({t_n, hkv, d});
-  kv_write(k_cache, v_cache, k, v, slot_mapping);
-  return paged_attention(qkv.narrow(1, 0, hq * d).view({t_n, hq, d}), k_cache, v_cache, idx[0],
-                         idx[1], idx[2], dims[4], 1.0 / std::sqrt(double(d)));
+  const at::Tensor q = qkv.narrow(1, 0, hq * d).view({t_n, hq, d});
+  const double scale = 1.0 / std::sqrt(double(d));
+  if (fp8.empty()) {
+    kv_write(k_cache, v_cache, k, v, slot_mapping);
+    return paged_attention(q, k_cache, v_cache, idx[0], idx[1], idx[2], dims[4], scale);
+  }
+  const Fp8KvScales& s = fp8[0];
+  kv_write_fp8(k_cache, v_cache, s.k_scale, s.v_scale, k, v, slot_mapping, s.k_static,
+               s.v_static);
+  return paged_attention(q, k_cache, v_cache, idx[0], idx[1], idx[2], dims[4], scale,
+                         s.k_scale, s.v_scale);
+}
+
+// The optional fp8 arguments of decode_layer -> no scales (bf16 caches) or one layer's.
+std::vector<Fp8KvScales> layer_fp8(const std::optional<at::Tensor>& k_scale,
+                                   const std::optional<at::Tensor>& v_scale, double k_static,
+                                   double v_static) {
+  TORCH_CHECK(k_scale.has_value() == v_scale.has_value(),
+              "decode_layer: pass both k_scale and v_scale (an fp8 cache) or neither");
+  if (!k_scale) return {};
+  return {Fp8KvScales{*k_scale, *v_scale, k_static, v_static}};
 }
 
 // The step's arguments, shared by every layer: h, the rope tables and the positions
@@ -189,12 +209,16 @@ bool team_step(const at::Tensor& h, c10::IntArrayRef dims, int64_t max_rows) {
 at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
                         double eps, at::TensorList rope_tables, const at::Tensor& positions,
                         const at::Tensor& k_cache, const at::Tensor& v_cache,
-                        const at::Tensor& slot_mapping, at::TensorList index) {
+                        const at::Tensor& slot_mapping, at::TensorList index,
+                        const std::optional<at::Tensor>& k_scale,
+                        const std::optional<at::Tensor>& v_scale, double k_static,
+                        double v_static) {
   check_step(h, dims, rope_tables, positions, index);
   check_weights(h, weights);
+  const std::vector<Fp8KvScales> fp8 = layer_fp8(k_scale, v_scale, k_static, v_static);
   if (team_step(h, dims, 1)) {  // T > 1: the per-op path (the team path's reference)
     return decode_team_op(h, {weights}, {dims}, eps, rope_tables, positions, {k_cache},
-                          {v_cache}, slot_mapping, index);
+                          {v_cache}, fp8, slot_mapping, index);
   }
   const int64_t hq = dims[0], hkv = dims[1], d = dims[2], inter = dims[3], hid = h.size(1);
   const int64_t gm = dims[5];
@@ -208,7 +232,8 @@ at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArr
   at::Tensor qkv = linear(rms_norm(h, weights[0], eps), qkv_l, gm);
   rope(qkv, tables, positions, hq, hkv, d);
   at::Tensor out = h.clone();
-  add_into(out, linear(attention(qkv, k_cache, v_cache, slot_mapping, idx, dims), o_l, gm));
+  add_into(out,
+           linear(attention(qkv, k_cache, v_cache, fp8, slot_mapping, idx, dims), o_l, gm));
   at::Tensor gu = linear(rms_norm(out, weights[1], eps), gu_l, gm);
   add_into(out, linear(silu_mul(gu, inter), down_l, gm));
   return out;
@@ -219,39 +244,64 @@ at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArr
 namespace fp8serve {
 
 // Every layer in one call: weights = L x the 10 of decode_layer, dims = L x its 14,
-// kv [L, 2, num_blocks, block_size, Hkv, D] bf16 contiguous (engine/model/kv_store.py).
+// kv [L, 2, num_blocks, block_size, Hkv, D] bf16 contiguous (engine/model/kv_store.py), or
+// float8_e4m3fn with kv_scales [L, 2, num_blocks, block_size, Hkv] fp32 and static_scales
+// empty or 2 L floats (layer i's k, v at 2 i, 2 i + 1; 0 = per row).
 at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
                         double eps, at::TensorList rope_tables, const at::Tensor& positions,
                         const at::Tensor& kv, const at::Tensor& slot_mapping,
-                        at::TensorList index) {
+                        at::TensorList index, const std::optional<at::Tensor>& kv_scales,
+                        c10::ArrayRef<double> static_scales) {
   const int64_t layers = kv.dim() == 6 ? kv.size(0) : -1;
   TORCH_CHECK(layers >= 0 && kv.size(1) == 2 && kv.is_contiguous() &&
                   int64_t(weights.size()) == 10 * layers && int64_t(dims.size()) == 14 * layers,
               "decode_stack: kv must be contiguous [L, 2, blocks, block_size, Hkv, D] with "
               "10 L weights and 14 L dims, got kv ", kv.sizes(), ", ", weights.size(),
               " weights, ", dims.size(), " dims");
+  TORCH_CHECK(!kv_scales || (kv_scales->dim() == 5 && kv_scales->is_contiguous() &&
+                             kv_scales->sizes() == kv.sizes().slice(0, 5)),
+              "decode_stack: kv_scales must be contiguous [L, 2, blocks, block_size, Hkv] = ",
+              kv.sizes().slice(0, 5), ", got ",
+              kv_scales ? kv_scales->sizes() : c10::IntArrayRef{});
+  TORCH_CHECK(static_scales.empty() || (kv_scales && int64_t(static_scales.size()) == 2 * layers),
+              "decode_stack: static_scales needs kv_scales and 2 L = ", 2 * layers,
+              " values, got ", static_scales.size());
+  // layer i's K (j = 0) or V (j = 1) cache and scales as [S, Hkv, D] / [S, Hkv]
+  auto cache = [&](int64_t i, int64_t j) { return kv.select(0, i).select(0, j).flatten(0, 1); };
+  auto fp8_of = [&](int64_t i) -> std::vector<Fp8KvScales> {
+    if (!kv_scales) return {};
+    const at::Tensor s = kv_scales->select(0, i);
+    return {Fp8KvScales{s.select(0, 0).flatten(0, 1), s.select(0, 1).flatten(0, 1),
+                        static_scales.empty() ? 0.0 : static_scales[2 * i],
+                        static_scales.empty() ? 0.0 : static_scales[2 * i + 1]}};
+  };
   if (layers > 0 && team_step(h, dims.slice(0, 14), kTeamMaxRows)) {
     check_step(h, dims.slice(0, 14), rope_tables, positions, index);
     std::vector<at::TensorList> ws;
     std::vector<c10::IntArrayRef> ds;
     std::vector<at::Tensor> ks, vs;
+    std::vector<Fp8KvScales> fp8;
     for (int64_t i = 0; i < layers; ++i) {
       ws.push_back(weights.slice(10 * i, 10));
       ds.push_back(dims.slice(14 * i, 14));
       check_weights(h, ws.back());
-      const at::Tensor layer_kv = kv.select(0, i);
-      ks.push_back(layer_kv.select(0, 0).flatten(0, 1));
-      vs.push_back(layer_kv.select(0, 1).flatten(0, 1));
+      ks.push_back(cache(i, 0));
+      vs.push_back(cache(i, 1));
+      for (Fp8KvScales& s : fp8_of(i)) fp8.push_back(std::move(s));
     }
-    return decode_team_op(h, ws, ds, eps, rope_tables, positions, ks, vs, slot_mapping,
+    return decode_team_op(h, ws, ds, eps, rope_tables, positions, ks, vs, fp8, slot_mapping,
                           index);
   }
   at::Tensor x = h;
   for (int64_t i = 0; i < layers; ++i) {
-    const at::Tensor layer_kv = kv.select(0, i);
+    const std::vector<Fp8KvScales> fp8 = fp8_of(i);
+    const std::optional<at::Tensor> k_scale =
+        fp8.empty() ? std::nullopt : std::optional<at::Tensor>(fp8[0].k_scale);
+    const std::optional<at::Tensor> v_scale =
+        fp8.empty() ? std::nullopt : std::optional<at::Tensor>(fp8[0].v_scale);
     x = decode_layer(x, weights.slice(10 * i, 10), dims.slice(14 * i, 14), eps, rope_tables,
-                     positions, layer_kv.select(0, 0).flatten(0, 1),
-                     layer_kv.select(0, 1).flatten(0, 1), slot_mapping, index);
+                     positions, cache(i, 0), cache(i, 1), slot_mapping, index, k_scale, v_scale,
+                     fp8.empty() ? 0.0 : fp8[0].k_static, fp8.empty() ? 0.0 : fp8[0].v_static);
   }
   return x;
 }

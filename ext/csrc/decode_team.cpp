@@ -100,9 +100,14 @@ int64_t qkv_cols(const StepRef& t) { return (t.hq + 2 * t.hkv) * t.d; }
 
 AttnArgs attn_args(const Shared& s, const LayerRef& l, uint16_t* out) {
   const StepRef& t = s.step;
-  return AttnArgs{s.qkv, qkv_cols(t), t.d, l.k_cache, l.v_cache, t.hq, t.hkv, t.d,
-                  t.block_size, t.block_tables, t.bt_stride, t.token_seq, t.ctx_lens,
-                  float(1.0 / __builtin_sqrt(double(t.d))), out, t.hq * t.d};
+  AttnArgs a{s.qkv, qkv_cols(t), t.d, l.k_cache, l.v_cache, t.hq, t.hkv, t.d,
+             t.block_size, t.block_tables, t.bt_stride, t.token_seq, t.ctx_lens,
+             float(1.0 / __builtin_sqrt(double(t.d))), out, t.hq * t.d};
+  a.k8 = l.k8;
+  a.v8 = l.v8;
+  a.ks = l.ks;
+  a.vs = l.vs;
+  return a;
 }
 
 // rope on q and k of rows r = tid, tid + team, ..., then their K/V rows into the cache.
@@ -117,8 +122,18 @@ void rope_and_store(const Shared& s, const LayerRef& l, int tid, int64_t team) {
       avx512::rope_row(qkv + hd * t.d, (q ? t.q_cos : t.cos) + off, (q ? t.q_sin : t.sin) + off,
                        half);
     }
-    std::copy_n(qkv + t.hq * t.d, row, l.k_cache + t.slots[r] * row);
-    std::copy_n(qkv + (t.hq + t.hkv) * t.d, row, l.v_cache + t.slots[r] * row);
+    const uint16_t* k = qkv + t.hq * t.d;
+    const uint16_t* v = qkv + (t.hq + t.hkv) * t.d;
+    if (l.k8 == nullptr) {
+      std::copy_n(k, row, l.k_cache + t.slots[r] * row);
+      std::copy_n(v, row, l.v_cache + t.slots[r] * row);
+      continue;
+    }
+    for (int64_t h = 0; h < t.hkv; ++h) {  // as kv_write_fp8: one scale per (token, head)
+      const int64_t kv_row = t.slots[r] * t.hkv + h;
+      l.ks[kv_row] = quantize_kv_row(k + h * t.d, t.d, l.k_static, l.k8 + kv_row * t.d);
+      l.vs[kv_row] = quantize_kv_row(v + h * t.d, t.d, l.v_static, l.v8 + kv_row * t.d);
+    }
   }
 }
 

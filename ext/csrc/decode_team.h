@@ -7,7 +7,8 @@
 // barrier between phases (6 per layer) instead of forking a region per op:
 //   x = rms_norm(h)              every thread, all rows, into its own buffer (same bits)
 //   qkv = x @ Wqkv.T             32-column tiles claimed front/back         | barrier
-//   rope(q, k), K/V -> cache     rows split over the threads                | barrier
+//   rope(q, k), K/V -> cache     rows split over the threads (fp8 caches:   | barrier
+//                                each (row, KV head) quantized as kv_write_fp8 does)
 //   attention                    (row, KV head) items, or with few rows     | barrier
 //                                (row, KV head, 128-key segment) items merged by every
 //                                thread into its own buffer
@@ -40,8 +41,15 @@ struct LayerRef {
   const uint16_t* input_norm;  // bf16 [H]
   const uint16_t* post_norm;   // bf16 [H]
   LinearRef qkv, o, gu, down;  // K = H, Hq*D, H, I (each a multiple of 32)
-  uint16_t* k_cache;           // bf16 [S, Hkv, D]
+  uint16_t* k_cache;           // bf16 [S, Hkv, D] (null for an fp8 cache)
   uint16_t* v_cache;
+  // FP8 KV (attention.h AttnArgs k8): float8_e4m3fn [S, Hkv, D] codes and fp32 [S, Hkv]
+  // dequant scales, written through quantize_kv_row with the static scales (0 = per row).
+  uint8_t* k8 = nullptr;
+  uint8_t* v8 = nullptr;
+  float* ks = nullptr;
+  float* vs = nullptr;
+  float k_static = 0.0f, v_static = 0.0f;
 };
 
 struct StepRef {

@@ -25,11 +25,19 @@ LinearRef linear_ref(const at::Tensor& w, const at::Tensor& scale, int64_t n, in
                    n, k, bn, bk, bk ? ceil_div(k, bk) : 0};
 }
 
-void check_cache(const at::Tensor& c, int64_t slots, int64_t hkv, int64_t d) {
-  TORCH_CHECK(c.scalar_type() == at::kBFloat16 && c.is_contiguous() && c.dim() == 3 &&
+void check_cache(const at::Tensor& c, int64_t slots, int64_t hkv, int64_t d,
+                 at::ScalarType dtype) {
+  TORCH_CHECK(c.scalar_type() == dtype && c.is_contiguous() && c.dim() == 3 &&
                   c.size(0) == slots && c.size(1) == hkv && c.size(2) == d,
-              "decode_layer: K/V caches must be contiguous bf16 [S, Hkv=", hkv, ", D=", d,
-              "] of one size, got ", c.sizes());
+              "decode_layer: K/V caches must be contiguous ", dtype, " [S, Hkv=", hkv,
+              ", D=", d, "] of one size, got ", c.scalar_type(), " ", c.sizes());
+}
+
+void check_scale(const at::Tensor& s, int64_t slots, int64_t hkv) {
+  TORCH_CHECK(s.scalar_type() == at::kFloat && s.is_contiguous() && s.dim() == 2 &&
+                  s.size(0) == slots && s.size(1) == hkv,
+              "decode_layer: fp8 K/V scales must be contiguous fp32 [S=", slots, ", Hkv=",
+              hkv, "], got ", s.scalar_type(), " ", s.sizes());
 }
 
 // Every index the step will follow stays inside the cache: the attention indices
@@ -78,6 +86,7 @@ at::Tensor decode_team_op(const at::Tensor& h, const std::vector<at::TensorList>
                           at::TensorList rope_tables, const at::Tensor& positions,
                           const std::vector<at::Tensor>& k_caches,
                           const std::vector<at::Tensor>& v_caches,
+                          const std::vector<Fp8KvScales>& fp8,
                           const at::Tensor& slot_mapping, at::TensorList index) {
   const StepRef tok = step_ref(h, dims[0], eps, rope_tables, positions, slot_mapping, index);
   const int64_t slots = k_caches[0].size(0);
@@ -88,18 +97,35 @@ at::Tensor decode_team_op(const at::Tensor& h, const std::vector<at::TensorList>
     const c10::IntArrayRef dm = dims[i];
     TORCH_CHECK(dm.slice(0, 5).equals(dims[0].slice(0, 5)),
                 "decode_layer: every layer needs the same heads, head_dim, I, block_size");
-    check_cache(k_caches[i], slots, tok.hkv, tok.d);
-    check_cache(v_caches[i], slots, tok.hkv, tok.d);
+    TORCH_CHECK(fp8.empty() || fp8.size() == weights.size(),
+                "decode_layer: fp8 scales for ", fp8.size(), " of ", weights.size(), " layers");
+    const at::ScalarType kv_dtype = fp8.empty() ? at::kBFloat16 : at::kFloat8_e4m3fn;
+    check_cache(k_caches[i], slots, tok.hkv, tok.d, kv_dtype);
+    check_cache(v_caches[i], slots, tok.hkv, tok.d, kv_dtype);
     const int64_t hid = tok.hid, inter = tok.inter, qd = tok.hq * tok.d;
-    layers.push_back(LayerRef{
+    LayerRef ref{
         reinterpret_cast<const uint16_t*>(w[0].data_ptr()),
         reinterpret_cast<const uint16_t*>(w[1].data_ptr()),
         linear_ref(w[2], w[3], qd + 2 * tok.hkv * tok.d, hid, dm[6], dm[7]),
         linear_ref(w[4], w[5], hid, qd, dm[8], dm[9]),
         linear_ref(w[6], w[7], 2 * inter, hid, dm[10], dm[11]),
         linear_ref(w[8], w[9], hid, inter, dm[12], dm[13]),
-        reinterpret_cast<uint16_t*>(k_caches[i].data_ptr()),
-        reinterpret_cast<uint16_t*>(v_caches[i].data_ptr())});
+        nullptr, nullptr};
+    if (fp8.empty()) {
+      ref.k_cache = reinterpret_cast<uint16_t*>(k_caches[i].data_ptr());
+      ref.v_cache = reinterpret_cast<uint16_t*>(v_caches[i].data_ptr());
+    } else {
+      const Fp8KvScales& sc = fp8[i];
+      check_scale(sc.k_scale, slots, tok.hkv);
+      check_scale(sc.v_scale, slots, tok.hkv);
+      ref.k8 = reinterpret_cast<uint8_t*>(k_caches[i].data_ptr());
+      ref.v8 = reinterpret_cast<uint8_t*>(v_caches[i].data_ptr());
+      ref.ks = sc.k_scale.data_ptr<float>();
+      ref.vs = sc.v_scale.data_ptr<float>();
+      ref.k_static = float(sc.k_static);
+      ref.v_static = float(sc.v_static);
+    }
+    layers.push_back(ref);
   }
   at::Tensor out = h.clone();
   decode_team(tok, layers.data(), int64_t(layers.size()),

@@ -46,8 +46,19 @@ float bf16_bits_to_f32(uint16_t b) {
   return f;
 }
 
-// One (token, head) row x[d] bf16 -> q[d] e4m3 bytes; returns its scale.
-float quantize_row(const uint16_t* x, int64_t d, float fixed, uint8_t* q) {
+void check_fp8_cache(const at::Tensor& c, const at::Tensor& s, const char* op) {
+  TORCH_CHECK(c.scalar_type() == at::kFloat8_e4m3fn && c.dim() == 3 && c.is_contiguous(),
+              op, ": caches must be contiguous float8_e4m3fn [S, Hkv, D], got ",
+              c.scalar_type(), " ", c.sizes());
+  TORCH_CHECK(s.scalar_type() == at::kFloat && s.dim() == 2 && s.is_contiguous() &&
+                  s.size(0) == c.size(0) && s.size(1) == c.size(1),
+              op, ": scales must be contiguous fp32 [S, Hkv] = [", c.size(0), ", ", c.size(1),
+              "], got ", s.scalar_type(), " ", s.sizes());
+}
+
+}  // namespace
+
+float quantize_kv_row(const uint16_t* x, int64_t d, float fixed, uint8_t* q) {
   float s = fixed;
   if (!(s > 0.0f)) {
     float amax = 0.0f;
@@ -60,18 +71,6 @@ float quantize_row(const uint16_t* x, int64_t d, float fixed, uint8_t* q) {
   }
   return s;
 }
-
-void check_fp8_cache(const at::Tensor& c, const at::Tensor& s, const char* op) {
-  TORCH_CHECK(c.scalar_type() == at::kFloat8_e4m3fn && c.dim() == 3 && c.is_contiguous(),
-              op, ": caches must be contiguous float8_e4m3fn [S, Hkv, D], got ",
-              c.scalar_type(), " ", c.sizes());
-  TORCH_CHECK(s.scalar_type() == at::kFloat && s.dim() == 2 && s.is_contiguous() &&
-                  s.size(0) == c.size(0) && s.size(1) == c.size(1),
-              op, ": scales must be contiguous fp32 [S, Hkv] = [", c.size(0), ", ", c.size(1),
-              "], got ", s.scalar_type(), " ", s.sizes());
-}
-
-}  // namespace
 
 float load_kv_row(const AttnArgs& a, bool value, int64_t slot, int64_t h, float* out) {
   const int64_t row = slot * a.hkv + h;
@@ -127,8 +126,8 @@ void kv_write_fp8(const at::Tensor& k_cache, const at::Tensor& v_cache,
                 slots, ")");
     for (int64_t h = 0; h < hkv; ++h) {
       const int64_t row = sm[t] * hkv + h;
-      ks[row] = quantize_row(kp + t * k.stride(0) + h * d, d, float(k_static), kc + row * d);
-      vs[row] = quantize_row(vp + t * v.stride(0) + h * d, d, float(v_static), vc + row * d);
+      ks[row] = quantize_kv_row(kp + t * k.stride(0) + h * d, d, float(k_static), kc + row * d);
+      vs[row] = quantize_kv_row(vp + t * v.stride(0) + h * d, d, float(v_static), vc + row * d);
     }
   }
 }

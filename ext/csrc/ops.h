@@ -59,16 +59,23 @@ void kv_write_fp8(const at::Tensor& k_cache, const at::Tensor& v_cache,
 void kv_write(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& k,
               const at::Tensor& v, const at::Tensor& slot_mapping);
 // decode_layer: one decoder layer h [T, H] bf16 -> [T, H] bf16 (argument list in
-//   decode_layer.cpp), writing the layer's K/V of the step into k_cache / v_cache
+//   decode_layer.cpp), writing the layer's K/V of the step into k_cache / v_cache (bf16,
+//   or float8_e4m3fn with k_scale / v_scale [S, Hkv] fp32 and the static scales)
 at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
                         double eps, at::TensorList rope_tables, const at::Tensor& positions,
                         const at::Tensor& k_cache, const at::Tensor& v_cache,
-                        const at::Tensor& slot_mapping, at::TensorList index);
-// decode_stack: every layer's decode_layer in one call, kv [L, 2, blocks, bs, Hkv, D]
+                        const at::Tensor& slot_mapping, at::TensorList index,
+                        const std::optional<at::Tensor>& k_scale = std::nullopt,
+                        const std::optional<at::Tensor>& v_scale = std::nullopt,
+                        double k_static = 0.0, double v_static = 0.0);
+// decode_stack: every layer's decode_layer in one call, kv [L, 2, blocks, bs, Hkv, D] bf16,
+//   or float8_e4m3fn with kv_scales [L, 2, blocks, bs, Hkv] fp32 (+ 2 L static scales)
 at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
                         double eps, at::TensorList rope_tables, const at::Tensor& positions,
                         const at::Tensor& kv, const at::Tensor& slot_mapping,
-                        at::TensorList index);
+                        at::TensorList index,
+                        const std::optional<at::Tensor>& kv_scales = std::nullopt,
+                        c10::ArrayRef<double> static_scales = {});
 // read_xor: buf (any dtype, contiguous CPU, nbytes a positive multiple of 64) -> int64 []
 //   XOR of its 64-bit words, read by every thread (read_probe.cpp: the bandwidth probe)
 at::Tensor read_xor(const at::Tensor& buf);

@@ -30,10 +30,15 @@ pytestmark = needs_avx512
 NONE = LogitsWanted.NONE
 
 
-def _runner(weights, fuse: bool) -> ModelRunner:
-    runner = ModelRunner(weights, engine_config(), fake_hw(*AVX512_HOST), KernelOverrides())
-    runner.model.set_fusion(fuse)
+def _runner(weights, fuse: bool | None, kv_dtype: str = "auto", **kw) -> ModelRunner:
+    runner = ModelRunner(weights, engine_config(kv_cache_dtype=kv_dtype, **kw),
+                         fake_hw(*AVX512_HOST), KernelOverrides())
+    if fuse is not None:
+        runner.model.set_fusion(fuse)
     return runner
+
+
+KV_DTYPES = pytest.mark.parametrize("kv_dtype", ["auto", "fp8"])
 
 
 @pytest.fixture(scope="module")
@@ -107,10 +112,12 @@ def test_greedy_tokens_fused_equal_python_on_the_tiny_checkpoint(tiny_checkpoint
     assert runs[0] == runs[1]
 
 
-def test_fused_batched_decode_equals_solo_bitwise(weights) -> None:
+@KV_DTYPES
+def test_fused_batched_decode_equals_solo_bitwise(weights, kv_dtype) -> None:
     """A sequence's logits inside a batch of decodes equal its logits alone (fused path:
-    batch-invariant attention and, with the batch-invariant GEMMs, linears)."""
-    runner = _runner(weights, True)
+    batch-invariant attention and, with the batch-invariant GEMMs, linears; an fp8 cache's
+    rows depend on their own token only)."""
+    runner = _runner(weights, True, kv_dtype)
     lens = [3, 17, 9, 30, 1, 12]
     seqs = {s: _ids(n, 10 + s) for s, n in enumerate(lens)}
     tables = {s: tuple(range(8 * s, 8 * s + 8)) for s in seqs}
@@ -206,14 +213,15 @@ def _per_op(runner: ModelRunner, batch: BatchInputs) -> torch.Tensor:
     return runner.run(batch)
 
 
-def test_team_steps_equal_the_per_op_path_on_any_thread_count(weights) -> None:
+@KV_DTYPES
+def test_team_steps_equal_the_per_op_path_on_any_thread_count(weights, kv_dtype) -> None:
     """Steps of up to 32 rows run the whole stack in one parallel region (decode_team.cpp).
     A decode batch (contexts on both sides of the 128-key segments: attention by whole
     rows), one decode token (attention split into segments), and a mixed step (a prefill
     chunk attending its own new keys, plus decodes) each give the per-op path's logits
-    bitwise, on 1, 2 and 3 threads."""
-    runner = ModelRunner(weights, engine_config(max_model_len=256), fake_hw(*AVX512_HOST),
-                         KernelOverrides())
+    bitwise, on 1, 2 and 3 threads. With an fp8 cache the team path quantizes the rows it
+    writes as kv_write_fp8 does: the same codes and scales."""
+    runner = _runner(weights, None, kv_dtype, max_model_len=256)
     lens = [250, 129, 128, 40, 2]
     tables = {s: tuple(range(64 * s, 64 * s + 64)) for s in range(len(lens) + 1)}
     for s, n in enumerate(lens):
@@ -227,11 +235,16 @@ def test_team_steps_equal_the_per_op_path_on_any_thread_count(weights) -> None:
             batch = BatchInputs(step)
             assert batch.num_tokens <= 32
             reference = _per_op(runner, batch)
+            written = (runner.kv.kv.clone(),
+                       None if runner.kv.scales is None else runner.kv.scales.clone())
             assert runner.model.stack is not None
             for threads in (1, 2, 3):
                 torch.set_num_threads(threads)
                 team = runner.run(batch)  # rewrites the same K/V slots
                 assert torch.equal(team, reference), (threads, batch.num_tokens)
+                assert torch.equal(runner.kv.kv.view(torch.uint8), written[0].view(torch.uint8))
+                if written[1] is not None:
+                    assert torch.equal(runner.kv.scales, written[1])
             torch.set_num_threads(before)
     finally:
         torch.set_num_threads(before)
@@ -253,11 +266,33 @@ def test_steps_past_32_rows_run_op_by_op_and_equal_solo_rows(weights) -> None:
         row += chunk.num_tokens
 
 
-def test_single_token_decode_layer_op_equals_the_stack(weights) -> None:
+@KV_DTYPES
+def test_single_token_decode_layer_op_equals_the_stack(weights, kv_dtype) -> None:
     """A first call with one token runs layer by layer (decode_layer, T == 1 path); later
     calls run decode_stack: the same token gives the same logits either way."""
-    first = _runner(weights, True)
+    first = _runner(weights, True, kv_dtype)
     by_layer = first.run(BatchInputs((SeqChunk(0, (5,), 0, (0, 1)),)))
     assert first.model.stack is not None  # built after that first call
     by_stack = first.run(BatchInputs((SeqChunk(1, (5,), 0, (2, 3)),)))
     assert torch.equal(by_layer, by_stack)
+
+
+def test_fp8_kv_layers_fuse_and_match_the_python_layers(weights) -> None:
+    """With --kv-cache-dtype fp8 every layer still fuses; the fused runner's logits follow
+    the Python layers' on the same fp8 cache. Tolerance: the two sides differ by an ulp in
+    RMSNorm / RoPE (see the module docstring), and an e4m3 rounding of K or V can turn
+    that ulp into one e4m3 step (2^-3 of an element) before attention averages it, so
+    twice the bf16 cache's 2e-2 bound."""
+    fused, py = _runner(weights, None, "fp8"), _runner(weights, False, "fp8")
+    assert fused.model.fusion_reasons == [None] * 3
+    assert fused.kv.scales is not None and fused.kv.kv.dtype == torch.float8_e4m3fn
+    prompt = _ids(14, 3)
+    chunk = SeqChunk(0, tuple(prompt), 0, tuple(range(5)))
+    a, b = fused.run(BatchInputs((chunk,))), py.run(BatchInputs((chunk,)))
+    assert logit_error(a, b) < 4e-2
+    assert fused.model.stack is not None
+    nxt = SeqChunk(0, (int(a.argmax()),), 14, tuple(range(5)))
+    assert logit_error(fused.run(BatchInputs((nxt,))), py.run(BatchInputs((nxt,)))) < 4e-2
+    written = torch.arange(15)  # slots 0 .. 14 of blocks 0 .. 3 (block size 4)
+    scales = fused.kv.scales.flatten(2, 3)[:, :, written]
+    assert bool((scales != 1.0).all())  # every written row got its own amax / 448
