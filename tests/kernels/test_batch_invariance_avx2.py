@@ -69,3 +69,14 @@ def test_rows_are_the_same_whichever_route_the_batch_takes():
     alone = kernel.apply(packed, x[1:2], None)
     assert torch.equal(pair[0].view(torch.int16), alone[0].view(torch.int16))
     assert torch.isfinite(batched[2].float()).all()
+
+
+def test_row_blocks_outermost_keep_the_bits():
+    """Above 4 MiB of fp32 activations (M * K * 4) each block of rows runs over every tile
+    (avx2_gemm.inc kRowOuterXBytes) instead of every tile over all rows; a row's bits stay
+    those it gets alone."""
+    k = 8200  # 130 rows: 4.26 MB
+    kernel = Avx2W8A16()
+    w = make_weight(40, k, ScaleKind.PER_CHANNEL, seed=6)
+    packed = kernel.prepare(w)
+    _assert_invariant(lambda x, b: kernel.apply(packed, x, b), _dequant(w), [130])
