@@ -204,18 +204,14 @@ bool team_step(const at::Tensor& h, c10::IntArrayRef dims, int64_t max_rows) {
          (hq * d) % kPadK == 0 && inter % kPadK == 0 && !at::in_parallel_region();
 }
 
-}  // namespace
-
-at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
-                        double eps, at::TensorList rope_tables, const at::Tensor& positions,
-                        const at::Tensor& k_cache, const at::Tensor& v_cache,
-                        const at::Tensor& slot_mapping, at::TensorList index,
-                        const std::optional<at::Tensor>& k_scale,
-                        const std::optional<at::Tensor>& v_scale, double k_static,
-                        double v_static) {
+// decode_layer with its fp8 arguments gathered (none: bf16 caches, else one layer's).
+at::Tensor layer_step(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
+                      double eps, at::TensorList rope_tables, const at::Tensor& positions,
+                      const at::Tensor& k_cache, const at::Tensor& v_cache,
+                      const std::vector<Fp8KvScales>& fp8, const at::Tensor& slot_mapping,
+                      at::TensorList index) {
   check_step(h, dims, rope_tables, positions, index);
   check_weights(h, weights);
-  const std::vector<Fp8KvScales> fp8 = layer_fp8(k_scale, v_scale, k_static, v_static);
   if (team_step(h, dims, 1)) {  // T > 1: the per-op path (the team path's reference)
     return decode_team_op(h, {weights}, {dims}, eps, rope_tables, positions, {k_cache},
                           {v_cache}, fp8, slot_mapping, index);
@@ -237,6 +233,19 @@ at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArr
   at::Tensor gu = linear(rms_norm(out, weights[1], eps), gu_l, gm);
   add_into(out, linear(silu_mul(gu, inter), down_l, gm));
   return out;
+}
+
+}  // namespace
+
+at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
+                        double eps, at::TensorList rope_tables, const at::Tensor& positions,
+                        const at::Tensor& k_cache, const at::Tensor& v_cache,
+                        const at::Tensor& slot_mapping, at::TensorList index,
+                        const std::optional<at::Tensor>& k_scale,
+                        const std::optional<at::Tensor>& v_scale, double k_static,
+                        double v_static) {
+  return layer_step(h, weights, dims, eps, rope_tables, positions, k_cache, v_cache,
+                    layer_fp8(k_scale, v_scale, k_static, v_static), slot_mapping, index);
 }
 
 }  // namespace fp8serve
@@ -294,14 +303,8 @@ at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArr
   }
   at::Tensor x = h;
   for (int64_t i = 0; i < layers; ++i) {
-    const std::vector<Fp8KvScales> fp8 = fp8_of(i);
-    const std::optional<at::Tensor> k_scale =
-        fp8.empty() ? std::nullopt : std::optional<at::Tensor>(fp8[0].k_scale);
-    const std::optional<at::Tensor> v_scale =
-        fp8.empty() ? std::nullopt : std::optional<at::Tensor>(fp8[0].v_scale);
-    x = decode_layer(x, weights.slice(10 * i, 10), dims.slice(14 * i, 14), eps, rope_tables,
-                     positions, cache(i, 0), cache(i, 1), slot_mapping, index, k_scale, v_scale,
-                     fp8.empty() ? 0.0 : fp8[0].k_static, fp8.empty() ? 0.0 : fp8[0].v_static);
+    x = layer_step(x, weights.slice(10 * i, 10), dims.slice(14 * i, 14), eps, rope_tables,
+                   positions, cache(i, 0), cache(i, 1), fp8_of(i), slot_mapping, index);
   }
   return x;
 }

@@ -33,7 +33,7 @@ from tests.engine.test_attention_op import (
     _reference,
     _tables,
 )
-from tests.ext.support import run_with_isa
+from tests.ext.support import assert_tests_pass_under_isa
 
 
 @pytest.fixture(scope="module")
@@ -194,18 +194,10 @@ def test_every_e4m3_code_is_read_exactly(ops) -> None:
         assert torch.equal(out[0].float(), want), r
 
 
-PORTABLE = """
-import torch, ext
-from tests.engine import test_attention_fp8 as t
-assert ext.isa() == "scalar", ext.isa()
-t.test_attention_matches_reference_on_dequantized_kv(torch.ops.fp8serve)
-t.test_decode_alone_equals_batched_and_chunked_equals_one_shot(torch.ops.fp8serve)
-t.test_every_e4m3_code_is_read_exactly(torch.ops.fp8serve)
-print("portable ok")
-"""
-
-
 def test_portable_kernel_reads_fp8_too(ops) -> None:
     """FP8SERVE_ISA=scalar: the same checks on the portable kernel (own process)."""
-    out = run_with_isa("scalar", PORTABLE)
-    assert out.returncode == 0 and "portable ok" in out.stdout, out.stderr[-2000:]
+    assert_tests_pass_under_isa(
+        "scalar", "tests.engine.test_attention_fp8",
+        "test_attention_matches_reference_on_dequantized_kv",
+        "test_decode_alone_equals_batched_and_chunked_equals_one_shot",
+        "test_every_e4m3_code_is_read_exactly")

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import ext
-from tests.ext.support import run_with_isa
+from tests.ext.support import assert_tests_pass_under_isa
 
 BS = 16  # block size
 HQ, HKV, D = 8, 2, 64
@@ -214,18 +214,10 @@ def test_bad_indices_and_shapes_are_rejected(ops) -> None:
         ops.paged_attention(q, k, v, torch.tensor([[1]]), one, one + 1, BS, 1.0)
 
 
-PORTABLE = """
-import torch, ext
-from tests.engine import test_attention_op as t
-assert ext.isa() == "scalar", ext.isa()
-t.test_matches_float64_reference_mixed_prefill_and_decode(torch.ops.fp8serve)
-t.test_decode_row_alone_equals_inside_a_batch_of_16(torch.ops.fp8serve)
-t.test_long_single_decode_rows_split_over_threads(torch.ops.fp8serve)
-print("portable ok")
-"""
-
-
 def test_portable_kernel_below_avx512(ops) -> None:
     """FP8SERVE_ISA=scalar runs the portable C++ kernel (same checks, own process)."""
-    out = run_with_isa("scalar", PORTABLE)
-    assert out.returncode == 0 and "portable ok" in out.stdout, out.stderr[-2000:]
+    assert_tests_pass_under_isa(
+        "scalar", "tests.engine.test_attention_op",
+        "test_matches_float64_reference_mixed_prefill_and_decode",
+        "test_decode_row_alone_equals_inside_a_batch_of_16",
+        "test_long_single_decode_rows_split_over_threads")

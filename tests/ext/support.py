@@ -103,3 +103,13 @@ def run_with_isa(isa: str, script: str, timeout: float = 300) -> subprocess.Comp
     env = {**os.environ, "FP8SERVE_ISA": isa}
     return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=timeout, cwd=os.getcwd())
+
+
+def assert_tests_pass_under_isa(isa: str, module: str, *tests: str) -> None:
+    """Calls ``module``'s test functions ``tests`` (each given torch.ops.fp8serve) in a new
+    process with FP8SERVE_ISA=isa, after checking the process dispatches at that level."""
+    calls = "\n".join(f"t.{name}(torch.ops.fp8serve)" for name in tests)
+    script = (f"import torch, ext\nimport {module} as t\n"
+              f"assert ext.isa() == {isa!r}, ext.isa()\n{calls}\nprint('isa ok')\n")
+    out = run_with_isa(isa, script)
+    assert out.returncode == 0 and "isa ok" in out.stdout, out.stderr[-2000:]

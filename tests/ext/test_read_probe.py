@@ -5,17 +5,13 @@ with a message naming the rule. Nothing here asserts a timing."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
 
 import ext
 from engine.bench.read_probe import ReadProbe, best_of
-from tests.ext.support import loaded_status
+from tests.ext.support import loaded_status, run_with_isa
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -88,9 +84,7 @@ print("portable ok")
 
 def test_portable_loop_below_avx2():
     """FP8SERVE_ISA=scalar runs the portable loop (own process: the ISA is chosen once)."""
-    env = {**os.environ, "FP8SERVE_ISA": "scalar"}
-    out = subprocess.run([sys.executable, "-c", _PORTABLE], env=env, capture_output=True,
-                         text=True, timeout=300, cwd=os.getcwd())
+    out = run_with_isa("scalar", _PORTABLE)
     assert out.returncode == 0 and "portable ok" in out.stdout, out.stderr[-2000:]
 
 
