@@ -116,8 +116,9 @@ def paged_attention(q, k_cache, v_cache, block_tables, token_seq, ctx_lens, bloc
                     scale, k_scale=None, v_scale=None):
     torch._check(q.dim() == 3 and q.dtype == torch.bfloat16,
                  lambda: f"paged_attention: q must be bf16 [T, Hq, D], got {tuple(q.shape)}")
-    torch._check(k_cache.dim() == 3 and k_cache.shape[2] == q.shape[2],
-                 lambda: f"paged_attention: k_cache must be [S, Hkv, D], got "
+    torch._check(k_cache.dim() == 4 and k_cache.shape[2] == block_size
+                 and k_cache.shape[3] == q.shape[2],
+                 lambda: f"paged_attention: k_cache must be [blocks, Hkv, block_size, D], got "
                          f"{tuple(k_cache.shape)}")
     torch._check(block_tables.dim() == 2 and block_tables.dtype == torch.int32,
                  lambda: "paged_attention: block_tables must be int32 [C, W]")
@@ -130,25 +131,27 @@ def paged_attention(q, k_cache, v_cache, block_tables, token_seq, ctx_lens, bloc
 
 
 def _check_kv_scales(cache, scale, op):
-    want = tuple(cache.shape[:2])
+    want = tuple(cache.shape[:3])
     torch._check(scale.dtype == torch.float32 and tuple(scale.shape) == want,
-                 lambda: f"{op}: scales must be fp32 [S, Hkv] = {want}, got "
+                 lambda: f"{op}: scales must be fp32 [blocks, Hkv, block_size] = {want}, got "
                          f"{scale.dtype} {tuple(scale.shape)}")
 
 
 def kv_write_fp8(k_cache, v_cache, k_scale, v_scale, k, v, slot_mapping, k_static=0.0,
                  v_static=0.0):
-    torch._check(k_cache.dtype == torch.float8_e4m3fn and k_cache.dim() == 3,
-                 lambda: "kv_write_fp8: caches must be float8_e4m3fn [S, Hkv, D]")
-    torch._check(k.dim() == 3 and tuple(k.shape[1:]) == tuple(k_cache.shape[1:])
-                 and k.shape[0] == slot_mapping.shape[0],
+    torch._check(k_cache.dtype == torch.float8_e4m3fn and k_cache.dim() == 4,
+                 lambda: "kv_write_fp8: caches must be float8_e4m3fn [blocks, Hkv, block_size, D]")
+    torch._check(k.dim() == 3 and k.shape[1] == k_cache.shape[1]
+                 and k.shape[2] == k_cache.shape[3] and k.shape[0] == slot_mapping.shape[0],
                  lambda: f"kv_write_fp8: k must be [T, Hkv, D] = [T, {k_cache.shape[1]}, "
-                         f"{k_cache.shape[2]}] with slot_mapping [T], got {tuple(k.shape)}")
+                         f"{k_cache.shape[3]}] with slot_mapping [T], got {tuple(k.shape)}")
     _check_kv_scales(k_cache, k_scale, "kv_write_fp8")
     _check_kv_scales(v_cache, v_scale, "kv_write_fp8")
 
 
 def kv_write(k_cache, v_cache, k, v, slot_mapping):
+    torch._check(k_cache.dim() == 4,
+                 lambda: "kv_write: caches must be bf16 [blocks, Hkv, block_size, D]")
     torch._check(k.dim() == 3 and k.shape[0] == slot_mapping.shape[0],
                  lambda: "kv_write: k must be [T, Hkv, D] with slot_mapping [T]")
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from engine.batch import BatchInputs, LogitsWanted, SeqChunk
-from engine.model.kv_store import KV_DTYPE, KV_FP8, KVStore, quantize_kv
+from engine.model.kv_store import KV_DTYPE, KV_FP8, KVStore, quantize_kv, write_fp8_rows
 
 PROMPT_IDS_SEED = 0
 
@@ -70,15 +70,13 @@ def fill_random(st: dict[str, KVStore], tokens: int, seed: int = 0) -> None:
     """Slots [0, tokens) of every layer: the same N(0, 1) K/V (bf16), fp8 quantized."""
     g = torch.Generator().manual_seed(seed)
     bf, f8 = st["bf16"], st["fp8"]
+    slots = torch.arange(tokens, dtype=torch.int64)
     for i in range(bf.kv.shape[0]):
         b, f = bf.layer(i), f8.layer(i)
-        for dst, q8, sc in ((b.k, f.k, f.k_scale), (b.v, f.v, f.v_scale)):
-            x = torch.randn(tokens, *dst.shape[1:], generator=g).to(KV_DTYPE)
-            dst[:tokens] = x
-            q, s = quantize_kv(x)
-            assert sc is not None
-            q8[:tokens] = q
-            sc[:tokens] = s
+        shape = (tokens, b.k.shape[1], b.k.shape[3])  # [T, Hkv, D]
+        k, v = (torch.randn(shape, generator=g).to(KV_DTYPE) for _ in range(2))
+        b.scatter(slots, k, v)
+        write_fp8_rows(f, k, v, slots)
 
 
 def decode_tok_s(runner, store: KVStore, context: int, n: int) -> float:
@@ -152,10 +150,11 @@ def scale_granularity(store: KVStore, tokens: int) -> dict[str, float]:
     err: dict[str, list[float]] = {"k_token": [], "k_block": [], "v_token": [], "v_block": []}
     bs = store.block_size
     n = tokens // bs * bs
+    slots = torch.arange(n, dtype=torch.int64)
     for i in range(store.kv.shape[0]):
-        for name, x in zip("kv", store.layer(i)[:2], strict=True):
-            xf = x[:n].float()  # [n, Hkv, D]
-            q, s = quantize_kv(x[:n])
+        for name, x in zip("kv", store.layer(i).gather(slots), strict=True):
+            xf = x.float()  # [n, Hkv, D]
+            q, s = quantize_kv(x)
             err[f"{name}_token"].append(_rel_rms(q.float() * s[..., None], xf))
             blk = xf.view(n // bs, bs, *xf.shape[1:])
             sb = (blk.abs().amax(dim=(1, 3), keepdim=True) / 448).clamp_min(1e-30)
@@ -206,12 +205,15 @@ def _op_calls(c: Any, keys: int, bs: int = 16,
     copy of the K/V}, {dtype: K/V bytes of one call})."""
     from functools import partial
 
-    ops, g, shape = torch.ops.fp8serve, torch.Generator().manual_seed(0), \
-        (keys, c.num_kv_heads, c.head_dim)
-    k, v = (torch.randn(*shape, generator=g).to(KV_DTYPE) for _ in range(2))
-    k8, v8 = (torch.zeros(*shape, dtype=KV_FP8) for _ in range(2))
-    ks, vs = torch.ones(shape[:2]), torch.ones(shape[:2])
-    ops.kv_write_fp8(k8, v8, ks, vs, k, v, torch.arange(keys), 0.0, 0.0)
+    ops, g = torch.ops.fp8serve, torch.Generator().manual_seed(0)
+    rows = (keys, c.num_kv_heads, c.head_dim)  # [T, Hkv, D] as written
+    shape = (keys // bs, c.num_kv_heads, bs, c.head_dim)  # the cache layout (kv_store.py)
+    k_rows, v_rows = (torch.randn(*rows, generator=g).to(KV_DTYPE) for _ in range(2))
+    k, v = (torch.zeros(shape, dtype=KV_DTYPE) for _ in range(2))
+    ops.kv_write(k, v, k_rows, v_rows, torch.arange(keys))
+    k8, v8 = (torch.zeros(shape, dtype=KV_FP8) for _ in range(2))
+    ks, vs = torch.ones(shape[:3]), torch.ones(shape[:3])
+    ops.kv_write_fp8(k8, v8, ks, vs, k_rows, v_rows, torch.arange(keys), 0.0, 0.0)
     q = torch.randn(1, c.num_heads, c.head_dim, generator=g).to(KV_DTYPE)
     meta = (torch.arange(keys // bs, dtype=torch.int32)[None],
             torch.zeros(1, dtype=torch.int32), torch.tensor([keys], dtype=torch.int32), bs,

@@ -20,8 +20,9 @@ their slots, then either
 
 Shapes: T = tokens in the step, Hq/Hkv = query/KV heads, D = head_dim, B = decode
 sequences, L = context length. q [T, Hq, D], k/v [T, Hkv, D] bf16 -> out [T, Hq*D] bf16.
-KV cache per layer: K, V flat views [num_slots, Hkv, D] bf16, or float8_e4m3fn with fp32
-scales [num_slots, Hkv] (a kv_store.LayerKV; --kv-cache-dtype fp8): the C++ path writes
+KV cache per layer: K, V [num_blocks, Hkv, block_size, D] bf16, or float8_e4m3fn with fp32
+scales [num_blocks, Hkv, block_size] (a kv_store.LayerKV; --kv-cache-dtype fp8; a slot's
+row is kv_store.kv_rows, a KV head's rows of one block adjacent): the C++ path writes
 with kv_write_fp8 and paged_attention converts K/V in its kernel; the SDPA path quantizes
 and dequantizes with kv_store's torch reference.
 paged_attention inputs (PagedIndex): block_tables [C, W] int32 (C = chunks), token_seq [T]
@@ -202,26 +203,23 @@ class PagedAttention:
     def _gather(self, cache: LayerKV,
                 slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """slots [S] -> K, V [S, Hkv, D] in the reused buffers."""
-        if isinstance(cache, LayerKV) and cache.fp8:
+        if cache.fp8:
             return read_fp8_rows(cache, slots)
         n = int(slots.shape[0])
-        k = torch.index_select(cache[0], 0, slots, out=self._scratch("k", n))
-        v = torch.index_select(cache[1], 0, slots, out=self._scratch("v", n))
-        return k, v
+        return cache.gather(slots, self._scratch("k", n), self._scratch("v", n))
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  cache: LayerKV,
                  meta: AttentionMetadata) -> torch.Tensor:
         """q [T, Hq, D], k/v [T, Hkv, D] bf16 (unit stride on D) -> [T, Hq*D] bf16."""
-        fp8 = isinstance(cache, LayerKV) and cache.fp8
+        fp8 = cache.fp8
         if self.use_ext:
             return self._ext(q, k, v, cache, meta, fp8)
         if fp8:  # the rows as stored: the chunk's own K/V round-trip through e4m3 too
             write_fp8_rows(cache, k, v, meta.slot_mapping)
             k, v = read_fp8_rows(cache, meta.slot_mapping)
         else:
-            cache[0].index_copy_(0, meta.slot_mapping, k)
-            cache[1].index_copy_(0, meta.slot_mapping, v)
+            cache.scatter(meta.slot_mapping, k, v)
         t = q.shape[0]
         if meta.decode is None and len(meta.prefills) == 1:
             return self._prefill(q, k, v, cache, meta.prefills[0]).reshape(t, -1)

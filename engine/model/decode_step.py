@@ -124,8 +124,8 @@ class FusedDecodeStack:
 
     def __call__(self, h: torch.Tensor, tables: RopeTables, meta: AttentionMetadata,
                  store: KVStore) -> torch.Tensor:
-        """h [T, H] bf16 -> [T, H] bf16; store.kv [L, 2, blocks, block_size, Hkv, D] bf16
-        or float8_e4m3fn with store.scales [L, 2, blocks, block_size, Hkv] fp32 (written)."""
+        """h [T, H] bf16 -> [T, H] bf16; store.kv [L, 2, blocks, Hkv, block_size, D] bf16
+        or float8_e4m3fn with store.scales [L, 2, blocks, Hkv, block_size] fp32 (written)."""
         p = meta.paged
         dims = list(self.dims)
         dims[4::14] = [p.block_size] * self.num_layers

@@ -1,13 +1,19 @@
 """The paged KV tensors (the scheduler's engine/kv/block_allocator.py owns which sequence
 holds which block; this module only owns the memory).
 
-Layout: one tensor ``kv`` [num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]
+Layout: one tensor ``kv`` [num_layers, 2, num_blocks, num_kv_heads, block_size, head_dim]
 (index 0 = K, 1 = V), preallocated and zero-filled (so padded reads in batched decode
 never meet NaN garbage), bf16 or float8_e4m3fn (``--kv-cache-dtype fp8``). An fp8 store
-also holds ``scales`` [num_layers, 2, num_blocks, block_size, num_kv_heads] fp32, the
+also holds ``scales`` [num_layers, 2, num_blocks, num_kv_heads, block_size] fp32, the
 dequant multiplier of each (token, KV head) row: K ~= scale * e4m3 (see :func:`quantize_kv`).
-A *slot* is ``block_id * block_size + offset``; per layer the runner sees K and V as flat
-views [num_slots, num_kv_heads, head_dim] (and their scales as [num_slots, num_kv_heads]).
+A *slot* is ``block_id * block_size + offset``; per layer the runner sees K and V as views
+[num_blocks, num_kv_heads, block_size, head_dim] (scales [num_blocks, num_kv_heads,
+block_size]), the layout every C++ op takes (ext/csrc/attention.h ``kv_row``).
+
+Why KV heads outside the block's tokens: decode attention walks one KV head's keys, and
+this way they lie in runs of block_size rows (4 KiB for 16 bf16 rows of 128) instead of
+rows a whole token (all heads) apart. On the 8B shape at 16384 keys the AVX2 kernel reads
+its K/V 2.1x faster so (``fp8serve bench kv-cache``; README).
 
 Why per (token, KV head) scales: a token's stored bytes then depend on its own K/V only,
 never on which tokens share its block or how the prompt was chunked (batch and chunk
@@ -82,9 +88,18 @@ def dequantize_kv(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return q.float() * s[..., None]
 
 
+def kv_rows(slots: torch.Tensor, num_kv_heads: int, block_size: int) -> torch.Tensor:
+    """slots [S] int64 -> [S, Hkv] int64, the row of each (slot, KV head) in a cache viewed
+    as [num_blocks * Hkv * block_size, D] (C++: attention.h ``kv_row``)."""
+    block, offset = slots // block_size, slots % block_size
+    heads = torch.arange(num_kv_heads, dtype=torch.int64)
+    return (block[:, None] * num_kv_heads + heads) * block_size + offset[:, None]
+
+
 class LayerKV(NamedTuple):
-    """One layer's cache views: k, v [num_slots, Hkv, D] (bf16 or float8_e4m3fn); for fp8
-    k_scale, v_scale [num_slots, Hkv] fp32 and the static scales (0 = per row)."""
+    """One layer's cache views: k, v [num_blocks, Hkv, block_size, D] (bf16 or
+    float8_e4m3fn); for fp8 k_scale, v_scale [num_blocks, Hkv, block_size] fp32 and the
+    static scales (0 = per row)."""
 
     k: torch.Tensor
     v: torch.Tensor
@@ -97,12 +112,32 @@ class LayerKV(NamedTuple):
     def fp8(self) -> bool:
         return self.k_scale is not None
 
+    def rows(self, slots: torch.Tensor) -> torch.Tensor:
+        """slots [S] int64 -> [S * Hkv] int64 rows of the flat [-1, D] views (:func:`kv_rows`)."""
+        return kv_rows(slots, self.k.shape[1], self.k.shape[2]).flatten()
+
+    def gather(self, slots: torch.Tensor, k_out: torch.Tensor | None = None,
+               v_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """bf16 caches: slots [S] -> K, V [S, Hkv, D] (into k_out / v_out when given)."""
+        rows, (_, hkv, _, d) = self.rows(slots), self.k.shape
+        out = []
+        for c, o in ((self.k, k_out), (self.v, v_out)):
+            dst = None if o is None else o.view(-1, d)
+            out.append(torch.index_select(c.view(-1, d), 0, rows, out=dst).view(-1, hkv, d))
+        return out[0], out[1]
+
+    def scatter(self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """bf16 caches: k, v [S, Hkv, D] -> the rows of slots [S] (the kv_write op's twin)."""
+        rows, d = self.rows(slots), self.k.shape[-1]
+        self.k.view(-1, d).index_copy_(0, rows, k.reshape(-1, d))
+        self.v.view(-1, d).index_copy_(0, rows, v.reshape(-1, d))
+
 
 @dataclass(frozen=True, slots=True)
 class KVStore:
-    kv: torch.Tensor  # [L, 2, num_blocks, block_size, kv_heads, head_dim] bf16 | e4m3
+    kv: torch.Tensor  # [L, 2, num_blocks, kv_heads, block_size, head_dim] bf16 | e4m3
     block_size: int
-    scales: torch.Tensor | None = None  # [L, 2, num_blocks, block_size, kv_heads] fp32
+    scales: torch.Tensor | None = None  # [L, 2, num_blocks, kv_heads, block_size] fp32
     static_scales: tuple[tuple[float, float], ...] | None = None  # per layer (k, v)
 
     @classmethod
@@ -114,7 +149,7 @@ class KVStore:
         if static_scales is not None and (dtype != KV_FP8 or
                                           len(static_scales) != config.num_layers):
             raise ValueError("static KV scales need an fp8 store and one (k, v) per layer")
-        rows = (config.num_layers, 2, num_blocks, block_size, config.num_kv_heads)
+        rows = (config.num_layers, 2, num_blocks, config.num_kv_heads, block_size)
         scales = torch.ones(rows, dtype=torch.float32) if dtype == KV_FP8 else None
         return cls(torch.zeros((*rows, config.head_dim), dtype=dtype), block_size, scales,
                    static_scales)
@@ -137,14 +172,14 @@ class KVStore:
         return self.kv.numel() * self.kv.element_size() + extra
 
     def layer(self, i: int) -> LayerKV:
-        """Layer ``i``'s views: K, V [num_slots, kv_heads, head_dim] (+ fp8 scales)."""
+        """Layer ``i``'s views: K, V [num_blocks, kv_heads, block_size, head_dim] (+ fp8
+        scales [num_blocks, kv_heads, block_size])."""
         kv = self.kv[i]
-        k, v = kv[0].flatten(0, 1), kv[1].flatten(0, 1)
         if self.scales is None:
-            return LayerKV(k, v)
+            return LayerKV(kv[0], kv[1])
         sc = self.scales[i]
         ks, vs = self.static_scales[i] if self.static_scales else (0.0, 0.0)
-        return LayerKV(k, v, sc[0].flatten(0, 1), sc[1].flatten(0, 1), ks, vs)
+        return LayerKV(kv[0], kv[1], sc[0], sc[1], ks, vs)
 
 
 def write_fp8_rows(cache: LayerKV, k: torch.Tensor, v: torch.Tensor,
@@ -152,19 +187,22 @@ def write_fp8_rows(cache: LayerKV, k: torch.Tensor, v: torch.Tensor,
     """Reference (torch) twin of the kv_write_fp8 op: k, v [T, Hkv, D] bf16 -> quantized
     into cache rows ``slots`` [T] int64 (the SDPA path and tests)."""
     assert cache.k_scale is not None and cache.v_scale is not None
+    rows, d = cache.rows(slots), cache.k.shape[-1]
     for x, c, s, static in ((k, cache.k, cache.k_scale, cache.k_static),
                             (v, cache.v, cache.v_scale, cache.v_static)):
         q, sc = quantize_kv(x, static)
-        c.view(torch.uint8).index_copy_(0, slots, q.view(torch.uint8))
-        s.index_copy_(0, slots, sc)
+        c.view(torch.uint8).view(-1, d).index_copy_(0, rows, q.view(torch.uint8).reshape(-1, d))
+        s.view(-1).index_copy_(0, rows, sc.flatten())
 
 
 def read_fp8_rows(cache: LayerKV, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows ``slots`` [S] int64 of an fp8 cache -> K, V [S, Hkv, D] bf16 (dequantized in
     fp32, rounded once)."""
     assert cache.k_scale is not None and cache.v_scale is not None
+    rows, (_, hkv, _, d) = cache.rows(slots), cache.k.shape
     out = []
     for c, s in ((cache.k, cache.k_scale), (cache.v, cache.v_scale)):
-        q = c.view(torch.uint8).index_select(0, slots).view(KV_FP8)
-        out.append(dequantize_kv(q, s.index_select(0, slots)).to(torch.bfloat16))
+        q = c.view(torch.uint8).view(-1, d).index_select(0, rows).view(KV_FP8).view(-1, hkv, d)
+        sc = s.view(-1).index_select(0, rows).view(-1, hkv)
+        out.append(dequantize_kv(q, sc).to(torch.bfloat16))
     return out[0], out[1]

@@ -1,8 +1,8 @@
 // Paged attention and the KV-cache write (layouts in ops.h, algorithm in attention.h).
 //
-//   paged_attention: q [T, Hq, D] bf16 (unit stride on D), k_cache / v_cache [S, Hkv, D] bf16
-//       contiguous (S = num_blocks * block_size, slot = block * block_size + offset), or
-//       float8_e4m3fn with k_scale / v_scale [S, Hkv] fp32 (kv_fp8.cpp),
+//   paged_attention: q [T, Hq, D] bf16 (unit stride on D), k_cache / v_cache
+//       [num_blocks, Hkv, block_size, D] bf16 contiguous (attention.h kv_row), or
+//       float8_e4m3fn with k_scale / v_scale [num_blocks, Hkv, block_size] fp32 (kv_fp8.cpp),
 //       block_tables [C, W] int32, token_seq [T] int32 (row of block_tables),
 //       ctx_lens [T] int32 (keys 0 .. ctx_len - 1 attended) -> out [T, Hq * D] bf16.
 //   kv_write: k, v [T, Hkv, D] bf16 -> k_cache / v_cache rows slot_mapping [T] int64.
@@ -42,7 +42,7 @@ uint16_t f32_to_bf16(float f) {  // round to nearest even
   return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-int64_t key_slot(const AttnArgs& a, const int32_t* bt, int64_t j) {
+int64_t key_slot(const AttnArgs& a, const int32_t* bt, int64_t j) {  // attention.h kv_row
   return int64_t(bt[j / a.block_size]) * a.block_size + j % a.block_size;
 }
 
@@ -105,14 +105,6 @@ void attend_portable(const AttnArgs& a, int64_t t, int64_t h) {
   }
 }
 
-void check_cache(const at::Tensor& c, const char* name, int64_t hkv, int64_t d,
-                 at::ScalarType dtype) {
-  TORCH_CHECK(c.scalar_type() == dtype && c.dim() == 3 && c.is_contiguous() &&
-                  c.size(1) == hkv && c.size(2) == d,
-              "paged_attention: ", name, " must be contiguous ", dtype, " [S, Hkv=", hkv,
-              ", D=", d, "], got ", c.scalar_type(), " ", c.sizes());
-}
-
 void check_int(const at::Tensor& t, const char* name, int64_t dim) {
   TORCH_CHECK(t.scalar_type() == at::kInt && t.dim() == dim && t.is_contiguous(),
               "paged_attention: ", name, " must be a contiguous ", dim, "-D int32 tensor, got ",
@@ -162,9 +154,21 @@ void attend_vector(const VectorKernel& kern, const AttnArgs& a, int64_t t_n) {
 
 }  // namespace
 
+void check_kv_cache(const at::Tensor& c, const char* what, int64_t blocks, int64_t hkv,
+                    int64_t block_size, int64_t d, const at::Tensor* s) {
+  TORCH_CHECK(c.dim() == 4 && c.is_contiguous() && c.size(0) == blocks && c.size(1) == hkv &&
+                  c.size(2) == block_size && c.size(3) == d,
+              what, " must be a contiguous cache [blocks=", blocks, ", Hkv=", hkv,
+              ", block_size=", block_size, ", D=", d, "], got ", c.sizes());
+  if (s == nullptr) return;
+  TORCH_CHECK(s->scalar_type() == at::kFloat && s->dim() == 3 && s->is_contiguous() &&
+                  s->size(0) == blocks && s->size(1) == hkv && s->size(2) == block_size,
+              what, " scales must be contiguous fp32 [blocks=", blocks, ", Hkv=", hkv,
+              ", block_size=", block_size, "], got ", s->scalar_type(), " ", s->sizes());
+}
+
 // Every index the kernel will follow stays inside the cache (attention.h).
-void check_paged_indices(const AttnArgs& a, int64_t t_n, int64_t c_n, int64_t slots) {
-  const int64_t blocks = slots / a.block_size;
+void check_paged_indices(const AttnArgs& a, int64_t t_n, int64_t c_n, int64_t blocks) {
   for (int64_t i = 0; i < c_n * a.bt_stride; ++i) {
     TORCH_CHECK(a.block_tables[i] >= 0 && a.block_tables[i] < blocks,
                 "paged_attention: block id ", a.block_tables[i], " outside [0, ", blocks, ")");
@@ -204,20 +208,28 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 && q.dim() == 3 && q.stride(2) == 1,
               "paged_attention: q must be bf16 [T, Hq, D] with unit stride on D, got ",
               q.scalar_type(), " ", q.sizes());
+  TORCH_CHECK(k_cache.dim() == 4,
+              "paged_attention: k_cache must be [blocks, Hkv, block_size, D], got ",
+              k_cache.sizes());
   const int64_t t_n = q.size(0), hq = q.size(1), d = q.size(2), hkv = k_cache.size(1);
+  const int64_t blocks = k_cache.size(0);
   TORCH_CHECK(d % 32 == 0 && d <= kMaxHeadDim, "paged_attention: head_dim ", d,
               " must be a multiple of 32 and <= ", kMaxHeadDim);
   TORCH_CHECK(hkv > 0 && hq % hkv == 0 && hq / hkv <= kMaxGroup, "paged_attention: Hq ", hq,
               " must be a multiple of Hkv ", hkv, " with at most ", kMaxGroup, " per group");
   const bool fp8 = k_cache.scalar_type() == at::kFloat8_e4m3fn;
-  check_cache(k_cache, "k_cache", hkv, d, fp8 ? at::kFloat8_e4m3fn : at::kBFloat16);
-  check_cache(v_cache, "v_cache", hkv, d, fp8 ? at::kFloat8_e4m3fn : at::kBFloat16);
+  const at::ScalarType kv_dtype = fp8 ? at::kFloat8_e4m3fn : at::kBFloat16;
+  TORCH_CHECK(k_cache.scalar_type() == kv_dtype && v_cache.scalar_type() == kv_dtype,
+              "paged_attention: K/V caches must both be bf16 or both float8_e4m3fn, got ",
+              k_cache.scalar_type(), " and ", v_cache.scalar_type());
   TORCH_CHECK(fp8 == (k_scale.has_value() && v_scale.has_value()) &&
                   k_scale.has_value() == v_scale.has_value(),
               "paged_attention: k_scale / v_scale are given exactly for fp8 caches");
-  TORCH_CHECK(v_cache.size(0) == k_cache.size(0) && block_size > 0 &&
-                  k_cache.size(0) % block_size == 0,
-              "paged_attention: K/V caches must have the same slots, a multiple of block_size");
+  TORCH_CHECK(block_size > 0, "paged_attention: block_size must be positive");
+  check_kv_cache(k_cache, "paged_attention: k_cache", blocks, hkv, block_size, d,
+                 fp8 ? &*k_scale : nullptr);
+  check_kv_cache(v_cache, "paged_attention: v_cache", blocks, hkv, block_size, d,
+                 fp8 ? &*v_scale : nullptr);
   check_int(block_tables, "block_tables", 2);
   check_int(token_seq, "token_seq", 1);
   check_int(ctx_lens, "ctx_lens", 1);
@@ -231,7 +243,7 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
              ctx_lens.data_ptr<int32_t>(), static_cast<float>(scale),
              reinterpret_cast<uint16_t*>(out.data_ptr()), hq * d};
   if (fp8) attach_fp8_kv(a, k_cache, v_cache, *k_scale, *v_scale);
-  check_paged_indices(a, t_n, block_tables.size(0), k_cache.size(0));
+  check_paged_indices(a, t_n, block_tables.size(0), blocks);
   if (t_n > 0) paged_attention_into(a, t_n);
   return out;
 }
@@ -239,16 +251,20 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
 void kv_write(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& k, const at::Tensor& v,
               const at::Tensor& slot_mapping) {
   const int64_t t_n = k.size(0);
-  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.dim() == 3 &&
-                  k_cache.sizes() == v_cache.sizes() && k_cache.scalar_type() == at::kBFloat16 &&
-                  v_cache.scalar_type() == at::kBFloat16,
-              "kv_write: caches must be contiguous bf16 [S, Hkv, D] of the same shape");
-  const int64_t row = k_cache.size(1) * k_cache.size(2), slots = k_cache.size(0);
+  TORCH_CHECK(k_cache.scalar_type() == at::kBFloat16 && v_cache.scalar_type() == at::kBFloat16 &&
+                  k_cache.dim() == 4,
+              "kv_write: caches must be bf16 [blocks, Hkv, block_size, D], got ",
+              k_cache.scalar_type(), " ", k_cache.sizes());
+  const int64_t blocks = k_cache.size(0), hkv = k_cache.size(1), bs = k_cache.size(2);
+  const int64_t d = k_cache.size(3), slots = blocks * bs;
+  check_kv_cache(k_cache, "kv_write: k_cache", blocks, hkv, bs, d, nullptr);
+  check_kv_cache(v_cache, "kv_write: v_cache", blocks, hkv, bs, d, nullptr);
   for (const at::Tensor* x : {&k, &v}) {
     TORCH_CHECK(x->scalar_type() == at::kBFloat16 && x->dim() == 3 && x->size(0) == t_n &&
-                    x->size(1) * x->size(2) == row && x->stride(2) == 1 &&
-                    x->stride(1) == x->size(2),
-                "kv_write: k/v must be bf16 [T, Hkv, D] with contiguous rows, got ", x->sizes());
+                    x->size(1) == hkv && x->size(2) == d && x->stride(2) == 1 &&
+                    x->stride(1) == d,
+                "kv_write: k/v must be bf16 [T, Hkv=", hkv, ", D=", d,
+                "] with contiguous rows, got ", x->sizes());
   }
   TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.dim() == 1 &&
                   slot_mapping.size(0) == t_n && slot_mapping.is_contiguous(),
@@ -260,8 +276,11 @@ void kv_write(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Te
   const auto* vp = reinterpret_cast<const uint16_t*>(v.data_ptr());
   for (int64_t t = 0; t < t_n; ++t) {
     TORCH_CHECK(sm[t] >= 0 && sm[t] < slots, "kv_write: slot ", sm[t], " outside [0, ", slots, ")");
-    std::memcpy(kc + sm[t] * row, kp + t * k.stride(0), row * 2);
-    std::memcpy(vc + sm[t] * row, vp + t * v.stride(0), row * 2);
+    for (int64_t h = 0; h < hkv; ++h) {
+      const int64_t row = kv_row(sm[t], h, hkv, bs);
+      std::memcpy(kc + row * d, kp + t * k.stride(0) + h * d, d * 2);
+      std::memcpy(vc + row * d, vp + t * v.stride(0) + h * d, d * 2);
+    }
   }
 }
 

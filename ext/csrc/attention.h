@@ -28,10 +28,20 @@ constexpr int64_t kSegment = 128;     // keys per segment, a multiple of kKeyTil
 constexpr int64_t kMaxHeadDim = 256;  // head_dim: a multiple of 32, at most this
 constexpr int64_t kMaxGroup = 16;     // query heads per KV head
 
+// The paged K/V layout every kernel, write and fused op shares: a cache is
+// [num_blocks, Hkv, block_size, D] contiguous (each KV head's rows of a block adjacent, so
+// a head's keys come in runs of block_size rows), its fp8 scales [num_blocks, Hkv,
+// block_size]. A slot is block * block_size + offset; row (slot, h) is
+//   ((block * Hkv + h) * block_size + offset), at element row * D of the cache.
+inline int64_t kv_row(int64_t slot, int64_t h, int64_t hkv, int64_t block_size) {
+  const int64_t b = slot / block_size;
+  return (b * hkv + h) * block_size + (slot - b * block_size);
+}
+
 struct AttnArgs {
   const uint16_t* q;       // bf16, q[t, hq, :] at q + t * q_st + hq * q_sh (unit stride)
   int64_t q_st, q_sh;
-  const uint16_t* k;       // bf16 K cache [slots, hkv, d] contiguous (slot = block * bs + off)
+  const uint16_t* k;       // bf16 K cache [blocks, hkv, block_size, d] (kv_row above)
   const uint16_t* v;       // bf16 V cache, same layout
   int64_t hq, hkv, d, block_size;
   const int32_t* block_tables;  // [C, bt_stride] block ids
@@ -41,9 +51,9 @@ struct AttnArgs {
   float scale;                  // softmax scale, folded into the scores
   uint16_t* out;                // bf16, out[t, hq * d + i] at out + t * out_st + hq * d + i
   int64_t out_st;
-  // FP8 KV (kv_fp8.cpp): when k8 is set, K/V are float8_e4m3fn [slots, hkv, d] (k, v are
-  // then unused) with fp32 dequant scales ks / vs [slots, hkv]:
-  //   K[slot, h, i] = ks[slot * hkv + h] * e4m3(k8[(slot * hkv + h) * d + i]), V likewise.
+  // FP8 KV (kv_fp8.cpp): when k8 is set, K/V are float8_e4m3fn [blocks, hkv, block_size,
+  // d] (k, v are then unused) with fp32 dequant scales ks / vs [blocks, hkv, block_size]:
+  //   K[slot, h, i] = ks[r] * e4m3(k8[r * d + i]), r = kv_row(slot, h), V likewise.
   // Every kernel reads this form, and so does the fused decode stack (decode_team.cpp).
   const uint8_t* k8 = nullptr;
   const uint8_t* v8 = nullptr;
@@ -58,15 +68,22 @@ float quantize_kv_row(const uint16_t* x, int64_t d, float fixed, uint8_t* q);
 // Row (slot, h) of K (value = false) or V as fp32 into out[d]; returns its dequant scale
 // (1 for bf16 caches, so scaling by it changes no bf16 result). kv_fp8.cpp.
 float load_kv_row(const AttnArgs& a, bool value, int64_t slot, int64_t h, float* out);
-// Points a at float8_e4m3fn caches [S, Hkv, D] and their fp32 scales [S, Hkv] after
+// Points a at float8_e4m3fn caches [blocks, Hkv, bs, D] and their fp32 scales [blocks,
+// Hkv, bs] after
 // checking those shapes and dtypes (TORCH_CHECK). kv_fp8.cpp.
 void attach_fp8_kv(AttnArgs& a, const at::Tensor& k_cache, const at::Tensor& v_cache,
                    const at::Tensor& k_scale, const at::Tensor& v_scale);
 
 // Torch-side argument check (attention.cpp; TORCH_CHECK on failure): every block id of
-// block_tables [c_n, bt_stride] lies in [0, slots / block_size), and each of the t_n tokens
-// has token_seq in [0, c_n) and ctx_len in [1, bt_stride * block_size].
-void check_paged_indices(const AttnArgs& a, int64_t t_n, int64_t c_n, int64_t slots);
+// block_tables [c_n, bt_stride] lies in [0, blocks), and each of the t_n tokens has
+// token_seq in [0, c_n) and ctx_len in [1, bt_stride * block_size].
+void check_paged_indices(const AttnArgs& a, int64_t t_n, int64_t c_n, int64_t blocks);
+
+// TORCH_CHECK that c is a contiguous `dtype` cache [blocks, hkv, block_size, d] (`what`
+// names it in the message) and s (when given) its contiguous fp32 scales [blocks, hkv,
+// block_size]. attention.cpp; the writes, paged_attention and the fused decode ops share it.
+void check_kv_cache(const at::Tensor& c, const char* what, int64_t blocks, int64_t hkv,
+                    int64_t block_size, int64_t d, const at::Tensor* s);
 
 // Segments of a context of ctx_len keys.
 inline int64_t num_segments(int64_t ctx_len) { return (ctx_len + kSegment - 1) / kSegment; }

@@ -70,17 +70,17 @@ void tile_scales(const AttnArgs& a, Item& it, const int64_t off[kKeyTile], int64
 }
 
 // Element offsets (into a cache) of the rows of keys [j, j + n) of KV head h: one
-// division per tile, the block walked incrementally.
+// division per tile, the block walked incrementally (rows kv_row(slot, h), attention.h: a
+// head's rows of one block are adjacent).
 void tile_offsets(const AttnArgs& a, const int32_t* bt, int64_t h, int64_t j, int64_t n,
                   int64_t off[kKeyTile]) {
   int64_t b = j / a.block_size, o = j - b * a.block_size;
-  const int64_t row = a.hkv * a.d;
-  int64_t base = int64_t(bt[b]) * a.block_size * row + h * a.d;
+  int64_t base = (int64_t(bt[b]) * a.hkv + h) * a.block_size * a.d;
   for (int64_t jj = 0; jj < n; ++jj) {
-    off[jj] = base + o * row;
+    off[jj] = base + o * a.d;
     if (++o == a.block_size && jj + 1 < n) {
       o = 0;
-      base = int64_t(bt[++b]) * a.block_size * row + h * a.d;
+      base = (int64_t(bt[++b]) * a.hkv + h) * a.block_size * a.d;
     }
   }
 }

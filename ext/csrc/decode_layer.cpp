@@ -16,10 +16,11 @@
 //   dims = [Hq, Hkv, D, I, block_size, gemv_max_m, qkv_bn, qkv_bk, o_bn, o_bk, gu_bn,
 //           gu_bk, down_bn, down_bk]
 //   rope = [cos, sin, q_cos, q_sin] fp32 [P, D/2] contiguous;  positions [T] int64
-//   k_cache / v_cache [S, Hkv, D] bf16 (written), slot_mapping [T] int64, block_tables,
+//   k_cache / v_cache [blocks, Hkv, bs, D] bf16 (written), slot_mapping [T] int64, block_tables,
 //   token_seq, ctx_lens as for paged_attention; or an fp8 cache: k_cache / v_cache
-//   float8_e4m3fn [S, Hkv, D] with k_scale / v_scale fp32 [S, Hkv] and the static scales
-//   (0 = per row), written as kv_write_fp8 writes and read as paged_attention reads them.
+//   float8_e4m3fn [blocks, Hkv, bs, D] with k_scale / v_scale fp32 [blocks, Hkv, bs] and
+//   the static scales (0 = per row), written as kv_write_fp8 writes and read as
+//   paged_attention reads them.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -253,8 +254,8 @@ at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArr
 namespace fp8serve {
 
 // Every layer in one call: weights = L x the 10 of decode_layer, dims = L x its 14,
-// kv [L, 2, num_blocks, block_size, Hkv, D] bf16 contiguous (engine/model/kv_store.py), or
-// float8_e4m3fn with kv_scales [L, 2, num_blocks, block_size, Hkv] fp32 and static_scales
+// kv [L, 2, num_blocks, Hkv, block_size, D] bf16 contiguous (engine/model/kv_store.py), or
+// float8_e4m3fn with kv_scales [L, 2, num_blocks, Hkv, block_size] fp32 and static_scales
 // empty or 2 L floats (layer i's k, v at 2 i, 2 i + 1; 0 = per row).
 at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
                         double eps, at::TensorList rope_tables, const at::Tensor& positions,
@@ -264,23 +265,24 @@ at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArr
   const int64_t layers = kv.dim() == 6 ? kv.size(0) : -1;
   TORCH_CHECK(layers >= 0 && kv.size(1) == 2 && kv.is_contiguous() &&
                   int64_t(weights.size()) == 10 * layers && int64_t(dims.size()) == 14 * layers,
-              "decode_stack: kv must be contiguous [L, 2, blocks, block_size, Hkv, D] with "
+              "decode_stack: kv must be contiguous [L, 2, blocks, Hkv, block_size, D] with "
               "10 L weights and 14 L dims, got kv ", kv.sizes(), ", ", weights.size(),
               " weights, ", dims.size(), " dims");
   TORCH_CHECK(!kv_scales || (kv_scales->dim() == 5 && kv_scales->is_contiguous() &&
                              kv_scales->sizes() == kv.sizes().slice(0, 5)),
-              "decode_stack: kv_scales must be contiguous [L, 2, blocks, block_size, Hkv] = ",
+              "decode_stack: kv_scales must be contiguous [L, 2, blocks, Hkv, block_size] = ",
               kv.sizes().slice(0, 5), ", got ",
               kv_scales ? kv_scales->sizes() : c10::IntArrayRef{});
   TORCH_CHECK(static_scales.empty() || (kv_scales && int64_t(static_scales.size()) == 2 * layers),
               "decode_stack: static_scales needs kv_scales and 2 L = ", 2 * layers,
               " values, got ", static_scales.size());
-  // layer i's K (j = 0) or V (j = 1) cache and scales as [S, Hkv, D] / [S, Hkv]
-  auto cache = [&](int64_t i, int64_t j) { return kv.select(0, i).select(0, j).flatten(0, 1); };
+  // layer i's K (j = 0) or V (j = 1) cache [blocks, Hkv, block_size, D] and its scales
+  // [blocks, Hkv, block_size] (attention.h)
+  auto cache = [&](int64_t i, int64_t j) { return kv.select(0, i).select(0, j); };
   auto fp8_of = [&](int64_t i) -> std::vector<Fp8KvScales> {
     if (!kv_scales) return {};
     const at::Tensor s = kv_scales->select(0, i);
-    return {Fp8KvScales{s.select(0, 0).flatten(0, 1), s.select(0, 1).flatten(0, 1),
+    return {Fp8KvScales{s.select(0, 0), s.select(0, 1),
                         static_scales.empty() ? 0.0 : static_scales[2 * i],
                         static_scales.empty() ? 0.0 : static_scales[2 * i + 1]}};
   };

@@ -113,7 +113,7 @@ AttnArgs attn_args(const Shared& s, const LayerRef& l, uint16_t* out) {
 // rope on q and k of rows r = tid, tid + team, ..., then their K/V rows into the cache.
 void rope_and_store(const Shared& s, const LayerRef& l, int tid, int64_t team) {
   const StepRef& t = s.step;
-  const int64_t half = t.d / 2, row = t.hkv * t.d, ld = qkv_cols(t);
+  const int64_t half = t.d / 2, ld = qkv_cols(t);
   for (int64_t r = tid; r < t.t_n; r += team) {
     uint16_t* qkv = s.qkv + r * ld;
     const int64_t off = t.positions[r] * half;
@@ -124,15 +124,15 @@ void rope_and_store(const Shared& s, const LayerRef& l, int tid, int64_t team) {
     }
     const uint16_t* k = qkv + t.hq * t.d;
     const uint16_t* v = qkv + (t.hq + t.hkv) * t.d;
-    if (l.k8 == nullptr) {
-      std::copy_n(k, row, l.k_cache + t.slots[r] * row);
-      std::copy_n(v, row, l.v_cache + t.slots[r] * row);
-      continue;
-    }
-    for (int64_t h = 0; h < t.hkv; ++h) {  // as kv_write_fp8: one scale per (token, head)
-      const int64_t kv_row = t.slots[r] * t.hkv + h;
-      l.ks[kv_row] = quantize_kv_row(k + h * t.d, t.d, l.k_static, l.k8 + kv_row * t.d);
-      l.vs[kv_row] = quantize_kv_row(v + h * t.d, t.d, l.v_static, l.v8 + kv_row * t.d);
+    for (int64_t h = 0; h < t.hkv; ++h) {  // as kv_write / kv_write_fp8 (attention.h kv_row)
+      const int64_t row = kv_row(t.slots[r], h, t.hkv, t.block_size);
+      if (l.k8 == nullptr) {
+        std::copy_n(k + h * t.d, t.d, l.k_cache + row * t.d);
+        std::copy_n(v + h * t.d, t.d, l.v_cache + row * t.d);
+        continue;
+      }
+      l.ks[row] = quantize_kv_row(k + h * t.d, t.d, l.k_static, l.k8 + row * t.d);
+      l.vs[row] = quantize_kv_row(v + h * t.d, t.d, l.v_static, l.v8 + row * t.d);
     }
   }
 }

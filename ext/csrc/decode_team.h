@@ -41,10 +41,11 @@ struct LayerRef {
   const uint16_t* input_norm;  // bf16 [H]
   const uint16_t* post_norm;   // bf16 [H]
   LinearRef qkv, o, gu, down;  // K = H, Hq*D, H, I (each a multiple of 32)
-  uint16_t* k_cache;           // bf16 [S, Hkv, D] (null for an fp8 cache)
+  uint16_t* k_cache;           // bf16 [blocks, Hkv, bs, D] (null for an fp8 cache)
   uint16_t* v_cache;
-  // FP8 KV (attention.h AttnArgs k8): float8_e4m3fn [S, Hkv, D] codes and fp32 [S, Hkv]
-  // dequant scales, written through quantize_kv_row with the static scales (0 = per row).
+  // FP8 KV (attention.h AttnArgs k8): float8_e4m3fn [blocks, Hkv, bs, D] codes and fp32
+  // [blocks, Hkv, bs] dequant scales, written through quantize_kv_row with the static
+  // scales (0 = per row).
   uint8_t* k8 = nullptr;
   uint8_t* v8 = nullptr;
   float* ks = nullptr;

@@ -25,27 +25,22 @@ LinearRef linear_ref(const at::Tensor& w, const at::Tensor& scale, int64_t n, in
                    n, k, bn, bk, bk ? ceil_div(k, bk) : 0};
 }
 
-void check_cache(const at::Tensor& c, int64_t slots, int64_t hkv, int64_t d,
-                 at::ScalarType dtype) {
-  TORCH_CHECK(c.scalar_type() == dtype && c.is_contiguous() && c.dim() == 3 &&
-                  c.size(0) == slots && c.size(1) == hkv && c.size(2) == d,
-              "decode_layer: K/V caches must be contiguous ", dtype, " [S, Hkv=", hkv,
-              ", D=", d, "] of one size, got ", c.scalar_type(), " ", c.sizes());
-}
-
-void check_scale(const at::Tensor& s, int64_t slots, int64_t hkv) {
-  TORCH_CHECK(s.scalar_type() == at::kFloat && s.is_contiguous() && s.dim() == 2 &&
-                  s.size(0) == slots && s.size(1) == hkv,
-              "decode_layer: fp8 K/V scales must be contiguous fp32 [S=", slots, ", Hkv=",
-              hkv, "], got ", s.scalar_type(), " ", s.sizes());
+// A layer's K or V cache [blocks, Hkv, block_size, D] of `dtype` (and its fp32 scales
+// [blocks, Hkv, block_size] when fp8), attention.h's layout.
+void check_cache(const at::Tensor& c, const at::Tensor* scale, const StepRef& t,
+                 int64_t blocks, at::ScalarType dtype) {
+  TORCH_CHECK(c.scalar_type() == dtype, "decode_layer: K/V caches must be ", dtype, ", got ",
+              c.scalar_type());
+  check_kv_cache(c, "decode_layer: K/V cache", blocks, t.hkv, t.block_size, t.d, scale);
 }
 
 // Every index the step will follow stays inside the cache: the attention indices
 // (attention.h check_paged_indices) and each token's K/V slot.
-void check_index(const StepRef& t, const at::Tensor& bt, int64_t slots) {
+void check_index(const StepRef& t, const at::Tensor& bt, int64_t blocks) {
   const AttnArgs a{nullptr, 0, 0, nullptr, nullptr, t.hq, t.hkv, t.d, t.block_size,
                    t.block_tables, t.bt_stride, t.token_seq, t.ctx_lens, 0.0f, nullptr, 0};
-  check_paged_indices(a, t.t_n, bt.size(0), slots);
+  check_paged_indices(a, t.t_n, bt.size(0), blocks);
+  const int64_t slots = blocks * t.block_size;
   for (int64_t r = 0; r < t.t_n; ++r) {
     TORCH_CHECK(t.slots[r] >= 0 && t.slots[r] < slots, "kv_write: slot ", t.slots[r],
                 " outside [0, ", slots, ")");
@@ -89,8 +84,8 @@ at::Tensor decode_team_op(const at::Tensor& h, const std::vector<at::TensorList>
                           const std::vector<Fp8KvScales>& fp8,
                           const at::Tensor& slot_mapping, at::TensorList index) {
   const StepRef tok = step_ref(h, dims[0], eps, rope_tables, positions, slot_mapping, index);
-  const int64_t slots = k_caches[0].size(0);
-  check_index(tok, index[0], slots);
+  const int64_t blocks = k_caches[0].size(0);
+  check_index(tok, index[0], blocks);
   std::vector<LayerRef> layers;
   for (size_t i = 0; i < weights.size(); ++i) {
     const at::TensorList w = weights[i];
@@ -100,8 +95,9 @@ at::Tensor decode_team_op(const at::Tensor& h, const std::vector<at::TensorList>
     TORCH_CHECK(fp8.empty() || fp8.size() == weights.size(),
                 "decode_layer: fp8 scales for ", fp8.size(), " of ", weights.size(), " layers");
     const at::ScalarType kv_dtype = fp8.empty() ? at::kBFloat16 : at::kFloat8_e4m3fn;
-    check_cache(k_caches[i], slots, tok.hkv, tok.d, kv_dtype);
-    check_cache(v_caches[i], slots, tok.hkv, tok.d, kv_dtype);
+    const Fp8KvScales* sc = fp8.empty() ? nullptr : &fp8[i];
+    check_cache(k_caches[i], sc ? &sc->k_scale : nullptr, tok, blocks, kv_dtype);
+    check_cache(v_caches[i], sc ? &sc->v_scale : nullptr, tok, blocks, kv_dtype);
     const int64_t hid = tok.hid, inter = tok.inter, qd = tok.hq * tok.d;
     LayerRef ref{
         reinterpret_cast<const uint16_t*>(w[0].data_ptr()),
@@ -115,15 +111,12 @@ at::Tensor decode_team_op(const at::Tensor& h, const std::vector<at::TensorList>
       ref.k_cache = reinterpret_cast<uint16_t*>(k_caches[i].data_ptr());
       ref.v_cache = reinterpret_cast<uint16_t*>(v_caches[i].data_ptr());
     } else {
-      const Fp8KvScales& sc = fp8[i];
-      check_scale(sc.k_scale, slots, tok.hkv);
-      check_scale(sc.v_scale, slots, tok.hkv);
       ref.k8 = reinterpret_cast<uint8_t*>(k_caches[i].data_ptr());
       ref.v8 = reinterpret_cast<uint8_t*>(v_caches[i].data_ptr());
-      ref.ks = sc.k_scale.data_ptr<float>();
-      ref.vs = sc.v_scale.data_ptr<float>();
-      ref.k_static = float(sc.k_static);
-      ref.v_static = float(sc.v_static);
+      ref.ks = sc->k_scale.data_ptr<float>();
+      ref.vs = sc->v_scale.data_ptr<float>();
+      ref.k_static = float(sc->k_static);
+      ref.v_static = float(sc->v_static);
     }
     layers.push_back(ref);
   }

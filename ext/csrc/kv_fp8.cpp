@@ -1,8 +1,9 @@
 // FP8 (e4m3) KV cache: the write that quantizes K/V per (token, KV head) and the row loader
 // the portable paged-attention kernel reads them through (attention.h AttnArgs k8/v8).
 //
-//   kv_write_fp8: k, v [T, Hkv, D] bf16 (rows contiguous) -> k_cache / v_cache [S, Hkv, D]
-//       float8_e4m3fn rows slot_mapping [T] int64, k_scale / v_scale [S, Hkv] fp32:
+//   kv_write_fp8: k, v [T, Hkv, D] bf16 (rows contiguous) -> k_cache / v_cache
+//       [blocks, Hkv, block_size, D] float8_e4m3fn rows slot_mapping [T] int64 (attention.h
+//       kv_row), k_scale / v_scale [blocks, Hkv, block_size] fp32:
 //         s = static (> 0: a checkpoint's per-layer k_scale / v_scale) or
 //             amax_i |x[t, h, i]| / 448 (1 when amax < 1e-30)
 //         q[i] = e4m3_rne(clamp(x[t, h, i] / s, -448, 448)),  x ~= s * q
@@ -47,13 +48,10 @@ float bf16_bits_to_f32(uint16_t b) {
 }
 
 void check_fp8_cache(const at::Tensor& c, const at::Tensor& s, const char* op) {
-  TORCH_CHECK(c.scalar_type() == at::kFloat8_e4m3fn && c.dim() == 3 && c.is_contiguous(),
-              op, ": caches must be contiguous float8_e4m3fn [S, Hkv, D], got ",
+  TORCH_CHECK(c.scalar_type() == at::kFloat8_e4m3fn && c.dim() == 4,
+              op, ": caches must be float8_e4m3fn [blocks, Hkv, block_size, D], got ",
               c.scalar_type(), " ", c.sizes());
-  TORCH_CHECK(s.scalar_type() == at::kFloat && s.dim() == 2 && s.is_contiguous() &&
-                  s.size(0) == c.size(0) && s.size(1) == c.size(1),
-              op, ": scales must be contiguous fp32 [S, Hkv] = [", c.size(0), ", ", c.size(1),
-              "], got ", s.scalar_type(), " ", s.sizes());
+  check_kv_cache(c, op, c.size(0), c.size(1), c.size(2), c.size(3), &s);
 }
 
 }  // namespace
@@ -73,7 +71,7 @@ float quantize_kv_row(const uint16_t* x, int64_t d, float fixed, uint8_t* q) {
 }
 
 float load_kv_row(const AttnArgs& a, bool value, int64_t slot, int64_t h, float* out) {
-  const int64_t row = slot * a.hkv + h;
+  const int64_t row = kv_row(slot, h, a.hkv, a.block_size);
   if (a.k8 == nullptr) {
     const uint16_t* r = (value ? a.v : a.k) + row * a.d;
     for (int64_t i = 0; i < a.d; ++i) out[i] = bf16_bits_to_f32(r[i]);
@@ -102,8 +100,8 @@ void kv_write_fp8(const at::Tensor& k_cache, const at::Tensor& v_cache,
   check_fp8_cache(k_cache, k_scale, "kv_write_fp8");
   check_fp8_cache(v_cache, v_scale, "kv_write_fp8");
   TORCH_CHECK(k_cache.sizes() == v_cache.sizes(), "kv_write_fp8: K/V caches differ in shape");
-  const int64_t t_n = k.size(0), hkv = k_cache.size(1), d = k_cache.size(2);
-  const int64_t slots = k_cache.size(0);
+  const int64_t t_n = k.size(0), hkv = k_cache.size(1), bs = k_cache.size(2);
+  const int64_t d = k_cache.size(3), slots = k_cache.size(0) * bs;
   for (const at::Tensor* x : {&k, &v}) {
     TORCH_CHECK(x->scalar_type() == at::kBFloat16 && x->dim() == 3 && x->size(0) == t_n &&
                     x->size(1) == hkv && x->size(2) == d && x->stride(2) == 1 &&
@@ -125,7 +123,7 @@ void kv_write_fp8(const at::Tensor& k_cache, const at::Tensor& v_cache,
     TORCH_CHECK(sm[t] >= 0 && sm[t] < slots, "kv_write_fp8: slot ", sm[t], " outside [0, ",
                 slots, ")");
     for (int64_t h = 0; h < hkv; ++h) {
-      const int64_t row = sm[t] * hkv + h;
+      const int64_t row = kv_row(sm[t], h, hkv, bs);
       ks[row] = quantize_kv_row(kp + t * k.stride(0) + h * d, d, float(k_static), kc + row * d);
       vs[row] = quantize_kv_row(vp + t * v.stride(0) + h * d, d, float(v_static), vc + row * d);
     }

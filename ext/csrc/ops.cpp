@@ -42,25 +42,25 @@ TORCH_LIBRARY(fp8serve, m) {
   // x[M, K] bf16, w_packed [N/16, K, 16] bf16, bias f32 [N]? -> y[M, n] bf16 | f32
   m.def("gemm_bf16_avx2(Tensor x, Tensor w_packed, Tensor? bias, int n, "
         "bool out_fp32=False) -> Tensor");
-  // q [T, Hq, D] bf16, k_cache / v_cache [S, Hkv, D] bf16 (or float8_e4m3fn with
-  // k_scale / v_scale [S, Hkv] fp32), block_tables [C, W] int32, token_seq [T] int32,
+  // q [T, Hq, D] bf16, k_cache / v_cache [blocks, Hkv, bs, D] bf16 (or float8_e4m3fn with
+  // k_scale / v_scale [blocks, Hkv, bs] fp32), block_tables [C, W] int32, token_seq [T] int32,
   // ctx_lens [T] int32 -> [T, Hq * D] bf16 (attention.cpp, kv_fp8.cpp)
   m.def(
       "paged_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
       "Tensor token_seq, Tensor ctx_lens, int block_size, float scale, "
       "Tensor? k_scale=None, Tensor? v_scale=None) -> Tensor");
-  // k, v [T, Hkv, D] bf16 -> float8_e4m3fn k_cache / v_cache [S, Hkv, D] rows slot_mapping
-  // [T] int64 and fp32 k_scale / v_scale [S, Hkv] (static scale if > 0, else per row)
+  // k, v [T, Hkv, D] bf16 -> float8_e4m3fn k_cache / v_cache [blocks, Hkv, bs, D] rows slot_mapping
+  // [T] int64 and fp32 k_scale / v_scale [blocks, Hkv, bs] (static scale if > 0, else per row)
   m.def(
       "kv_write_fp8(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor(c!) k_scale, "
       "Tensor(d!) v_scale, Tensor k, Tensor v, Tensor slot_mapping, float k_static=0., "
       "float v_static=0.) -> ()");
-  // k, v [T, Hkv, D] bf16 -> k_cache / v_cache [S, Hkv, D] rows slot_mapping [T] int64
+  // k, v [T, Hkv, D] bf16 -> k_cache / v_cache [blocks, Hkv, bs, D] rows slot_mapping [T] int64
   m.def(
       "kv_write(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, "
       "Tensor slot_mapping) -> ()");
   // one decoder layer: h [T, H] bf16 -> [T, H] bf16 (decode_layer.cpp); an fp8 cache
-  // comes with its k_scale / v_scale [S, Hkv] fp32 (written) and static scales
+  // comes with its k_scale / v_scale [blocks, Hkv, bs] fp32 (written) and static scales
   m.def(
       "decode_layer(Tensor h, Tensor[] weights, int[] dims, float eps, Tensor[] rope_tables, "
       "Tensor positions, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping, "

@@ -38,8 +38,8 @@ at::Tensor gemm_amx(const at::Tensor& x, const at::Tensor& w_packed, const at::T
                     int64_t block_k);
 at::Tensor gemm_avx2(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,
                      const std::optional<at::Tensor>& bias, int64_t n);
-// paged_attention: q [T, Hq, D] bf16, k_cache / v_cache [S, Hkv, D] bf16 (k_scale /
-//   v_scale none) or float8_e4m3fn (k_scale / v_scale [S, Hkv] fp32 dequant multipliers),
+// paged_attention: q [T, Hq, D] bf16, k_cache / v_cache [blocks, Hkv, bs, D] bf16 (k_scale /
+//   v_scale none) or float8_e4m3fn (k_scale / v_scale [blocks, Hkv, bs] fp32 dequant multipliers),
 //   block_tables [C, W] int32, token_seq [T] int32, ctx_lens [T] int32 -> [T, Hq * D] bf16
 at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
                            const at::Tensor& v_cache, const at::Tensor& block_tables,
@@ -48,19 +48,21 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
                            const std::optional<at::Tensor>& k_scale = std::nullopt,
                            const std::optional<at::Tensor>& v_scale = std::nullopt);
 // kv_write_fp8: k, v [T, Hkv, D] bf16 -> float8_e4m3fn rows slot_mapping [T] int64 of
-//   k_cache / v_cache [S, Hkv, D] and their fp32 scales k_scale / v_scale [S, Hkv]:
+//   k_cache / v_cache [blocks, Hkv, bs, D] and their fp32 scales k_scale / v_scale
+//   [blocks, Hkv, bs]:
 //   s = static scale if > 0, else amax(|x[t, h, :]|) / 448 (1 if amax < 1e-30);
 //   q = e4m3(clamp(x / s, -448, 448)) rounded to nearest even (kv_fp8.cpp)
 void kv_write_fp8(const at::Tensor& k_cache, const at::Tensor& v_cache,
                   const at::Tensor& k_scale, const at::Tensor& v_scale, const at::Tensor& k,
                   const at::Tensor& v, const at::Tensor& slot_mapping, double k_static,
                   double v_static);
-// kv_write: k, v [T, Hkv, D] bf16 -> rows slot_mapping [T] int64 of k_cache / v_cache [S, Hkv, D]
+// kv_write: k, v [T, Hkv, D] bf16 -> rows slot_mapping [T] int64 of k_cache / v_cache
+//   [blocks, Hkv, bs, D]
 void kv_write(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& k,
               const at::Tensor& v, const at::Tensor& slot_mapping);
 // decode_layer: one decoder layer h [T, H] bf16 -> [T, H] bf16 (argument list in
 //   decode_layer.cpp), writing the layer's K/V of the step into k_cache / v_cache (bf16,
-//   or float8_e4m3fn with k_scale / v_scale [S, Hkv] fp32 and the static scales)
+//   or float8_e4m3fn with k_scale / v_scale [blocks, Hkv, bs] fp32 and the static scales)
 at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
                         double eps, at::TensorList rope_tables, const at::Tensor& positions,
                         const at::Tensor& k_cache, const at::Tensor& v_cache,

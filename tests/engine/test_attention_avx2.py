@@ -26,6 +26,7 @@ import torch
 
 import ext
 from engine.model.kv_store import dequantize_kv
+from tests.engine.kv_layout import blocks_of, slots_of
 from tests.ext.support import run_with_isa
 
 LENS = [1, 15, 16, 17, 127, 128, 129, 1030]
@@ -57,14 +58,15 @@ def make_case(ops, hq: int, hkv: int, d: int, lens: list[int], fp8: bool, seed: 
     case = {"q": torch.randn(len(lens), hq, d, generator=g).bfloat16(), "bt": bt,
             "seq": torch.arange(len(lens), dtype=torch.int32),
             "ctx": torch.tensor(lens, dtype=torch.int32), "bs": bs, "scale": d ** -0.5}
-    if fp8:
-        k8 = torch.zeros(k.shape, dtype=torch.float8_e4m3fn)
-        v8, ks, vs = torch.zeros_like(k8), torch.ones(k.shape[:2]), torch.ones(k.shape[:2])
+    if fp8:  # the ops' layout [blocks, hkv, bs, d]; "values" slot-major for the reference
+        k8 = torch.zeros(blocks, hkv, bs, d, dtype=torch.float8_e4m3fn)
+        v8, ks, vs = torch.zeros_like(k8), torch.ones(blocks, hkv, bs), torch.ones(blocks, hkv, bs)
         ops.kv_write_fp8(k8, v8, ks, vs, k, v, torch.arange(k.shape[0]), 0.0, 0.0)
         case.update(kv=(k8, v8), scales=(ks, vs),
-                    values=(dequantize_kv(k8, ks), dequantize_kv(v8, vs)))
+                    values=(slots_of(dequantize_kv(k8, ks)), slots_of(dequantize_kv(v8, vs))))
     else:
-        case.update(kv=(k, v), scales=(), values=(k.float(), v.float()))
+        case.update(kv=(blocks_of(k, bs), blocks_of(v, bs)), scales=(),
+                    values=(k.float(), v.float()))
     return case
 
 
@@ -184,9 +186,9 @@ def test_every_e4m3_code_decodes_as_torch(ops) -> None:
     codes = torch.arange(256, dtype=torch.int32)
     codes = codes[(codes & 0x7F) != 0x7F].to(torch.uint8)  # 254 codes
     codes = torch.cat([codes, torch.zeros(2, dtype=torch.uint8)])  # two rows of 128
-    v8 = codes.view(2, 1, d).repeat(1, hkv, 1).view(torch.float8_e4m3fn)
+    v8 = codes.view(2, 1, 1, d).repeat(1, hkv, 1, 1).view(torch.float8_e4m3fn)  # block_size 1
     k8 = v8.flip(0).contiguous()
-    ks, vs = torch.full((2, hkv), 0.5), torch.full((2, hkv), 0.375)
+    ks, vs = torch.full((2, hkv, 1), 0.5), torch.full((2, hkv, 1), 0.375)
     seq, ctx = torch.zeros(1, dtype=torch.int32), torch.ones(1, dtype=torch.int32)
     q = torch.randn(1, 4, d, generator=torch.Generator().manual_seed(3)).bfloat16()
     for r in range(2):

@@ -22,6 +22,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import ext
 from engine.model.kv_store import dequantize_kv, quantize_kv
+from tests.engine.kv_layout import blocks_of, slots_of
 from tests.engine.test_attention_op import (
     BS,
     HKV,
@@ -51,13 +52,20 @@ def _bf16_kv(rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _fp8_cache(ops, k: torch.Tensor, v: torch.Tensor, static=(0.0, 0.0)):
-    """All rows of bf16 k, v [S, Hkv, D] written in order -> (k8, v8, ks, vs)."""
+    """All rows of bf16 k, v [S, Hkv, D] written to slots 0 .. S - 1 -> (k8, v8, ks, vs)
+    in the ops' layout: [blocks, Hkv, BS, D] e4m3 and [blocks, Hkv, BS] fp32."""
     s = k.shape[0]
-    k8 = torch.zeros(s, HKV, D, dtype=torch.float8_e4m3fn)
+    blocks = -(-s // BS)
+    k8 = torch.zeros(blocks, HKV, BS, D, dtype=torch.float8_e4m3fn)
     v8 = torch.zeros_like(k8)
-    ks, vs = torch.ones(s, HKV), torch.ones(s, HKV)
+    ks, vs = torch.ones(blocks, HKV, BS), torch.ones(blocks, HKV, BS)
     ops.kv_write_fp8(k8, v8, ks, vs, k, v, torch.arange(s), *static)
     return k8, v8, ks, vs
+
+
+def _rows(c: torch.Tensor, n: int) -> torch.Tensor:
+    """The first n slots of a cache (or its scales), slot-major: [n, Hkv(, D)]."""
+    return slots_of(c.view(torch.uint8) if c.dtype == torch.float8_e4m3fn else c)[:n]
 
 
 def test_write_matches_the_reference_quantizer(ops) -> None:
@@ -66,35 +74,38 @@ def test_write_matches_the_reference_quantizer(ops) -> None:
     k8, v8, ks, vs = _fp8_cache(ops, k, v)
     for x, q, s in ((k, k8, ks), (v, v8, vs)):
         rq, rs = quantize_kv(x)
-        assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)
-    assert ks[3, 1] == 1.0 and not k8[3, 1].view(torch.uint8).any()
-    assert float(k8.float().abs().amax()) == 448.0  # each row's amax lands on e4m3's max
-    rel = (dequantize_kv(k8, ks) - k.float()).abs() / k.float().abs().clamp_min(1e-3)
-    assert float(rel[k.float().abs() > ks[..., None] * 2 ** -6].max()) <= 2 ** -4
+        assert torch.equal(_rows(q, 40), rq.view(torch.uint8)) and torch.equal(_rows(s, 40), rs)
+    k8r, ksr = _rows(k8, 40).view(torch.float8_e4m3fn), _rows(ks, 40)
+    assert ksr[3, 1] == 1.0 and not k8r[3, 1].view(torch.uint8).any()
+    assert float(k8r.float().abs().amax()) == 448.0  # each row's amax lands on e4m3's max
+    rel = (dequantize_kv(k8r, ksr) - k.float()).abs() / k.float().abs().clamp_min(1e-3)
+    assert float(rel[k.float().abs() > ksr[..., None] * 2 ** -6].max()) <= 2 ** -4
 
 
 def test_static_scale_is_stored_and_clamps(ops) -> None:
     k, v = _bf16_kv(8, seed=2)
     k8, v8, ks, vs = _fp8_cache(ops, k, v, static=(0.01, 0.5))
-    assert bool((ks == 0.01).all()) and bool((vs == 0.5).all())
+    assert bool((_rows(ks, 8) == 0.01).all()) and bool((_rows(vs, 8) == 0.5).all())
     assert float(k8.float().abs().amax()) == 448.0  # |k| / 0.01 overflows: clamped
     rq, _ = quantize_kv(v, 0.5)
-    assert torch.equal(v8.view(torch.uint8), rq.view(torch.uint8))
+    assert torch.equal(_rows(v8, 8), rq.view(torch.uint8))
 
 
 def test_write_only_touches_named_slots_and_checks_bounds(ops) -> None:
-    k8 = torch.zeros(4 * BS, HKV, D, dtype=torch.float8_e4m3fn)
-    v8, ks, vs = torch.zeros_like(k8), torch.ones(4 * BS, HKV), torch.ones(4 * BS, HKV)
+    k8 = torch.zeros(4, HKV, BS, D, dtype=torch.float8_e4m3fn)
+    v8, ks, vs = torch.zeros_like(k8), torch.ones(4, HKV, BS), torch.ones(4, HKV, BS)
     kv = torch.randn(3, 2 * HKV, D).bfloat16()  # k and v as column slices of one tensor
     slots = torch.tensor([63, 0, 17])
     ops.kv_write_fp8(k8, v8, ks, vs, kv[:, :HKV], kv[:, HKV:], slots)
-    assert int(k8.view(torch.uint8).ne(0).any(dim=(1, 2)).sum()) == 3
+    assert int(_rows(k8, 4 * BS).ne(0).any(dim=(1, 2)).sum()) == 3
     rq, rs = quantize_kv(kv[:, HKV:].contiguous())
-    assert torch.equal(v8[slots].view(torch.uint8), rq.view(torch.uint8))
-    assert torch.equal(vs[slots], rs)
+    assert torch.equal(_rows(v8, 4 * BS)[slots], rq.view(torch.uint8))
+    assert torch.equal(_rows(vs, 4 * BS)[slots], rs)
+    assert torch.equal(vs[63 // BS, :, 63 % BS], rs[0])  # (slot, h) at [slot // BS, h, slot % BS]
     with pytest.raises(RuntimeError, match="slot 64 outside"):
         ops.kv_write_fp8(k8, v8, ks, vs, kv[:1, :HKV], kv[:1, HKV:], torch.tensor([64]))
-    with pytest.raises(RuntimeError, match=r"scales must be contiguous fp32 \[S, Hkv\]"):
+    with pytest.raises(RuntimeError, match=r"scales must be contiguous fp32 \[blocks=4, Hkv=2, "
+                                           r"block_size=16\]"):
         ops.kv_write_fp8(k8, v8, ks[:, :1], vs, kv[:1, :HKV], kv[:1, HKV:], slots[:1])
 
 
@@ -109,7 +120,7 @@ def test_attention_matches_reference_on_dequantized_kv(ops) -> None:
     assert out.shape == (q.shape[0], HQ * D) and out.dtype == torch.bfloat16
     kd, vd = dequantize_kv(k8, ks), dequantize_kv(v8, vs)
     _assert_close(out, _reference(q, kd, vd, bt, seq, ctx))
-    ref16 = _reference(q, k, v, bt, seq, ctx)  # the bf16 K/V the cache was written from
+    ref16 = _reference(q, blocks_of(k, BS), blocks_of(v, BS), bt, seq, ctx)  # the bf16 K/V
     rel = float((out.double() - ref16).norm() / ref16.norm())
     assert rel < 0.08, rel  # measured 0.040 (bf16 K/V: 0.0015)
 
@@ -142,8 +153,8 @@ def test_decode_alone_equals_batched_and_chunked_equals_one_shot(ops) -> None:
 def test_chunked_writes_store_the_same_bytes(ops) -> None:
     k, v = _bf16_kv(50, seed=10)
     whole = _fp8_cache(ops, k, v)
-    parts = [torch.zeros_like(whole[0]), torch.zeros_like(whole[1]), torch.ones(50, HKV),
-             torch.ones(50, HKV)]
+    parts = [torch.zeros_like(whole[0]), torch.zeros_like(whole[1]),
+             torch.ones_like(whole[2]), torch.ones_like(whole[3])]
     for a, b in ((0, 3), (3, 31), (31, 50)):
         ops.kv_write_fp8(*parts, k[a:b], v[a:b], torch.arange(a, b))
     for x, y in zip(whole, parts, strict=True):
@@ -158,23 +169,27 @@ def test_scales_must_come_with_fp8_caches(ops) -> None:
     with pytest.raises(RuntimeError, match="exactly for fp8 caches"):
         ops.paged_attention(q, k8, v8, bt, one, one + 1, BS, 1.0)
     with pytest.raises(RuntimeError, match="exactly for fp8 caches"):
-        ops.paged_attention(q, k, v, bt, one, one + 1, BS, 1.0, ks, vs)
-    with pytest.raises(RuntimeError, match=r"scales must be contiguous fp32 \[S, Hkv\]"):
+        ops.paged_attention(q, blocks_of(k, BS), blocks_of(v, BS), bt, one, one + 1, BS, 1.0,
+                            ks, vs)
+    with pytest.raises(RuntimeError, match=r"scales must be contiguous fp32 \[blocks=1, Hkv=2, "
+                                           r"block_size=16\]"):
         ops.paged_attention(q, k8, v8, bt, one, one + 1, BS, 1.0, ks.double(), vs)
+    with pytest.raises(RuntimeError, match="must both be bf16 or both float8_e4m3fn"):
+        ops.paged_attention(q, k8, blocks_of(v, BS), bt, one, one + 1, BS, 1.0, ks, vs)
 
 
 def test_fake_impls_give_shapes_and_check_scales(ops) -> None:
     with FakeTensorMode():
-        k8 = torch.empty(BS, HKV, D, dtype=torch.float8_e4m3fn)
-        ks = torch.empty(BS, HKV)
+        k8 = torch.empty(1, HKV, BS, D, dtype=torch.float8_e4m3fn)
+        ks = torch.empty(1, HKV, BS)
         q, i1 = torch.empty(3, HQ, D, dtype=torch.bfloat16), torch.empty(3, dtype=torch.int32)
         out = ops.paged_attention(q, k8, k8, torch.empty(1, 1, dtype=torch.int32), i1, i1,
                                   BS, 1.0, ks, ks)
         assert out.shape == (3, HQ * D)
         kv = torch.empty(3, HKV, D, dtype=torch.bfloat16)
         ops.kv_write_fp8(k8, k8, ks, ks, kv, kv, torch.empty(3, dtype=torch.int64))
-        with pytest.raises(Exception, match=r"scales must be fp32 \[S, Hkv\]"):
-            ops.kv_write_fp8(k8, k8, ks[:1], ks, kv, kv, torch.empty(3, dtype=torch.int64))
+        with pytest.raises(Exception, match=r"scales must be fp32 \[blocks, Hkv, block_size\]"):
+            ops.kv_write_fp8(k8, k8, ks[:, :1], ks, kv, kv, torch.empty(3, dtype=torch.int64))
 
 
 def test_every_e4m3_code_is_read_exactly(ops) -> None:
@@ -182,10 +197,11 @@ def test_every_e4m3_code_is_read_exactly(ops) -> None:
     non-NaN codes must come back as its exact value (e4m3 values are exact in bf16)."""
     codes = torch.arange(256, dtype=torch.int32)
     codes[(codes & 0x7F) == 0x7F] = 0  # the NaN codes: writes clamp, never store them
-    v8 = codes.to(torch.uint8).view(256 // D, 1, D).repeat(1, HKV, 1).view(torch.float8_e4m3fn)
+    v8 = codes.to(torch.uint8).view(256 // D, 1, 1, D).repeat(1, HKV, 1, 1)
+    v8 = v8.view(torch.float8_e4m3fn)  # [rows, HKV, block_size 1, D]
     rows = v8.shape[0]
     k8 = torch.zeros_like(v8)
-    ones = torch.ones(rows, HKV)
+    ones = torch.ones(rows, HKV, 1)
     seq, ctx = torch.zeros(1, dtype=torch.int32), torch.ones(1, dtype=torch.int32)
     for r in range(rows):
         bt = torch.tensor([[r]], dtype=torch.int32)

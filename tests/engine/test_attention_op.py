@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import ext
+from tests.engine.kv_layout import blocks_of, slots_of
 from tests.ext.support import assert_tests_pass_under_isa
 
 BS = 16  # block size
@@ -30,10 +31,11 @@ def ops():
 
 
 def _cache(num_blocks: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """K, V caches [num_blocks, HKV, BS, D] bf16 (the ops' layout)."""
     g = torch.Generator().manual_seed(seed)
     k = torch.randn(num_blocks * BS, HKV, D, generator=g).to(torch.bfloat16)
     v = torch.randn(num_blocks * BS, HKV, D, generator=g).to(torch.bfloat16)
-    return k, v
+    return blocks_of(k, BS), blocks_of(v, BS)
 
 
 def _tables(lens: list[int], num_blocks: int, seed: int) -> torch.Tensor:
@@ -50,7 +52,9 @@ def _tables(lens: list[int], num_blocks: int, seed: int) -> torch.Tensor:
 
 
 def _reference(q, k_cache, v_cache, bt, token_seq, ctx_lens, bs: int = BS) -> torch.Tensor:
-    """float64 softmax(q K^T / sqrt(D)) V per token over its first ctx_len keys."""
+    """float64 softmax(q K^T / sqrt(D)) V per token over its first ctx_len keys (caches in
+    the ops' layout, read here slot by slot)."""
+    k_cache, v_cache = slots_of(k_cache), slots_of(v_cache)
     out = torch.empty(q.shape[0], HQ * D, dtype=torch.float64)
     for t in range(q.shape[0]):
         n = int(ctx_lens[t])
@@ -161,8 +165,8 @@ def test_long_single_decode_rows_split_over_threads(ops) -> None:
     bs, lens = 7, [513, 129, 128, 300, 1000, 17]
     blocks = sum(-(-n // bs) for n in lens)
     g = torch.Generator().manual_seed(20)
-    k = torch.randn(blocks * bs, HKV, D, generator=g).bfloat16()
-    v = torch.randn(blocks * bs, HKV, D, generator=g).bfloat16()
+    k = blocks_of(torch.randn(blocks * bs, HKV, D, generator=g).bfloat16(), bs)
+    v = blocks_of(torch.randn(blocks * bs, HKV, D, generator=g).bfloat16(), bs)
     perm = torch.randperm(blocks, generator=g).to(torch.int32)
     width = max(-(-n // bs) for n in lens)
     bt = torch.zeros(len(lens), width, dtype=torch.int32)
@@ -189,15 +193,24 @@ def test_long_single_decode_rows_split_over_threads(ops) -> None:
 
 
 def test_kv_write_fills_the_named_slots(ops) -> None:
-    k_cache = torch.zeros(4 * BS, HKV, D).bfloat16()
-    v_cache = torch.zeros(4 * BS, HKV, D).bfloat16()
+    """Row (slot, h) lands at [slot // BS, h, slot % BS] of a [blocks, HKV, BS, D] cache;
+    nothing else changes."""
+    k_cache = torch.zeros(4, HKV, BS, D).bfloat16()
+    v_cache = torch.zeros(4, HKV, BS, D).bfloat16()
     kv = torch.randn(3, 2 * HKV, D).bfloat16()  # k and v as column slices of one tensor
     slots = torch.tensor([63, 0, 17])
     ops.kv_write(k_cache, v_cache, kv[:, :HKV], kv[:, HKV:], slots)
-    assert torch.equal(k_cache[slots], kv[:, :HKV]) and torch.equal(v_cache[slots], kv[:, HKV:])
-    assert int(k_cache.abs().sum(dim=(1, 2)).ne(0).sum()) == 3
+    for t, slot in enumerate(slots.tolist()):
+        for h in range(HKV):
+            assert torch.equal(k_cache[slot // BS, h, slot % BS], kv[t, h])
+            assert torch.equal(v_cache[slot // BS, h, slot % BS], kv[t, HKV + h])
+    assert int(k_cache.abs().sum(dim=-1).ne(0).sum()) == 3 * HKV
+    assert torch.equal(slots_of(k_cache)[slots], kv[:, :HKV])
     with pytest.raises(RuntimeError, match="slot 64 outside"):
         ops.kv_write(k_cache, v_cache, kv[:1, :HKV], kv[:1, HKV:], torch.tensor([64]))
+    with pytest.raises(RuntimeError, match=r"caches must be bf16 \[blocks, Hkv, block_size, D\]"):
+        ops.kv_write(slots_of(k_cache), slots_of(v_cache), kv[:1, :HKV], kv[:1, HKV:],
+                     slots[:1])
 
 
 def test_bad_indices_and_shapes_are_rejected(ops) -> None:
@@ -212,6 +225,15 @@ def test_bad_indices_and_shapes_are_rejected(ops) -> None:
                             torch.tensor([BS + 1], dtype=torch.int32), BS, 1.0)
     with pytest.raises(RuntimeError, match="block_tables must be a contiguous 2-D int32"):
         ops.paged_attention(q, k, v, torch.tensor([[1]]), one, one + 1, BS, 1.0)
+    bt = torch.tensor([[1]], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match=r"k_cache must be \[blocks, Hkv, block_size, D\]"):
+        ops.paged_attention(q, slots_of(k), slots_of(v), bt, one, one + 1, BS, 1.0)
+    with pytest.raises(RuntimeError, match=r"k_cache must be a contiguous cache \[blocks=2, "
+                                           r"Hkv=2, block_size=8, D=64\]"):
+        ops.paged_attention(q, k, v, bt, one, one + 1, BS // 2, 1.0)  # block_size != dim 2
+    with pytest.raises(RuntimeError, match="must be a contiguous cache"):
+        ops.paged_attention(q, k.transpose(1, 2).contiguous().transpose(1, 2), v, bt, one,
+                            one + 1, BS, 1.0)
 
 
 def test_portable_kernel_below_avx512(ops) -> None:

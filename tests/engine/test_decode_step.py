@@ -294,5 +294,5 @@ def test_fp8_kv_layers_fuse_and_match_the_python_layers(weights) -> None:
     nxt = SeqChunk(0, (int(a.argmax()),), 14, tuple(range(5)))
     assert logit_error(fused.run(BatchInputs((nxt,))), py.run(BatchInputs((nxt,)))) < 4e-2
     written = torch.arange(15)  # slots 0 .. 14 of blocks 0 .. 3 (block size 4)
-    scales = fused.kv.scales.flatten(2, 3)[:, :, written]
+    scales = fused.kv.scales.transpose(3, 4).flatten(2, 3)[:, :, written]  # [L, 2, 15, Hkv]
     assert bool((scales != 1.0).all())  # every written row got its own amax / 448

@@ -26,6 +26,7 @@ from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.kv.block_hash import root_hash
 from engine.loader import load_weights
 from engine.model.kv_store import KV_FP8, bytes_per_block
+from tests.engine.kv_layout import slots_of
 from tests.engine.test_model_parity import PROMPT
 from tests.engine.test_model_support import (
     hf_logits,
@@ -197,7 +198,9 @@ def test_checkpoint_static_kv_scales_are_honoured(tiny_checkpoint, tmp_path: Pat
     used = torch.arange(3 * 4, 3 * 4 + 9)
     for i, (ks, vs) in enumerate(weights.kv_scales):
         k_scale, v_scale = runner.kv.layer(i).k_scale, runner.kv.layer(i).v_scale
+        k_scale, v_scale = slots_of(k_scale), slots_of(v_scale)  # [slots, Hkv]
         assert bool((k_scale[used] == ks).all()) and bool((v_scale[used] == vs).all())
+        assert bool((k_scale[:12] == 1.0).all())  # blocks 0 .. 2: never written
     assert make_runner(weights).kv.scales is None  # a bf16 cache ignores them
 
 

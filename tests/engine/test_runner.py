@@ -120,7 +120,7 @@ def test_kv_store_sizing(weights) -> None:
     assert runner.kv_bytes_per_block == per_block == bytes_per_block(c, 8)
     assert runner.num_kv_blocks == (2**30 // 1000) // per_block
     assert runner.block_size == 8
-    assert runner.kv.kv.shape == (c.num_layers, 2, runner.num_kv_blocks, 8, c.num_kv_heads,
+    assert runner.kv.kv.shape == (c.num_layers, 2, runner.num_kv_blocks, c.num_kv_heads, 8,
                                   c.head_dim)
     with pytest.raises(ValueError, match="holds no KV block"):
         make_runner(weights, kv_cache_gib=1e-7)
