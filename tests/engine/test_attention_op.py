@@ -213,6 +213,24 @@ def test_kv_write_fills_the_named_slots(ops) -> None:
                      slots[:1])
 
 
+def test_torch_reference_rows_match_the_op_layout(ops) -> None:
+    """kv_store's torch twins (LayerKV.scatter / gather, kv_rows) put and find each
+    (slot, head) row where kv_write does, for a block size that is not a power of two."""
+    from engine.model.kv_store import LayerKV
+
+    bs, blocks = 5, 6
+    kv = torch.randn(7, 2 * HKV, D).bfloat16()
+    slots = torch.tensor([29, 0, 4, 5, 17, 12, 24])
+    op = LayerKV(*(torch.zeros(blocks, HKV, bs, D).bfloat16() for _ in range(2)))
+    ref = LayerKV(*(torch.zeros(blocks, HKV, bs, D).bfloat16() for _ in range(2)))
+    ops.kv_write(op.k, op.v, kv[:, :HKV], kv[:, HKV:], slots)
+    ref.scatter(slots, kv[:, :HKV], kv[:, HKV:])
+    assert torch.equal(op.k, ref.k) and torch.equal(op.v, ref.v)
+    k, v = op.gather(slots)
+    assert torch.equal(k, kv[:, :HKV]) and torch.equal(v, kv[:, HKV:])
+    assert torch.equal(slots_of(op.k)[slots], kv[:, :HKV])
+
+
 def test_bad_indices_and_shapes_are_rejected(ops) -> None:
     k, v = _cache(2, seed=15)
     q = _q(1, seed=16)
