@@ -117,9 +117,10 @@ def paged_attention(q, k_cache, v_cache, block_tables, token_seq, ctx_lens, bloc
     torch._check(q.dim() == 3 and q.dtype == torch.bfloat16,
                  lambda: f"paged_attention: q must be bf16 [T, Hq, D], got {tuple(q.shape)}")
     torch._check(k_cache.dim() == 4 and k_cache.shape[2] == block_size
-                 and k_cache.shape[3] == q.shape[2],
-                 lambda: f"paged_attention: k_cache must be [blocks, Hkv, block_size, D], got "
-                         f"{tuple(k_cache.shape)}")
+                 and k_cache.shape[3] == q.shape[2]
+                 and tuple(v_cache.shape) == tuple(k_cache.shape),
+                 lambda: f"paged_attention: k_cache / v_cache must be [blocks, Hkv, block_size, "
+                         f"D], got {tuple(k_cache.shape)} / {tuple(v_cache.shape)}")
     torch._check(block_tables.dim() == 2 and block_tables.dtype == torch.int32,
                  lambda: "paged_attention: block_tables must be int32 [C, W]")
     fp8 = k_cache.dtype == torch.float8_e4m3fn
@@ -127,6 +128,7 @@ def paged_attention(q, k_cache, v_cache, block_tables, token_seq, ctx_lens, bloc
                  lambda: "paged_attention: k_scale / v_scale are given exactly for fp8 caches")
     if fp8:
         _check_kv_scales(k_cache, k_scale, "paged_attention")
+        _check_kv_scales(v_cache, v_scale, "paged_attention")
     return q.new_empty((q.shape[0], q.shape[1] * q.shape[2]))
 
 
@@ -150,22 +152,40 @@ def kv_write_fp8(k_cache, v_cache, k_scale, v_scale, k, v, slot_mapping, k_stati
 
 
 def kv_write(k_cache, v_cache, k, v, slot_mapping):
-    torch._check(k_cache.dim() == 4,
+    torch._check(k_cache.dim() == 4 and k_cache.dtype == torch.bfloat16
+                 and tuple(v_cache.shape) == tuple(k_cache.shape),
                  lambda: "kv_write: caches must be bf16 [blocks, Hkv, block_size, D]")
-    torch._check(k.dim() == 3 and k.shape[0] == slot_mapping.shape[0],
-                 lambda: "kv_write: k must be [T, Hkv, D] with slot_mapping [T]")
+    for x in (k, v):
+        torch._check(x.dim() == 3 and x.shape[0] == slot_mapping.shape[0]
+                     and x.shape[1] == k_cache.shape[1] and x.shape[2] == k_cache.shape[3],
+                     lambda: f"kv_write: k/v must be [T, Hkv, D] = [T, {k_cache.shape[1]}, "
+                             f"{k_cache.shape[3]}] with slot_mapping [T]")
 
 
 def decode_layer(h, weights, dims, eps, rope_tables, positions, k_cache, v_cache,
-                 slot_mapping, index):
+                 slot_mapping, index, k_scale=None, v_scale=None, k_static=0.0, v_static=0.0):
     torch._check(h.dim() == 2 and h.dtype == torch.bfloat16,
                  lambda: f"decode_layer: h must be bf16 [T, H], got {tuple(h.shape)}")
+    torch._check(k_cache.dim() == 4 and tuple(v_cache.shape) == tuple(k_cache.shape),
+                 lambda: "decode_layer: K/V caches must be [blocks, Hkv, block_size, D]")
+    torch._check((k_scale is None) == (v_scale is None),
+                 lambda: "decode_layer: pass both k_scale and v_scale (an fp8 cache) or neither")
+    if k_scale is not None:
+        _check_kv_scales(k_cache, k_scale, "decode_layer")
+        _check_kv_scales(v_cache, v_scale, "decode_layer")
     return torch.empty_like(h)
 
 
-def decode_stack(h, weights, dims, eps, rope_tables, positions, kv, slot_mapping, index):
+def decode_stack(h, weights, dims, eps, rope_tables, positions, kv, slot_mapping, index,
+                 kv_scales=None, static_scales=()):
     torch._check(h.dim() == 2 and h.dtype == torch.bfloat16,
                  lambda: f"decode_stack: h must be bf16 [T, H], got {tuple(h.shape)}")
+    torch._check(kv.dim() == 6 and kv.shape[1] == 2,
+                 lambda: f"decode_stack: kv must be [L, 2, blocks, Hkv, block_size, D], got "
+                         f"{tuple(kv.shape)}")
+    torch._check(kv_scales is None or tuple(kv_scales.shape) == tuple(kv.shape[:5]),
+                 lambda: f"decode_stack: kv_scales must be [L, 2, blocks, Hkv, block_size] = "
+                         f"{tuple(kv.shape[:5])}")
     return torch.empty_like(h)
 
 

@@ -98,9 +98,9 @@ class FusedDecodeLayer:
         dims = list(self.dims)
         dims[4] = p.block_size
         rope = [tables.cos, tables.sin, tables.q_cos, tables.q_sin]
-        fp8 = isinstance(cache, LayerKV) and cache.fp8  # a bare (k, v) pair is bf16
+        fp8 = cache.fp8
         return torch.ops.fp8serve.decode_layer(
-            h, list(self.weights), dims, self.eps, rope, meta.positions, cache[0], cache[1],
+            h, list(self.weights), dims, self.eps, rope, meta.positions, cache.k, cache.v,
             meta.slot_mapping, [p.block_tables, p.token_seq, p.ctx_lens],
             cache.k_scale if fp8 else None, cache.v_scale if fp8 else None,
             cache.k_static if fp8 else 0.0, cache.v_static if fp8 else 0.0)

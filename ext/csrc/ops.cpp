@@ -66,8 +66,8 @@ TORCH_LIBRARY(fp8serve, m) {
       "Tensor positions, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping, "
       "Tensor[] index, Tensor(c!)? k_scale=None, Tensor(d!)? v_scale=None, "
       "float k_static=0., float v_static=0.) -> Tensor");
-  // all decoder layers: h [T, H] bf16 -> [T, H] bf16, kv [L, 2, blocks, bs, Hkv, D] written
-  // (fp8: with kv_scales [L, 2, blocks, bs, Hkv] fp32, written, and 2 L static scales)
+  // all decoder layers: h [T, H] bf16 -> [T, H] bf16, kv [L, 2, blocks, Hkv, bs, D] written
+  // (fp8: with kv_scales [L, 2, blocks, Hkv, bs] fp32, written, and 2 L static scales)
   m.def(
       "decode_stack(Tensor h, Tensor[] weights, int[] dims, float eps, Tensor[] rope_tables, "
       "Tensor positions, Tensor(a!) kv, Tensor slot_mapping, Tensor[] index, "

@@ -70,8 +70,8 @@ at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArr
                         const std::optional<at::Tensor>& k_scale = std::nullopt,
                         const std::optional<at::Tensor>& v_scale = std::nullopt,
                         double k_static = 0.0, double v_static = 0.0);
-// decode_stack: every layer's decode_layer in one call, kv [L, 2, blocks, bs, Hkv, D] bf16,
-//   or float8_e4m3fn with kv_scales [L, 2, blocks, bs, Hkv] fp32 (+ 2 L static scales)
+// decode_stack: every layer's decode_layer in one call, kv [L, 2, blocks, Hkv, bs, D] bf16,
+//   or float8_e4m3fn with kv_scales [L, 2, blocks, Hkv, bs] fp32 (+ 2 L static scales)
 at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
                         double eps, at::TensorList rope_tables, const at::Tensor& positions,
                         const at::Tensor& kv, const at::Tensor& slot_mapping,

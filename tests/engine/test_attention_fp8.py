@@ -190,6 +190,21 @@ def test_fake_impls_give_shapes_and_check_scales(ops) -> None:
         ops.kv_write_fp8(k8, k8, ks, ks, kv, kv, torch.empty(3, dtype=torch.int64))
         with pytest.raises(Exception, match=r"scales must be fp32 \[blocks, Hkv, block_size\]"):
             ops.kv_write_fp8(k8, k8, ks[:, :1], ks, kv, kv, torch.empty(3, dtype=torch.int64))
+        kb = torch.empty(1, HKV, BS, D, dtype=torch.bfloat16)
+        ops.kv_write(kb, kb, kv, kv, torch.empty(3, dtype=torch.int64))
+        with pytest.raises(Exception, match=r"k/v must be \[T, Hkv, D\] = \[T, 2, 64\]"):
+            ops.kv_write(kb, kb, kv[:, :1], kv, torch.empty(3, dtype=torch.int64))
+        with pytest.raises(Exception, match="k_cache / v_cache must be"):
+            ops.paged_attention(q, k8, k8[:, :1], torch.empty(1, 1, dtype=torch.int32), i1, i1,
+                                BS, 1.0, ks, ks)
+        h = torch.empty(3, 32, dtype=torch.bfloat16)
+        stack = torch.empty(2, 2, 1, HKV, BS, D, dtype=torch.float8_e4m3fn)
+        scales = torch.empty(2, 2, 1, HKV, BS)
+        assert ops.decode_stack(h, [], [], 1e-5, [], i1, stack, i1, [], scales,
+                                [0.0] * 4).shape == h.shape
+        with pytest.raises(Exception, match=r"kv_scales must be \[L, 2, blocks, Hkv, block_size\]"):
+            ops.decode_stack(h, [], [], 1e-5, [], i1, stack, i1, [], scales[:, :, :, :1])
+        assert ops.decode_layer(h, [], [], 1e-5, [], i1, k8, k8, i1, [], ks, ks).shape == h.shape
 
 
 def test_every_e4m3_code_is_read_exactly(ops) -> None:
