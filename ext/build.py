@@ -59,7 +59,7 @@ SOURCE_NAMES = (
 )
 HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h", "avx512_kernels.inc", "gemm.h", "attention.h",
                 "decode_layer.h", "decode_team.h", "decode_team_op.h", "avx512_math.inc",
-                "avx2_gemm.inc", "avx2_math.inc", "tile_sched.h")
+                "avx2_gemm.inc", "avx2_math.inc", "tile_sched.h", "tile_prefetch.inc")
 BASE_CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno", "-Wall", "-Wno-unused-function", "-Wno-psabi")
 
 

@@ -79,33 +79,17 @@ void fill_tile(const AttnArgs& a, const int32_t* bt, int64_t h, int64_t j, int64
   }
 }
 
-// Software prefetch of the next tile's K and V rows, spread over the current tile's work:
-// a few keys after each block of scores and each column chunk of P V, the rest at the
-// end. A tile is 128 lines at d = 128 bf16, far more than the L1 miss buffers hold: issued
-// in one burst (as before), the prefetches stalled the loads and arithmetic behind them,
-// and the kernel's DRAM reads and compute did not overlap. Measured on Zen 2, one row x
-// 16384 keys of the 8B shape (8 KV heads, G = 4, d = 128), 2 threads: 11.9 ms in a burst,
-// 5.4-5.8 ms spread (with the head-major blocks of attention.h; 10.6 ms spread over the
-// old token-major rows).
+// Next-tile prefetches (tile_prefetch.inc) into L1, spread over the current tile's work:
+// one key after each block of scores and two after each column chunk of P V, the rest at
+// the end. Issued in one burst before the tile (as before), 128 lines at d = 128 bf16
+// stalled the loads and arithmetic behind them, and the kernel's DRAM reads and compute did
+// not overlap. Measured on Zen 2, one row x 16384 keys of the 8B shape (8 KV heads, G = 4,
+// d = 128), 2 threads: 11.9 ms in a burst, 5.4-5.8 ms spread (with the head-major blocks
+// of attention.h; 10.6 ms spread over the old token-major rows).
+#include "tile_prefetch.inc"
+
 template <typename T>
-struct TilePrefetch {
-  const T* k;
-  const T* v;
-  int64_t d;
-  const int64_t* off;  // the next tile's row offsets
-  int64_t n, done;     // its keys, and how many are prefetched
-  void keys(int64_t count) {
-    const int64_t end = done + count < n ? done + count : n;
-    for (; done < end; ++done) {
-      const char* kr = reinterpret_cast<const char*>(k + off[done]);
-      const char* vr = reinterpret_cast<const char*>(v + off[done]);
-      for (int64_t b = 0; b < d * int64_t(sizeof(T)); b += 64) {
-        _mm_prefetch(kr + b, _MM_HINT_T0);
-        _mm_prefetch(vr + b, _MM_HINT_T0);
-      }
-    }
-  }
-};
+using Prefetch = TilePrefetch<T, _MM_HINT_T0>;
 
 // dv[g][jj] = the 8 lane sums of q[g0 + g] * k16[jj] for GB heads and keys jj in
 // [j, j + KB): each a fma chain over d in order from zero (compile-time bounds keep the
@@ -132,7 +116,7 @@ void dots_fixed(const QRows& q, int64_t g0, const T* const kr[kKeyTile], int64_t
 // One next-tile key prefetched after each KB keys.
 template <int GB, typename T>
 void dots_heads(const QRows& q, int64_t g0, const T* const kr[kKeyTile], int64_t n,
-                int64_t d, __m256 dv[kMaxGroup][kKeyTile], TilePrefetch<T>& pf) {
+                int64_t d, __m256 dv[kMaxGroup][kKeyTile], Prefetch<T>& pf) {
   constexpr int KB = GB == 1 ? 8 : (GB == 2 ? 4 : 2);  // GB x KB = 8 or 6 fma chains
   for (int64_t j = 0; j < n; j += KB) {
     dots_fixed<GB, KB>(q, g0, kr, j, d, dv);
@@ -143,7 +127,7 @@ void dots_heads(const QRows& q, int64_t g0, const T* const kr[kKeyTile], int64_t
 // s[g][jj] = (dot * ks'[jj]) * scale for the tile's keys (lanes past n: 0 or a zero row's).
 template <typename T>
 void scores(const AttnArgs& a, Item& it, int64_t g_n, const QRows& q, const T* k,
-            const Tile& tl, TilePrefetch<T>& pf) {
+            const Tile& tl, Prefetch<T>& pf) {
   __m256 dv[kMaxGroup][kKeyTile];
   const T* kr[kKeyTile];
   const T* zero = reinterpret_cast<const T*>(kZeroRow);
@@ -226,7 +210,7 @@ void pv_fixed(Item& it, int64_t g0, const T* v, const Tile& tl, int64_t c0) {
 // Two next-tile keys prefetched after each chunk.
 template <int GB, typename T>
 void pv_heads(Item& it, int64_t g0, const T* v, const Tile& tl, int64_t d,
-              TilePrefetch<T>& pf) {
+              Prefetch<T>& pf) {
   constexpr int NC = GB == 1 ? 8 : (GB == 2 ? 4 : 2);
   if (NC == 8 && d % 64 != 0) {
     for (int64_t c0 = 0; c0 < d; c0 += 32) {
@@ -243,7 +227,7 @@ void pv_heads(Item& it, int64_t g0, const T* v, const Tile& tl, int64_t d,
 
 template <typename T>
 void accumulate_v(Item& it, int64_t g_n, const T* v, const Tile& tl, int64_t d,
-                  TilePrefetch<T>& pf) {
+                  Prefetch<T>& pf) {
   for (int64_t g0 = 0; g0 < g_n; g0 += 4) {
     switch (g_n - g0 < 4 ? g_n - g0 : 4) {
       case 1: pv_heads<1>(it, g0, v, tl, d, pf); break;
@@ -283,7 +267,7 @@ void segment_typed(const AttnArgs& a, Item& it, const QRows& q, int64_t t, int64
     if (j_next < j1) {
       fill_tile(a, bt, h, j_next, j1 - j_next < kKeyTile ? j1 - j_next : kKeyTile, next);
     }
-    TilePrefetch<T> pf{k, v, a.d, next.off, next.n, 0};
+    Prefetch<T> pf{k, v, a.d, next.off, next.n, 0};
     scores(a, it, g_n, q, k, cur, pf);
     softmax_tile(it, g_n, cur, a.d);
     accumulate_v(it, g_n, v, cur, a.d, pf);

@@ -85,32 +85,15 @@ void tile_offsets(const AttnArgs& a, const int32_t* bt, int64_t h, int64_t j, in
   }
 }
 
-// Software prefetch of the next tile's K and V rows, into L2 (T1): rows are scattered over
-// blocks, so the hardware prefetcher sees no stream. A tile is 64 lines at d = 64 (128 at
-// d = 128), more than the L1 miss buffers hold, so the prefetches are spread over the
-// current tile's work in slices of a few keys (after each query head's scores, the rest
-// before P V) instead of one burst that stalls the loads behind it. Measured on Zen 5 with
-// the KV in DRAM, against one burst per tile: 16 rows x 160 keys of the demo model's 30
-// layers 3.8-4.4 vs 4.5-5.0 ms; one row x 4096 keys of the 8B shape's 34 layers 32 vs 34 ms.
+// Next-tile prefetches (tile_prefetch.inc) into L2 (T1), spread over the current tile's
+// work in slices of a few keys (after each query head's scores, the rest before P V)
+// instead of one burst that stalls the loads behind it. Measured on Zen 5 with the KV in
+// DRAM, against one burst per tile: 16 rows x 160 keys of the demo model's 30 layers
+// 3.8-4.4 vs 4.5-5.0 ms; one row x 4096 keys of the 8B shape's 34 layers 32 vs 34 ms.
+#include "tile_prefetch.inc"
+
 template <typename T>
-struct TilePrefetch {
-  const T* k;
-  const T* v;
-  int64_t d;
-  const int64_t* off;  // the next tile's row offsets
-  int64_t n, done;     // its keys, and how many are prefetched
-  void keys(int64_t count) {
-    const int64_t end = done + count < n ? done + count : n;
-    for (; done < end; ++done) {
-      const char* kr = reinterpret_cast<const char*>(k + off[done]);
-      const char* vr = reinterpret_cast<const char*>(v + off[done]);
-      for (int64_t b = 0; b < d * int64_t(sizeof(T)); b += 64) {
-        _mm_prefetch(kr + b, _MM_HINT_T1);
-        _mm_prefetch(vr + b, _MM_HINT_T1);
-      }
-    }
-  }
-};
+using Prefetch = TilePrefetch<T, _MM_HINT_T1>;
 
 // v[j] = sum of the 16 lanes of x[j], j < 16 (a fixed shuffle tree: within 128-bit lanes,
 // then across them).
@@ -139,7 +122,7 @@ alignas(64) const uint16_t kZeroRow[kMaxHeadDim] = {};
 // FP8: the dot is scaled by ks' first.
 template <typename T>
 void scores(const AttnArgs& a, Item& it, int64_t g_n, const int64_t off[kKeyTile], int64_t n,
-            const uint16_t* q, const T* k, TilePrefetch<T>& pf) {
+            const uint16_t* q, const T* k, Prefetch<T>& pf) {
   const int64_t slice = (pf.n + g_n) / (g_n + 1);  // g_n + 1 slices: the last in accumulate_v
   const T* kr[kKeyTile];
   const T* zero = reinterpret_cast<const T*>(kZeroRow);
@@ -271,7 +254,7 @@ void segment_typed(const AttnArgs& a, Item& it, int64_t t, int64_t h, int64_t j0
     const int64_t j_next = j + kKeyTile;
     const int64_t n_next = j_next >= j1 ? 0 : (j1 - j_next < kKeyTile ? j1 - j_next : kKeyTile);
     if (n_next > 0) tile_offsets(a, bt, h, j_next, n_next, next);
-    TilePrefetch<T> pf{k, v, a.d, next, n_next, 0};
+    Prefetch<T> pf{k, v, a.d, next, n_next, 0};
     if (kFp8) tile_scales(a, it, cur, n);
     scores(a, it, g_n, cur, n, q, k, pf);
     softmax_tile(it, g_n, n, a.d, kFp8);
