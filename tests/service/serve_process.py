@@ -7,6 +7,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -48,3 +50,22 @@ def stop_server(server: dict) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.wait()
+
+
+@contextmanager
+def server_pair(model: Path, on_args: tuple[str, ...],
+                off_args: tuple[str, ...]) -> Iterator[tuple[dict, dict]]:
+    """Two servers on ``model``, the path under test (``on_args``) and the plain one
+    (``off_args``), started in turn; both are stopped on exit, and ``on`` also when the
+    second fails to start."""
+    on = start_server(model, *on_args)
+    try:
+        off = start_server(model, *off_args)
+    except BaseException:
+        stop_server(on)
+        raise
+    try:
+        yield on, off
+    finally:
+        stop_server(on)
+        stop_server(off)

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.service.serve_process import start_server, stop_server
+from tests.service.serve_process import server_pair
 from tests.service.test_e2e_prefix_cache import HEADERS, KEY, answer, cached, ids, metric
 
 BLOCK = 16
@@ -28,16 +28,9 @@ def servers(tiny_checkpoint):
     # fp8 blocks of 16 tokens: 2 layers x 2 (K, V) x 2 KV heads x (64 codes + 4 scale
     # bytes) x 16 = 8704 bytes; 0.0003 GiB holds 37 blocks (592 tokens), fewer than 8
     # streams of 88 prompt + 40 generated tokens need, so some are preempted
-    on = start_server(model, *common, "--kv-cache-gib", "0.0003")
-    try:
-        off = start_server(model, *common, "--kv-cache-gib", "0.05",
-                           "--no-enable-prefix-caching")
-    except BaseException:
-        stop_server(on)
-        raise
-    yield on, off
-    stop_server(on)
-    stop_server(off)
+    with server_pair(model, (*common, "--kv-cache-gib", "0.0003"),
+                     (*common, "--kv-cache-gib", "0.05", "--no-enable-prefix-caching")) as pair:
+        yield pair
 
 
 def complete(srv: dict, prompt: list[int], max_tokens: int = 8) -> dict:

@@ -16,7 +16,7 @@ import re
 import httpx
 import pytest
 
-from tests.service.serve_process import start_server, stop_server
+from tests.service.serve_process import server_pair
 
 KEY = "k"
 BLOCK = 16
@@ -30,16 +30,9 @@ def servers(tiny_checkpoint):
               "--served-model-name", "tiny", "--max-num-batched-tokens", "256")
     # 0.0006 GiB of 16 KiB blocks (2 layers x 2 KV heads x 64 x bf16 x 16 tokens): 39
     # blocks, 624 tokens: a few prompts evict each other and 8 streams preempt
-    on = start_server(model, *common, "--kv-cache-gib", "0.0006")
-    try:
-        off = start_server(model, *common, "--kv-cache-gib", "0.05",
-                           "--no-enable-prefix-caching")
-    except BaseException:
-        stop_server(on)
-        raise
-    yield on, off
-    stop_server(on)
-    stop_server(off)
+    with server_pair(model, (*common, "--kv-cache-gib", "0.0006"),
+                     (*common, "--kv-cache-gib", "0.05", "--no-enable-prefix-caching")) as pair:
+        yield pair
 
 
 def ids(n: int, seed: int) -> list[int]:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from engine.demo_model import ensure_demo_model
-from tests.service.serve_process import start_server, stop_server
+from tests.service.serve_process import server_pair
 
 SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
         "prompt_lookup_min": 2}
@@ -37,15 +37,9 @@ def servers():
     model = ensure_demo_model()
     common = ("--max-model-len", "1024", "--max-num-seqs", "16", "--served-model-name",
               "demo", "--kv-cache-gib", "0.25")
-    on = start_server(model, *common, "--speculative-config", json.dumps(SPEC))
-    try:
-        off = start_server(model, *common)
-    except BaseException:
-        stop_server(on)
-        raise
-    yield on, off
-    stop_server(on)
-    stop_server(off)
+    with server_pair(model, (*common, "--speculative-config", json.dumps(SPEC)),
+                     common) as pair:
+        yield pair
 
 
 def complete(srv: dict, prompt: str, **kw) -> dict:
