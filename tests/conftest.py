@@ -40,3 +40,9 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
         return cache[key]
 
     return make
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    from tests.skip_report import terminal_summary
+
+    terminal_summary(terminalreporter, config)

@@ -97,7 +97,9 @@ def test_bf16_linear_routes_to_the_kernel_when_supported():
     assert torch.equal(fast(x), Bf16Gemm.prepare(w)(x))
     assert torch.equal(fast.fp32(x), Bf16Gemm.prepare(w)(x, out_fp32=True))
     assert fast.weight.data_ptr() == w.data_ptr()  # a tied embedding is not copied
-    slow = Bf16Linear("lm_head", w, fake_hw(*AVX2_HOST))
+    # AVX2 without FMA/F16C: neither C++ kernel (an AVX2_HOST takes bf16_avx2, whose
+    # routing tests/kernels/test_bf16_gemm_avx2.py checks)
+    slow = Bf16Linear("lm_head", w, fake_hw("avx2"))
     assert slow.kernel_id == "torch_mm" and "avx512" in (slow.reason or "")
     assert slow.gemm() is None and torch.equal(slow(x), torch.mm(x, w.t()))
     _assert_close(fast(x), x.float() @ w.float().t())

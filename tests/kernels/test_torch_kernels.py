@@ -24,6 +24,9 @@ from engine.kernels.torch_kernels import (
 
 MS = (1, 3, 4, 5, 17, 64, 128)
 SHAPES = ((32, 64), (1024, 4096), (4096, 4096), (48, 200))
+# torch._scaled_mm on CPU can be a reference loop (about 15 M MAC/s on AMX hosts): small
+# shapes with ragged N and K prove the same scale handling in seconds on every host
+SCALED_MM_SHAPES = ((32, 64), (48, 200), (160, 384))
 W8A16 = {ScaleKind.PER_TENSOR: TorchW8A16(), ScaleKind.PER_CHANNEL: TorchW8A16(),
          ScaleKind.BLOCK: TorchBlockW8A16()}
 
@@ -66,7 +69,7 @@ def test_w8a16_matches_oracle_for_every_m(kind: ScaleKind, n: int, k: int,
 
 @pytest.mark.parametrize("kind", [ScaleKind.PER_TENSOR, ScaleKind.PER_CHANNEL],
                          ids=lambda k: k.value)
-@pytest.mark.parametrize("n,k", SHAPES, ids=lambda v: str(v))
+@pytest.mark.parametrize("n,k", SCALED_MM_SHAPES, ids=lambda v: str(v))
 def test_scaled_mm_matches_w8a8_oracle(kind: ScaleKind, n: int, k: int) -> None:
     w, _, bias = layer(n, k, kind)
     kern = TorchScaledMmW8A8()

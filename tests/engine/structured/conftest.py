@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from engine.demo_model import ensure_demo_model
 from engine.text.tokenizer import Tokenizer
-
-DEMO = Path("~/.cache/fp8serve/demo-smollm2-135m-fp8").expanduser()
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather",
@@ -46,9 +45,9 @@ PARSE_SCHEMA = {
 
 @pytest.fixture(scope="session")
 def demo_tokenizer() -> Tokenizer:
-    if not (DEMO / "tokenizer.json").is_file():
-        pytest.skip(f"demo model not found at {DEMO}")
-    return Tokenizer.from_dir(DEMO)
+    """The demo model's tokenizer, found (or converted) where the rest of the suite finds it:
+    under ``FP8SERVE_CACHE_DIR`` when set, as in CI."""
+    return Tokenizer.from_dir(ensure_demo_model())
 
 
 @pytest.fixture(scope="session")

@@ -11,13 +11,14 @@ import jsonschema
 import pytest
 
 from engine.config import EngineConfig
+from engine.demo_model import ensure_demo_model
 from engine.engine import Engine
 from engine.request import FinishReason
 from engine.runner import load_runner
 from engine.sampling_params import SamplingParams
 from engine.structured import compiler_for, json_schema_spec, tool_call_grammar
 from engine.text.tokenizer import Tokenizer
-from tests.engine.structured.conftest import DEMO, PARSE_SCHEMA, TOOLS
+from tests.engine.structured.conftest import PARSE_SCHEMA, TOOLS
 from tests.engine.structured.test_engine_grammar import CALL, ids, run, text
 
 HERMES = re.compile(r'<tool_call>\n(\{.*?\})\n</tool_call>', re.S)
@@ -41,7 +42,7 @@ def _schema_of(name):
 @pytest.mark.slow
 def test_demo_model_schema_and_hermes_call(demo_tokenizer):
     tok = demo_tokenizer
-    eng = _engine(DEMO, tok)
+    eng = _engine(ensure_demo_model(), tok)
     c = compiler_for(tok)
     person = tok.encode_chat([{"role": "user", "content": "Describe a person as JSON."}])
     ask = tok.encode_chat([{"role": "user", "content": "Weather in Paris, in Celsius?"}])
