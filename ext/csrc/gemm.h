@@ -42,6 +42,14 @@ void fp8_linear(const GemvArgs& a, int64_t direct_max_m = kDirectMaxM);
 void fp8_linear_tiles(const GemvArgs& a, int64_t t0, int64_t t1,
                       int64_t direct_max_m = kDirectMaxM);
 
+// The AMX tile GEMM (amx_gemm.inc) on the same arguments as fp8_linear: one TDPBF16PS
+// walk over K per output for every M (batch-invariant, but not bitwise equal to
+// fp8_linear). Real tiles when cpu_isa() == kAmx, else the portable stand-in (every host;
+// slow: for tests). Rows are padded inside tiles of kAmxRowTile.
+constexpr int64_t kAmxRowTile = 16;
+void amx_linear(const GemvArgs& a);
+void amx_linear_tiles(const GemvArgs& a, int64_t t0, int64_t t1);
+
 // BF16 weights (e.g. the lm_head): y[M, N] = sum_k x[m, k] * w[n, k] + bias[n], fp32
 // accumulation, output bf16 or fp32 (Bf16GemmArgs::y_fp32).
 void bf16_linear(const Bf16GemmArgs& a);
