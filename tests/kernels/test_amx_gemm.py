@@ -59,6 +59,18 @@ def check_rows_independent_of_m(ops) -> None:
             assert torch.equal(part.view(torch.int16), y[a:b].view(torch.int16)), (kind, a, b)
 
 
+def check_row_blocks_do_not_change_rows(ops) -> None:
+    """K = 8192: the walk splits 70 rows into row blocks (x per block within 1 MiB, i.e.
+    64 rows); rows on either side of a block edge equal themselves alone."""
+    w = make_weight(40, 8192, ScaleKind.BLOCK, seed=5)
+    x = make_x(70, 8192, seed=6)
+    y = _gemm(ops, x, w)
+    for a, b in ((0, 1), (47, 48), (63, 64), (64, 65), (69, 70), (50, 70)):
+        part = _gemm(ops, x[a:b], w)
+        assert torch.equal(part.view(torch.int16), y[a:b].view(torch.int16)), (a, b)
+    assert_close_to_oracle(y, w, x, None)
+
+
 def check_tails_match_oracle(ops) -> None:
     """N and K tails, per-tensor / per-channel / block scales, bias or none."""
     cases = [(17, 33, ScaleKind.PER_TENSOR, (128, 128)),
@@ -85,6 +97,10 @@ def check_every_code_exact(ops) -> None:
 
 def test_rows_independent_of_m():
     check_rows_independent_of_m(torch.ops.fp8serve)
+
+
+def test_row_blocks_do_not_change_rows():
+    check_row_blocks_do_not_change_rows(torch.ops.fp8serve)
 
 
 def test_tails_and_scales_match_oracle():
@@ -120,6 +136,7 @@ def test_bad_shapes_name_the_expected_shape():
 @needs_amx
 def test_standin_passes_the_same_checks_on_an_amx_host():
     assert_tests_pass_under_isa("avx512", __name__, "check_rows_independent_of_m",
+                                "check_row_blocks_do_not_change_rows",
                                 "check_tails_match_oracle", "check_every_code_exact")
 
 
