@@ -1,6 +1,7 @@
 // Batch-invariant linear layers for C++ callers (attention, fused decode layers, ops).
 // Include from generic (torch-side) translation units; the kernels behind these calls
-// live in the AVX-512 translation units (fp8_gemm_avx512*.cpp, bf16_gemm_avx512.cpp).
+// live in the AVX-512 translation units (fp8_gemm_avx512*.cpp, bf16_gemm_avx512.cpp) and,
+// for amx_linear, in amx_gemm_tiles.cpp (AMX) / amx_gemm_standin.cpp (portable).
 //
 // Batch invariance: output row i depends only on x row i and the weight, never on M, on
 // the other rows, or on the thread count. Every output element is one fixed chain of
