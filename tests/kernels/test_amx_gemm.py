@@ -13,6 +13,8 @@ assert_tests_pass_under_isa can call them in a process at another dispatch level
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -131,6 +133,21 @@ def test_bad_shapes_name_the_expected_shape():
         ext.gemm_amx(x.float(), wp, s, None, 48)
     with pytest.raises(RuntimeError, match=r"bias must be contiguous float32 \[N\] = \[48\]"):
         ext.gemm_amx(x, wp, s, torch.ones(47), 48)
+
+
+def _tdpbf16ps(dst: int, src1: int, src2: int) -> bytes:
+    """TDPBF16PS tmm_dst, tmm_src1, tmm_src2: VEX.128.F3.0F38.W0 5C /r (SDM), src2 in
+    VEX.vvvv (inverted), dst in ModRM.reg, src1 in ModRM.rm."""
+    return bytes([0xC4, 0xE2, ((~src2 & 0xF) << 3) | 0b010, 0x5C, 0xC0 | dst << 3 | src1])
+
+
+def test_the_extension_holds_the_real_tile_kernel():
+    """Every host compiles amx_gemm_tiles.cpp (AMX code it may not run): the library holds
+    the walk's four dot products (C 0..3 from A 4..5 and B 6..7) and LDTILECFG."""
+    lib = Path(ext.load().path).read_bytes()
+    for dst, a, b in ((0, 4, 6), (1, 4, 7), (2, 5, 6), (3, 5, 7)):
+        assert _tdpbf16ps(dst, a, b) in lib, (dst, a, b)
+    assert bytes([0xC4, 0xE2, 0x78, 0x49]) in lib  # LDTILECFG m512
 
 
 @needs_amx
