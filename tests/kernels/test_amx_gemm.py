@@ -62,10 +62,11 @@ def check_rows_independent_of_m(ops) -> None:
 
 
 def check_row_blocks_do_not_change_rows(ops) -> None:
-    """K = 8192: the walk splits 70 rows into row blocks (x per block within 1 MiB, i.e.
-    64 rows); rows on either side of a block edge equal themselves alone."""
-    w = make_weight(40, 8192, ScaleKind.BLOCK, seed=5)
-    x = make_x(70, 8192, seed=6)
+    """K = 12800: the walk splits 70 rows into row blocks (x per block within 1.5 MiB is
+    under the 4-row-tile minimum, so 64 rows); rows on either side of a block edge equal
+    themselves alone."""
+    w = make_weight(40, 12800, ScaleKind.BLOCK, seed=5)
+    x = make_x(70, 12800, seed=6)
     y = _gemm(ops, x, w)
     for a, b in ((0, 1), (47, 48), (63, 64), (64, 65), (69, 70), (50, 70)):
         part = _gemm(ops, x[a:b], w)
