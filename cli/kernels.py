@@ -135,8 +135,9 @@ def _table_lines(rep: dict[str, Any]) -> list[str]:
         for i, e in enumerate(t["kernels"], 1):
             mark = "ok" if e["supported"] else "--"
             tag = " (forced)" if e["forced"] else ""
+            exact = "batch-invariant" if e["batch_invariant"] else "NOT batch-invariant"
             why = "" if e["supported"] else f"  {e['reason']}"
-            out.append(f"  {i}. {mark} {e['kernel_id']}{tag}{why}")
+            out.append(f"  {i}. {mark} {e['kernel_id']} [{exact}]{tag}{why}")
     return out
 
 

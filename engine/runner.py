@@ -16,7 +16,7 @@ import torch
 from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.config import EngineConfig, ModelConfig
 from engine.hardware import HardwareInfo
-from engine.kernels.layer_kernel import KernelReport
+from engine.kernels.layer_kernel import KernelReport, exactness_warning
 from engine.kernels.registry import KernelOverrides
 from engine.memory import retain_heap, trim_heap
 from engine.model.attention import build_metadata
@@ -59,6 +59,8 @@ class ModelRunner:
         fp8 = kv_dtype != KV_DTYPE
         if eager:  # the reference path: Python layers, SDPA attention, Bf16Linear head
             self.model.attention.use_ext = False
+        if (note := exactness_warning(self.kernel_report, overrides)) is not None:
+            log.warning(note)
         reasons = self.model.fusion_reasons
         why = next((r for r in reasons if r), None)
         log.info("fused C++ layers: %d of %d%s", reasons.count(None), len(reasons),

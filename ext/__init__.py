@@ -13,7 +13,9 @@ Tensor layouts (row-major; N = out_features, K = in_features; Np, Kp padded with
     pack_avx2     w[N, K] fp8 -> [Np/16, K, 16] fp8, Np = ceil16(N); [t, c, j] = w[16t + j, c]
     gemm_avx512   x[M, K] bf16, vnni32 weight, scale f32 [N] (block_k = 0) or
                   [ceil(N/block_n), ceil(K/block_k)], bias f32 [N] | None -> y[M, N] bf16
-    gemm_amx      same arguments as gemm_avx512 (brgemm over 128-deep K tiles)
+    gemm_amx      same arguments as gemm_avx512; our AMX tile kernel (TDPBF16PS) for every
+                  M, on the real tiles at dispatch level amx, else on the portable
+                  stand-in of the tile operations (any host; slow, for tests)
     gemm_avx2     x[M, K] bf16, avx2_16 weight, scale f32 [N], bias f32 [N] | None -> y[M, N]
     pack_bf16_vnni32  w[N, K] bf16 -> [Np/32, Kp/2, 32, 2] bf16, pack_vnni32's element order
     gemm_bf16_avx512  x[M, K] bf16, bf16 vnni32 weight, bias f32 [N] | None -> y[M, N] bf16
@@ -23,7 +25,7 @@ Tensor layouts (row-major; N = out_features, K = in_features; Np, Kp padded with
                       (fp32 with out_fp32)
     read_xor      buf (any dtype, contiguous, nbytes a positive multiple of 64) -> int64 []:
                   XOR of its 64-bit words, read on all threads (the bandwidth probe)
-gemm_avx512, gemm_avx2, gemm_bf16_avx512 and gemm_bf16_avx2 are batch-invariant: row i of
+gemm_avx512, gemm_amx, gemm_avx2, gemm_bf16_avx512 and gemm_bf16_avx2 are batch-invariant: row i of
 y is bitwise the same for any M and any other rows (ext/csrc/gemm.h, csrc/avx2_gemm.inc).
 """
 

@@ -42,6 +42,8 @@ SOURCE_NAMES = (
     "fp8_gemm_avx512.cpp",
     "fp8_gemm_avx512_vbmi.cpp",
     "fp8_gemm_avx2.cpp",
+    "amx_gemm_tiles.cpp",
+    "amx_gemm_standin.cpp",
     "bf16_gemm.cpp",
     "bf16_gemm_avx512.cpp",
     "bf16_gemm_avx2.cpp",
@@ -59,7 +61,8 @@ SOURCE_NAMES = (
 )
 HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h", "avx512_kernels.inc", "gemm.h", "attention.h",
                 "decode_layer.h", "decode_team.h", "decode_team_op.h", "avx512_math.inc",
-                "avx2_gemm.inc", "avx2_math.inc", "tile_sched.h", "tile_prefetch.inc")
+                "avx2_gemm.inc", "avx2_math.inc", "tile_sched.h", "tile_prefetch.inc",
+                "amx_gemm.inc")
 BASE_CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno", "-Wall", "-Wno-unused-function", "-Wno-psabi")
 
 

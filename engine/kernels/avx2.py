@@ -35,6 +35,7 @@ class Avx2W8A16(Fp8Kernel):
     id = "avx2_w8a16"
     platform = Platform.CPU
     scale_kinds = frozenset({ScaleKind.PER_TENSOR, ScaleKind.PER_CHANNEL})
+    batch_invariant = True
 
     def is_supported(self, hw: HardwareInfo) -> str | None:
         return (missing_flags(hw, AVX2_FLAGS) or extension_reason(hw)

@@ -76,6 +76,7 @@ class _Vnni32Kernel(Fp8Kernel):
     """Shared prepare/apply for the kernels on the vnni32 packed weight."""
 
     platform = Platform.CPU
+    batch_invariant = True
     required_flags: ClassVar[tuple[str, ...]] = AVX512_FLAGS
 
     def is_supported(self, hw: HardwareInfo) -> str | None:

@@ -160,6 +160,10 @@ class Fp8Kernel(ABC):
     id: ClassVar[str]  # stable, operator-facing identifier, e.g. "avx512_w8a16"
     platform: ClassVar[Platform]
     scale_kinds: ClassVar[frozenset[ScaleKind]]
+    # True when row i of apply's y is bitwise the same for any M and any other rows of x
+    # (what exact greedy serving needs: alone, batched, chunked and speculated agree). The
+    # registry never tries a kernel without it ahead of one with it, unless forced.
+    batch_invariant: ClassVar[bool] = False
 
     @abstractmethod
     def is_supported(self, hw: HardwareInfo) -> str | None:

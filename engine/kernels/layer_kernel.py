@@ -31,6 +31,7 @@ from engine.kernels.registry import (
     KernelOverrides,
     NoKernelError,
     Rejection,
+    is_batch_invariant,
     platform_for,
     select_kernel,
 )
@@ -108,6 +109,20 @@ class KernelReport:
                 "layers": [asdict(c) for c in self.choices.values()],
                 "runtime_fallbacks": [asdict(f) for f in self.fallbacks],
             }
+
+
+def exactness_warning(report: KernelReport, overrides: KernelOverrides,
+                      catalog: KernelCatalog = DEFAULT_CATALOG) -> str | None:
+    """The startup log line when a layer runs a kernel that is not batch-invariant (a
+    forced one, or the only one the host has), else None."""
+    ids = sorted({c.kernel_id for c in report.choices.values()
+                  if not is_batch_invariant(c.kernel_id, catalog)})
+    if not ids:
+        return None
+    forced = " (forced)" if overrides.forced in ids else ""
+    return (f"exactness is off: {', '.join(ids)}{forced} is not batch-invariant, so a "
+            "row's output may change with the other rows of its batch (greedy answers "
+            "can differ alone and batched)")
 
 
 class LayerKernel:

@@ -2,9 +2,12 @@
 
 For a layer (an :class:`Fp8Spec`) on a host (:class:`HardwareInfo`), the chosen kernel is
 the first entry of the platform's table for that scale kind that is not disabled, is
-supported by the hardware and can implement the spec. Every kernel passed over is recorded
-as a :class:`Rejection` with its reason. A forced kernel (FP8SERVE_KERNEL) goes first; a
-layer it cannot implement falls back down the table with a warning, never an error.
+supported by the hardware and can implement the spec. The tables are tried with their
+batch-invariant kernels first (:func:`trial_order`): a kernel whose rows depend on the
+batch is never chosen ahead of one whose rows do not, unless it is forced. Every kernel
+passed over is recorded as a :class:`Rejection` with its reason. A forced kernel
+(FP8SERVE_KERNEL) goes first; a layer it cannot implement falls back down the table with a
+warning, never an error.
 
 Kernels come from a :class:`KernelCatalog` (id -> kernel factory, plus the tables). The
 default catalog imports kernel modules lazily, so a kernel whose module fails to import
@@ -192,10 +195,24 @@ def platform_for(hw: HardwareInfo) -> Platform:
     return Platform.CPU
 
 
+def is_batch_invariant(kernel_id: str, catalog: KernelCatalog = DEFAULT_CATALOG) -> bool:
+    """The kernel's ``batch_invariant`` flag; False for a kernel that does not load."""
+    loaded = catalog.load(kernel_id)
+    return loaded.kernel is not None and bool(loaded.kernel.batch_invariant)
+
+
+def trial_order(platform: Platform, kind: ScaleKind,
+                catalog: KernelCatalog = DEFAULT_CATALOG) -> tuple[str, ...]:
+    """The table with its batch-invariant kernels moved ahead of the others (each group
+    in table order)."""
+    table = catalog.table(platform, kind)
+    return tuple(sorted(table, key=lambda k: not is_batch_invariant(k, catalog)))
+
+
 def candidate_ids(platform: Platform, kind: ScaleKind, overrides: KernelOverrides,
                   catalog: KernelCatalog = DEFAULT_CATALOG) -> list[str]:
     """The table in trial order (forced kernel first), disabled kernels still listed."""
-    table = list(catalog.table(platform, kind))
+    table = list(trial_order(platform, kind, catalog))
     if overrides.forced:
         table = [overrides.forced] + [k for k in table if k != overrides.forced]
     return table
@@ -245,7 +262,7 @@ def first_choice(platform: Platform, kind: ScaleKind, hw: HardwareInfo,
     layer that gets another kernel fell back at startup."""
     if overrides.forced:
         return overrides.forced
-    return next((k for k in catalog.table(platform, kind) if k not in overrides.disabled
+    return next((k for k in trial_order(platform, kind, catalog) if k not in overrides.disabled
                  and hardware_reason(k, hw, catalog) is None), None)
 
 
@@ -285,6 +302,7 @@ class TableEntry:
     reason: str | None  # why not, when not supported
     forced: bool = False
     disabled: bool = False
+    batch_invariant: bool = False  # rows bitwise independent of the batch (Fp8Kernel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,16 +319,18 @@ class TableInfo:
 
 def table_infos(hw: HardwareInfo, overrides: KernelOverrides = KernelOverrides(),
                 catalog: KernelCatalog = DEFAULT_CATALOG) -> list[TableInfo]:
-    """Every table, every kernel, supported or not and why: for `fp8serve kernels`."""
+    """Every table in trial order, every kernel, supported or not and why: for
+    `fp8serve kernels` and /kernels."""
     active = platform_for(hw)
     out = []
-    for (platform, kind), ids in catalog.priority.items():
+    for platform, kind in catalog.priority:
         entries = []
-        for kid in ids:
+        for kid in trial_order(platform, kind, catalog):
             off = kid in overrides.disabled
             reason = DISABLED_REASON if off else hardware_reason(kid, hw, catalog)
             entries.append(TableEntry(kid, reason is None, reason,
-                                      forced=kid == overrides.forced, disabled=off))
+                                      forced=kid == overrides.forced, disabled=off,
+                                      batch_invariant=is_batch_invariant(kid, catalog)))
         out.append(TableInfo(platform.value, kind.value, platform is active, tuple(entries)))
     return out
 

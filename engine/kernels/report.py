@@ -16,11 +16,11 @@ Shape (every key always present; lists may be empty)::
       "extension": {"built": bool, "error": str | null, "path": str | null,
                     "compiler": str | null, "torch_version": str | null},
       "overrides": {"forced": str | null, "disabled": [str]},
-      "tables": [                                  # priority order within each table
+      "tables": [                                  # trial order within each table
         {"name": "cpu/per_tensor", "platform": "cpu", "scale_kind": "per_tensor",
          "active": bool,
          "kernels": [{"kernel_id": str, "supported": bool, "reason": str | null,
-                      "forced": bool, "disabled": bool}]}
+                      "forced": bool, "disabled": bool, "batch_invariant": bool}]}
       ],
       # per layer (KernelReport.snapshot(); empty without a model):
       "layers": [{"layer": str, "kernel_id": str, "platform": str, "scale_kind": str,

@@ -1,14 +1,16 @@
 """The fused decoder layer: one C++ op per layer (ext/csrc/decode_layer.cpp) instead of a
-dozen eager torch ops, for every step once the model is on the AVX-512 FP8 kernels.
+dozen eager torch ops, for every step once the model is on the AVX-512 or AMX FP8 kernels.
 
     h [T, H] bf16 --rms_norm, qkv GEMM, RoPE, KV write, paged attention, o_proj, residual,
     rms_norm, gate_up GEMM, silu*mul, down GEMM, residual--> [T, H] bf16
 
-The op calls the same FP8 GEMM as the layer's kernels (gemm.h fp8_linear, what
-gemm_avx512 runs, on the same packed weights), so the kernel report stays true: each
-linear still runs on the kernel it reports. :func:`fusion_reason` says why a layer
-cannot fuse (then the Python layer in ministral.py runs; it is also the reference the
-fused op is tested against).
+The op calls the same FP8 GEMM as the layer's kernels, on the same packed weights: the
+AVX-512 GEMM (gemm.h fp8_linear, what gemm_avx512 runs) for layers on avx512_w8a16 /
+avx512_block_w8a16, the AMX tile GEMM (gemm.h amx_linear, what gemm_amx runs) for layers on
+amx_w8a16 / amx_block_w8a16 (dims[5] = GEMM_AMX), so the kernel report stays true: each
+linear still runs on the kernel it reports, and a layer's bits are the Python layer's.
+:func:`fusion_reason` says why a layer cannot fuse (then the Python layer in ministral.py
+runs; it is also the reference the fused op is tested against).
 """
 
 from __future__ import annotations
@@ -23,7 +25,11 @@ from engine.model.attention import AVX512_ISAS, AttentionMetadata
 from engine.model.kv_store import KVStore, LayerKV
 from engine.model.layers import Bf16Linear, Fp8Linear, FusedLinear, Linear, RopeTables
 
-FUSABLE_KERNELS = frozenset({"avx512_w8a16", "avx512_block_w8a16"})
+AVX512_KERNELS = frozenset({"avx512_w8a16", "avx512_block_w8a16"})
+AMX_KERNELS = frozenset({"amx_w8a16", "amx_block_w8a16"})
+FUSABLE_KERNELS = AVX512_KERNELS | AMX_KERNELS
+# dims[5] of a layer whose linears run the AMX kernels (decode_layer.cpp); else GEMV_MAX_M
+GEMM_AMX = -1
 
 
 def _linear_reason(name: str, m: Linear) -> str | None:
@@ -31,7 +37,8 @@ def _linear_reason(name: str, m: Linear) -> str | None:
         return f"{name} is not an FP8 linear"
     p = m.kernel.packed
     if m.kernel.kernel.id not in FUSABLE_KERNELS or p.layout != VNNI32_LAYOUT:
-        return f"{name} runs {m.kernel.kernel.id} ({p.layout}), not the vnni32 AVX-512 kernel"
+        return (f"{name} runs {m.kernel.kernel.id} ({p.layout}), not the vnni32 AVX-512 "
+                "or AMX kernel")
     if m.kernel.bias is not None:
         return f"{name} has a bias"
     return None
@@ -60,7 +67,15 @@ def fusion_reason(layer) -> str | None:  # layer: ministral.DecoderLayer
     for name, m in (("o_proj", layer.o_proj), ("down_proj", layer.down_proj)):
         if (why := _linear_reason(name, m)) is not None:
             return why
+    ids = sorted({m.kernel.kernel.id for m in _modules(layer)})
+    if len({i in AMX_KERNELS for i in ids}) > 1:
+        return f"its linears mix the AMX and AVX-512 GEMMs ({', '.join(ids)})"
     return None
+
+
+def _modules(layer) -> tuple[Fp8Linear, ...]:
+    """The four FP8 linears of a layer that passed the per-linear checks."""
+    return (layer.qkv.modules[0], layer.o_proj, layer.gate_up.modules[0], layer.down_proj)
 
 
 def _gemm_args(m: Fp8Linear) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
@@ -79,7 +94,7 @@ class FusedDecodeLayer:
     @classmethod
     def of(cls, layer) -> FusedDecodeLayer:
         """From a ministral.DecoderLayer that passed :func:`fusion_reason`."""
-        mods = (layer.qkv.modules[0], layer.o_proj, layer.gate_up.modules[0], layer.down_proj)
+        mods = _modules(layer)
         weights: list[torch.Tensor] = [layer.input_norm.contiguous(), layer.post_norm.contiguous()]
         blocks: list[int] = []
         for m in mods:
@@ -87,7 +102,8 @@ class FusedDecodeLayer:
             weights += [w, s]
             blocks += [int(bn), int(bk)]
         inter = layer.gate_up.sizes[0]
-        head = (layer.hq, layer.hkv, layer.d, inter, 0, GEMV_MAX_M)
+        amx = mods[0].kernel.kernel.id in AMX_KERNELS
+        head = (layer.hq, layer.hkv, layer.d, inter, 0, GEMM_AMX if amx else GEMV_MAX_M)
         return cls(tuple(weights), head + tuple(blocks), float(layer.eps))
 
     def __call__(self, h: torch.Tensor, tables: RopeTables, meta: AttentionMetadata,

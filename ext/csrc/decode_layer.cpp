@@ -1,7 +1,8 @@
 // One decoder layer in one op (the fused path of engine/model/decode_step.py):
 //
 //   x  = rms_norm(h, input_norm)                    fp32 math, bf16 out, times weight
-//   qkv = x @ Wqkv.T                                FP8 vnni32 GEMM (gemm.h fp8_linear)
+//   qkv = x @ Wqkv.T                                FP8 vnni32 GEMM (gemm.h fp8_linear or
+//                                                   amx_linear, see dims)
 //   q, k = rope(q, k) at positions                  half-split, fp32, Llama-4 q scale in
 //                                                   the q tables; bf16 out
 //   cache[slot_mapping] = k, v;  a = paged_attention(q, cache)
@@ -13,8 +14,10 @@
 //   weights = [input_norm [H] bf16, post_norm [H] bf16, qkv_w, qkv_scale, o_w, o_scale,
 //              gu_w, gu_scale, down_w, down_scale]  (each *_w vnni32 fp8, *_scale fp32 as
 //              for gemm_avx512)
-//   dims = [Hq, Hkv, D, I, block_size, gemv_max_m, qkv_bn, qkv_bk, o_bn, o_bk, gu_bn,
-//           gu_bk, down_bn, down_bk]
+//   dims = [Hq, Hkv, D, I, block_size, gemm, qkv_bn, qkv_bk, o_bn, o_bk, gu_bn,
+//           gu_bk, down_bn, down_bk];  gemm >= 0: the AVX-512 GEMM (gemm_avx512) with
+//           gemv_max_m = gemm; gemm < 0: the AMX tile GEMM (gemm_amx), whatever the
+//           layer's kernels report (amx_w8a16 / amx_block_w8a16)
 //   rope = [cos, sin, q_cos, q_sin] fp32 [P, D/2] contiguous;  positions [T] int64
 //   k_cache / v_cache [blocks, Hkv, bs, D] bf16 (written), slot_mapping [T] int64, block_tables,
 //   token_seq, ctx_lens as for paged_attention; or an fp8 cache: k_cache / v_cache
@@ -110,11 +113,13 @@ struct Linear {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // y [M, N] bf16 = x [M, K] @ (w * scale).T through gemm.h (no dispatcher, no padding copy
-// when K is a multiple of 32; otherwise the gemm_avx512 op pads x).
-at::Tensor linear(const at::Tensor& x, const Linear& l, int64_t direct_max_m) {
+// when K is a multiple of 32; otherwise the gemm op pads x). gemm < 0: the AMX GEMM, else
+// the AVX-512 one with direct_max_m = gemm.
+at::Tensor linear(const at::Tensor& x, const Linear& l, int64_t gemm) {
   const int64_t m = x.size(0), k = x.size(1);
   if (k % kPadK != 0 || !x.is_contiguous()) {
-    return gemm_avx512(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk, direct_max_m);
+    return gemm < 0 ? gemm_amx(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk)
+                    : gemm_avx512(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk, gemm);
   }
   TORCH_CHECK(l.w.scalar_type() == at::kFloat8_e4m3fn && l.w.is_contiguous() &&
                   l.w.dim() == 4 && l.w.size(0) == ceil_div(l.n, kTileN) &&
@@ -128,7 +133,11 @@ at::Tensor linear(const at::Tensor& x, const Linear& l, int64_t direct_max_m) {
                    reinterpret_cast<const uint8_t*>(l.w.data_ptr()), k, l.n,
                    l.scale.data_ptr<float>(), l.bn, l.bk, l.bk ? ceil_div(k, l.bk) : 0,
                    nullptr, bits(y), l.n};
-  fp8_linear(a, direct_max_m);
+  if (gemm < 0) {
+    amx_linear(a);
+  } else {
+    fp8_linear(a, gemm);
+  }
   return y;
 }
 

@@ -66,12 +66,17 @@ struct Private {  // one thread's buffers (bf16)
 // Tiles per claim: the direct kernel's tile group (4 at M = 1, pairs below 8 rows).
 int64_t gemm_chunk(int64_t rows) { return rows == 1 ? 4 : 2; }
 
-// y [T, N] = x [T, ldx] @ W.T over tiles [t0, t1) (gemm.h, on the direct path: T <= 32)
+// y [T, N] = x [T, ldx] @ W.T over tiles [t0, t1) (gemm.h: the AMX tile GEMM, or the
+// AVX-512 one on its direct path: T <= 32)
 void gemm_tiles(const LinearRef& l, int64_t rows, const uint16_t* x, int64_t ldx, uint16_t* y,
                 int64_t t0, int64_t t1) {
   const GemvArgs a{x, ldx, rows, l.w, l.kp, l.n, l.scale, l.bn, l.bk, l.k_blocks, nullptr, y,
                    l.n};
-  fp8_linear_tiles(a, t0, t1, kTeamMaxRows);
+  if (l.amx) {
+    amx_linear_tiles(a, t0, t1);
+  } else {
+    fp8_linear_tiles(a, t0, t1, kTeamMaxRows);
+  }
 }
 
 // Claims chunks of `range` (thread parity picks the end) and runs fn(t0, t1) on each.

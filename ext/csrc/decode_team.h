@@ -16,7 +16,7 @@
 //   gu = rms_norm(h) @ Wgu.T     tiles                                      | barrier
 //   h[:, cols] += (silu(g) u @ Wdown.T)[:, cols]  (silu*mul per thread)     | barrier
 // Every output element is computed by the same code whichever thread claims it, the GEMMs
-// are batch-invariant (gemm.h) and attention rows do not depend on the other rows or on
+// (the AVX-512 or the AMX one, as the layer's kernels report) are batch-invariant (gemm.h) and attention rows do not depend on the other rows or on
 // the segment split (attention.h), so the bits equal the per-op path's and do not depend
 // on the thread count.
 #pragma once
@@ -35,6 +35,7 @@ struct LinearRef {
   const uint8_t* w;    // vnni32 fp8 [Np/32][Kp/2][32][2]
   const float* scale;  // fp32 [N] (bk == 0) or [ceil(N/bn), ceil(K/bk)]
   int64_t n, kp, bn, bk, k_blocks;
+  bool amx = false;    // the AMX tile GEMM (gemm.h amx_linear), else the AVX-512 one
 };
 
 struct LayerRef {

@@ -14,7 +14,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // A packed FP8 linear with K inputs (a multiple of 32) and N outputs.
 LinearRef linear_ref(const at::Tensor& w, const at::Tensor& scale, int64_t n, int64_t k,
-                     int64_t bn, int64_t bk) {
+                     int64_t bn, int64_t bk, bool amx) {
   TORCH_CHECK(w.scalar_type() == at::kFloat8_e4m3fn && w.is_contiguous() && w.dim() == 4 &&
                   w.size(0) == ceil_div(n, kTileN) && w.size(1) == k / 2 &&
                   scale.scalar_type() == at::kFloat && scale.is_contiguous() &&
@@ -22,7 +22,7 @@ LinearRef linear_ref(const at::Tensor& w, const at::Tensor& scale, int64_t n, in
                   (bk == 0 || (bn % kTileN == 0 && bk % kPadK == 0)),
               "decode_layer: packed weight / scale do not match N=", n, ", K=", k);
   return LinearRef{reinterpret_cast<const uint8_t*>(w.data_ptr()), scale.data_ptr<float>(),
-                   n, k, bn, bk, bk ? ceil_div(k, bk) : 0};
+                   n, k, bn, bk, bk ? ceil_div(k, bk) : 0, amx};
 }
 
 // A layer's K or V cache [blocks, Hkv, block_size, D] of `dtype` (and its fp32 scales
@@ -102,10 +102,10 @@ at::Tensor decode_team_op(const at::Tensor& h, const std::vector<at::TensorList>
     LayerRef ref{
         reinterpret_cast<const uint16_t*>(w[0].data_ptr()),
         reinterpret_cast<const uint16_t*>(w[1].data_ptr()),
-        linear_ref(w[2], w[3], qd + 2 * tok.hkv * tok.d, hid, dm[6], dm[7]),
-        linear_ref(w[4], w[5], hid, qd, dm[8], dm[9]),
-        linear_ref(w[6], w[7], 2 * inter, hid, dm[10], dm[11]),
-        linear_ref(w[8], w[9], hid, inter, dm[12], dm[13]),
+        linear_ref(w[2], w[3], qd + 2 * tok.hkv * tok.d, hid, dm[6], dm[7], dm[5] < 0),
+        linear_ref(w[4], w[5], hid, qd, dm[8], dm[9], dm[5] < 0),
+        linear_ref(w[6], w[7], 2 * inter, hid, dm[10], dm[11], dm[5] < 0),
+        linear_ref(w[8], w[9], hid, inter, dm[12], dm[13], dm[5] < 0),
         nullptr, nullptr};
     if (fp8.empty()) {
       ref.k_cache = reinterpret_cast<uint16_t*>(k_caches[i].data_ptr());

@@ -9,17 +9,36 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "cpuid.h"
 #include "isa.h"
 
 namespace fp8serve {
 namespace {
 
+// Linux hands out AMX tile state per process on request (arch_prctl ARCH_REQ_XCOMP_PERM,
+// XFEATURE_XTILEDATA); without it the first tile instruction faults (SIGILL), even where
+// cpuid and XCR0 report AMX. Idempotent; ext/cpu.py asks too.
+bool amx_granted() {
+#if defined(__linux__) && defined(__x86_64__)
+  constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+#else
+  return false;
+#endif
+}
+
 Isa detect_host() {
   auto f = cpu_features();
   bool avx512 = has_feature(f, "avx512f") && has_feature(f, "avx512bw") &&
                 has_feature(f, "avx512vl") && has_feature(f, "avx512_bf16");
-  if (avx512 && has_feature(f, "amx_tile") && has_feature(f, "amx_bf16")) return Isa::kAmx;
+  if (avx512 && has_feature(f, "amx_tile") && has_feature(f, "amx_bf16") && amx_granted()) {
+    return Isa::kAmx;
+  }
   if (avx512 && cpu_has_avx512_vbmi()) return Isa::kAvx512Vbmi;
   if (avx512) return Isa::kAvx512;
   if (has_feature(f, "avx2") && has_feature(f, "fma") && has_feature(f, "f16c")) {

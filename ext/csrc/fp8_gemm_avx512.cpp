@@ -1,6 +1,6 @@
 // AVX-512 (F, BW, VL, BF16) FP8 kernels: conversion, the batch-invariant GEMM (direct
-// and panel paths, avx512_kernels.inc), and the tile unpack / epilogue used around
-// brgemm by gemm_amx. Compiled for AVX-512 only (ISA_BEGIN); called only when
+// and panel paths, avx512_kernels.inc), and the exact tile unpack the AMX kernel
+// (amx_gemm_tiles.cpp) feeds its tiles from. Compiled for AVX-512 only (ISA_BEGIN); called only when
 // dispatch.cpp chose Isa::kAvx512 or higher. No torch or STL headers here.
 //
 // FP8 e4m3 -> BF16 in registers (32 codes per zmm):

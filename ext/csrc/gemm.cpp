@@ -6,15 +6,14 @@
 //   larger M -> the panel path (a K-chunk of two 32-column tiles converted to BF16 once,
 //   then 6-row micro-kernel calls over a block of <= 512 rows; avx512_kernels.inc). Both
 //   run the same dpbf16 chains, so gemv_max_m only affects speed. Split over N tiles, never K.
-// gemm_amx: M <= 4 -> the direct path; else per 128-deep K chunk unpack a [128 x 32] bf16
-//   tile and brgemm (AMX tiles on AMX hosts, oneDNN AVX-512 elsewhere) with add_C over
-//   the K chunks, as vLLM's CPU FP8 path does. NOT batch-invariant: a row's result
-//   changes when M crosses 4 (different accumulation order and block-scale rounding).
+// gemm_amx: our AMX tile kernel for every M (amx_gemm.inc): batch-invariant, one
+//   TDPBF16PS walk over K per output whatever M. On the real tiles when the dispatch level
+//   is amx; at any lower level (FP8SERVE_ISA, or a host without AMX) the same walk runs on
+//   the portable stand-in of the tile operations (amx_gemm_standin.cpp), which the
+//   registry never picks for serving (the amx kernels need granted AMX) but the tests run
+//   on every host.
 // gemm_avx2: 16-column tiles, FP8 -> FP16 -> FP32 and FMA (fp8_gemm_avx2.cpp).
 #include <ATen/Parallel.h>
-#include <ATen/native/CPUBlas.h>
-
-#include <vector>
 
 #include "gemm.h"
 #include "isa.h"
@@ -51,9 +50,9 @@ void check_scale(const char* op, const at::Tensor& scale, int64_t n, int64_t k, 
 
 Problem make_problem(const char* op, const at::Tensor& x, const at::Tensor& w,
                      const at::Tensor& scale, const std::optional<at::Tensor>& bias,
-                     int64_t n, int64_t bn, int64_t bk) {
-  TORCH_CHECK(cpu_isa() >= Isa::kAvx512, op, ": needs AVX-512 F/BW/VL/BF16; dispatch ISA is ",
-              isa_name(cpu_isa()));
+                     int64_t n, int64_t bn, int64_t bk, bool needs_avx512 = true) {
+  TORCH_CHECK(!needs_avx512 || cpu_isa() >= Isa::kAvx512, op,
+              ": needs AVX-512 F/BW/VL/BF16; dispatch ISA is ", isa_name(cpu_isa()));
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.device().is_cpu(), op,
               ": x must be a 2-D [M, K] bfloat16 CPU tensor, got ", x.scalar_type(), " ",
               x.sizes());
@@ -83,45 +82,6 @@ Problem make_problem(const char* op, const at::Tensor& x, const at::Tensor& w,
                  bn, bk, bk ? ceil_div(k, bk) : 0, bias ? bias->data_ptr<float>() : nullptr,
                  reinterpret_cast<uint16_t*>(p.y.data_ptr())};
   return p;
-}
-
-constexpr int64_t kRowBlock = 128;  // brgemm M per call
-
-// Per 32-column tile: unpack k_chunk-deep bf16 slices and brgemm them into an fp32
-// [M][32] accumulator (add_C after the first slice); then scale, bias, bf16.
-void run_panel(const GemvArgs& a, int64_t k_chunk) {
-  using at::native::cpublas::brgemm;
-  const auto* x = reinterpret_cast<const at::BFloat16*>(a.x);
-  at::parallel_for(0, ceil_div(a.n, kTileN), 1, [&](int64_t t0, int64_t t1) {
-    thread_local std::vector<uint16_t> bbuf;
-    thread_local std::vector<float> cbuf;
-    bbuf.resize(k_chunk * kTileN);
-    cbuf.resize(a.m * kTileN);
-    const auto* b = reinterpret_cast<const at::BFloat16*>(bbuf.data());
-    for (int64_t t = t0; t < t1; ++t) {
-      const float* bscale =
-          a.block_k ? a.scale + (t * kTileN / a.block_n) * a.k_blocks : nullptr;
-      for (int64_t k0 = 0; k0 < a.kp; k0 += k_chunk) {
-        const int64_t len = k0 + k_chunk <= a.kp ? k_chunk : a.kp - k0;
-        const uint8_t* w = a.w + (t * (a.kp / 2) + k0 / 2) * kTileN * 2;
-        const int64_t p0 = k0 / 2, p1 = (k0 + len) / 2;
-        if (use_vbmi()) {
-          avx512_vbmi::unpack_tile(w, p0, p1, bbuf.data(), bscale, a.block_k);
-        } else {
-          avx512::unpack_tile(w, p0, p1, bbuf.data(), bscale, a.block_k);
-        }
-        for (int64_t m0 = 0; m0 < a.m; m0 += kRowBlock) {
-          const int64_t mb = a.m - m0 < kRowBlock ? a.m - m0 : kRowBlock;
-          brgemm(mb, kTileN, len, a.ldx, kTileN, kTileN, k0 > 0, x + m0 * a.ldx + k0, b,
-                 cbuf.data() + m0 * kTileN, true);
-        }
-      }
-      const int64_t n0 = t * kTileN, cols = a.n - n0 < kTileN ? a.n - n0 : kTileN;
-      avx512::epilogue(cbuf.data(), a.m, a.block_k ? nullptr : a.scale + n0, 1.0f,
-                       a.bias ? a.bias + n0 : nullptr, a.y + n0, a.n, cols);
-    }
-    at::native::cpublas::brgemm_release(true);
-  });
 }
 
 }  // namespace
@@ -156,17 +116,27 @@ at::Tensor gemm_avx512(const at::Tensor& x, const at::Tensor& w_packed, const at
   return p.y;
 }
 
+void amx_linear_tiles(const GemvArgs& a, int64_t t0, int64_t t1) {
+  if (cpu_isa() >= Isa::kAmx) {
+    amx::gemm_tiles(a, t0, t1);
+  } else {
+    amx_standin::gemm_tiles(a, t0, t1);
+  }
+}
+
+void amx_linear(const GemvArgs& a) {
+  if (a.m == 0) return;
+  // decode rows stream the weight (many tiles per claim); a prefill tile is long work
+  parallel_tiles(ceil_div(a.n, kTileN), 1,
+                 [&](int64_t t0, int64_t t1) { amx_linear_tiles(a, t0, t1); },
+                 a.m <= kAmxRowTile ? kMaxTileChunk : 1);
+}
+
 at::Tensor gemm_amx(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,
                     const std::optional<at::Tensor>& bias, int64_t n, int64_t block_n,
                     int64_t block_k) {
-  constexpr int64_t kAmxChunk = 128, kAmxGemvMaxM = 4;
-  Problem p = make_problem("gemm_amx", x, w_packed, scale, bias, n, block_n, block_k);
-  if (p.a.m == 0) return p.y;
-  if (p.a.m <= kAmxGemvMaxM) {
-    fp8_linear(p.a, kAmxGemvMaxM);
-  } else {
-    run_panel(p.a, kAmxChunk);
-  }
+  Problem p = make_problem("gemm_amx", x, w_packed, scale, bias, n, block_n, block_k, false);
+  amx_linear(p.a);
   return p.y;
 }
 

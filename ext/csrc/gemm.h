@@ -1,6 +1,7 @@
 // Batch-invariant linear layers for C++ callers (attention, fused decode layers, ops).
 // Include from generic (torch-side) translation units; the kernels behind these calls
-// live in the AVX-512 translation units (fp8_gemm_avx512*.cpp, bf16_gemm_avx512.cpp).
+// live in the AVX-512 translation units (fp8_gemm_avx512*.cpp, bf16_gemm_avx512.cpp) and,
+// for amx_linear, in amx_gemm_tiles.cpp (AMX) / amx_gemm_standin.cpp (portable).
 //
 // Batch invariance: output row i depends only on x row i and the weight, never on M, on
 // the other rows, or on the thread count. Every output element is one fixed chain of
@@ -41,6 +42,14 @@ constexpr int64_t kDirectMaxM = 4;
 void fp8_linear(const GemvArgs& a, int64_t direct_max_m = kDirectMaxM);
 void fp8_linear_tiles(const GemvArgs& a, int64_t t0, int64_t t1,
                       int64_t direct_max_m = kDirectMaxM);
+
+// The AMX tile GEMM (amx_gemm.inc) on the same arguments as fp8_linear: one TDPBF16PS
+// walk over K per output for every M (batch-invariant, but not bitwise equal to
+// fp8_linear). Real tiles when cpu_isa() == kAmx, else the portable stand-in (every host;
+// slow: for tests). Rows are padded inside tiles of kAmxRowTile.
+constexpr int64_t kAmxRowTile = 16;
+void amx_linear(const GemvArgs& a);
+void amx_linear_tiles(const GemvArgs& a, int64_t t0, int64_t t1);
 
 // BF16 weights (e.g. the lm_head): y[M, N] = sum_k x[m, k] * w[n, k] + bias[n], fp32
 // accumulation, output bf16 or fp32 (Bf16GemmArgs::y_fp32).

@@ -130,6 +130,19 @@ void bf16_gemm_tiles(const float* x, int64_t m, int64_t k, const uint16_t* w, in
 uint64_t xor_lines(const uint64_t* w, int64_t lines);
 }  // namespace avx2
 
+// The AMX FP8 GEMM (amx_gemm.inc): y[:, 32t : 32t+32] for weight tiles [t0, t1) of the
+// vnni32 weight, the same GemvArgs contract as avx512::direct_tiles (scale per-channel [N]
+// or block). Batch-invariant: every output runs the same TDPBF16PS steps over K for any
+// M. amx:: runs the real tiles (cpu_isa() == kAmx only); amx_standin:: runs the same walk
+// on a portable stand-in of the tile operations (any host; matches amx:: only within a
+// tolerance, see amx_gemm_standin.cpp).
+namespace amx {
+void gemm_tiles(const GemvArgs& a, int64_t t0, int64_t t1);
+}  // namespace amx
+namespace amx_standin {
+void gemm_tiles(const GemvArgs& a, int64_t t0, int64_t t1);
+}  // namespace amx_standin
+
 // Portable, exact fp8 e4m3 -> bf16 bits (NaN codes -> bf16 NaN).
 uint16_t fp8_to_bf16_scalar(uint8_t code);
 

@@ -27,6 +27,8 @@ TORCH_LIBRARY(fp8serve, m) {
   m.def(
       "gemm_avx512(Tensor x, Tensor w_packed, Tensor scale, Tensor? bias, int n, "
       "int block_n=0, int block_k=0, int gemv_max_m=32) -> Tensor");
+  // the same arguments through the AMX tile kernel (gemm.cpp; below dispatch level amx
+  // the same walk on the portable stand-in of the tile operations)
   m.def(
       "gemm_amx(Tensor x, Tensor w_packed, Tensor scale, Tensor? bias, int n, "
       "int block_n=0, int block_k=0) -> Tensor");

@@ -32,9 +32,16 @@ pytestmark = needs_avx512
 NONE = LogitsWanted.NONE
 
 
-def _runner(weights, fuse: bool | None, kv_dtype: str = "auto", **kw) -> ModelRunner:
-    runner = ModelRunner(weights, engine_config(kv_cache_dtype=kv_dtype, **kw),
-                         fake_hw(*AVX512_HOST), KernelOverrides())
+AMX_HOST = (*AVX512_HOST, "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def _runner(weights, fuse: bool | None, kv_dtype: str = "auto", amx: bool = False,
+            **kw) -> ModelRunner:
+    """On the AVX-512 kernels, or (amx) on the AMX ones: the real tiles at dispatch level
+    amx, else gemm_amx's stand-in, in the Python layers and the fused op alike."""
+    hw = fake_hw(*AMX_HOST, amx=True) if amx else fake_hw(*AVX512_HOST)
+    runner = ModelRunner(weights, engine_config(kv_cache_dtype=kv_dtype, **kw), hw,
+                         KernelOverrides())
     if fuse is not None:
         runner.model.set_fusion(fuse)
     return runner
@@ -58,6 +65,25 @@ def test_every_layer_fuses_on_the_avx512_kernels(weights) -> None:
     kernels = {c.kernel_id for c in runner.kernel_report.choices.values()
                if c.layer.startswith("layers.")}
     assert kernels == {"avx512_w8a16"}  # the report names the kernel the op calls
+
+
+def test_amx_layers_fuse_and_match_python_and_solo(weights) -> None:
+    """The fused op on the AMX GEMM: logits near the Python layers' (same GEMM, other
+    elementwise rounding) and each sequence's batched decode logits equal its solo ones."""
+    fused, py = _runner(weights, None, amx=True), _runner(weights, False, amx=True)
+    assert fused.model.fusion_reasons == [None] * 3
+    assert {c.kernel_id for c in fused.kernel_report.choices.values()
+            if c.layer.startswith("layers.")} == {"amx_w8a16"}
+    lens = [3, 17, 9]
+    tables = {s: tuple(range(8 * s, 8 * s + 8)) for s in range(3)}
+    for s, n in enumerate(lens):
+        chunk = SeqChunk(s, tuple(_ids(n, 40 + s)), 0, tables[s])
+        assert logit_error(fused.run(BatchInputs((chunk,))), py.run(BatchInputs((chunk,)))) < 2e-2
+    step = [SeqChunk(s, (7,), lens[s], tables[s]) for s in range(3)]
+    batched = fused.run(BatchInputs(tuple(step)))
+    assert logit_error(batched, py.run(BatchInputs(tuple(step)))) < 2e-2
+    for i, chunk in enumerate(step):
+        assert torch.equal(fused.run(BatchInputs((chunk,)))[0], batched[i]), i
 
 
 def test_python_kernels_do_not_fuse(weights) -> None:
