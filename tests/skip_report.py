@@ -12,7 +12,7 @@ from collections import Counter
 
 # Reasons the hardware markers and probes give (tests/ext/support.py, tests/kernels/...).
 HARDWARE = re.compile(
-    r"host CPU lacks|host lacks|CUDA device|FP8 tensor cores|from the real CPU"
+    r"host CPU lacks|host lacks|no granted AMX|CUDA device|FP8 tensor cores|from the real CPU"
     r"|already runs the portable kernel|dispatch is \w+: the in-process tests")
 
 
