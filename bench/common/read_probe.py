@@ -13,7 +13,7 @@ no sample pays page faults) and measures it two ways:
                on the shared development host).
 
 Both in GB/s (1e9 bytes/s) of buffer bytes read. Samples are taken right before and
-right after each timed phase (engine/bench/generate_bench.py).
+right after each timed phase (bench/generate/run.py).
 """
 
 from __future__ import annotations

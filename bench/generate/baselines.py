@@ -5,8 +5,8 @@ number of generated tokens, same thread count), each in this process:
   into ``dtype``, float32 or bfloat16), its own ``generate`` with greedy decoding;
 * llama.cpp through ``llama-cpp-python`` (the ``bench`` extra; benchmarks only) on a GGUF:
   the demo model's original Q4_1 file, ``--gguf``, or the checkpoint's own weights
-  exported to Q8_0 and BF16 (engine/bench/gguf_export.py), each loaded once as a
-  :class:`LlamaCppEngine` and timed in the interleaved rounds (engine/bench/rounds.py).
+  exported to Q8_0 and BF16 (bench/generate/gguf_export.py), each loaded once as a
+  :class:`LlamaCppEngine` and timed in the interleaved rounds (bench/generate/rounds.py).
 
 Results are dicts with ``prefill_s``, ``decode_s``, ``decode_steps``, ``prefill_tok_s``,
 ``decode_tok_s``, ``output_ids`` (or ``{"skipped": reason}`` when the package or file is
@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from engine.bench.generate_bench import GenTiming
+from bench.generate.gen_timing import GenTiming
 
 WARMUP_PROMPT, WARMUP_TOKENS = 16, 4
 
@@ -162,7 +162,7 @@ def llamacpp_ggufs(cfg: Any, log: Callable[[str], object]) -> dict[str, Path | N
     ('llamacpp_q8_0', 'llamacpp_bf16'), cached beside the checkpoint."""
     if cfg.gguf is not None:
         return {"llamacpp": cfg.gguf}
-    from engine.bench.gguf_export import ensure_gguf
+    from bench.generate.gguf_export import ensure_gguf
 
     return {f"llamacpp_{q.lower()}": ensure_gguf(cfg.model_dir, q, log) for q in cfg.gguf_types}
 

@@ -1,5 +1,5 @@
 """`fp8serve bench generate`: single-stream prefill and decode tokens/s of fp8serve through
-the model runner, against same-run baselines (engine/bench/generate_bench.py): the memory
+the model runner, against same-run baselines (bench/generate/run.py): the memory
 bandwidth bound, torch bf16 matmul for the same FLOPs, transformers and llama.cpp. Prints a
 table of ratios and writes JSON."""
 
@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli.kernels import add_kv_cache_dtype_arg, add_lm_head_arg
-from cli.main import CliError
+from bench.common.errors import BenchError
+from engine.config_flags import add_kv_cache_dtype_arg, add_lm_head_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,7 +65,7 @@ def _model_and_gguf(args: argparse.Namespace) -> tuple[Path, Path | None]:
     from engine.demo_model import default_demo_dir, ensure_demo_model, find_gguf
 
     if args.model is not None and not args.model.is_dir():
-        raise CliError(f"--model {args.model}: not a directory")
+        raise BenchError(f"--model {args.model}: not a directory")
     demo = args.model is None or args.model.resolve() == default_demo_dir().resolve()
     model = ensure_demo_model() if args.model is None else args.model
     gguf = args.gguf
@@ -78,7 +78,7 @@ def _model_and_gguf(args: argparse.Namespace) -> tuple[Path, Path | None]:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    from engine.bench.generate_bench import GenerateBenchConfig
+    from bench.generate.run import GenerateBenchConfig
 
     model, gguf = _model_and_gguf(args)
     try:
@@ -94,7 +94,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
             gguf_types=tuple(t.strip() for t in getattr(args, "gguf_types", "Q8_0,BF16")
                              .split(",") if t.strip()))
     except ValueError as exc:
-        raise CliError(str(exc)) from exc
+        raise BenchError(str(exc)) from exc
 
 
 def _fmt(v: float | None, spec: str = "{:.1f}") -> str:
@@ -174,7 +174,7 @@ def _bytes_lines(res: dict[str, Any]) -> list[str]:
 
 
 def spec_config_from_args(args: argparse.Namespace) -> Any:
-    from engine.bench.spec_bench import SpecBenchConfig
+    from bench.spec.run import SpecBenchConfig
     from engine.config import ConfigError
     from engine.demo_model import ensure_demo_model
     from engine.spec.config import SpeculativeConfig
@@ -182,29 +182,29 @@ def spec_config_from_args(args: argparse.Namespace) -> Any:
     try:
         spec = SpeculativeConfig.parse(args.speculative_config)
         if spec is None:
-            raise CliError("--speculative-config: give a config to compare with")
+            raise BenchError("--speculative-config: give a config to compare with")
         if args.model is not None and not args.model.is_dir():
-            raise CliError(f"--model {args.model}: not a directory")
+            raise BenchError(f"--model {args.model}: not a directory")
         return SpecBenchConfig(
             model_dir=ensure_demo_model() if args.model is None else args.model, spec=spec,
             workloads=tuple(w.strip() for w in args.workloads.split(",") if w.strip()),
             concurrency=tuple(args.concurrency), gen_len=args.gen_len, rounds=args.rounds,
             threads=args.threads, oracle=getattr(args, "spec_oracle", None))
     except (ConfigError, ValueError) as exc:
-        raise CliError(str(exc)) from exc
+        raise BenchError(str(exc)) from exc
 
 
 def run(args: argparse.Namespace) -> int:
     log = lambda s: print(s, flush=True)  # noqa: E731
     if getattr(args, "speculative_config", None) is not None:
-        from engine.bench.spec_bench import format_table as spec_table
-        from engine.bench.spec_bench import run_spec_bench
+        from bench.spec.run import format_table as spec_table
+        from bench.spec.run import run_spec_bench
 
         res = run_spec_bench(spec_config_from_args(args), log=log)
         table = spec_table(res)
         out = getattr(args, "json", None) or Path("bench/results/spec.json")
     else:
-        from engine.bench.generate_bench import run_generate_bench
+        from bench.generate.run import run_generate_bench
 
         res = run_generate_bench(config_from_args(args), log=log)
         table = format_table(res)

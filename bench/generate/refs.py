@@ -1,4 +1,4 @@
-"""The same-run references of `fp8serve bench generate` (engine/bench/generate_bench.py):
+"""The same-run references of `fp8serve bench generate` (bench/generate/run.py):
 the bytes one decode step must read (the bandwidth bound's denominator) and torch bf16
 matmul over the model's own linear shapes (the prefill compute reference)."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from engine.bench.timing import time_calls
+from bench.common.timing import time_calls
 from engine.config import ModelConfig
 from engine.kernels.base import Fp8Weight
 from engine.weights import LINEAR_NAMES, ModelWeights

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.bench.generate_bench import GenTiming
-from engine.bench.read_probe import ReadProbe
+from bench.common.read_probe import ReadProbe
+from bench.generate.gen_timing import GenTiming
 
 Generate = Callable[[list[int], int], GenTiming]
 

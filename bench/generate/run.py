@@ -3,11 +3,11 @@ model runner (the path the server takes), against baselines measured in the same
 
 * the decode bandwidth bound: ``read bandwidth / bytes read per decode token``
   (see :func:`decode_bytes_per_token` for exactly what is counted); the read bandwidth
-  is the best read_xor sample (engine/bench/read_probe.py) taken right before and right
+  is the best read_xor sample (bench/common/read_probe.py) taken right before and right
   after the timed generation, the former torch-sum figure reported beside it;
 * the prefill compute reference: torch bf16 matmul of the model's own linear shapes at
   M = prompt_len (same FLOPs as fp8serve's linears);
-* Hugging Face transformers and llama.cpp (engine/bench/baselines.py).
+* Hugging Face transformers and llama.cpp (bench/generate/baselines.py).
 
 Every figure is a ratio against something timed in this run: the machine is shared."""
 
@@ -19,20 +19,21 @@ import platform
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from engine.bench.generate_refs import (  # noqa: F401 - re-exported for callers
+from bench.common.read_probe import ReadProbe, best_of
+from bench.generate.gen_timing import GenTiming
+from bench.generate.refs import (  # noqa: F401 - re-exported for callers
     BYTES_FORMULA,
     bf16_prefill_reference,
     decode_bytes_per_token,
     prefill_linear_shapes,
 )
-from engine.bench.read_probe import ReadProbe, best_of
 
 BASELINES = ("transformers", "llamacpp")
 Log = Callable[[str], object]
@@ -51,7 +52,7 @@ class GenerateBenchConfig:
     bandwidth_passes: int = 5  # best of this many passes per probe sample
     lm_head_dtype: str = "auto"  # engine/model/lm_head.py
     kv_cache_dtype: str = "auto"  # engine/model/kv_store.py
-    rounds: int = 1  # interleaved timed rounds of fp8serve and llama.cpp (engine/bench/rounds.py)
+    rounds: int = 1  # interleaved timed rounds of fp8serve and llama.cpp (bench/generate/rounds.py)
     gguf_types: tuple[str, ...] = ("Q8_0", "BF16")  # exports timed when gguf is None
     gemm_reps: int = 3
     seed: int = 0
@@ -71,30 +72,6 @@ class GenerateBenchConfig:
         bad = sorted(set(self.gguf_types) - {"Q8_0", "BF16"})
         if bad or not self.gguf_types:
             raise ValueError(f"--gguf-types: choose from Q8_0, BF16 (got {bad or 'none'})")
-
-
-@dataclass(frozen=True)
-class GenTiming:
-    """One greedy generation: prefill = prompt forward + first token; decode = the rest."""
-
-    prompt_tokens: int
-    prefill_s: float
-    decode_steps: int
-    decode_s: float
-    output_ids: tuple[int, ...] = field(default=(), repr=False)
-
-    @property
-    def prefill_tps(self) -> float:
-        return self.prompt_tokens / self.prefill_s
-
-    @property
-    def decode_tps(self) -> float:
-        return self.decode_steps / self.decode_s
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"prefill_tok_s": self.prefill_tps,
-                               "decode_tok_s": self.decode_tps,
-                               "output_ids": list(self.output_ids)}
 
 
 def bench_prompt(vocab_size: int, n: int, seed: int = 0, bos: int | None = 1) -> list[int]:
@@ -217,11 +194,11 @@ def _bandwidth(samples: list[dict[str, Any]], bytes_tok: dict[str, Any]) -> dict
 def run_generate_bench(cfg: GenerateBenchConfig, log: Log = print) -> dict[str, Any]:
     """Everything in one process, in order: the bf16 GEMM reference; fp8serve and each
     llama.cpp GGUF loaded, then ``cfg.rounds`` interleaved timed rounds of them
-    (engine/bench/rounds.py); then transformers alone (the others released first). A
+    (bench/generate/rounds.py); then transformers alone (the others released first). A
     read-bandwidth sample right before and right after each timed generation. Figures
     are the median round's; ratios against llama.cpp the median of per-round ratios."""
-    from engine.bench.baselines import llamacpp_engines
-    from engine.bench.rounds import Contender, median_round, per_round, run_rounds
+    from bench.generate.baselines import llamacpp_engines
+    from bench.generate.rounds import Contender, median_round, per_round, run_rounds
     from engine.loader import read_model_config
 
     if cfg.threads is not None:
@@ -259,7 +236,7 @@ def run_generate_bench(cfg: GenerateBenchConfig, log: Log = print) -> dict[str, 
 
 def _run_transformers(cfg: GenerateBenchConfig, prompt: list[int], log: Log,
                       probe: ReadProbe, samples: list[dict[str, Any]]) -> dict[str, Any]:
-    from engine.bench.baselines import run_transformers
+    from bench.generate.baselines import run_transformers
 
     log("transformers: loading and timing")
     samples.append(probe.sample("before transformers"))
@@ -274,7 +251,7 @@ def _ratios(timing: GenTiming, timings: dict[str, list[GenTiming]], base: dict[s
             bw: dict[str, Any], gemm: dict[str, Any]) -> dict[str, Any]:
     """fp8serve / each reference; against an engine timed in the rounds, the median of
     the per-round ratios (and the rounds' own under ``<name>_per_round``)."""
-    from engine.bench.rounds import round_ratios
+    from bench.generate.rounds import round_ratios
 
     ratios: dict[str, Any] = {
         "decode_vs_bandwidth_bound": timing.decode_tps / bw["decode_tok_s"],

@@ -1,5 +1,5 @@
 """`fp8serve bench kernels`: FP8 kernels vs torch BF16 matmul, torch._scaled_mm and the
-memory-bandwidth bound, on the Ministral-3-8B linear shapes (engine/bench/kernel_bench.py).
+memory-bandwidth bound, on the Ministral-3-8B linear shapes (bench/kernels/cpu.py).
 Prints a table, writes JSON and (with matplotlib) a PNG."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli.main import CliError
+from bench.common.errors import BenchError
 
 SHAPE_ALIASES = {"qo": "q_proj/o_proj", "kv": "k_proj/v_proj", "gate_up": "gate_proj/up_proj",
                  "down": "down_proj"}
@@ -37,11 +37,11 @@ def _ints(text: str, flag: str) -> tuple[int, ...]:
     try:
         return tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError as exc:
-        raise CliError(f"{flag}: expected a comma list of integers, got {text!r}") from exc
+        raise BenchError(f"{flag}: expected a comma list of integers, got {text!r}") from exc
 
 
 def parse_shapes(text: str) -> tuple[Any, ...]:
-    from engine.bench.kernel_bench import MINISTRAL_3_8B, Shape
+    from bench.kernels.cpu import MINISTRAL_3_8B, Shape
 
     by_name = {s.name: s for s in MINISTRAL_3_8B}
     out = []
@@ -51,15 +51,15 @@ def parse_shapes(text: str) -> tuple[Any, ...]:
             continue
         n, _, k = item.lower().partition("x")
         if not (n.isdigit() and k.isdigit() and int(n) > 0 and int(k) > 0):
-            raise CliError(f"--shapes: {item!r} is neither {sorted(SHAPE_ALIASES)} nor NxK")
+            raise BenchError(f"--shapes: {item!r} is neither {sorted(SHAPE_ALIASES)} nor NxK")
         out.append(Shape(item, int(n), int(k)))
     if not out:
-        raise CliError("--shapes: nothing to run")
+        raise BenchError("--shapes: nothing to run")
     return tuple(out)
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    from engine.bench.kernel_bench import KernelBenchConfig
+    from bench.kernels.cpu import KernelBenchConfig
     from engine.kernels.base import ScaleKind
     from engine.kernels.registry import KERNEL_CLASSES
 
@@ -68,22 +68,22 @@ def config_from_args(args: argparse.Namespace) -> Any:
         kernels = tuple(k.strip() for k in args.kernels.split(",") if k.strip())
         unknown = sorted(set(kernels) - set(KERNEL_CLASSES))
         if unknown:
-            raise CliError(f"--kernels: unknown kernel id(s) {unknown}")
+            raise BenchError(f"--kernels: unknown kernel id(s) {unknown}")
     try:
         cfg = KernelBenchConfig(shapes=parse_shapes(args.shapes), ms=_ints(args.m, "--m"),
                                 kernels=kernels, scale_kind=ScaleKind(args.scale_kind),
                                 reps=args.reps, scaled_mm_ms=_ints(args.scaled_mm_m,
                                                                    "--scaled-mm-m"))
     except ValueError as exc:
-        raise CliError(str(exc)) from exc
+        raise BenchError(str(exc)) from exc
     return cfg.quick() if args.quick else cfg
 
 
 def run(args: argparse.Namespace, hw: Any = None) -> int:
     """``hw``: a HardwareInfo to use instead of probing this host (tests)."""
-    from engine.bench.kernel_bench import run_kernel_bench
-    from engine.bench.plot import plot_rows
-    from engine.bench.table import format_rows
+    from bench.kernels.cpu import run_kernel_bench
+    from bench.kernels.plot import plot_rows
+    from bench.kernels.table import format_rows
     from engine.hardware import probe_hardware
 
     cfg = config_from_args(args)

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from engine.bench.timing import copies_to_exceed, llc_bytes, measure_read_bandwidth, time_calls
+from bench.common.timing import copies_to_exceed, llc_bytes, measure_read_bandwidth, time_calls
 from engine.hardware import HardwareInfo
 from engine.kernels.base import FP8_DTYPE, Fp8Spec, Fp8Weight, Platform, ScaleKind
 from engine.kernels.registry import DEFAULT_CATALOG, KernelCatalog, hardware_reason

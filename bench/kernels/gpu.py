@@ -13,7 +13,7 @@ Row fields (JSON): shape, n, k, m, kernel, time_us, tflops, weight_gbps (weight 
 time), vs_bf16 (bf16 time / this time: > 1 is faster), pct_of_bound (FP8 weight read time
 at the measured bandwidth / time * 100; for the bf16 row, of its own 2-byte weight).
 
-    python -m engine.bench.gpu_kernel_bench [--json OUT] [--ms 1 16 128 512 2048]
+    python -m bench.kernels.gpu [--json OUT] [--ms 1 16 128 512 2048]
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from engine.bench.kernel_bench import BF16, MINISTRAL_3_8B, Shape
-from engine.bench.timing import copies_to_exceed
+from bench.common.timing import copies_to_exceed
+from bench.kernels.cpu import BF16, MINISTRAL_3_8B, Shape
 from engine.kernels.base import ScaleKind
 from engine.kernels.reference import dequantize, random_fp8_weight
 from engine.kernels.registry import get_kernel

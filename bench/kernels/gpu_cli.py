@@ -1,6 +1,6 @@
 """`fp8serve bench gpu-kernels`: the CUDA FP8 kernels vs torch BF16 matmul and the HBM
 read-bandwidth bound on the device, Ministral-3-8B linear shapes
-(engine/bench/gpu_kernel_bench.py). Needs a CUDA device."""
+(bench/kernels/gpu.py). Needs a CUDA device."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.bench import gpu_kernel_bench
+    from bench.kernels import gpu as gpu_kernel_bench
 
     argv = ["--ms", *map(str, args.ms), "--reps", str(args.reps)]
     argv += ["--cuda-graphs"] if args.cuda_graphs else []

@@ -1,4 +1,4 @@
-"""Plain-text table of kernel-benchmark rows (see engine/bench/kernel_bench.py)."""
+"""Plain-text table of kernel-benchmark rows (see bench/kernels/cpu.py)."""
 
 from __future__ import annotations
 

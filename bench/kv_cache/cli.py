@@ -1,6 +1,6 @@
 """`fp8serve bench kv-cache`: the FP8 (e4m3) KV cache against bf16 over one loaded model:
 greedy agreement and KL over long generations, and decode tok/s at long contexts in
-interleaved rounds (engine/bench/kv_cache_bench.py). Prints a summary and writes JSON."""
+interleaved rounds (bench/kv_cache/run.py). Prints a summary and writes JSON."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli.main import CliError
+from bench.common.errors import BenchError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,11 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    from engine.bench.kv_cache_bench import KvCacheBenchConfig
+    from bench.kv_cache.run import KvCacheBenchConfig
     from engine.demo_model import ensure_demo_model
 
     if args.model is not None and not args.model.is_dir():
-        raise CliError(f"--model {args.model}: not a directory")
+        raise BenchError(f"--model {args.model}: not a directory")
     try:
         contexts = tuple(int(c) for c in args.contexts.split(",") if c.strip())
         return KvCacheBenchConfig(
@@ -48,7 +48,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
             speed_tokens=args.speed_tokens, greedy_tokens=args.greedy_tokens,
             num_prompts=args.prompts, threads=args.threads)
     except ValueError as exc:
-        raise CliError(str(exc)) from exc
+        raise BenchError(str(exc)) from exc
 
 
 def format_summary(res: dict[str, Any]) -> str:
@@ -93,13 +93,13 @@ def format_op(res: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.bench.kv_cache_bench import attention_op_speed, run_kv_cache_bench
+    from bench.kv_cache.run import attention_op_speed, run_kv_cache_bench
 
     if getattr(args, "op_only", False):
         cfg = config_from_args(args)
         layers = getattr(args, "op_layers", 1)
         if layers < 1:
-            raise CliError(f"--op-layers {layers}: must be >= 1")
+            raise BenchError(f"--op-layers {layers}: must be >= 1")
         res = attention_op_speed(cfg.model_dir, cfg.contexts, cfg.speed_rounds, cfg.threads,
                                  layers)
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -168,7 +168,7 @@ def _rel_rms(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def bench_prompts(cfg: KvCacheBenchConfig, vocab: int) -> list[list[int]]:
-    from engine.bench.lm_head_bench import PROMPTS
+    from bench.lm_head.run import PROMPTS
     try:
         from engine.text.tokenizer import Tokenizer
         tok = Tokenizer.from_dir(cfg.model_dir)

@@ -1,7 +1,7 @@
 """`fp8serve bench lm-head`: the FP8 lm_head (quantized at load, per output channel)
 against the bf16 head over the same decoder in one process: KL divergence and top-1
 agreement of the logits on real hidden states, greedy agreement over long generations,
-and decode speed in interleaved rounds (engine/bench/lm_head_bench.py). Prints a summary
+and decode speed in interleaved rounds (bench/lm_head/run.py). Prints a summary
 and writes JSON."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli.main import CliError
+from bench.common.errors import BenchError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,11 +32,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    from engine.bench.lm_head_bench import LmHeadBenchConfig
+    from bench.lm_head.run import LmHeadBenchConfig
     from engine.demo_model import ensure_demo_model
 
     if args.model is not None and not args.model.is_dir():
-        raise CliError(f"--model {args.model}: not a directory")
+        raise BenchError(f"--model {args.model}: not a directory")
     try:
         return LmHeadBenchConfig(
             model_dir=ensure_demo_model() if args.model is None else args.model,
@@ -45,7 +45,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
             speed_rounds=args.speed_rounds, speed_tokens=args.speed_tokens,
             threads=args.threads)
     except ValueError as exc:
-        raise CliError(str(exc)) from exc
+        raise BenchError(str(exc)) from exc
 
 
 def format_summary(res: dict[str, Any]) -> str:
@@ -75,7 +75,7 @@ def format_summary(res: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.bench.lm_head_bench import run_lm_head_bench
+    from bench.lm_head.run import run_lm_head_bench
 
     res = run_lm_head_bench(config_from_args(args), log=lambda s: print(s, flush=True))
     print(format_summary(res))

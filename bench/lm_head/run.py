@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
-from engine.bench.generate_bench import bench_prompt
-from engine.bench.logit_compare import Head, agreement, compare_heads
-from engine.bench.timing import time_calls
+from bench.common.timing import time_calls
+from bench.generate.run import bench_prompt
+from bench.lm_head.logit_compare import Head, agreement, compare_heads
 
 PROMPTS = (
     "Explain in a few sentences why the sky is blue.",

@@ -1,6 +1,6 @@
 """The README results table: markdown built from the JSON files that bench/run_all.sh
 writes into one directory (kernels.json, generate-*.json, serve-*.json, rss-*.json).
-Missing files are left out. ``python -m engine.bench.report DIR`` prints it."""
+Missing files are left out. ``python -m bench.report.results DIR`` prints it."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def generate_section(runs: list[dict[str, Any]]) -> list[str]:
 
 def serve_section(s: dict[str, Any], name: str) -> list[str]:
     """One row per concurrency level; with several rounds, each figure is the median over
-    the level's rounds (``levels``, from service/bench_serve.py combine_rounds) and the
+    the level's rounds (``levels``, from bench/serve/run.py combine_rounds) and the
     rounds' throughputs are listed. JSON without ``levels`` has one run per level."""
     levels = s.get("levels") or s["runs"]
     rounds = max(r.get("rounds", 1) for r in levels)

@@ -2,7 +2,7 @@
 subprocess, send a few requests, and report its peak RSS (VmHWM) against the weight bytes
 on disk of what it loaded (the vision tower too when it serves images;
 --limit-mm-per-prompt image=0 skips it, as for serve) plus the KV budget
-(engine/bench/rss.py)."""
+(bench/rss/run.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli.main import CliError
-from cli.serve import parse_mm_limit
+from bench.common.errors import BenchError
+from engine.config_flags import parse_mm_limit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,7 +57,7 @@ def format_summary(res: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    from engine.bench.rss import RssBenchConfig, run_rss_bench
+    from bench.rss.run import RssBenchConfig, run_rss_bench
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
 
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
         model = ensure_demo_model()
     elif not model.is_dir():
-        raise CliError(f"--model {model}: not a directory")
+        raise BenchError(f"--model {model}: not a directory")
     try:
         cfg = RssBenchConfig(model_dir=model, kv_cache_gib=args.kv_cache_gib,
                              max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
                              max_tokens=args.max_tokens)
         res = run_rss_bench(cfg, log=lambda s: print(s, flush=True))
     except (ValueError, RuntimeError, TimeoutError) as exc:
-        raise CliError(str(exc)) from exc
+        raise BenchError(str(exc)) from exc
     print(format_summary(res))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(res, indent=2))

@@ -4,7 +4,7 @@ projector too when it serves images, which its GET /kernels ``vision`` says: a m
 checkpoint loads them unless ``--limit-mm-per-prompt image=0``) plus the preallocated KV
 cache (``kv_cache_gib``).
 
-The server runs in its own subprocess; a few requests go through it (service/bench_serve.py
+The server runs in its own subprocess; a few requests go through it (bench/serve/run.py
 drives them), then its peak is read from ``/proc/<pid>/status`` ``VmHWM`` (the high-water
 mark of that process alone; ``ru_maxrss`` of a child would include the parent's peak from
 before the exec)."""
@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import socket
 import struct
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from bench.common.server_process import free_port, stop, wait_ready
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VISION_MARKERS = ("vision_tower", "multi_modal_projector", "vision_encoder",
@@ -81,12 +80,6 @@ def weight_bytes_on_disk(model_dir: Path) -> dict[str, int]:
     return {"all_tensors": total, "text_decoder": text, "vision": total - text}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def server_command(cfg: RssBenchConfig, port: int) -> list[str]:
     cmd = [sys.executable, "-m", "cli.main", "--log-level", "WARNING", "serve", "--model",
            str(cfg.model_dir), "--port", str(port), "--kv-cache-gib", str(cfg.kv_cache_gib),
@@ -106,42 +99,14 @@ def served_vision(url: str) -> dict[str, Any]:
     return dict(r.json().get("vision") or {"images": False, "reason": "not reported"})
 
 
-def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float, log_path: Path) -> float:
-    """Seconds until GET /health answered 200; raises if the server exits or times out."""
-    import httpx
-
-    t0 = time.monotonic()
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited ({proc.returncode}): "
-                               f"{log_path.read_text()[-2000:]}")
-        if time.monotonic() - t0 > timeout_s:
-            raise TimeoutError(f"server not ready after {timeout_s:.0f} s")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return time.monotonic() - t0
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-
-
 def drive(url: str, cfg: RssBenchConfig, vocab_size: int) -> dict[str, Any]:
-    from service.bench_serve import BenchConfig, run_bench
+    from bench.serve.config import BenchConfig
+    from bench.serve.run import run_bench
 
     hi = min(20000, vocab_size)
     bcfg = BenchConfig(url, cfg.concurrency, cfg.requests, cfg.prompt_len, cfg.max_tokens,
                        vocab_lo=min(1000, hi // 2), vocab_hi=hi)
     return asyncio.run(run_bench(bcfg))
-
-
-def stop(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def interpreter_baseline() -> dict[str, int]:
@@ -178,7 +143,7 @@ def run_rss_bench(cfg: RssBenchConfig, log: Any = print) -> dict[str, Any]:
 
     vocab = read_model_config(Path(cfg.model_dir)).vocab_size
     weights = weight_bytes_on_disk(cfg.model_dir)
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_file = tempfile.NamedTemporaryFile("w+", prefix="fp8serve-rss-", suffix=".log",
                                            delete=False)

@@ -1,8 +1,8 @@
 """`fp8serve bench serve --url URL --concurrency C [C ...] --num-prompts N --input-len I
 --output-len O [--rounds R] [--workload random|multi-turn|shared-prefix] [--system-len S]
-[--turns T] [--compare-url URL2]`: drive a running server (see service/bench_serve.py and,
-for the workloads and their cache on / off passes, service/bench_workloads.py); print a
-table per pass, the comparisons (service/bench_comparison.py), and write JSON (every pass,
+[--turns T] [--compare-url URL2]`: drive a running server (see bench/serve/run.py and,
+for the workloads and their cache on / off passes, bench/serve/workloads.py); print a
+table per pass, the comparisons (bench/serve/comparison.py), and write JSON (every pass,
 the medians over the rounds, the comparison rows)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cli.main import CliError
+from bench.common.errors import BenchError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -68,12 +68,12 @@ def run_passes(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     import aiohttp
 
-    from service.bench_passes import plan, run_pass
-    from service.bench_report import format_table
-    from service.bench_serve import BenchConfig
+    from bench.serve.config import BenchConfig
+    from bench.serve.passes import plan, run_pass
+    from bench.serve.report import format_table
 
     if args.rounds < 1:
-        raise CliError("--rounds must be >= 1")
+        raise BenchError("--rounds must be >= 1")
     servers = [args.url] + ([args.compare_url] if args.compare_url else [])
     try:
         base = BenchConfig(args.url, 1, args.num_prompts, args.input_len, args.output_len,
@@ -81,13 +81,13 @@ def run_passes(args: argparse.Namespace) -> list[dict[str, Any]]:
                            system_len=args.system_len, turns=args.turns)
         steps = plan(base, args.rounds, args.concurrency, servers)
     except ValueError as exc:
-        raise CliError(str(exc)) from exc
+        raise BenchError(str(exc)) from exc
     runs = []
     for rnd, cfg, mode in steps:
         try:
             summary = asyncio.run(run_pass(cfg, mode))
         except aiohttp.ClientError as exc:
-            raise CliError(f"cannot reach {cfg.url}: {exc}") from exc
+            raise BenchError(f"cannot reach {cfg.url}: {exc}") from exc
         head = [f"round {rnd + 1} of {args.rounds}"] if args.rounds > 1 else []
         head += [cfg.url] if len(servers) > 1 else []
         if head:
@@ -99,7 +99,7 @@ def run_passes(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def report(args: argparse.Namespace, levels: list[dict[str, Any]]) -> dict[str, Any]:
     """Prints the comparisons; returns them as JSON rows."""
-    from service.bench_comparison import (
+    from bench.serve.comparison import (
         cache_rows,
         format_cache_table,
         format_server_table,
@@ -134,7 +134,7 @@ def spec_servers(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     import sys
     import tempfile
 
-    from engine.bench.rss import stop, wait_ready
+    from bench.common.server_process import stop, wait_ready
     from engine.config import ConfigError
     from engine.demo_model import ensure_demo_model
     from engine.spec.config import SpeculativeConfig
@@ -142,9 +142,9 @@ def spec_servers(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     try:
         spec = SpeculativeConfig.parse(args.speculative_config)
     except ConfigError as exc:
-        raise CliError(str(exc)) from exc
+        raise BenchError(str(exc)) from exc
     if spec is None:
-        raise CliError("--speculative-config: give a config to compare with")
+        raise BenchError("--speculative-config: give a config to compare with")
     model = args.model_dir or ensure_demo_model()
     common = ["--max-num-seqs", str(max(args.concurrency)), *args.server_arg]
     procs = []
@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from service.bench_report import combine_rounds
+    from bench.serve.report import combine_rounds
 
     runs = run_passes(args)
     levels = combine_rounds(runs)

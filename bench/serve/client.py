@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 if TYPE_CHECKING:
-    from service.bench_serve import BenchConfig
+    from bench.serve.config import BenchConfig
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The serving benchmark's comparisons, from combined levels (bench_report.combine_rounds):
+"""The serving benchmark's comparisons, from combined levels (report.combine_rounds):
 cache on vs off (the cached and uncached passes of one server: TTFT per turn or per slice,
 the ratio off / on, the hit rates) and server vs server (``--compare-url``: throughput and
 TTFT of each pass on both). Tables are markdown, ready for the README."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.bench_workloads import CACHED, UNCACHED
+from bench.serve.workloads import CACHED, UNCACHED
 
 
 def ratio(num: float, den: float) -> float | None:

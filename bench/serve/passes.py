@@ -1,5 +1,5 @@
 """One pass of a serving-benchmark workload against one server, and the order of passes
-in a run (prompts and salts: service/bench_workloads.py).
+in a run (prompts and salts: bench/serve/workloads.py).
 
 multi-turn: at most ``concurrency`` conversations in flight, each sending its turns one
 after another (turn k waits for turn k-1's reply); TTFT is reported per turn index.
@@ -19,16 +19,16 @@ from typing import Any
 
 import aiohttp
 
-from service.bench_client import RequestResult, one_request, tokenize, tokenize_chat
-from service.bench_report import group_summary, summarize
-from service.bench_serve import (
-    BenchConfig,
+from bench.serve.client import RequestResult, one_request, tokenize, tokenize_chat
+from bench.serve.config import BenchConfig
+from bench.serve.report import group_summary, summarize
+from bench.serve.run import (
     bench_session,
     gather_limited,
     run_bench,
     run_uncached,
 )
-from service.bench_workloads import (
+from bench.serve.workloads import (
     TEXT_WORKLOADS,
     UNCACHED,
     conversations,
@@ -90,7 +90,7 @@ async def run_shared_prefix(cfg: BenchConfig, mode: str) -> dict[str, Any]:
 async def run_text(cfg: BenchConfig) -> dict[str, Any]:
     """A text workload: request i is workload_messages(workload, i), tokenized by the
     server; each request has its own cache salt."""
-    from engine.bench.spec_workloads import workload_messages
+    from bench.spec.workloads import workload_messages
 
     async with bench_session(cfg) as (session, model):
         prompts = [await tokenize_chat(session, cfg, model, workload_messages(cfg.workload, i))
@@ -99,7 +99,7 @@ async def run_text(cfg: BenchConfig) -> dict[str, Any]:
 
 
 async def run_pass(cfg: BenchConfig, mode: str) -> dict[str, Any]:
-    """One pass (bench_workloads.CACHED / UNCACHED) of cfg.workload against cfg.url: its
+    """One pass (workloads.CACHED / UNCACHED) of cfg.workload against cfg.url: its
     summary, labelled with the pass. Raises aiohttp.ClientError when the server cannot
     be reached or has no model."""
     if cfg.workload == "random":

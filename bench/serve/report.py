@@ -12,8 +12,8 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from service.bench_client import RequestResult
-    from service.bench_serve import BenchConfig
+    from bench.serve.client import RequestResult
+    from bench.serve.config import BenchConfig
 
 
 def percentiles(xs: list[float]) -> dict[str, float]:

@@ -10,8 +10,8 @@ On a shared host the speed drifts between runs, so a sweep over concurrency leve
 in several rounds (each round visits every level once, interleaved in time) and
 :func:`combine_rounds` reports each level by the median over its rounds.
 
-The request client is service/bench_client.py, the summaries and tables
-service/bench_report.py.
+The request client is bench/serve/client.py, the summaries and tables
+bench/serve/report.py.
 """
 
 from __future__ import annotations
@@ -21,47 +21,16 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiohttp
 
-from service.bench_client import one_request
-from service.bench_report import summarize
-from service.bench_workloads import UNCACHED, WORKLOADS, pass_salts, random_ids
+from bench.serve.client import one_request
+from bench.serve.config import BenchConfig
+from bench.serve.report import summarize
+from bench.serve.workloads import UNCACHED, pass_salts, random_ids
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    url: str
-    concurrency: int = 1
-    num_prompts: int = 16  # requests; conversations for multi-turn
-    input_len: int = 128
-    output_len: int = 64
-    model: str | None = None  # None: the first of GET /v1/models
-    api_key: str | None = None
-    seed: int = 0
-    vocab_lo: int = 1000  # prompt ids drawn from [vocab_lo, vocab_hi)
-    vocab_hi: int = 20000
-    workload: str = "random"  # one of bench_workloads.WORKLOADS
-    system_len: int = 500  # multi-turn, shared-prefix: the system prompt's ids
-    turns: int = 4  # multi-turn: turns per conversation
-
-    def endpoint(self, path: str) -> str:
-        """The server URL + path ("/v1/...")."""
-        return self.url.rstrip("/") + path
-
-    def __post_init__(self) -> None:
-        for name in ("concurrency", "num_prompts", "input_len", "output_len", "system_len",
-                     "turns"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
-        if self.workload not in WORKLOADS:
-            raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}")
-        if self.workload == "shared-prefix" and self.num_prompts < 2:
-            raise ValueError("shared-prefix needs num_prompts >= 2 (one warms the cache)")
 
 
 @asynccontextmanager

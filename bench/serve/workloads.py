@@ -1,5 +1,5 @@
 """The serving benchmark's prompts and cache salts, per workload (no I/O: the drivers are
-service/bench_passes.py).
+bench/serve/passes.py).
 
 Workloads:
   random         ``num_prompts`` prompts of ``input_len`` random ids, no shared prefix.
@@ -9,7 +9,7 @@ Workloads:
   shared-prefix  one system prompt of ``system_len`` ids shared by ``num_prompts``
                  requests, each followed by its own ``input_len`` ids of user text.
   grounded, code-edit, story
-                 chat prompts in text (engine/bench/spec_workloads.py: quote a passage,
+                 chat prompts in text (bench/spec/workloads.py: quote a passage,
                  return a function with one change, write a story), turned into ids by
                  the server's POST /tokenize with its chat template; ``input_len`` does
                  not apply. For speculative decoding (``--speculative-config``).

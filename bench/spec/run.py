@@ -1,7 +1,7 @@
 """Speculative decoding against plain decoding on the same engine, model and prompts:
 ``fp8serve bench generate --speculative-config ...``.
 
-For each workload (engine/bench/spec_workloads.py) and concurrency C, passes without and
+For each workload (bench/spec/workloads.py) and concurrency C, passes without and
 with speculation alternate for ``rounds`` rounds over one loaded runner. A pass admits C
 chat requests (greedy, up to ``gen_len`` tokens, EOS ends them) and prefills all of them in
 one step (the step budget is raised to their prompt tokens), so every request starts
@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.bench.spec_workloads import WORKLOADS, workload_messages
+from bench.spec.workloads import WORKLOADS, workload_messages
 from engine.spec.config import SpeculativeConfig
 from engine.spec.proposer import DraftInput, Proposer
 from engine.stream import EngineObserver

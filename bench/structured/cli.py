@@ -1,6 +1,6 @@
 """`fp8serve bench structured`: json_schema-constrained vs unconstrained decode tokens/s
 through the engine at several concurrencies, interleaved in one process
-(engine/bench/structured_bench.py). Prints ratios and the mask share; writes JSON."""
+(bench/structured/run.py). Prints ratios and the mask share; writes JSON."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
-from cli.main import CliError
+from bench.common.errors import BenchError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,14 +24,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.bench.structured_bench import (
+    from bench.structured.run import (
         StructuredBenchConfig,
         format_table,
         run_structured_bench,
     )
 
     if args.model is not None and not args.model.is_dir():
-        raise CliError(f"--model {args.model}: not a directory")
+        raise BenchError(f"--model {args.model}: not a directory")
     if args.model is None:
         from engine.demo_model import ensure_demo_model
         args.model = ensure_demo_model()
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         conc = tuple(int(c) for c in args.concurrency.split(",") if c.strip())
         cfg = StructuredBenchConfig(args.model, conc, args.gen_len, args.rounds, args.threads)
     except ValueError as exc:
-        raise CliError(str(exc)) from exc
+        raise BenchError(str(exc)) from exc
     res = run_structured_bench(cfg, log=lambda s: print(s, flush=True))
     print(format_table(res))
     args.json.parent.mkdir(parents=True, exist_ok=True)

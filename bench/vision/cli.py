@@ -1,6 +1,6 @@
 """`fp8serve bench vision --model DIR`: vision encode GFLOP/s against torch matmul on the
 same host and moment, and (with --serving) TTFT of a one-image chat and the inter-token
-latency of 4 streams while an image encodes (engine/bench/vision_bench.py)."""
+latency of 4 streams while an image encodes (bench/vision/run.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from cli.main import CliError
+from bench.common.errors import BenchError
 
 SIZES = ("512x512", "1024x768", "1540x1540")
 
@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _fusion(enc: object, w: int, h: int, rounds: int) -> dict[str, object]:
-    from engine.bench.vision_bench import fusion_row
+    from bench.vision.run import fusion_row
 
     r = fusion_row(enc, w, h, rounds)  # type: ignore[arg-type]
     gf = [f"{r.gflop / s:.1f}" for s in r.fused_s]
@@ -54,12 +54,12 @@ def _fusion(enc: object, w: int, h: int, rounds: int) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.bench.vision_bench import encode_row, serving_latency
+    from bench.vision.run import encode_row, serving_latency
     from engine.vision.encoder import load_vision_encoder
 
     enc = load_vision_encoder(args.model)
     if enc is None:
-        raise CliError(f"--model {args.model}: no vision tower")
+        raise BenchError(f"--model {args.model}: no vision tower")
     print(f"vision GEMMs: {enc.gemm.mode} ({enc.gemm.why})")
     print(f"{'image':>10} {'tokens':>6} {'s':>7} {'GFLOP':>8} {'GFLOP/s':>8} "
           f"{'bf16 mm':>8} {'fp32 mm':>8} {'ratio':>6}")
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         del enc
         threads = tuple(args.vision_encoder_threads or (None,))
         if min((t for t in threads if t is not None), default=1) < 1:
-            raise CliError("--vision-encoder-threads: each N must be >= 1")
+            raise BenchError("--vision-encoder-threads: each N must be >= 1")
         result["serving"] = serving_latency(args.model, args.serving_image,
                                             encoder_threads=threads)
         print(json.dumps(result["serving"], indent=2))

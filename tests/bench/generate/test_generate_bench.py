@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from cli.bench_generate import format_table, run
-from engine.bench.generate_bench import (
+from bench.generate.cli import format_table, run
+from bench.generate.run import (
     GenerateBenchConfig,
     bench_prompt,
     decode_bytes_per_token,
@@ -96,7 +96,7 @@ def test_prompt_and_config_checks():
 
 
 def test_results_markdown(result, tmp_path):
-    from engine.bench.report import build_markdown
+    from bench.report.results import build_markdown
 
     (tmp_path / "generate-tiny.json").write_text(json.dumps(result))
     md = build_markdown(tmp_path)
@@ -149,9 +149,9 @@ def test_interleaved_rounds(tiny_checkpoint, tmp_path):
 
 
 def test_rounds_alternate_order_and_ratios_are_per_round():
-    from engine.bench.generate_bench import GenTiming
-    from engine.bench.read_probe import ReadProbe
-    from engine.bench.rounds import Contender, median_round, round_ratios, run_rounds
+    from bench.common.read_probe import ReadProbe
+    from bench.generate.rounds import Contender, median_round, round_ratios, run_rounds
+    from bench.generate.run import GenTiming
 
     calls = []
 

@@ -1,4 +1,4 @@
-"""GGUF export for the llama.cpp baseline (engine/bench/gguf_export.py): Q8_0 bytes equal
+"""GGUF export for the llama.cpp baseline (bench/generate/gguf_export.py): Q8_0 bytes equal
 gguf-py's reference quantizer, BF16 equals the dequantized FP8 weights, Q/K rows are in
 llama.cpp's interleaved RoPE order, the metadata is the model's, the cache is reused until
 the checkpoint changes, and (when llama-cpp-python is installed) llama.cpp on the BF16
@@ -14,7 +14,7 @@ import torch
 
 gguf = pytest.importorskip("gguf")
 
-from engine.bench.gguf_export import (  # noqa: E402
+from bench.generate.gguf_export import (  # noqa: E402
     ensure_gguf,
     gguf_path,
     permute_rope,
@@ -106,8 +106,8 @@ def test_q8_0_export_sizes_and_cache(ckpt) -> None:
 
 def test_llamacpp_on_bf16_export_matches_fp8serve(ckpt) -> None:
     llama_cpp = pytest.importorskip("llama_cpp")
+    from bench.generate.run import GenerateBenchConfig, load_bench_runner
     from engine.batch import BatchInputs, SeqChunk
-    from engine.bench.generate_bench import GenerateBenchConfig, load_bench_runner
 
     path = ensure_gguf(ckpt, "BF16", log=lambda s: None)
     prompt = [1] + list(range(300, 340))

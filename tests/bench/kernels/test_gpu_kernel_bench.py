@@ -1,4 +1,4 @@
-"""engine/bench/gpu_kernel_bench.py without a device: the row arithmetic, the table, and a
+"""bench/kernels/gpu.py without a device: the row arithmetic, the table, and a
 clear exit where no CUDA device is visible (the timing itself runs on GPU hosts)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.bench import gpu_kernel_bench as gb
-from engine.bench.kernel_bench import Shape
+from bench.kernels import gpu as gb
+from bench.kernels.cpu import Shape
 
 
 def test_row_arithmetic() -> None:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-import cli.bench_kernels as bench_cli
-from cli.main import CliError
-from engine.bench.table import format_rows
-from engine.bench.timing import copies_to_exceed, llc_bytes
+import bench.kernels.cli as bench_cli
+from bench.common.errors import BenchError
+from bench.common.timing import copies_to_exceed, llc_bytes
+from bench.kernels.table import format_rows
 from engine.hardware import HardwareInfo
 
 HW = HardwareInfo.fake("avx2", "fma", "f16c")
@@ -66,13 +66,13 @@ def test_quick_run_writes_json_table_and_plot(tmp_path: Path, capsys) -> None:
 
 
 def test_bad_arguments_are_one_line_errors() -> None:
-    with pytest.raises(CliError, match="NxK"):
+    with pytest.raises(BenchError, match="NxK"):
         bench_cli.config_from_args(parse("--shapes", "q_proj"))
-    with pytest.raises(CliError, match="--m"):
+    with pytest.raises(BenchError, match="--m"):
         bench_cli.config_from_args(parse("--m", "1,x"))
-    with pytest.raises(CliError, match="unknown kernel"):
+    with pytest.raises(BenchError, match="unknown kernel"):
         bench_cli.config_from_args(parse("--kernels", "avx9000"))
-    with pytest.raises(CliError, match="M values >= 1"):
+    with pytest.raises(BenchError, match="M values >= 1"):
         bench_cli.config_from_args(parse("--m", "0"))
 
 
@@ -103,3 +103,13 @@ def test_table_groups_rows() -> None:
     assert lines[0].split()[:3] == ["shape", "M", "kernel"]
     assert "" in lines  # blank line between M groups
     assert " - " in lines[2] and "2.00" in lines[2]
+
+
+def test_fp8serve_prints_a_bench_error_as_one_line(capsys) -> None:
+    """cli/bench.py turns a benchmark's BenchError into fp8serve's one-line error, exit 1."""
+    from cli.main import main
+
+    assert main(["bench", "kernels", "--m", "0"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fp8serve: error: ") and "M values >= 1" in err
+    assert err.count("\n") == 1

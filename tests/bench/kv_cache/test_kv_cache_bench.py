@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cli.bench_kv_cache import format_summary
-from cli.main import CliError
-from engine.bench.kv_cache_bench import (
+from bench.common.errors import BenchError
+from bench.kv_cache.cli import format_summary
+from bench.kv_cache.run import (
     KvCacheBenchConfig,
     fill_random,
     load_runner,
@@ -49,7 +49,7 @@ def test_attention_op_only(tiny_checkpoint, tmp_path) -> None:
     import argparse
     import json
 
-    from cli.bench_kv_cache import format_op, run
+    from bench.kv_cache.cli import format_op, run
 
     out = tmp_path / "op.json"
     args = argparse.Namespace(model=tiny_checkpoint(), contexts="40", speed_rounds=3,
@@ -69,7 +69,7 @@ def test_attention_op_only_over_layer_copies(tiny_checkpoint, tmp_path) -> None:
     import argparse
     import json
 
-    from cli.bench_kv_cache import format_op, run
+    from bench.kv_cache.cli import format_op, run
 
     out = tmp_path / "op.json"
     args = argparse.Namespace(model=tiny_checkpoint(), contexts="20", speed_rounds=2,
@@ -79,5 +79,5 @@ def test_attention_op_only_over_layer_copies(tiny_checkpoint, tmp_path) -> None:
     res = json.loads(out.read_text())
     assert res["layers"] == 3 and len(res["32"]["seconds"]["fp8"]) == 2
     assert "3 K/V copies per rep" in format_op(res)
-    with pytest.raises(CliError, match="--op-layers 0"):
+    with pytest.raises(BenchError, match="--op-layers 0"):
         run(argparse.Namespace(**{**vars(args), "op_layers": 0}))

@@ -10,8 +10,8 @@ import json
 import pytest
 import torch
 
-from cli.bench_lm_head import format_summary, run
-from engine.bench.logit_compare import agreement, kl_rows
+from bench.lm_head.cli import format_summary, run
+from bench.lm_head.logit_compare import agreement, kl_rows
 
 
 def test_kl_rows_and_agreement():

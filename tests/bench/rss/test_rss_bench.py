@@ -11,8 +11,8 @@ import json
 import pytest
 from safetensors import safe_open
 
-from cli.bench_rss import format_summary, run
-from engine.bench.rss import proc_memory, weight_bytes_on_disk
+from bench.rss.cli import format_summary, run
+from bench.rss.run import proc_memory, weight_bytes_on_disk
 from tests.engine.vision.support import write_pair
 
 

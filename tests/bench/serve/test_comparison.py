@@ -1,20 +1,20 @@
 """bench serve report math: a stream's usage chunk gives the token counts and is no token
-(bench_client.RequestResult.take), hit rates are of summed tokens, rounds combine per
+(client.RequestResult.take), hit rates are of summed tokens, rounds combine per
 turn, and cache on / off and server / server rows divide the right numbers."""
 
 from __future__ import annotations
 
 import pytest
 
-from service.bench_client import RequestResult
-from service.bench_comparison import (
+from bench.serve.client import RequestResult
+from bench.serve.comparison import (
     cache_rows,
     format_cache_table,
     format_server_table,
     ratio,
     server_rows,
 )
-from service.bench_report import combine_rounds, group_summary, token_counts
+from bench.serve.report import combine_rounds, group_summary, token_counts
 
 
 def test_usage_chunk_counts_tokens_but_is_no_token_event() -> None:

@@ -1,4 +1,4 @@
-"""bench serve passes (service/bench_passes.py) against an in-process fake server that
+"""bench serve passes (bench/serve/passes.py) against an in-process fake server that
 records every request and plays a prefix cache keyed by cache_salt: what each turn sends,
 which salts travel, and that the reported hit rate is the responses' cached tokens."""
 
@@ -11,9 +11,9 @@ from typing import Any
 
 from aiohttp import web
 
-from service.bench_passes import run_pass
-from service.bench_serve import BenchConfig
-from service.bench_workloads import CACHED, UNCACHED, conversations
+from bench.serve.config import BenchConfig
+from bench.serve.passes import run_pass
+from bench.serve.workloads import CACHED, UNCACHED, conversations
 
 BLOCK = 16
 

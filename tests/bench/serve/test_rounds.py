@@ -1,10 +1,10 @@
-"""bench serve rounds: per-level medians over interleaved rounds (service/bench_report.py
-combine_rounds) and their README table (engine/bench/report.py serve_section)."""
+"""bench serve rounds: per-level medians over interleaved rounds (bench/serve/report.py
+combine_rounds) and their README table (bench/report/results.py serve_section)."""
 
 from __future__ import annotations
 
-from engine.bench.report import serve_section
-from service.bench_report import combine_rounds
+from bench.report.results import serve_section
+from bench.serve.report import combine_rounds
 
 
 def _run(conc: int, tput: float, ttft_p50: float, rnd: int) -> dict:

@@ -1,11 +1,11 @@
-"""service/bench_client.sse_data: the benchmark client's server-sent-event framing gives
+"""bench/serve/client.sse_data: the benchmark client's server-sent-event framing gives
 the same payloads however the byte stream is cut into network reads."""
 
 from __future__ import annotations
 
 import pytest
 
-from service.bench_client import sse_data
+from bench.serve.client import sse_data
 
 STREAM = (b'data: {"a": 1}\n\n'
           b': comment line\n\n'
@@ -45,7 +45,7 @@ def test_incomplete_event_is_carried() -> None:
 
 
 def test_a_chunk_of_several_tokens_is_counted_by_the_usage_chunk() -> None:
-    from service.bench_client import RequestResult
+    from bench.serve.client import RequestResult
 
     res = RequestResult(ok=True)
     res.take({"choices": [{"text": " a"}]}, 0.1)

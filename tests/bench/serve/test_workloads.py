@@ -1,4 +1,4 @@
-"""bench serve workloads (service/bench_workloads.py, bench_passes.plan): each turn's prompt
+"""bench serve workloads (bench/serve/workloads.py, passes.plan): each turn's prompt
 extends the previous turn's, the shared prefix is shared, the salts of the cached pass are
 one per pass and those of the uncached pass one per request, and passes interleave."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from service.bench_passes import plan
-from service.bench_serve import BenchConfig
-from service.bench_workloads import (
+from bench.serve.config import BenchConfig
+from bench.serve.passes import plan
+from bench.serve.workloads import (
     CACHED,
     UNCACHED,
     conversations,

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from cli.bench_generate import run
-from cli.main import CliError
-from engine.bench.spec_bench import SpecBenchConfig
-from engine.bench.spec_workloads import WORKLOADS, workload_messages
+from bench.common.errors import BenchError
+from bench.generate.cli import run
+from bench.spec.run import SpecBenchConfig
+from bench.spec.workloads import WORKLOADS, workload_messages
 from engine.demo_model import ensure_demo_model
 from engine.spec.config import SpeculativeConfig
 
@@ -61,7 +61,7 @@ def test_workload_prompts_and_config_checks():
 
 
 def test_replay_proposer_drafts_the_reference_while_the_output_follows_it():
-    from engine.bench.spec_bench import ReplayProposer
+    from bench.spec.run import ReplayProposer
     from engine.spec.proposer import DraftInput
 
     prop = ReplayProposer({(1, 2): [5, 6, 7, 8]})
@@ -92,5 +92,5 @@ def test_oracle_passes_keep_every_draft_or_none(tmp_path):
 
 @pytest.mark.parametrize("bad", ['{"method": "ngram"}', "{", "null"])
 def test_bad_speculative_config_is_a_cli_error(bad, tmp_path):
-    with pytest.raises(CliError):
+    with pytest.raises(BenchError):
         run(_args(tmp_path / "x.json", speculative_config=bad))

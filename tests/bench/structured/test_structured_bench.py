@@ -10,8 +10,8 @@ import statistics
 
 import pytest
 
-from cli.bench_structured import run
-from engine.bench.structured_bench import StructuredBenchConfig, format_table
+from bench.structured.cli import run
+from bench.structured.run import StructuredBenchConfig, format_table
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ def test_bench_vision_cli(tmp_path, capsys) -> None:
                               "112x112", "--serving", "--serving-image", "56x56",
                               "--vision-encoder-threads", "1", "2", "--compare-unfused",
                               "--rounds", "1", "--json", str(out)])
-    import engine.bench.vision_bench as vb
+    import bench.vision.run as vb
 
     real = vb.serving_latency
     vb.serving_latency = lambda m, img, **kw: real(m, img, baseline_s=0.5, **kw)
