@@ -48,6 +48,7 @@ COPY engine engine
 COPY service service
 COPY ext ext
 COPY cli cli
+COPY bench bench
 # The project itself (its dependencies pinned in pyproject.toml).
 # hadolint ignore=DL3013
 RUN pip install '.[convert]' \

@@ -39,7 +39,7 @@ test-fast: setup
 	$(PY) -m pytest -q -ra -m "not slow"
 
 lint: setup
-	$(BIN)/ruff check engine service ext cli tests
+	$(BIN)/ruff check engine service ext cli bench tests
 
 # Every README figure (kernels, generate on demo + 3B-shaped, serve at 1/4/16, RSS):
 # bench/run_all.sh, settings in its header (RUN_8B=1 adds the 8B-shaped RSS run).

@@ -18,7 +18,7 @@
 #                          (the prefix-* steps need a server with --enable-prefix-caching)
 #   structured-demo.json   fp8serve bench structured on the demo model: json_schema-
 #                          constrained vs unconstrained decode at concurrency 1 and 16
-#   RESULTS.md             the markdown table for the README (python -m engine.bench.report)
+#   RESULTS.md             the markdown table for the README (python -m bench.report.results)
 #
 # Environment: OUT (results dir), MODELS (where synth checkpoints are written once; about
 # 4 GB for 3B, 9 GB for 8B), THREADS (default: all cores), BASELINES_3B (default
@@ -172,5 +172,5 @@ if want vision; then
 fi
 
 step "results table"
-"$PY" -m engine.bench.report "$OUT" | tee "$OUT/RESULTS.md"
+"$PY" -m bench.report.results "$OUT" | tee "$OUT/RESULTS.md"
 echo "wrote $OUT/RESULTS.md"

@@ -11,12 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cli.kernels import (
-    add_kernel_args,
-    add_kv_cache_dtype_arg,
-    add_lm_head_arg,
-    overrides_from_args,
-)
+from cli.kernels import add_kernel_args, overrides_from_args
+from engine.config_flags import add_kv_cache_dtype_arg, add_lm_head_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from cli.main import CliError
+from engine.config_flags import add_lm_head_arg
 
 
 def add_kernel_args(parser: argparse.ArgumentParser) -> None:
@@ -22,29 +23,6 @@ def add_kernel_args(parser: argparse.ArgumentParser) -> None:
                         help="force this kernel where it can run (env FP8SERVE_KERNEL)")
     parser.add_argument("--disable-kernel", action="append", default=[], metavar="ID[,ID]",
                         help="never use these kernels (env FP8SERVE_DISABLED_KERNELS)")
-
-
-def add_lm_head_arg(parser: argparse.ArgumentParser) -> None:
-    """--lm-head-dtype auto|bf16|fp8 (None when not given, so FP8SERVE_LM_HEAD_DTYPE can
-    apply to `serve`; everywhere else None means auto)."""
-    from engine.config import LM_HEAD_DTYPES
-
-    parser.add_argument("--lm-head-dtype", choices=LM_HEAD_DTYPES, default=None,
-                        help="lm_head weights: auto (the checkpoint's dtype, default), bf16, "
-                             "or fp8 (a bf16 head quantized at load, per output channel, "
-                             "run on the FP8 kernels)")
-
-
-def add_kv_cache_dtype_arg(parser: argparse.ArgumentParser) -> None:
-    """--kv-cache-dtype auto|bf16|fp8 (vLLM's flag; None when not given, so
-    FP8SERVE_KV_CACHE_DTYPE can apply to `serve`; everywhere else None means auto)."""
-    from engine.config import KV_CACHE_DTYPES
-
-    parser.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default=None,
-                        help="K/V cache element type: auto (= bf16, default), bf16, or fp8 "
-                             "(e4m3 with an fp32 scale per token and KV head, or the "
-                             "checkpoint's static k_scale / v_scale): twice the tokens "
-                             "per --kv-cache-gib")
 
 
 def overrides_from_args(args: argparse.Namespace, env: dict[str, str] | None = None):

@@ -14,8 +14,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from cli.kernels import add_kernel_args, add_kv_cache_dtype_arg, add_lm_head_arg
+from cli.kernels import add_kernel_args
 from cli.main import CliError
+from engine.config_flags import add_kv_cache_dtype_arg, add_lm_head_arg, parse_mm_limit
 
 log = logging.getLogger(__name__)
 
@@ -51,25 +52,6 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
                                       "thread (default: --threads); fewer keep more of the "
                                       "cores for running streams while an image encodes"),
 )
-
-
-def parse_mm_limit(text: str) -> int:
-    """vLLM's --limit-mm-per-prompt: 'image=N' or '{"image": N}' -> N."""
-    import json
-
-    try:
-        value = json.loads(text) if text.lstrip().startswith("{") else dict(
-            [p.split("=", 1) for p in text.split(",") if p.strip()])
-        unknown = set(value) - {"image"}
-        if unknown:
-            raise ValueError(f"only image is supported, got {sorted(unknown)}")
-        n = int(value.get("image", 0))
-        if n < 0:
-            raise ValueError("the count must be >= 0")
-        return n
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise argparse.ArgumentTypeError(f"--limit-mm-per-prompt {text!r}: {exc} "
-                                         "(write image=N)") from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -58,7 +58,8 @@ def test_matcher_follows_docker_rules():
 
 def test_every_copy_source_is_in_the_context(ignore):
     sources = _copy_sources()
-    assert {"pyproject.toml", "README.md", "engine", "ext", "cli", "service"} <= set(sources)
+    assert {"pyproject.toml", "README.md", "engine", "ext", "cli", "service",
+            "bench"} <= set(sources)
     for src in sources:
         assert not ignore.excluded(src), f"{src} is copied but excluded by .dockerignore"
         if (ROOT / src).is_dir():

@@ -39,7 +39,7 @@ def weight_bytes(spec: SynthSpec) -> int:
 
 def demo_weight_bytes() -> int:
     """The converted demo model's text tensors on disk (+ its tied head's packed copy)."""
-    from engine.bench.rss import weight_bytes_on_disk
+    from bench.rss.run import weight_bytes_on_disk
     from engine.demo_model import ensure_demo_model
 
     model_dir = ensure_demo_model()

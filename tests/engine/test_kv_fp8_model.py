@@ -244,7 +244,7 @@ def test_fp8_engine_with_preemption_and_prefix_cache_matches_each_alone() -> Non
 def test_fp8_kv_greedy_agreement_over_long_generations_on_the_demo_model() -> None:
     """The demo model (SmolLM2-135M, 3 KV heads x 64), its four chat prompts, 32 greedy
     tokens per prompt on each cache alone, then KL over every position of prompt + the
-    bf16 continuation (engine/bench/kv_cache_bench.py). Measured on the AVX2 development
+    bf16 continuation (bench/kv_cache/run.py). Measured on the AVX2 development
     host with 64 tokens: leading agreement 25, 64, 13, 1 (mean 25.8), KL(bf16 || fp8) mean
     8.4e-3, max 5.6e-2, top-1 0.953 over 428 positions (with 128 tokens, README: 25, 93,
     13, 1; KL mean 7.9e-3, top-1 0.958); those are the portable attention kernel's. With
@@ -256,7 +256,7 @@ def test_fp8_kv_greedy_agreement_over_long_generations_on_the_demo_model() -> No
     kernels' bf16 logits differ by KL 1.4e-3 mean, their fp8 ones by 6.0e-3), so the max
     over a few hundred positions moves 10x between kernels; the bounds leave room for that
     and for other kernels' rounding (AVX-512 hosts sum in another order)."""
-    from engine.bench.kv_cache_bench import (
+    from bench.kv_cache.run import (
         KvCacheBenchConfig,
         accuracy,
         bench_prompts,

@@ -163,7 +163,7 @@ def test_fp8_head_rows_are_batch_invariant(runners):
 
 
 def test_cli_flags_accept_the_three_values_and_reject_others():
-    from cli.kernels import add_lm_head_arg
+    from engine.config_flags import add_lm_head_arg
 
     p = argparse.ArgumentParser()
     add_lm_head_arg(p)

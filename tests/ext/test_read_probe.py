@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import ext
-from engine.bench.read_probe import ReadProbe, best_of
+from bench.common.read_probe import ReadProbe, best_of
 from tests.ext.support import loaded_status, run_with_isa
 
 

@@ -158,8 +158,9 @@ def test_disconnect_frees_slot_and_full_queue_answers_429(server):
 
 
 def test_bench_serve_against_the_server(server, tmp_path):
-    from service.bench_report import format_table
-    from service.bench_serve import BenchConfig, run_bench
+    from bench.serve.config import BenchConfig
+    from bench.serve.report import format_table
+    from bench.serve.run import run_bench
 
     s = asyncio.run(run_bench(BenchConfig(server["url"], concurrency=2, num_prompts=4,
                                           input_len=16, output_len=4, api_key=KEY)))

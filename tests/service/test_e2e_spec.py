@@ -152,10 +152,9 @@ def test_bench_serve_text_workload_on_both(servers, tmp_path, capsys):
 
 
 def test_bench_serve_refuses_a_bad_config_before_starting_anything():
-    from cli.bench_serve import run
     from cli.main import CliError, build_parser
 
     args = build_parser().parse_args(["bench", "serve", "--speculative-config",
                                       '{"method": "ngram", "k": 1}'])
     with pytest.raises(CliError, match="'k'"):
-        run(args)
+        args.func(args)

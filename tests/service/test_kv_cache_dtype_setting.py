@@ -62,6 +62,6 @@ def test_generate_and_bench_generate_take_the_flag(argv: list[str]) -> None:
     args = build_parser().parse_args([*argv, "--kv-cache-dtype", "fp8"])
     assert args.kv_cache_dtype == "fp8"
     if argv[0] == "bench":
-        from cli.bench_generate import config_from_args
+        from bench.generate.cli import config_from_args
 
         assert config_from_args(args).kv_cache_dtype == "fp8"

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 
+from bench.vision.run import noise_png
 from cli.main import CliError, build_parser
 from cli.serve import settings_from_args
-from engine.bench.vision_bench import noise_png
 from engine.text.tokenizer import Tokenizer
 from engine.vision.encoder_thread import EncoderThread, available_cpus
 from service.settings import Settings

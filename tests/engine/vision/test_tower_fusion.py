@@ -12,7 +12,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from engine.bench.rss import proc_memory
+from bench.rss.run import proc_memory
 from engine.vision.encoder import load_vision_encoder
 from engine.vision.gemm import MODES, VisionGemm
 from engine.vision.mapped_pages import release_mapped_pages

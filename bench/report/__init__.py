@@ -1,0 +1,1 @@
+"""The results of bench/run_all.sh (bench/results/*.json) as tables."""

@@ -1,0 +1,132 @@
+"""The README results table: markdown built from the JSON files that bench/run_all.sh
+writes into one directory (kernels.json, generate-*.json, serve-*.json, rss-*.json).
+Missing files are left out. ``python -m bench.report.results DIR`` prints it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+GIB = 2**30
+
+
+def _f(v: float | None, spec: str = "{:.1f}") -> str:
+    return "-" if v is None else spec.format(v)
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return out + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def generate_section(runs: list[dict[str, Any]]) -> list[str]:
+    """One row per model: fp8serve prefill/decode and every ratio measured with it."""
+    head = ["model", "threads", "prefill tok/s", "decode tok/s", "decode / bw bound",
+            "prefill / bf16 matmul", "transformers decode", "x transformers (dec / pre)",
+            "llama.cpp decode", "x llama.cpp (dec / pre)"]
+    rows = []
+    for g in runs:
+        ours, r, b = g["fp8serve"], g["ratios"], g["baselines"]
+        lname = "llamacpp_q8_0" if "llamacpp_q8_0" in b else "llamacpp"  # Q8_0 export first
+        hf, lc = b.get("transformers", {}), b.get(lname, {})
+        rows.append([
+            f"{g['model']['name']} ({g['model']['num_layers']} layers)",
+            str(g["host"]["torch_threads"]), _f(ours["prefill_tok_s"]),
+            _f(ours["decode_tok_s"]),
+            f"{r['decode_vs_bandwidth_bound']:.2f} of {g['bandwidth_bound']['decode_tok_s']:.1f}",
+            f"{r['prefill_vs_bf16_matmul']:.2f}",
+            _f(hf.get("decode_tok_s")) + (f" ({hf['dtype']})" if "dtype" in hf else ""),
+            f"{_f(r.get('decode_vs_transformers'), '{:.2f}')} / "
+            f"{_f(r.get('prefill_vs_transformers'), '{:.2f}')}",
+            _f(lc.get("decode_tok_s")),
+            f"{_f(r.get(f'decode_vs_{lname}'), '{:.2f}')} / "
+            f"{_f(r.get(f'prefill_vs_{lname}'), '{:.2f}')}"])
+    c = runs[0]["config"]
+    return ([f"### Single stream (`fp8serve bench generate`, prompt {c['prompt_len']}, "
+             f"{c['gen_len']} generated tokens, greedy)", ""] + _table(head, rows)
+            + ["", "Bandwidth bound = read bandwidth measured in the same process / bytes "
+                   "read per decode token (every FP8 weight byte + the lm_head + one "
+                   "embedding row + norms). '-' = baseline skipped or not run."])
+
+
+def serve_section(s: dict[str, Any], name: str) -> list[str]:
+    """One row per concurrency level; with several rounds, each figure is the median over
+    the level's rounds (``levels``, from bench/serve/run.py combine_rounds) and the
+    rounds' throughputs are listed. JSON without ``levels`` has one run per level."""
+    levels = s.get("levels") or s["runs"]
+    rounds = max(r.get("rounds", 1) for r in levels)
+    base = levels[0]["output_token_throughput"] or None
+    head = ["concurrency", "output tok/s", "x concurrency 1", "TTFT p50 / p99 (s)",
+            "ITL p50 / p99 (ms)", "failed"]
+    if rounds > 1:
+        head.insert(2, "each round")
+    rows = []
+    for r in levels:
+        row = [str(r["config"]["concurrency"]), _f(r["output_token_throughput"]),
+               _f(r["output_token_throughput"] / base if base else None, "{:.2f}"),
+               f"{r['ttft_s']['p50']:.3f} / {r['ttft_s']['p99']:.3f}",
+               f"{r['itl_s']['p50'] * 1e3:.1f} / {r['itl_s']['p99'] * 1e3:.1f}",
+               str(r["failed"])]
+        if rounds > 1:
+            row.insert(2, ", ".join(f"{x:.1f}" for x in r["output_token_throughput_rounds"]))
+        rows.append(row)
+    c = levels[0]["config"]
+    how = f", median of {rounds} interleaved rounds" if rounds > 1 else ""
+    return ([f"### Serving `{name}` (`fp8serve bench serve`, {c['num_prompts']} prompts, "
+             f"input {c['input_len']}, output {c['output_len']}{how})", ""]
+            + _table(head, rows))
+
+
+def rss_section(runs: list[dict[str, Any]]) -> list[str]:
+    head = ["model", "weights (GiB)", "KV budget (GiB)", "peak RSS (GiB)",
+            "over weights + KV (GiB)", "anon / file-backed (GiB)", "python+torch alone (GiB)"]
+    rows = [[r["model"], f"{r['weight_bytes']['text_decoder'] / GIB:.2f}",
+             f"{r['kv_cache_bytes'] / GIB:.2f}", f"{r['peak_rss_gib']:.2f}",
+             f"{r['overhead_gib']:+.2f}",
+             f"{r['memory']['after_requests'].get('RssAnon', 0) / GIB:.2f} / "
+             f"{r['memory']['after_requests'].get('RssFile', 0) / GIB:.2f}",
+             f"{r['interpreter_baseline'].get('VmHWM', 0) / GIB:.2f}"] for r in runs]
+    return (["### Server peak RSS (`fp8serve bench rss`: VmHWM after a few requests)", ""]
+            + _table(head, rows))
+
+
+def kernel_section(k: dict[str, Any]) -> list[str]:
+    """Fastest FP8 kernel per (shape, M) against torch bf16 and the bandwidth bound."""
+    best: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in k["rows"]:
+        key = (r["shape"], r["m"])
+        if r["role"] != "baseline" and (key not in best
+                                        or r["time_ms"] < best[key]["time_ms"]):
+            best[key] = r
+    head = ["shape (N x K)", "M", "fastest FP8 kernel", "ms", "x torch bf16", "% of bw bound"]
+    rows = [[f"{r['shape']} ({r['n']} x {r['k']})", str(r["m"]), r["kernel"],
+             f"{r['time_ms']:.3f}", _f(r.get("vs_bf16"), "{:.2f}"),
+             f"{r['pct_of_bound']:.0f}"] for _, r in sorted(best.items())]
+    return ([f"### Kernels (`fp8serve bench kernels`, read bandwidth "
+             f"{k['read_bandwidth_gbps']:.1f} GB/s)", ""] + _table(head, rows))
+
+
+def _load(paths: list[Path]) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(paths)]
+
+
+def build_markdown(results: Path, command: str = "bench/run_all.sh") -> str:
+    lines = [f"Measured with `{command}` on a shared machine; absolute figures vary with "
+             "load, so compare the ratios (each measured in the same run).", ""]
+    if (results / "kernels.json").is_file():
+        lines += kernel_section(json.loads((results / "kernels.json").read_text())) + [""]
+    gen = _load(list(results.glob("generate-*.json")))
+    if gen:
+        lines += generate_section(gen) + [""]
+    for p in sorted(results.glob("serve-*.json")):
+        lines += serve_section(json.loads(p.read_text()), p.stem.removeprefix("serve-")) + [""]
+    rss = _load(list(results.glob("rss-*.json")))
+    if rss:
+        lines += rss_section(rss) + [""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(build_markdown(Path(sys.argv[1] if len(sys.argv) > 1 else "bench/results")))

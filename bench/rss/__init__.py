@@ -1,0 +1,1 @@
+"""`fp8serve bench rss`: a server's peak resident memory against its weights and KV budget."""

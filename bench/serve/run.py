@@ -1,0 +1,85 @@
+"""Serving benchmark (like `vllm bench serve`): drive a running server with streaming
+completions at a fixed concurrency and report TTFT, TPOT, ITL, E2EL (mean / p50 / p99),
+request and output-token throughput.
+
+TTFT: request sent -> first token chunk. ITL: gaps between token chunks. TPOT per request:
+(latency - TTFT) / (output_tokens - 1). Prompts are random token ids of exactly
+``input_len`` tokens and generation ignores EOS, so every request costs the same.
+
+On a shared host the speed drifts between runs, so a sweep over concurrency levels can run
+in several rounds (each round visits every level once, interleaved in time) and
+:func:`combine_rounds` reports each level by the median over its rounds.
+
+The request client is bench/serve/client.py, the summaries and tables
+bench/serve/report.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import aiohttp
+
+from bench.serve.client import one_request
+from bench.serve.config import BenchConfig
+from bench.serve.report import summarize
+from bench.serve.workloads import UNCACHED, pass_salts, random_ids
+
+T = TypeVar("T")
+
+
+@asynccontextmanager
+async def bench_session(cfg: BenchConfig) -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
+    """An HTTP session for ``concurrency`` streams and the model to name: cfg.model, else
+    the first of GET /v1/models. Raises aiohttp.ClientError when the server cannot be
+    reached or has no model."""
+    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+    connector = aiohttp.TCPConnector(limit=cfg.concurrency + 2)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
+    async with aiohttp.ClientSession(headers=headers, connector=connector,
+                                     timeout=timeout) as session:
+        model = cfg.model
+        if model is None:
+            async with session.get(cfg.endpoint("/v1/models"), raise_for_status=True) as r:
+                model = (await r.json())["data"][0]["id"]
+        yield session, model
+
+
+async def gather_limited(concurrency: int, jobs: Sequence[Callable[[], Awaitable[T]]]
+                         ) -> list[T]:
+    """Each job's result, in order, with at most ``concurrency`` running at once."""
+    sem = asyncio.Semaphore(concurrency)
+
+    async def limited(job: Callable[[], Awaitable[T]]) -> T:
+        async with sem:
+            return await job()
+
+    return list(await asyncio.gather(*(limited(j) for j in jobs)))
+
+
+async def run_bench(cfg: BenchConfig) -> dict[str, Any]:
+    """The random workload: num_prompts random-token prompts, at most ``concurrency`` in
+    flight, each with its own cache salt (nothing shared, even across rounds).
+    Raises aiohttp.ClientError when the server cannot be reached or has no model."""
+    async with bench_session(cfg) as (session, model):
+        rng = random.Random(cfg.seed)
+        prompts = [random_ids(rng, cfg.input_len, cfg.vocab_lo, cfg.vocab_hi)
+                   for _ in range(cfg.num_prompts)]
+        return await run_uncached(session, cfg, model, prompts) | {"pass": UNCACHED}
+
+
+async def run_uncached(session: aiohttp.ClientSession, cfg: BenchConfig, model: str,
+                       prompts: list[list[int]]) -> dict[str, Any]:
+    """``prompts`` at most ``concurrency`` in flight, each with its own cache salt; the
+    summary of the timed requests."""
+    salts = pass_salts(UNCACHED, len(prompts))
+    jobs = [lambda p=p, s=s: one_request(session, cfg, model, p, s[0])
+            for p, s in zip(prompts, salts, strict=True)]
+    start = time.perf_counter()
+    results = await gather_limited(cfg.concurrency, jobs)
+    return summarize(cfg, results, time.perf_counter() - start)

@@ -1,0 +1,1 @@
+"""`fp8serve bench structured`: json_schema-constrained decode against unconstrained."""

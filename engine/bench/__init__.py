@@ -1,1 +1,0 @@
-"""Benchmarks that report ratios against baselines measured in the same run."""

@@ -1,0 +1,48 @@
+"""The command-line spelling of settings that several commands share (`fp8serve serve`,
+`generate`, `kernels` and the benchmarks under bench/): argparse helpers whose choices come
+from engine.config, so every command offers the same values with the same help."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_lm_head_arg(parser: argparse.ArgumentParser) -> None:
+    """--lm-head-dtype auto|bf16|fp8 (None when not given, so FP8SERVE_LM_HEAD_DTYPE can
+    apply to `serve`; everywhere else None means auto)."""
+    from engine.config import LM_HEAD_DTYPES
+
+    parser.add_argument("--lm-head-dtype", choices=LM_HEAD_DTYPES, default=None,
+                        help="lm_head weights: auto (the checkpoint's dtype, default), bf16, "
+                             "or fp8 (a bf16 head quantized at load, per output channel, "
+                             "run on the FP8 kernels)")
+
+
+def add_kv_cache_dtype_arg(parser: argparse.ArgumentParser) -> None:
+    """--kv-cache-dtype auto|bf16|fp8 (vLLM's flag; None when not given, so
+    FP8SERVE_KV_CACHE_DTYPE can apply to `serve`; everywhere else None means auto)."""
+    from engine.config import KV_CACHE_DTYPES
+
+    parser.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default=None,
+                        help="K/V cache element type: auto (= bf16, default), bf16, or fp8 "
+                             "(e4m3 with an fp32 scale per token and KV head, or the "
+                             "checkpoint's static k_scale / v_scale): twice the tokens "
+                             "per --kv-cache-gib")
+
+
+def parse_mm_limit(text: str) -> int:
+    """vLLM's --limit-mm-per-prompt: 'image=N' or '{"image": N}' -> N."""
+    try:
+        value = json.loads(text) if text.lstrip().startswith("{") else dict(
+            [p.split("=", 1) for p in text.split(",") if p.strip()])
+        unknown = set(value) - {"image"}
+        if unknown:
+            raise ValueError(f"only image is supported, got {sorted(unknown)}")
+        n = int(value.get("image", 0))
+        if n < 0:
+            raise ValueError("the count must be >= 0")
+        return n
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise argparse.ArgumentTypeError(f"--limit-mm-per-prompt {text!r}: {exc} "
+                                         "(write image=N)") from None
