@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 IMAGE ?= fp8serve:latest
 
-.PHONY: setup ext demo serve test test-fast lint bench bench-kernels bench-generate bench-llamacpp image image-local deploy-schemas validate-deploy verify-deploy clean
+.PHONY: setup ext demo serve test test-fast lint docs bench bench-kernels bench-generate bench-llamacpp image image-local deploy-schemas validate-deploy verify-deploy clean
 
 setup: $(VENV)/.installed
 
@@ -40,6 +40,11 @@ test-fast: setup
 
 lint: setup
 	$(BIN)/ruff check engine service ext cli tests
+
+# docs/configuration.md and the field tables of docs/api.md, generated from the code
+# (tests/docs fails when they are stale).
+docs: setup
+	$(PY) -m cli.docgen
 
 # Every README figure (kernels, generate on demo + 3B-shaped, serve at 1/4/16, RSS):
 # bench/run_all.sh, settings in its header (RUN_8B=1 adds the 8B-shaped RSS run).
