@@ -41,11 +41,6 @@ test-fast: setup
 lint: setup
 	$(BIN)/ruff check engine service ext cli tests
 
-# docs/configuration.md and the field tables of docs/api.md, generated from the code
-# (tests/docs fails when they are stale).
-docs: setup
-	$(PY) -m cli.docgen
-
 # Every README figure (kernels, generate on demo + 3B-shaped, serve at 1/4/16, RSS):
 # bench/run_all.sh, settings in its header (RUN_8B=1 adds the 8B-shaped RSS run).
 bench: ext demo
@@ -94,3 +89,8 @@ verify-deploy: setup deploy-schemas
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+# docs/configuration.md and the field tables of docs/api.md, generated from the code
+# (tests/docs fails when they are stale).
+docs: setup
+	$(PY) -m cli.docgen
