@@ -65,14 +65,13 @@ def _ids(mode: str) -> list:
 
 @pytest.fixture(scope="module")
 def shell_env(tmp_path_factory) -> dict[str, str]:
-    """PATH with `fp8serve` (the installed entry point, run from this checkout) and the
-    test environment's tools (kubectl, ...) in front."""
+    """PATH with `fp8serve` (the installed entry point, run from this checkout) in front,
+    and nothing else changed: another ninja on the PATH would rebuild the extension."""
     bin_dir = tmp_path_factory.mktemp("bin")
     shim = bin_dir / "fp8serve"
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m cli.main "$@"\n')
     shim.chmod(0o755)
-    path = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent),
-                            os.environ.get("PATH", "")])
+    path = os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])
     return {**os.environ, "PATH": path, "PYTHONPATH": str(ROOT)}
 
 
@@ -136,8 +135,10 @@ def dry_run(argv: list[str], env: dict[str, str]) -> None:
         build_parser().parse_args(args)  # SystemExit on an unknown flag or a bad value
         return
     elif argv[:3] == ["kubectl", "apply", "-k"]:
-        assert shutil.which("kubectl", path=env["PATH"]), "kubectl (make setup installs it)"
-        check = ["kubectl", "kustomize", argv[3]]
+        kubectl = shutil.which("kubectl", path=os.pathsep.join(
+            [str(Path(sys.executable).parent), env["PATH"]]))
+        assert kubectl, "kubectl not found (make setup installs it)"
+        check = [kubectl, "kustomize", argv[3]]
     elif argv[:2] == ["docker", "compose"]:
         files = [args[i + 2] for i, a in enumerate(args[1:]) if a == "-f"]
         assert files and all("services" in yaml.safe_load((ROOT / f).read_text())
