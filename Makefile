@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 IMAGE ?= fp8serve:latest
 
-.PHONY: setup ext demo serve test test-fast lint bench bench-kernels bench-generate bench-llamacpp image image-local deploy-schemas validate-deploy verify-deploy clean
+.PHONY: setup ext demo serve test test-fast lint docs bench bench-kernels bench-generate bench-llamacpp image image-local deploy-schemas validate-deploy verify-deploy clean
 
 setup: $(VENV)/.installed
 
@@ -89,3 +89,8 @@ verify-deploy: setup deploy-schemas
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+# docs/configuration.md and the field tables of docs/api.md, generated from the code
+# (tests/docs fails when they are stale).
+docs: setup
+	$(PY) -m cli.docgen

@@ -1,0 +1,27 @@
+"""The ``FP8SERVE_*`` variables read outside service.settings.Settings (whose fields are
+each a variable too): where each is read and what it does. tests/docs/test_configuration_doc
+greps engine/, service/, ext/ and cli/ and fails on a variable in neither place."""
+
+from __future__ import annotations
+
+# (name, where it is read, meaning)
+ENV_VARS: tuple[tuple[str, str, str], ...] = (
+    ("FP8SERVE_CACHE_DIR", "engine/demo_model, ext/build.py",
+     "cache root (default `~/.cache/fp8serve`): the converted demo model lives in "
+     "`demo-smollm2-135m-fp8/`, the extension build in `ext/`"),
+    ("FP8SERVE_EXT_DIR", "ext/build.py",
+     "build directory of the C++ extension (default "
+     "`$FP8SERVE_CACHE_DIR/ext/<torch>-<source hash>`)"),
+    ("FP8SERVE_EXT_CFLAGS", "ext/build.py", "extra compiler flags for the extension"),
+    ("FP8SERVE_ISA", "ext/csrc/dispatch.cpp",
+     "lower the extension's dispatch level: `scalar`, `avx2`, `avx512`, `avx512_vbmi`, "
+     "`amx`; the kernel tables then choose as on such a host (`FP8SERVE_ISA=avx2` on an "
+     "AVX-512 machine runs the AVX2 kernels). A level above the host's is ignored with a "
+     "warning"),
+    ("FP8SERVE_VISION_GEMM", "engine/vision/gemm.py",
+     "`bf16` or `fp32`: force the vision tower's GEMM path instead of timing both at "
+     "startup"),
+    ("FP8SERVE_FUSED", "engine/runner.py",
+     "`0` runs every decoder layer through the Python reference path (torch ops, SDPA) "
+     "instead of the fused C++ layer: for A/B runs and as an escape hatch"),
+)

@@ -1,0 +1,63 @@
+"""docs/api.md's field tables are generated from the request models and
+service/unsupported.py: they must be current, and each route's table must name every
+field the model declares and every field unsupported.py classifies for its endpoint."""
+
+import re
+
+import pytest
+
+from cli.docgen import API
+from cli.docgen.api_doc import REGION, render_api, routes
+from service import unsupported
+
+# unsupported.py's endpoint -> the docs/api.md region whose table lists its fields
+REGION_OF = {unsupported.COMPLETIONS: "/v1/completions", unsupported.CHAT: "/v1/chat/completions",
+             unsupported.MESSAGES: "/v1/messages",
+             unsupported.COUNT_TOKENS: "/v1/messages/count_tokens",
+             unsupported.RESPONSES: "/v1/responses", unsupported.STREAM_OPTIONS: "objects"}
+
+
+def regions() -> dict[str, str]:
+    return {m.group("key"): m.group(0) for m in REGION.finditer(API.read_text("utf-8"))}
+
+
+def table_fields(text: str) -> set[str]:
+    return set(re.findall(r"^\| `([^`]+)` \|", text, re.M))
+
+
+def test_the_api_doc_is_current():
+    text = API.read_text(encoding="utf-8")
+    assert render_api(text) == text, "docs/api.md is stale: run python -m cli.docgen"
+
+
+def test_every_field_unsupported_py_names_is_in_its_routes_table():
+    found = regions()
+    for endpoint, key in REGION_OF.items():
+        named = (set(unsupported.IMPLEMENTED.get(endpoint, ())) | set(unsupported.NOOP[endpoint])
+                 | set(unsupported.HINTS[endpoint]))
+        missing = named - table_fields(found[key])
+        assert not missing, f"{endpoint}: {sorted(missing)} not in docs/api.md"
+
+
+def test_every_request_field_is_in_its_routes_table():
+    found = regions()
+    bodies = [(path, body) for _, path, _, body in routes() if body is not None]
+    assert len(bodies) == 7
+    for path, body in bodies:
+        declared = {f.alias or name for name, f in body.model_fields.items()}
+        missing = declared - table_fields(found[path])
+        assert not missing, f"{path}: {sorted(missing)} not in docs/api.md"
+
+
+def test_every_route_is_listed():
+    listed = regions()["routes"]
+    for method, path, _, _ in routes():
+        assert f"`{method} {path}`" in listed
+
+
+def test_a_route_without_its_region_is_an_error():
+    text = API.read_text(encoding="utf-8")
+    cut = re.sub(r"<!-- generated: /v1/responses -->.*?<!-- end generated -->", "", text,
+                 flags=re.S)
+    with pytest.raises(ValueError, match="/v1/responses"):
+        render_api(cut)
