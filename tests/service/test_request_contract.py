@@ -76,6 +76,8 @@ def test_real_error_bodies_match_the_documented_schema(c, doc):
 
 
 P, M = {"prompt": "3 4", "max_tokens": 2}, {"messages": [{"role": "user", "content": "3"}]}
+CALL = [{"role": "user", "content": "1"}, {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]
 # (body, accepted): the values on either side of each bound the engine enforces
 BOUNDS = [
     ({**P, "temperature": 0}, True), ({**P, "temperature": -0.01}, False),
@@ -105,6 +107,16 @@ BOUNDS = [
     ({"prompt": [3.0], "max_tokens": 1}, True), ({**P, "max_tokens": 2.5}, False),
     ({**P, "max_tokens": "2"}, False), ({**P, "echo": 1}, False),
     ({"messages": []}, False), ({"messages": [{"role": "robot", "content": "1"}]}, False),
+    # an empty text prompt is the start of a document, as in OpenAI's API
+    ({"prompt": "", "max_tokens": 1}, True), ({"prompt": ["", "3"], "max_tokens": 1}, True),
+    ({"prompt": " ", "max_tokens": 1}, True),
+    # a tool message names the call it answers; only assistant messages carry calls
+    ({"messages": [*CALL, {"role": "tool", "tool_call_id": "c1", "content": "2"}]}, True),
+    ({"messages": [*CALL, {"role": "tool", "content": "2"}]}, False),
+    ({"messages": [*CALL, {"role": "tool", "tool_call_id": None, "content": "2"}]}, False),
+    ({"messages": [*CALL, {"role": "tool", "tool_call_id": "", "content": "2"}]}, False),
+    ({"messages": [{"role": "user", "content": "1", "tool_calls": []}]}, False),
+    ({"messages": [{**CALL[1], "role": "user"}]}, False),
 ]
 
 
