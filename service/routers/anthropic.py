@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
+from service import rejections
 from service.chat_run import chat_prompt, start_chat
 from service.deps import ReadyStateDep, require_api_key
 from service.generation import NamedStream, stream_named
@@ -25,7 +26,7 @@ ANTHROPIC = "AnthropicErrorResponse"
 
 @router.post("/v1/messages", response_model=None, responses={
     **ok_events("AnthropicMessageResponse", "the message; with stream: Anthropic's events"),
-    **errors(400, 401, 404, 408, 429, 503, body=ANTHROPIC)})
+    **errors(400, 401, 404, 408, 429, 503, body=ANTHROPIC, rules=rejections.MESSAGES_API)})
 async def messages(body: MessagesRequest, request: Request, state: ReadyStateDep):
     state.signer.check_history(body.messages)
     chat = to_chat(body, state.parsers, state.backend.tokenizer)
@@ -42,7 +43,8 @@ async def messages(body: MessagesRequest, request: Request, state: ReadyStateDep
 
 
 @router.post("/v1/messages/count_tokens", response_model=None, responses={
-    **ok("InputTokens"), **errors(400, 401, 404, 503, body=ANTHROPIC)})
+    **ok("InputTokens"),
+    **errors(400, 401, 404, 503, body=ANTHROPIC, rules=rejections.COUNT_TOKENS)})
 async def count_tokens(body: CountTokensRequest, state: ReadyStateDep) -> dict[str, Any]:
     state.signer.check_history(body.messages)
     chat = to_chat(body, state.parsers, state.backend.tokenizer)

@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
+from service import rejections
 from service.chat_run import start_chat
 from service.deps import ReadyStateDep, require_api_key
 from service.generation import NamedStream, stream_named
@@ -40,7 +41,7 @@ def _head(model: str, body: ResponsesRequest) -> dict[str, Any]:
 
 @router.post("/v1/responses", response_model=None, responses={
     **ok_events("Response", "the response; with stream: the Responses API's typed events"),
-    **errors(400, 401, 404, 408, 429, 503)})
+    **errors(400, 401, 404, 408, 429, 503, rules=rejections.RESPONSES)})
 async def responses(body: ResponsesRequest, request: Request, state: ReadyStateDep):
     chat = to_chat(body, state.parsers, state.backend.tokenizer)
     run = await start_chat(state, chat, "resp")
