@@ -91,6 +91,10 @@ BOUNDS = [
     ({"prompt": "1", "repetition_penalty": 5e-324, "logprobs": 5}, True),
     ({"prompt": "1", "repetition_penalty": 1e300, "logprobs": 5}, True),
     ({"prompt": "1", "temperature": 5e-324, "logprobs": 5}, True),
+    # every token seen, the one the model wants (EOS) banned by min_tokens: the penalty
+    # pushes all the rest past fp32 (they saturate; an all -inf row was a 500)
+    ({"prompt": [*range(1, 50), 25], "repetition_penalty": 1e300, "min_tokens": 2,
+      "max_tokens": 2, "logprobs": 5}, True),
     ({**P, "max_tokens": 1}, True), ({**P, "max_tokens": 0}, False),
     ({**M, "max_completion_tokens": 0}, False), ({**M, "max_tokens": 0}, False),
     ({**P, "n": 32, "max_tokens": 1}, True), ({**P, "n": 33}, False),
