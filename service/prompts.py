@@ -20,9 +20,9 @@ def _check_ids(state: ServingState, ids: Sequence[int], param: str) -> list[int]
     vocab = state.backend.tokenizer.vocab_size
     bad = [t for t in ids if not isinstance(t, int) or t < 0 or t >= vocab]
     if bad:
-        raise APIError(400, f"token ids {bad[:5]} out of range [0, {vocab})", param)
+        raise APIError(400, f"{param}: token ids {bad[:5]} out of range [0, {vocab})", param)
     if not ids:
-        raise APIError(400, "prompt is empty", param)
+        raise APIError(400, f"{param}: prompt is empty", param)
     return list(ids)
 
 

@@ -11,7 +11,10 @@ What the schema can state (required fields, lengths, bounds, enums) it states in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from service.translate.refusals import messages_field, responses_field
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +37,6 @@ def _vocab(param: str) -> Rule:
 CONTEXT = (
     Rule("max_tokens", "max_model_len", "prompt tokens + max_tokens must fit max_model_len"),
     Rule("max_tokens", "KV", "prompt tokens + max_tokens must fit the KV cache"),
-    Rule("prompt", "max_model_len", "the prompt must leave room to generate"),
     Rule("messages", "max_model_len", "the rendered messages must leave room to generate"),
 )
 SAMPLING = (
@@ -47,10 +49,10 @@ IMAGES = (
          "(--allowed-media-domains, --allowed-local-media-path, size limits) and decode; "
          "at most --limit-mm-per-prompt images; image parts in user messages only"),
 )
+TOOL_TURNS = (Rule("messages", "answers no tool call",
+                   "a tool message's tool_call_id names a call of an earlier assistant message"),)
 MESSAGES = (
     Rule("messages", "content part", "content parts are text or image parts"),
-    Rule("messages", "answers no tool call",
-         "a tool message's tool_call_id names a call of an earlier assistant message"),
     Rule("messages", "chat template", "the model's chat template must render the messages "
          "(some templates refuse roles out of turn)"),
     Rule("messages", "is not valid JSON", "a tool call's arguments are JSON text"),
@@ -78,30 +80,44 @@ REASONING = (
 )
 
 COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"),
+               Rule("prompt", "max_model_len", "the prompt must leave room to generate"),
                Rule("prompt", "prompt is empty", "a text that encodes to no tokens needs a "
                     "tokenizer with a BOS or EOS token to start the document"))
-CHAT = (*CONTEXT, *SAMPLING, *MESSAGES, *TOOLS, *REASONING)
-TOKENIZE = MESSAGES
+CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING)
+TOKENIZE = (*TOOL_TURNS, *MESSAGES)
 DETOKENIZE = (_vocab("tokens"),)
+
+
+def _renamed(rules: tuple[Rule, ...], field: Callable[[str], str]) -> tuple[Rule, ...]:
+    """Chat's rules on a translated API: the fields named as its refusals name them
+    (service/translate/refusals.py)."""
+    return tuple(Rule(field(r.param), r.words, r.why) for r in rules)
+
+
 _ANTHROPIC = (
     Rule("messages", "invalid signature in thinking block", "a thinking block's signature "
          "must verify (a block this server signed, unchanged; unsigned blocks are accepted)"),
+    Rule("messages", "answers no tool_use",
+         "a tool_result block answers a tool_use block of an earlier assistant message"),
     Rule("messages", "cannot carry", "user messages carry text, image and tool_result "
          "blocks; assistant messages text, tool_use and thinking blocks"),
     Rule("thinking", "no reasoning format",
          "thinking needs a model with a reasoning parser (--reasoning-parser)"),
     Rule("thinking", "not single tokens",
          "a thinking budget needs reasoning markers that are single tokens"),
-    *(r for r in MESSAGES if r.words != "content part"), *TOOLS,
+    *_renamed(tuple(r for r in (*MESSAGES, *TOOLS) if r.words != "content part"
+                    and r.param != "response_format"), messages_field),
 )
 MESSAGES_API = (
-    *_ANTHROPIC, *CONTEXT,
+    *_ANTHROPIC, *_renamed(CONTEXT, messages_field),
     Rule("thinking.budget_tokens", "less than max_tokens",
          "thinking.budget_tokens must be less than max_tokens"),
 )
 COUNT_TOKENS = _ANTHROPIC
 RESPONSES = (
-    *CONTEXT, *MESSAGES, *TOOLS,
+    *_renamed((*CONTEXT, *MESSAGES, *TOOLS), responses_field),
+    Rule("input", "answers no function_call",
+         "a function_call_output answers a function_call earlier in input"),
     Rule("input", "no message to answer", "input must hold a message or a function call "
          "(reasoning items alone are dropped)"),
     Rule("reasoning.effort", "is not supported", "of the efforts only none is served"),

@@ -45,6 +45,7 @@ THOUGHT = [{"role": "user", "content": "1"},
            {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm",
                                               "signature": "bm90IG91cnM="}]},
            {"role": "user", "content": "2"}]
+LONG = " ".join(["7"] * VOCAB + ["8"] * 20)  # more words than max_model_len (64) holds
 # (path, body, the field its 400 names): schema-valid, refused by a documented rule
 REFUSED = [
     ("/v1/completions", {"prompt": [3, VOCAB], "max_tokens": 1}, "prompt"),
@@ -59,6 +60,17 @@ REFUSED = [
     ("/v1/messages", {"messages": THOUGHT, "max_tokens": 2}, "messages.1.content.0.signature"),
     ("/v1/messages/count_tokens", {"messages": THOUGHT}, "messages.1.content.0.signature"),
     ("/v1/responses", {"input": [{"type": "reasoning"}]}, "input"),
+    # the chat run's refusals name the field of the API the client spoke
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": LONG}]}, "messages"),
+    ("/v1/responses", {"input": "3", "max_output_tokens": 64}, "max_output_tokens"),
+    ("/v1/responses", {"input": LONG}, "input"),
+    ("/v1/responses", {"input": [{"role": "user", "content": "1"}, {
+        "type": "function_call_output", "call_id": "c9", "output": "2"}]}, "input[1].call_id"),
+    ("/v1/messages", {"messages": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t9", "content": "2"}]}], "max_tokens": 2},
+     "messages.0.content.0.tool_use_id"),
+    ("/v1/messages", {"messages": [{"role": "user", "content": "3"}], "max_tokens": 64},
+     "max_tokens"),
 ]
 
 
