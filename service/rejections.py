@@ -35,9 +35,9 @@ def _vocab(param: str) -> Rule:
 
 
 CONTEXT = (
-    Rule("max_tokens", "max_model_len", "prompt tokens + max_tokens must fit max_model_len"),
-    Rule("max_tokens", "KV", "prompt tokens + max_tokens must fit the KV cache"),
-    Rule("messages", "max_model_len", "the rendered messages must leave room to generate"),
+    Rule("max_tokens", "max_model_len", "the prompt plus the output limit must fit max_model_len"),
+    Rule("max_tokens", "KV", "the prompt plus the output limit must fit the KV cache"),
+    Rule("messages", "max_model_len", "the rendered prompt must leave room to generate"),
 )
 SAMPLING = (
     Rule("min_tokens", "exceeds max_tokens", "min_tokens must not exceed max_tokens"),
@@ -56,7 +56,7 @@ MESSAGES = (
     Rule("messages", "chat template", "the model's chat template must render the messages "
          "(some templates refuse roles out of turn)"),
     Rule("messages", "is not valid JSON", "a tool call's arguments are JSON text"),
-    Rule("messages", "prompt is empty", "the rendered messages must hold a token"),
+    Rule("messages", "prompt is empty", "the rendered prompt must hold a token"),
     *IMAGES,
 )
 TOOLS = (
