@@ -55,7 +55,7 @@ from engine.structured.token_mask import TokenMask, apply_token_mask
 
 TopLogprobs = tuple[list[int], list[float]]  # (token ids, logprobs), best first
 # Extreme penalties and temperatures stay inside fp32: a factor is clamped to [TINY, MAX]
-# and a logit that overflows to +inf to MAX, so no row turns NaN; a reported logprob is at
+# and a logit that overflows to +-inf to +-MAX, so no row turns NaN; a reported logprob is at
 # least LOGPROB_FLOOR (what OpenAI and vLLM report for an impossible token), never -inf.
 F32_MAX, F32_TINY = torch.finfo(torch.float32).max, torch.finfo(torch.float32).tiny
 LOGPROB_FLOOR = -9999.0
@@ -105,9 +105,16 @@ def apply_penalties(
     freq = torch.tensor([params[i].frequency_penalty for i in rows])[:, None]
     pres = torch.tensor([params[i].presence_penalty for i in rows])[:, None]
     sub = x[idx]
-    sub = torch.where(seen, torch.where(sub > 0, sub / rep, sub * rep), sub).clamp(max=F32_MAX)
+    sub = _saturated(torch.where(seen, torch.where(sub > 0, sub / rep, sub * rep), sub), sub)
     sub = sub - freq * counts - pres * (counts > 0).float()
     x[idx] = sub
+
+
+def _saturated(y: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
+    """y (a factor applied to ``before``) with what overflowed fp32 held at +-F32_MAX, so a
+    row never becomes all -inf (no distribution: NaN); a -inf of ``before`` (a masked
+    token) stays -inf."""
+    return torch.where(before == float("-inf"), before, y.clamp(-F32_MAX, F32_MAX))
 
 
 def apply_bias_and_min_tokens(
@@ -230,7 +237,7 @@ def _sample_random(
                          dtype=torch.long)
     top_p = torch.tensor([p.top_p for p in ps], dtype=torch.float32)
     min_p = torch.tensor([p.min_p for p in ps], dtype=torch.float32)
-    y = truncate((x[rows] / temp).clamp(max=F32_MAX), top_k, top_p, min_p)
+    y = truncate(_saturated(x[rows] / temp, x[rows]), top_k, top_p, min_p)
     return _exponential_race(torch.softmax(y, dim=-1), [generators[i] for i in rows])
 
 

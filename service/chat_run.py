@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
+from engine.request import InvalidRequestError
 from engine.sampling_params import SamplingParams, SamplingParamsError, ThinkingBudget
 from engine.stream import RequestOutput
 from service.backend import ServingState
@@ -90,7 +91,12 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
                                              body.add_generation_prompt, plan)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = make_params(state, body, logprobs, grammar=grammar, thinking=thinking)
-    sub = submit(state, prefix, [prompt], params, body.n, body.cache_salt, images)
+    try:
+        sub = submit(state, prefix, [prompt], params, body.n, body.cache_salt, images)
+    except InvalidRequestError as exc:  # the engine's "prompt" is the rendered messages
+        if exc.param != "prompt":
+            raise
+        raise APIError(400, f"messages: {exc}", "messages") from exc
     tok = state.backend.tokenizer
     readers = [ChoiceReader(tok, plan, bool(params.stop)) for _ in sub.ids]
     return ChatRun(model, prompt, plan, params, sub, readers)

@@ -10,7 +10,10 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from service.rejections import Rule, describe
+
 _REF = "#/components/schemas/"
+RULES_KEY = "x-fp8serve-rules"
 _STR, _INT = {"type": "string"}, {"type": "integer"}
 _NULL_STR = {"type": ["string", "null"]}
 _OBJ_OR_NULL = {"type": ["object", "null"]}
@@ -109,12 +112,20 @@ _WHY = {
 }
 
 
-def errors(*statuses: int, body: str = "ErrorResponse") -> dict[int | str, dict[str, Any]]:
+def errors(*statuses: int, body: str = "ErrorResponse",
+           rules: tuple[Rule, ...] = ()) -> dict[int | str, dict[str, Any]]:
     """``responses=`` entries for a route's error statuses, each with the error body
-    (``body``: the component, AnthropicErrorResponse on Anthropic's routes)."""
-    return {s: {"description": _WHY[s],
-                "content": {"application/json": {"schema": _ref(body)}}}
-            for s in statuses}
+    (``body``: the component, AnthropicErrorResponse on Anthropic's routes). ``rules``: the
+    400s a schema-valid request can still get (service/rejections.py), named in the 400's
+    description and listed as data under ``x-fp8serve-rules``."""
+    out: dict[int | str, dict[str, Any]] = {
+        s: {"description": _WHY[s], "content": {"application/json": {"schema": _ref(body)}}}
+        for s in statuses}
+    if rules:
+        out[400]["description"] += ("; a schema-valid request can still get a 400 naming "
+                                    "the field for these rules:\n" + describe(rules))
+        out[400][RULES_KEY] = [r.as_dict() for r in rules]
+    return out
 
 
 def ok(component: str, chunk: str | None = None, status: int = 200,

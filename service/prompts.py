@@ -20,15 +20,26 @@ def _check_ids(state: ServingState, ids: Sequence[int], param: str) -> list[int]
     vocab = state.backend.tokenizer.vocab_size
     bad = [t for t in ids if not isinstance(t, int) or t < 0 or t >= vocab]
     if bad:
-        raise APIError(400, f"token ids {bad[:5]} out of range [0, {vocab})", param)
+        raise APIError(400, f"{param}: token ids {bad[:5]} out of range [0, {vocab})", param)
     if not ids:
-        raise APIError(400, "prompt is empty", param)
+        raise APIError(400, f"{param}: prompt is empty", param)
     return list(ids)
+
+
+def _document_start(tok: Any) -> list[int]:
+    """What a text that encodes to no tokens ("" included) prompts with: as in OpenAI's
+    API, the start of a new document: the BOS token, else the end-of-text token that
+    separates documents (the lowest EOS id); [] when the tokenizer has neither."""
+    bos = getattr(tok, "bos_token_id", None)
+    if bos is not None:
+        return [bos]
+    return sorted(getattr(tok, "eos_token_ids", ()) or ())[:1]
 
 
 def encode_prompts(state: ServingState, prompt: Any) -> tuple[list[list[int]], list[str]]:
     """/v1/completions ``prompt`` (str | list[str] | list[int] | list[list[int]]) ->
-    (token ids per prompt, text per prompt for echo)."""
+    (token ids per prompt, text per prompt for echo). An empty text prompts with the start
+    of a document (_document_start)."""
     tok = state.backend.tokenizer
     if isinstance(prompt, str):
         prompt = [prompt]
@@ -40,7 +51,8 @@ def encode_prompts(state: ServingState, prompt: Any) -> tuple[list[list[int]], l
     for i, p in enumerate(prompt):
         param = f"prompt[{i}]" if len(prompt) > 1 else "prompt"
         if isinstance(p, str):
-            ids.append(_check_ids(state, tok.encode(p, add_special_tokens=True), param))
+            encoded = tok.encode(p, add_special_tokens=True) or _document_start(tok)
+            ids.append(_check_ids(state, encoded, param))
             texts.append(p)
         else:
             ids.append(_check_ids(state, p, param))

@@ -50,10 +50,16 @@ class _Body(BaseModel):
         # a body outside OpenAI's API (/tokenize, a message) only logs its unknown fields
         bad = unsupported.check_fields(cls.openai_endpoint or cls.__name__, data, known)
         if bad is not None:
-            err = PydanticCustomError("unsupported_value", bad.message())
-            raise ValidationError.from_exception_data(cls.__name__, [InitErrorDetails(
-                type=err, loc=(bad.field,), input=bad.value)])
+            raise _field_error(cls.__name__, bad.field, "unsupported_value", bad.message(),
+                               bad.value)
         return _whole_numbers(data)
+
+
+def _field_error(model: str, field: str, kind: str, message: str, value: Any
+                 ) -> ValidationError:
+    """A validation error located at ``field`` (the 400 names it: service/errors.py)."""
+    return ValidationError.from_exception_data(model, [InitErrorDetails(
+        type=PydanticCustomError(kind, message), loc=(field,), input=value)])
 
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
@@ -128,7 +134,8 @@ class _Sampling(_Body):
 
 class CompletionRequest(_Sampling):
     openai_endpoint: ClassVar[str | None] = unsupported.COMPLETIONS
-    # text may be empty: whether it encodes to no tokens (a 400) depends on the tokenizer
+    # text may be empty, as in OpenAI's API: it prompts with the start of a document
+    # (service/prompts.py)
     prompt: (str | Annotated[list[str], Field(min_length=1)] | TokenIds
              | Annotated[list[TokenIds], Field(min_length=1)])
     max_tokens: int | None = Field(16, ge=1)
@@ -202,12 +209,33 @@ class AssistantToolCall(_Body):
     function: FunctionCall
 
 
+# OpenAI's message types by role, as rules on one model: a tool message names the call it
+# answers; only an assistant message carries tool calls
+_ROLE_RULES: JsonDict = {"allOf": [
+    {"if": {"properties": {"role": {"const": "tool"}}},
+     "then": {"required": ["tool_call_id"],
+              "properties": {"tool_call_id": {"type": "string", "minLength": 1}}}},
+    {"if": {"properties": {"role": {"not": {"const": "assistant"}}}},
+     "then": {"properties": {"tool_calls": {"type": "null"}}}}]}
+
+
 class ChatMessage(_Body):
+    model_config = ConfigDict(json_schema_extra=_ROLE_RULES)
     role: Literal["system", "user", "assistant", "tool", "developer"]  # template's ROLES
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
     tool_calls: list[AssistantToolCall] | None = None  # assistant turns
     tool_call_id: str | None = None  # tool turns: the call this result answers
+
+    @model_validator(mode="after")
+    def _role_fields(self) -> ChatMessage:
+        if self.role == "tool" and not self.tool_call_id:
+            raise _field_error(type(self).__name__, "tool_call_id", "missing",
+                               "a tool message needs tool_call_id", self.tool_call_id)
+        if self.tool_calls is not None and self.role != "assistant":
+            raise _field_error(type(self).__name__, "tool_calls", "extra_forbidden",
+                               "only assistant messages carry tool_calls", self.tool_calls)
+        return self
 
 
 class ChatCompletionRequest(_Sampling):

@@ -70,7 +70,8 @@ def spec_from_response_format(response_format: Mapping[str, Any] | None
                               ) -> GrammarSpec | None:
     """OpenAI ``response_format`` dict -> spec; None for ``text`` (or no format).
 
-    ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``: compiled
+    ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`` (no
+    ``schema``: any JSON value, the empty schema): compiled
     strictly (an unsupported keyword is an error) when ``strict`` is true, as the openai
     SDK's ``parse()`` sends it; leniently otherwise."""
     if response_format is None:
@@ -83,7 +84,10 @@ def spec_from_response_format(response_format: Mapping[str, Any] | None
     if kind != "json_schema":
         raise GrammarError(f"response_format type {kind!r} is not supported")
     body = response_format.get("json_schema")
-    if not isinstance(body, Mapping) or not isinstance(body.get("schema"), Mapping):
-        raise GrammarError("response_format json_schema needs a 'schema' object")
-    return json_schema_spec(body["schema"], str(body.get("name") or "schema"),
+    if not isinstance(body, Mapping):
+        raise GrammarError("response_format json_schema needs a 'json_schema' object")
+    schema = {} if body.get("schema") is None else body["schema"]  # optional in OpenAI's API
+    if not isinstance(schema, Mapping):
+        raise GrammarError("response_format json_schema's 'schema' must be an object")
+    return json_schema_spec(schema, str(body.get("name") or "schema"),
                             body.get("strict") is True)

@@ -9,13 +9,19 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
+from engine.request import InvalidRequestError
+from service import rejections
+from service.backend import ServingState
 from service.chat_run import chat_prompt, start_chat
 from service.deps import ReadyStateDep, require_api_key
+from service.errors import APIError
 from service.generation import NamedStream, stream_named
 from service.openapi import errors, ok, ok_events
 from service.routers.openai import SSE_HEADERS
+from service.schemas import ChatCompletionRequest
 from service.translate.anthropic import message_body, to_chat
 from service.translate.anthropic_stream import PING, MessageStream
+from service.translate.refusals import check_tool_results, in_messages
 from service.translate.schemas import CountTokensRequest, MessagesRequest
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
@@ -25,11 +31,13 @@ ANTHROPIC = "AnthropicErrorResponse"
 
 @router.post("/v1/messages", response_model=None, responses={
     **ok_events("AnthropicMessageResponse", "the message; with stream: Anthropic's events"),
-    **errors(400, 401, 404, 408, 429, 503, body=ANTHROPIC)})
+    **errors(400, 401, 404, 408, 429, 503, body=ANTHROPIC, rules=rejections.MESSAGES_API)})
 async def messages(body: MessagesRequest, request: Request, state: ReadyStateDep):
-    state.signer.check_history(body.messages)
-    chat = to_chat(body, state.parsers, state.backend.tokenizer)
-    run = await start_chat(state, chat, "msg")
+    try:
+        chat = _checked_chat(body, state)
+        run = await start_chat(state, chat, "msg")
+    except (APIError, InvalidRequestError) as exc:
+        raise in_messages(exc) from exc
     msg_id = run.sub.id.replace("-", "_", 1)
     reader = run.readers[0]
     if not body.stream:
@@ -42,9 +50,20 @@ async def messages(body: MessagesRequest, request: Request, state: ReadyStateDep
 
 
 @router.post("/v1/messages/count_tokens", response_model=None, responses={
-    **ok("InputTokens"), **errors(400, 401, 404, 503, body=ANTHROPIC)})
+    **ok("InputTokens"),
+    **errors(400, 401, 404, 503, body=ANTHROPIC, rules=rejections.COUNT_TOKENS)})
 async def count_tokens(body: CountTokensRequest, state: ReadyStateDep) -> dict[str, Any]:
-    state.signer.check_history(body.messages)
-    chat = to_chat(body, state.parsers, state.backend.tokenizer)
-    _, _, prompt = await chat_prompt(state, chat)
+    try:
+        _, _, prompt = await chat_prompt(state, _checked_chat(body, state))
+    except APIError as exc:
+        raise in_messages(exc) from exc
     return {"input_tokens": len(prompt)}
+
+
+def _checked_chat(body: CountTokensRequest | MessagesRequest, state: ServingState
+                  ) -> ChatCompletionRequest:
+    """The chat request ``body`` means, after the rules on its history: thinking blocks'
+    signatures, tool results answering earlier tool uses."""
+    state.signer.check_history(body.messages)
+    check_tool_results(body.messages)
+    return to_chat(body, state.parsers, state.backend.tokenizer)

@@ -9,6 +9,7 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from engine.stream import RequestOutput
+from service import rejections
 from service.backend import ServingState
 from service.chat_run import make_params, start_chat
 from service.deps import ReadyStateDep, check_model, require_api_key
@@ -38,7 +39,8 @@ async def models(state: ReadyStateDep) -> dict[str, Any]:
 
 
 @router.post("/v1/completions", response_model=None, responses={
-    **ok("Completion", chunk="CompletionChunk"), **errors(400, 401, 404, 408, 429, 503)})
+    **ok("Completion", chunk="CompletionChunk"),
+    **errors(400, 401, 404, 408, 429, 503, rules=rejections.COMPLETIONS)})
 async def completions(body: CompletionRequest, request: Request, state: ReadyStateDep):
     model = check_model(state, body.model)
     prompts, texts = await run_in_threadpool(encode_prompts, state, body.prompt)
@@ -80,7 +82,8 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
 
 
 @router.post("/v1/chat/completions", response_model=None, responses={
-    **ok("ChatCompletion", chunk="ChatCompletionChunk"), **errors(400, 401, 404, 408, 429, 503)})
+    **ok("ChatCompletion", chunk="ChatCompletionChunk"),
+    **errors(400, 401, 404, 408, 429, 503, rules=rejections.CHAT)})
 async def chat_completions(body: ChatCompletionRequest, request: Request,
                            state: ReadyStateDep):
     run = await start_chat(state, body)

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
+from service import rejections
 from service.deps import ReadyStateDep, StateDep, check_model, require_api_key
 from service.errors import APIError
 from service.openapi import errors, ok
@@ -78,7 +79,8 @@ async def reset_prefix_cache(state: ReadyStateDep) -> dict[str, Any]:
 
 
 @private.post("/tokenize", response_model=None,
-              responses={**ok("Tokens"), **errors(400, 401, 404, 503)})
+              responses={**ok("Tokens"),
+                         **errors(400, 401, 404, 503, rules=rejections.TOKENIZE)})
 async def tokenize(body: TokenizeRequest, state: ReadyStateDep) -> dict[str, Any]:
     check_model(state, body.model)
     tok = state.backend.tokenizer
@@ -92,7 +94,8 @@ async def tokenize(body: TokenizeRequest, state: ReadyStateDep) -> dict[str, Any
 
 
 @private.post("/detokenize", response_model=None,
-              responses={**ok("Text"), **errors(400, 401, 404, 503)})
+              responses={**ok("Text"),
+                         **errors(400, 401, 404, 503, rules=rejections.DETOKENIZE)})
 async def detokenize(body: DetokenizeRequest, state: ReadyStateDep) -> dict[str, Any]:
     check_model(state, body.model)
     ids = _check_ids(state, body.tokens, "tokens") if body.tokens else []

@@ -9,11 +9,15 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
+from engine.request import InvalidRequestError
+from service import rejections
 from service.chat_run import start_chat
 from service.deps import ReadyStateDep, require_api_key
+from service.errors import APIError
 from service.generation import NamedStream, stream_named
 from service.openapi import errors, ok_events
 from service.routers.openai import SSE_HEADERS
+from service.translate.refusals import check_function_outputs, in_responses
 from service.translate.responses import to_chat
 from service.translate.responses_stream import ResponseStream
 from service.translate.schemas import ResponsesRequest
@@ -40,10 +44,15 @@ def _head(model: str, body: ResponsesRequest) -> dict[str, Any]:
 
 @router.post("/v1/responses", response_model=None, responses={
     **ok_events("Response", "the response; with stream: the Responses API's typed events"),
-    **errors(400, 401, 404, 408, 429, 503)})
+    **errors(400, 401, 404, 408, 429, 503, rules=rejections.RESPONSES)})
 async def responses(body: ResponsesRequest, request: Request, state: ReadyStateDep):
-    chat = to_chat(body, state.parsers, state.backend.tokenizer)
-    run = await start_chat(state, chat, "resp")
+    try:
+        if not isinstance(body.input, str):
+            check_function_outputs(body.input)
+        chat = to_chat(body, state.parsers, state.backend.tokenizer)
+        run = await start_chat(state, chat, "resp")
+    except (APIError, InvalidRequestError) as exc:
+        raise in_responses(exc) from exc
     enc = ResponseStream(run.sub.id.replace("-", "_", 1), _head(run.model, body),
                          run.readers[0], len(run.prompt), run.reasoning)
     if not body.stream:

@@ -55,4 +55,5 @@ def compile_plan_grammar(backend: Any, plan: ChatPlan) -> Any:
             param = _blame_tool(backend.grammar_compiler, plan)
             if param == "tools" and plan.response_format is not None:
                 param = "response_format"
-        raise APIError(400, f"{param}: {exc}", param) from exc
+        raise APIError(400, f"{param}: cannot be enforced as a grammar: {exc}",
+                       param) from exc

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Discriminator, Field, Tag
+from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
 
 from service import unsupported
-from service.schemas import NAME_PATTERN, NonEmptyStr, ReasoningEffort, _Body
+from service.schemas import NAME_PATTERN, NonEmptyStr, ReasoningEffort, _Body, _field_error
 
 
 class TextBlock(_Body):
@@ -74,9 +74,22 @@ class AnthropicTool(_Body):
 
 
 class AnthropicToolChoice(_Body):
+    """Anthropic's tool choices as one model: ``tool`` names the tool (its ToolChoiceTool
+    requires ``name``)."""
+
+    model_config = ConfigDict(json_schema_extra={
+        "if": {"properties": {"type": {"const": "tool"}}},
+        "then": {"required": ["name"], "properties": {"name": {"type": "string", "minLength": 1}}}})
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
     disable_parallel_tool_use: bool = False
+
+    @model_validator(mode="after")
+    def _named(self) -> AnthropicToolChoice:
+        if self.type == "tool" and not self.name:
+            raise _field_error(type(self).__name__, "name", "missing",
+                               "a tool_choice of type tool needs a name", self.name)
+        return self
 
 
 class ThinkingEnabled(_Body):

@@ -111,8 +111,10 @@ class FakeTokenizer:
     def token_to_text(self, token_id: int) -> str:
         return f" {token_id}"
 
-    def encode_chat(self, messages, add_generation_prompt: bool = True) -> list[int]:
-        """[1] + the words of every message; a role named "bad" raises like a template."""
+    def encode_chat(self, messages, add_generation_prompt: bool = True, tools=None
+                    ) -> list[int]:
+        """[1] + the words of every message; a role named "bad" raises like a template.
+        ``tools`` (what the template gets with tool_choice none) are not rendered."""
         ids = [1]
         for m in messages:
             if m["role"] == "bad":

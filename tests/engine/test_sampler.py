@@ -246,3 +246,21 @@ def test_any_integer_seed_is_a_generator_seed_modulo_2_64():
     assert torch.equal(draws(5), draws(5 + 2**64)) and torch.equal(draws(-1), draws(2**64 - 1))
     assert torch.equal(draws(-(2**70)), draws(-(2**70) % 2**64))
     assert not torch.equal(draws(5), draws(6))
+
+
+@pytest.mark.parametrize("kw", [
+    dict(repetition_penalty=1e300),
+    dict(repetition_penalty=9.9e307, temperature=1e74, frequency_penalty=-1.9, min_p=0.86,
+         top_p=0.86, min_tokens=5, stop_token_ids=[1]),
+])
+def test_a_huge_penalty_on_every_seen_negative_logit_keeps_logprobs_finite(kw):
+    """Every token seen and every logit negative: the penalty multiplies each past fp32's
+    range. A row of -inf has no distribution (NaN logprobs, a 500 at the JSON encoder), so
+    penalized logits saturate at -F32_MAX; masked tokens (min_tokens) stay impossible."""
+    logits = torch.tensor([[-2.0, -1.5, -3.0, -4.0, -1.25, -2.5, -1.1, -5.0]])
+    out = _run(logits, [SamplingParams(**kw, logprobs=V)], [list(range(V))], [[3]], eos=[7])
+    ids, lps = out.top_logprobs[0]
+    assert all(math.isfinite(x) for x in lps + [out.chosen_logprobs[0]]), lps
+    banned = {7, *kw.get("stop_token_ids", ())} if kw.get("min_tokens") else set()
+    assert out.token_ids[0].item() not in banned
+    assert all(lp == -9999.0 for i, lp in zip(ids, lps, strict=True) if i in banned)

@@ -188,13 +188,15 @@ def test_bad_tool_requests_are_400_naming_the_parameter(client, extra, param):
 
 CALL = {"id": "call_abc", "type": "function",
         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+# the first and last break the schema's role rules (a validation error's dotted location);
+# the second a rule across messages (service/rejections.py)
 BAD_TURNS = [
     ([{"role": "user", "content": "x"}, {"role": "tool", "content": "18C"}],
-     "messages[1].tool_call_id"),
+     "messages.1.tool_call_id"),
     ([{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [CALL]},
       {"role": "tool", "tool_call_id": "call_other", "content": "18C"}],
      "messages[2].tool_call_id"),
-    ([{"role": "user", "content": "x", "tool_calls": [CALL]}], "messages[0].tool_calls"),
+    ([{"role": "user", "content": "x", "tool_calls": [CALL]}], "messages.0.tool_calls"),
 ]
 
 

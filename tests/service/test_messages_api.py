@@ -148,7 +148,8 @@ def test_history_with_system_tool_use_and_tool_result(client):
                                                  + m["usage"]["cache_read_input_tokens"]}
     bad = {**body, "messages": messages[:1] + messages[2:]}
     r = client.post("/v1/messages", json=bad)
-    assert r.status_code == 400 and "answers no tool call" in r.json()["error"]["message"]
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith(
+        "messages.1.content.0.tool_use_id: 'toolu_1' answers no tool_use block"), r.text
 
 
 @pytest.mark.parametrize("extra, words", [

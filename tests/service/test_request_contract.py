@@ -76,6 +76,8 @@ def test_real_error_bodies_match_the_documented_schema(c, doc):
 
 
 P, M = {"prompt": "3 4", "max_tokens": 2}, {"messages": [{"role": "user", "content": "3"}]}
+CALL = [{"role": "user", "content": "1"}, {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]
 # (body, accepted): the values on either side of each bound the engine enforces
 BOUNDS = [
     ({**P, "temperature": 0}, True), ({**P, "temperature": -0.01}, False),
@@ -89,6 +91,10 @@ BOUNDS = [
     ({"prompt": "1", "repetition_penalty": 5e-324, "logprobs": 5}, True),
     ({"prompt": "1", "repetition_penalty": 1e300, "logprobs": 5}, True),
     ({"prompt": "1", "temperature": 5e-324, "logprobs": 5}, True),
+    # every token seen, the one the model wants (EOS) banned by min_tokens: the penalty
+    # pushes all the rest past fp32 (they saturate; an all -inf row was a 500)
+    ({"prompt": [*range(1, 50), 25], "repetition_penalty": 1e300, "min_tokens": 2,
+      "max_tokens": 2, "logprobs": 5}, True),
     ({**P, "max_tokens": 1}, True), ({**P, "max_tokens": 0}, False),
     ({**M, "max_completion_tokens": 0}, False), ({**M, "max_tokens": 0}, False),
     ({**P, "n": 32, "max_tokens": 1}, True), ({**P, "n": 33}, False),
@@ -105,6 +111,16 @@ BOUNDS = [
     ({"prompt": [3.0], "max_tokens": 1}, True), ({**P, "max_tokens": 2.5}, False),
     ({**P, "max_tokens": "2"}, False), ({**P, "echo": 1}, False),
     ({"messages": []}, False), ({"messages": [{"role": "robot", "content": "1"}]}, False),
+    # an empty text prompt is the start of a document, as in OpenAI's API
+    ({"prompt": "", "max_tokens": 1}, True), ({"prompt": ["", "3"], "max_tokens": 1}, True),
+    ({"prompt": " ", "max_tokens": 1}, True),
+    # a tool message names the call it answers; only assistant messages carry calls
+    ({"messages": [*CALL, {"role": "tool", "tool_call_id": "c1", "content": "2"}]}, True),
+    ({"messages": [*CALL, {"role": "tool", "content": "2"}]}, False),
+    ({"messages": [*CALL, {"role": "tool", "tool_call_id": None, "content": "2"}]}, False),
+    ({"messages": [*CALL, {"role": "tool", "tool_call_id": "", "content": "2"}]}, False),
+    ({"messages": [{"role": "user", "content": "1", "tool_calls": []}]}, False),
+    ({"messages": [{**CALL[1], "role": "user"}]}, False),
 ]
 
 

@@ -64,6 +64,12 @@ def test_compiles_from_a_thread_pool(tekken_tokenizer):
     assert len({id(g) for g in got}) == 3 and len(c) == 3
 
 
+def test_the_empty_schema_compiles(tekken_tokenizer):
+    """A json_schema response format without a schema (any JSON value) compiles."""
+    g = compiler_for(tekken_tokenizer).compile(json_schema_spec({}))
+    assert g is not None
+
+
 def test_sampling_params_grammar(tekken_tokenizer):
     g = compiler_for(tekken_tokenizer).compile(json_schema_spec({"type": "object"}))
     p = SamplingParams(grammar=g)

@@ -41,6 +41,13 @@ def test_response_format_kinds():
     assert '"lenient": true' in loose.lark
 
 
+def test_a_json_schema_format_without_schema_is_any_json():
+    """OpenAI's json_schema.schema is optional: without one the answer is any JSON value."""
+    for body in ({"name": "P"}, {"name": "P", "schema": None}):
+        spec = spec_from_response_format({"type": "json_schema", "json_schema": body})
+        assert spec == json_schema_spec({}, "P", strict=False)
+
+
 @pytest.mark.parametrize("rf", [{"type": "xml"}, {"type": "json_schema"},
                                 {"type": "json_schema", "json_schema": {"schema": 3}}])
 def test_bad_response_format(rf):

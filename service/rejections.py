@@ -1,0 +1,137 @@
+"""The 400s a schema-valid request can still get: rules the JSON schema of /openapi.json
+cannot state (the model's vocabulary and context, its tool-call and reasoning formats,
+rules across several fields or messages, a signature). Each operation lists its rules in
+its 400 response (service/openapi.py): the description names them, and
+``x-fp8serve-rules`` carries them as data, so a client or a fuzzer can tell a documented
+refusal from a contract violation.
+
+A rule is (param, words, why): the error names ``param`` or a field under it (OpenAI's
+``error.param``; Anthropic's message starts with it) and its message holds ``words``.
+What the schema can state (required fields, lengths, bounds, enums) it states instead."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from service.translate.refusals import messages_field, responses_field
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    param: str  # the field the error names (a prefix: "messages" covers messages[2].content)
+    words: str  # words its message holds
+    why: str  # the rule, for the description
+
+    def as_dict(self) -> dict[str, str]:
+        return {"param": self.param, "message": self.words, "rule": self.why}
+
+    def matches(self, param: str, message: str) -> bool:
+        return param.startswith(self.param) and self.words in message
+
+
+def _vocab(param: str) -> Rule:
+    return Rule(param, "out of range", "token ids must be below the model's vocabulary size")
+
+
+CONTEXT = (
+    Rule("max_tokens", "max_model_len", "the prompt plus the output limit must fit max_model_len"),
+    Rule("max_tokens", "KV", "the prompt plus the output limit must fit the KV cache"),
+    Rule("messages", "max_model_len", "the rendered prompt must leave room to generate"),
+)
+SAMPLING = (
+    Rule("min_tokens", "exceeds max_tokens", "min_tokens must not exceed max_tokens"),
+    _vocab("logit_bias"), _vocab("stop_token_ids"),
+)
+IMAGES = (
+    Rule("messages", "does not take images", "image parts need a model with a vision tower"),
+    Rule("messages", "image", "an image part's URL must pass the server's media policy "
+         "(--allowed-media-domains, --allowed-local-media-path, size limits) and decode; "
+         "at most --limit-mm-per-prompt images; image parts in user messages only"),
+)
+TOOL_TURNS = (Rule("messages", "answers no tool call",
+                   "a tool message's tool_call_id names a call of an earlier assistant message"),)
+MESSAGES = (
+    Rule("messages", "content part", "content parts are text or image parts"),
+    Rule("messages", "chat template", "the model's chat template must render the messages "
+         "(some templates refuse roles out of turn)"),
+    Rule("messages", "is not valid JSON", "a tool call's arguments are JSON text"),
+    Rule("messages", "prompt is empty", "the rendered prompt must hold a token"),
+    *IMAGES,
+)
+TOOLS = (
+    Rule("tool_choice", "needs tools", "a tool_choice other than none needs tools"),
+    Rule("tool_choice", "not among the tools", "a named tool_choice names one of the tools"),
+    Rule("tools", "given twice", "tool names are unique"),
+    Rule("tools", "no tool-call format", "tools need a model with a tool-call parser "
+         "(--tool-call-parser)"),
+    Rule("tools", "as a grammar", "a tool's parameters schema must compile to a grammar"),
+    Rule("response_format", "cannot be combined",
+         "json_object / json_schema cannot go with a required or named tool_choice"),
+    Rule("response_format", "as a grammar", "the format's schema must compile to a grammar "
+         "over the model's vocabulary"),
+)
+REASONING = (
+    Rule("thinking_token_budget", "no reasoning format",
+         "a reasoning budget needs a model with a reasoning parser (--reasoning-parser)"),
+    Rule("thinking_token_budget", "not single tokens",
+         "a reasoning budget needs reasoning markers that are single tokens"),
+    Rule("reasoning_effort", "is not supported", "of the efforts only none is served"),
+)
+
+COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"),
+               Rule("prompt", "max_model_len", "the prompt must leave room to generate"),
+               Rule("prompt", "prompt is empty", "a text that encodes to no tokens needs a "
+                    "tokenizer with a BOS or EOS token to start the document"))
+CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING)
+TOKENIZE = (*TOOL_TURNS, *MESSAGES)
+DETOKENIZE = (_vocab("tokens"),)
+
+
+def _renamed(rules: tuple[Rule, ...], field: Callable[[str], str]) -> tuple[Rule, ...]:
+    """Chat's rules on a translated API: the fields named as its refusals name them
+    (service/translate/refusals.py)."""
+    return tuple(Rule(field(r.param), r.words, r.why) for r in rules)
+
+
+_ANTHROPIC = (
+    Rule("messages", "invalid signature in thinking block", "a thinking block's signature "
+         "must verify (a block this server signed, unchanged; unsigned blocks are accepted)"),
+    Rule("messages", "answers no tool_use",
+         "a tool_result block answers a tool_use block of an earlier assistant message"),
+    Rule("messages", "cannot carry", "user messages carry text, image and tool_result "
+         "blocks; assistant messages text, tool_use and thinking blocks"),
+    Rule("thinking", "no reasoning format",
+         "thinking needs a model with a reasoning parser (--reasoning-parser)"),
+    Rule("thinking", "not single tokens",
+         "a thinking budget needs reasoning markers that are single tokens"),
+    *_renamed(tuple(r for r in (*MESSAGES, *TOOLS) if r.words != "content part"
+                    and r.param != "response_format"), messages_field),
+)
+MESSAGES_API = (
+    *_ANTHROPIC, *_renamed(CONTEXT, messages_field),
+    Rule("thinking.budget_tokens", "less than max_tokens",
+         "thinking.budget_tokens must be less than max_tokens"),
+)
+COUNT_TOKENS = _ANTHROPIC
+RESPONSES = (
+    *_renamed((*CONTEXT, *MESSAGES, *TOOLS), responses_field),
+    Rule("input", "answers no function_call",
+         "a function_call_output answers a function_call earlier in input"),
+    Rule("input", "no message to answer", "input must hold a message or a function call "
+         "(reasoning items alone are dropped)"),
+    Rule("reasoning.effort", "is not supported", "of the efforts only none is served"),
+    Rule("reasoning.effort", "not single tokens",
+         "a reasoning effort of none needs reasoning markers that are single tokens"),
+    Rule("reasoning.summary", "is not supported", "reasoning summaries are not written"),
+    Rule("reasoning.generate_summary", "is not supported",
+         "reasoning summaries are not written"),
+)
+
+
+def describe(rules: tuple[Rule, ...]) -> str:
+    """The rules as Markdown lines for a 400's description."""
+    seen: dict[str, None] = {}
+    for r in rules:
+        seen.setdefault(f"- `{r.param}`: {r.why}", None)
+    return "\n".join(seen)
