@@ -20,7 +20,9 @@ import logging
 import os
 import shlex
 import subprocess
+import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -143,6 +145,26 @@ def compiler_version() -> str | None:
     return first[0].strip() if first else None
 
 
+@contextmanager
+def _one_ninja():
+    """PATH with this interpreter's ``ninja`` (the pip package) first while building.
+
+    ninja versions write different ``.ninja_log`` formats, and a build directory that one
+    version wrote is rebuilt from scratch by another: a process started with the venv's
+    ``bin/`` on PATH and one without would otherwise recompile the shared cache in turn.
+    """
+    venv_bin = Path(sys.executable).parent
+    if not (venv_bin / "ninja").is_file():
+        yield
+        return
+    saved = os.environ.get("PATH", "")
+    os.environ["PATH"] = os.pathsep.join([str(venv_bin), saved])
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = saved
+
+
 def build(cfg: BuildConfig | None = None) -> ExtensionStatus:
     """Compile (ninja skips up-to-date objects) and load the library. Never raises."""
     from torch.utils import cpp_extension
@@ -153,14 +175,15 @@ def build(cfg: BuildConfig | None = None) -> ExtensionStatus:
         out_dir = build_dir_for(cfg)
         out_dir.mkdir(parents=True, exist_ok=True)  # load() requires it to exist
         _remove_stale_lock(out_dir)
-        path = cpp_extension.load(
-            name=LIB_NAME,
-            sources=[str(s) for s in cfg.sources],
-            extra_cflags=cfg.cflags(),
-            build_directory=str(out_dir),
-            is_python_module=False,
-            verbose=cfg.verbose,
-        )
+        with _one_ninja():
+            path = cpp_extension.load(
+                name=LIB_NAME,
+                sources=[str(s) for s in cfg.sources],
+                extra_cflags=cfg.cflags(),
+                build_directory=str(out_dir),
+                is_python_module=False,
+                verbose=cfg.verbose,
+            )
     except Exception as exc:  # noqa: BLE001 - any build/load failure becomes a status
         return ExtensionStatus(built=False, error=f"{type(exc).__name__}: {exc}",
                                compiler=compiler, torch_version=torch.__version__)

@@ -197,3 +197,21 @@ def test_stale_build_lock_is_removed_fresh_one_kept(tmp_path):
     _remove_stale_lock(tmp_path)
     assert not lock.exists()
     _remove_stale_lock(tmp_path)  # no lock: nothing to do
+
+
+def test_builds_use_this_interpreters_ninja(monkeypatch) -> None:
+    """Whatever PATH a process starts with, the build runs the venv's ninja (one
+    .ninja_log format for the shared build directory), and PATH is restored after."""
+    import shutil
+
+    from ext.build import _one_ninja
+
+    venv_ninja = Path(sys.executable).parent / "ninja"
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    with _one_ninja():
+        found = shutil.which("ninja")
+    assert os.environ["PATH"] == "/usr/bin:/bin"
+    if venv_ninja.is_file():
+        assert found == str(venv_ninja)
+    else:  # no pip ninja beside this interpreter: PATH is left alone
+        assert found == shutil.which("ninja")
