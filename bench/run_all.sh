@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates every figure of the README results table into bench/results/:
+# Regenerates every figure of docs/performance.md into bench/results/:
 #   kernels.json/.png      fp8serve bench kernels (Ministral-3-8B linear shapes)
 #   generate-demo.json     fp8serve bench generate on the demo model (+ transformers, llama.cpp)
 #   generate-3b.json       fp8serve bench generate on a 3B-shaped synth checkpoint
@@ -18,7 +18,10 @@
 #                          (the prefix-* steps need a server with --enable-prefix-caching)
 #   structured-demo.json   fp8serve bench structured on the demo model: json_schema-
 #                          constrained vs unconstrained decode at concurrency 1 and 16
-#   RESULTS.md             the markdown table for the README (python -m bench.report.results)
+#   host.json              fp8serve kernels --json: the hardware probe (host class, probe line)
+#   RESULTS.md             every table of this run (python -m bench.report.results)
+# and rewrites this host class's section of docs/performance.md, with its charts under
+# docs/img/ (python -m bench.report.perf_doc; the other host classes' sections stay).
 #
 # Environment: OUT (results dir), MODELS (where synth checkpoints are written once; about
 # 4 GB for 3B, 9 GB for 8B), THREADS (default: all cores), BASELINES_3B (default
@@ -29,6 +32,11 @@ set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 
+# the settings this run was given, for the command docs/performance.md shows
+GIVEN=""
+for v in THREADS BASELINES_3B RUN_8B SKIP SERVE_ROUNDS; do
+  if [[ -v $v ]]; then GIVEN+="$v=$(printf %q "${!v}") "; fi
+done
 OUT=${OUT:-bench/results}
 MODELS=${MODELS:-${FP8SERVE_CACHE_DIR:-$HOME/.cache/fp8serve}/bench-models}
 THREADS=${THREADS:-$(nproc)}
@@ -109,6 +117,8 @@ prefix_3b() {  # 3B: one chat at a time, 4 turns after a 500-id system prompt, o
   stop_servers
 }
 
+step "hardware probe"
+"${FP8SERVE[@]}" kernels --json >"$OUT/host.json"
 if want kernels; then
   step "kernel benchmark"
   "${FP8SERVE[@]}" bench kernels --json "$OUT/kernels.json" --png "$OUT/kernels.png"
@@ -174,3 +184,4 @@ fi
 step "results table"
 "$PY" -m bench.report.results "$OUT" | tee "$OUT/RESULTS.md"
 echo "wrote $OUT/RESULTS.md"
+"$PY" -m bench.report.perf_doc "$OUT" --command "${GIVEN}bash bench/run_all.sh"
