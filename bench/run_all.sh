@@ -27,14 +27,15 @@
 # 4 GB for 3B, 9 GB for 8B), THREADS (default: all cores), BASELINES_3B (default
 # transformers; '' = none), RUN_8B=1 to include the 8B-shaped RSS run, SKIP="kernels serve"
 # to skip steps (names: kernels generate-demo generate-3b lm-head-demo lm-head-3b serve
-# rss-demo rss-3b rss-8b prefix-demo prefix-3b structured).
+# rss-demo rss-3b rss-8b prefix-demo prefix-3b structured vision), KERNEL_M (the kernel
+# step's M values, default 1,8,32,128,512).
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 
 # the settings this run was given, for the command docs/performance.md shows
 GIVEN=""
-for v in THREADS BASELINES_3B RUN_8B SKIP SERVE_ROUNDS; do
+for v in THREADS BASELINES_3B RUN_8B SKIP SERVE_ROUNDS KERNEL_M; do
   if [[ -v $v ]]; then GIVEN+="$v=$(printf %q "${!v}") "; fi
 done
 OUT=${OUT:-bench/results}
@@ -44,6 +45,7 @@ BASELINES_3B=${BASELINES_3B-transformers}
 RUN_8B=${RUN_8B:-0}
 SKIP=${SKIP:-}
 SERVE_ROUNDS=${SERVE_ROUNDS:-3}
+KERNEL_M=${KERNEL_M:-1,8,32,128,512}
 PY=${PYTHON:-python}
 FP8SERVE=("$PY" -m cli.main --log-level WARNING)
 mkdir -p "$OUT" "$MODELS"
@@ -121,7 +123,8 @@ step "hardware probe"
 "${FP8SERVE[@]}" kernels --json >"$OUT/host.json"
 if want kernels; then
   step "kernel benchmark"
-  "${FP8SERVE[@]}" bench kernels --json "$OUT/kernels.json" --png "$OUT/kernels.png"
+  "${FP8SERVE[@]}" bench kernels --m "$KERNEL_M" --json "$OUT/kernels.json" \
+    --png "$OUT/kernels.png"
 fi
 if want generate-demo; then
   step "generate: demo model"
