@@ -36,7 +36,7 @@ cd "$(dirname "$0")/.."
 # the settings this run was given, for the command docs/performance.md shows
 GIVEN=""
 for v in THREADS BASELINES_3B RUN_8B SKIP SERVE_ROUNDS KERNEL_M; do
-  if [[ -v $v ]]; then GIVEN+="$v=$(printf %q "${!v}") "; fi
+  if [[ -v $v ]]; then GIVEN+="$v=\"${!v}\" "; fi
 done
 OUT=${OUT:-bench/results}
 MODELS=${MODELS:-${FP8SERVE_CACHE_DIR:-$HOME/.cache/fp8serve}/bench-models}
