@@ -50,6 +50,10 @@ def _fmt(v: float | None, spec: str = "{:.2f}") -> str:
     return "-" if v is None else spec.format(v)
 
 
+def _tok_s(v: float) -> str:
+    return f"{v:.1f}" if v >= 20 else f"{v:.2f}"
+
+
 def _llamacpp(run: dict[str, Any]) -> str | None:
     """The llama.cpp baseline the ratios name: the Q8_0 export first (what Ollama makes of
     an FP8 checkpoint), else any other that ran."""
@@ -66,13 +70,14 @@ def summary_table(runs: list[dict[str, Any]]) -> list[str]:
     rows = []
     for g in runs:
         r, lname = g["ratios"], _llamacpp(g)
-        lc = f"{_fmt(r.get(f'decode_vs_{lname}'))} ({lname})" if lname else "- (not run)"
+        lc_ratio = r.get(f"decode_vs_{lname}") if lname else None
+        lc = "- (not run)" if lc_ratio is None else f"{lc_ratio:.2f} ({lname})"
         hf = g["baselines"].get("transformers", {})
         tr = (f"{_fmt(r.get('decode_vs_transformers'))} ({hf['dtype']})" if "dtype" in hf
               else "- (not run)")
         rows.append([f"{g['model']['name']} ({g['model']['num_layers']} layers)",
                      f"{g['config']['prompt_len']} / {g['config']['gen_len']}",
-                     _fmt(g["fp8serve"]["decode_tok_s"], "{:.1f}"), lc, tr,
+                     _tok_s(g["fp8serve"]["decode_tok_s"]), lc, tr,
                      _fmt(r.get("decode_vs_bandwidth_bound")),
                      _fmt(r.get("prefill_vs_bf16_matmul"))])
     return (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -95,7 +95,12 @@ def test_summary_gives_each_ratio_or_says_not_run() -> None:
     cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows[2:]]
     assert cells[0] == ["demo (30 layers)", "512 / 64", "150.0", "2.00 (llamacpp_q8_0)",
                         "10.00 (float32)", "0.75", "0.70"]
-    assert cells[1][3] == "- (not run)" and cells[1][4] == "4.00 (float32)"
+    assert cells[1][2] == "6.00" and cells[1][3] == "- (not run)"
+    assert cells[1][4] == "4.00 (float32)"
+    skipped = generate_run("3b", 6.0, None, 1.5)  # llama-cpp-python missing: recorded, no ratio
+    skipped["baselines"]["llamacpp"] = {"skipped": "llama-cpp-python is not installed"}
+    skipped["ratios"]["decode_vs_llamacpp"] = None
+    assert "| - (not run) |" in summary_table([skipped])[2]
 
 
 def test_a_run_rewrites_only_its_own_section(results: Path, tmp_path: Path) -> None:
