@@ -41,7 +41,7 @@ test-fast: setup
 lint: setup
 	$(BIN)/ruff check engine service ext cli bench tests
 
-# Every README figure (kernels, generate on demo + 3B-shaped, serve at 1/4/16, RSS):
+# Every figure of docs/performance.md (kernels, generate on demo + 3B-shaped, serve, RSS):
 # bench/run_all.sh, settings in its header (RUN_8B=1 adds the 8B-shaped RSS run).
 bench: ext demo
 	PYTHON=$(PY) bash bench/run_all.sh

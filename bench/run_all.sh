@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates every figure of the README results table into bench/results/:
+# Regenerates every figure of docs/performance.md into bench/results/:
 #   kernels.json/.png      fp8serve bench kernels (Ministral-3-8B linear shapes)
 #   generate-demo.json     fp8serve bench generate on the demo model (+ transformers, llama.cpp)
 #   generate-3b.json       fp8serve bench generate on a 3B-shaped synth checkpoint
@@ -18,17 +18,26 @@
 #                          (the prefix-* steps need a server with --enable-prefix-caching)
 #   structured-demo.json   fp8serve bench structured on the demo model: json_schema-
 #                          constrained vs unconstrained decode at concurrency 1 and 16
-#   RESULTS.md             the markdown table for the README (python -m bench.report.results)
+#   host.json              fp8serve kernels --json: the hardware probe (host class, probe line)
+#   RESULTS.md             every table of this run (python -m bench.report.results)
+# and rewrites this host class's section of docs/performance.md, with its charts under
+# docs/img/ (python -m bench.report.perf_doc; the other host classes' sections stay).
 #
 # Environment: OUT (results dir), MODELS (where synth checkpoints are written once; about
 # 4 GB for 3B, 9 GB for 8B), THREADS (default: all cores), BASELINES_3B (default
 # transformers; '' = none), RUN_8B=1 to include the 8B-shaped RSS run, SKIP="kernels serve"
 # to skip steps (names: kernels generate-demo generate-3b lm-head-demo lm-head-3b serve
-# rss-demo rss-3b rss-8b prefix-demo prefix-3b structured).
+# rss-demo rss-3b rss-8b prefix-demo prefix-3b structured vision), KERNEL_M (the kernel
+# step's M values, default 1,8,32,128,512).
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 
+# the settings this run was given, for the command docs/performance.md shows
+GIVEN=""
+for v in THREADS BASELINES_3B RUN_8B SKIP SERVE_ROUNDS KERNEL_M; do
+  if [[ -v $v ]]; then GIVEN+="$v=\"${!v}\" "; fi
+done
 OUT=${OUT:-bench/results}
 MODELS=${MODELS:-${FP8SERVE_CACHE_DIR:-$HOME/.cache/fp8serve}/bench-models}
 THREADS=${THREADS:-$(nproc)}
@@ -36,6 +45,7 @@ BASELINES_3B=${BASELINES_3B-transformers}
 RUN_8B=${RUN_8B:-0}
 SKIP=${SKIP:-}
 SERVE_ROUNDS=${SERVE_ROUNDS:-3}
+KERNEL_M=${KERNEL_M:-1,8,32,128,512}
 PY=${PYTHON:-python}
 FP8SERVE=("$PY" -m cli.main --log-level WARNING)
 mkdir -p "$OUT" "$MODELS"
@@ -109,9 +119,12 @@ prefix_3b() {  # 3B: one chat at a time, 4 turns after a 500-id system prompt, o
   stop_servers
 }
 
+step "hardware probe"
+"${FP8SERVE[@]}" kernels --json >"$OUT/host.json"
 if want kernels; then
   step "kernel benchmark"
-  "${FP8SERVE[@]}" bench kernels --json "$OUT/kernels.json" --png "$OUT/kernels.png"
+  "${FP8SERVE[@]}" bench kernels --m "$KERNEL_M" --json "$OUT/kernels.json" \
+    --png "$OUT/kernels.png"
 fi
 if want generate-demo; then
   step "generate: demo model"
@@ -174,3 +187,4 @@ fi
 step "results table"
 "$PY" -m bench.report.results "$OUT" | tee "$OUT/RESULTS.md"
 echo "wrote $OUT/RESULTS.md"
+"$PY" -m bench.report.perf_doc "$OUT" --command "${GIVEN}bash bench/run_all.sh"

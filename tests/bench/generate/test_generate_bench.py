@@ -170,3 +170,27 @@ def test_rounds_alternate_order_and_ratios_are_per_round():
     rr = round_ratios(t["a"], t["b"])
     assert rr["decode"] == pytest.approx([2.0, 1.0, 0.5]) and rr["decode_median"] == 1.0
     assert median_round(t["a"]).decode_s == 2.0
+
+
+def test_perf_doc_reads_a_real_run(result, tmp_path):
+    """docs/performance.md's summary and decode chart from this run's JSON
+    (bench/report/perf_doc.py; its own tests use small hand-made JSON)."""
+    from bench.report.charts import decode_bars
+    from bench.report.perf_doc import rebuild
+    from engine.hardware import HardwareInfo
+    from engine.kernels.report import build_kernel_report
+
+    (tmp_path / "generate-tiny.json").write_text(json.dumps(result))
+    hw = HardwareInfo.fake("avx2", "fma", "f16c", dispatch_isa="avx2")
+    (tmp_path / "host.json").write_text(json.dumps(build_kernel_report(hw)))
+    doc = tmp_path / "performance.md"
+    assert rebuild(tmp_path, doc, "bash bench/run_all.sh", "2026-12-02", charts=False) == "AVX2"
+    r, name = result["ratios"], result["model"]["name"]
+    row = next(ln for ln in doc.read_text().splitlines() if ln.startswith(f"| {name} ("))
+    assert f"| {result['fp8serve']['decode_tok_s']:.1f} |" in row
+    assert f"| {r['decode_vs_transformers']:.2f} (float32) |" in row
+    assert f"| {r['decode_vs_bandwidth_bound']:.2f} |" in row
+    bars = dict(decode_bars(result))
+    assert bars["fp8serve"] == result["fp8serve"]["decode_tok_s"]
+    assert bars["bandwidth bound"] == result["bandwidth_bound"]["decode_tok_s"]
+    assert bars["transformers (float32)"] == result["baselines"]["transformers"]["decode_tok_s"]

@@ -12,11 +12,20 @@ import bench.kernels.cli as bench_cli
 from bench.common.errors import BenchError
 from bench.common.timing import copies_to_exceed, llc_bytes
 from bench.kernels.table import format_rows
+from bench.report.perf_doc import rebuild
 from engine.hardware import HardwareInfo
 
 HW = HardwareInfo.fake("avx2", "fma", "f16c")
 ROW_KEYS = {"shape", "n", "k", "m", "kernel", "role", "time_ms", "weight_bytes", "gbps",
             "tflops", "bound_ms", "pct_of_bound", "vs_bf16", "vs_scaled_mm"}
+
+
+def tmp_path_results(kernels_json: Path) -> Path:
+    """A results directory holding ``kernels_json`` as kernels.json."""
+    out = kernels_json.parent / "results"
+    out.mkdir()
+    (out / "kernels.json").write_text(kernels_json.read_text())
+    return out
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -53,6 +62,11 @@ def test_quick_run_writes_json_table_and_plot(tmp_path: Path, capsys) -> None:
     # a kernel this (fake) host cannot run is skipped with its reason
     skipped = {(s["kernel"], s["shape"]) for s in res["skipped"]}
     assert ("avx2_w8a16", "64x128") in skipped
+    # docs/performance.md's kernel table and host class read this JSON (no host.json here)
+    doc = tmp_path / "performance.md"
+    assert rebuild(tmp_path_results(out_json), doc, "make bench", "2026-12-02",
+                   charts=False) == "AVX2"
+    assert "| 48x200 (48 x 200) | 3 | " in doc.read_text()
     assert all(s["reason"] for s in res["skipped"])
     assert any("_scaled_mm" in n for n in res["notes"])
     text = capsys.readouterr().out
