@@ -80,6 +80,9 @@ class StepRunner:
         self.make_detok = detokenizer or _default_detokenizer()
         self.eos = frozenset(tokenizer.eos_token_ids)
         self.mask_time_s = 0.0  # total time spent filling grammar masks (for benchmarks)
+        self.mask_fills = 0  # grammar masks filled (one per sampled constrained row, and
+        self.draft_mask_fills = 0  # K + 1 per greedy K-token draft), and of those for rows
+        # past a verified draft's first (its draft positions: at most K per draft)
 
     def make_live(self, req: Request, sink: OutputSink, max_tokens: int) -> LiveRequest:
         p = req.params
@@ -212,6 +215,8 @@ class StepRunner:
         # row, taken for all of a request's rows at once
         argmax = {id(lv): logits[first:first + 1 + len(drafts)].argmax(dim=-1).tolist()
                   for lv, first, drafts in items if self._plain_greedy(lv)}
+        argmax.update(self._greedy_under_grammar(logits, [
+            it for it in items if it[0].matcher is not None and self._plain_greedy(it[0], True)]))
         j = 0
         while active:
             going = []
@@ -236,9 +241,12 @@ class StepRunner:
                     going.append((lv, first, drafts, base))
                     continue
                 lv.req.num_computed = base + len(got)  # the kept tokens' positions
+                kind = self._grammar_kind(lv)
                 if self.spec is not None:
-                    self.spec.verified(lv.req.seq_id, len(drafts), len(got) - 1)
-                self.observer.on_spec_decode(len(drafts), len(got) - 1)
+                    self.spec.verified(lv.req.seq_id, len(drafts), len(got) - 1, kind)
+                if lv.matcher is not None:  # masks of draft positions (rows 1..)
+                    self.draft_mask_fills += len(drafts) if id(lv) in argmax else len(got) - 1
+                self.observer.on_spec_decode(len(drafts), len(got) - 1, kind)
                 reason = got[-1].finish_reason
                 self._time_token(lv.req, len(got))
                 self._flush(lv, got)
@@ -249,14 +257,53 @@ class StepRunner:
             j += 1
         return finished
 
-    def _plain_greedy(self, lv: LiveRequest) -> bool:
+    def _plain_greedy(self, lv: LiveRequest, masked: bool = False) -> bool:
         """The default sampler would take the argmax of ``lv``'s raw logits at every
-        position of its draft (nothing processes them and no logprobs are asked)."""
+        position of its draft (nothing processes them and no logprobs are asked);
+        ``masked``: of its logits under its grammar's masks."""
         p = lv.req.params
         return (isinstance(self.sampler, Sampler) and p.greedy and p.logprobs is None
-                and not p.has_penalties and not p.logit_bias and lv.matcher is None
+                and not p.has_penalties and not p.logit_bias
+                and (lv.matcher is None or masked)
                 and getattr(p, "thinking", None) is None
                 and len(lv.req.output_ids) >= p.min_tokens)
+
+    def _greedy_under_grammar(self, logits: torch.Tensor,
+                              items: list[tuple[LiveRequest, int, tuple[int, ...]]]
+                              ) -> dict[int, list[int]]:
+        """The argmax of each row of each draft chunk under its grammar's mask after the
+        draft tokens before it (K + 1 masks for K drafts, filled at once with the matcher
+        advanced over the draft and rolled back; the sampler's own apply_token_mask, so the
+        bits are those plain decoding compares). {} when a matcher fails: those rows are
+        then sampled one by one, which ends only the failing request."""
+        if not items:
+            return {}
+        from engine.structured.matcher import fill_draft_masks
+        from engine.structured.token_mask import TokenMask, apply_token_mask
+
+        t0 = time.perf_counter()
+        try:
+            masks = fill_draft_masks([lv.matcher for lv, _, _ in items],
+                                     [d for _, _, d in items])
+        except Exception:  # noqa: BLE001 - isolated by the row-by-row path
+            return {}
+        self.mask_time_s += time.perf_counter() - t0
+        self.mask_fills += sum(len(d) + 1 for _, _, d in items)
+        out = {}
+        for (lv, first, drafts), bits in zip(items, masks, strict=True):
+            x = logits[first:first + 1 + len(drafts)].clone()
+            apply_token_mask(x, TokenMask(tuple(range(len(drafts) + 1)), bits,
+                                          lv.matcher.vocab_size))
+            out[id(lv)] = x.argmax(dim=-1).tolist()
+        return out
+
+    @staticmethod
+    def _grammar_kind(lv: LiveRequest) -> str:
+        """The metrics label of what constrains ``lv``: its grammar's kind, "thinking"
+        for a thinking budget alone, "none"."""
+        if lv.matcher is not None:
+            return lv.matcher.kind
+        return "thinking" if getattr(lv.req.params, "thinking", None) is not None else "none"
 
     def _row_results(self, logits: torch.Tensor, active: list[Any], j: int,
                      argmax: dict[int, list[int]]) -> list[Any]:
@@ -309,6 +356,7 @@ class StepRunner:
         t0 = time.perf_counter()
         mask = fill_token_mask(rows, [lives[j].matcher for j in rows])
         self.mask_time_s += time.perf_counter() - t0
+        self.mask_fills += len(rows)
         return mask
 
     def _append(self, lv: LiveRequest, token: int, logprob: float, top: Any) -> bool:
