@@ -172,3 +172,25 @@ def test_constraint_cuts_fills_and_rolls_back(tekken_tokenizer):
     assert c.admit(call[len(kept):]) == ()  # and nothing passes it
     c.release()
     assert torch.equal(_mask(m), before) and m.validate(call) == len(kept)
+
+
+def test_draft_masks_are_the_masks_after_each_draft_prefix(any_tokenizer):
+    """fill_draft_masks [K + 1, W] int32: row j = the mask plain decoding fills after the
+    first j draft tokens; the matcher is left where it was."""
+    from engine.structured.matcher import fill_draft_masks
+
+    tok = any_tokenizer
+    g = compiler_for(tok).compile(json_schema_spec(PARSE_SCHEMA))
+    draft = tok.encode('{"name": "Bob", "age": 3', add_special_tokens=False)
+    a, b = g.new_matcher(), g.new_matcher()
+    b.advance(draft[0])
+    masks = fill_draft_masks([a, b], [draft, draft[1:3]])
+    assert [tuple(m.shape) for m in masks] == [(len(draft) + 1, (g.vocab_size + 31) // 32),
+                                               (3, (g.vocab_size + 31) // 32)]
+    assert masks[0].dtype == torch.int32
+    ref = g.new_matcher()
+    for j in range(len(draft) + 1):
+        assert torch.equal(masks[0][j], _mask(ref)), j
+        if j < len(draft):
+            ref.advance(draft[j])
+    assert torch.equal(masks[1][0], _mask(b)) and torch.equal(masks[0][0], _mask(a))
