@@ -97,9 +97,9 @@ class DraftConstraint:
 
     def release(self) -> None:
         """Roll the matcher back to where drafting found it."""
-        if self.matcher is not None and self._consumed:
-            self.matcher.rollback(self._consumed)
-        self._consumed = 0
+        n, self._consumed = self._consumed, 0
+        if self.matcher is not None and n:
+            self.matcher.rollback(n)
 
 
 def draft_constraint(matcher: Any, thinking: ThinkingBudget | None,

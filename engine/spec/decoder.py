@@ -9,11 +9,14 @@ k + 1, so k <= max_tokens - outputs - 1, and the drafts' positions must stay bel
 max_model_len. A constrained sequence (a grammar or a thinking budget,
 engine/spec/constraint.py) drafts the same way: its draft opens with the tokens its
 constraints force, the proposer continues after them, the proposal is cut before the first
-token the constraints reject, and forced tokens after it fill what room is left.
+token the constraints reject, and forced tokens after it fill what room is left. A
+constraint that fails (a matcher in an error state) only costs its sequence the draft: the
+step's sampling then ends that request, as it would without speculation.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -23,6 +26,8 @@ from engine.spec.cost import StepCost
 from engine.spec.ngram import NgramProposer
 from engine.spec.policy import DraftPolicy
 from engine.spec.proposer import DraftInput, Proposer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -92,8 +97,12 @@ class SpecDecoder:
             asks = self._asks(seqs, share, out)
             props = self.proposer.propose([a for _, a in asks]) if asks else []
             for (i, a), p in zip(asks, props, strict=True):
-                out[i] += self._constrained(seqs[i].constraint, tuple(p[:a.max_tokens]),
-                                            a.max_tokens)
+                try:
+                    out[i] += self._constrained(seqs[i].constraint, tuple(p[:a.max_tokens]),
+                                                a.max_tokens)
+                except Exception:  # noqa: BLE001 - a failing matcher: no draft (module doc)
+                    log.warning("draft constraint failed", exc_info=True)
+                    out[i] = ()
         finally:
             for s in seqs:
                 if s.constraint is not None:
@@ -111,7 +120,11 @@ class SpecDecoder:
                 k = self._policy.setdefault(s.seq_id, DraftPolicy()).length(share, k)
             if not k:
                 continue
-            out[i] = head = () if s.constraint is None else s.constraint.forced(k)
+            try:
+                out[i] = head = () if s.constraint is None else s.constraint.forced(k)
+            except Exception:  # noqa: BLE001 - a failing matcher: no draft (module doc)
+                log.warning("draft constraint failed", exc_info=True)
+                continue
             self.stats.num_forced_tokens += len(head)
             if len(head) < k:
                 asks.append((i, DraftInput(s.seq_id, s.prompt_ids, s.output_ids,

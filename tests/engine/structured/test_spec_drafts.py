@@ -7,6 +7,7 @@ fill per draft position; the matcher leaves drafting where it entered."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -194,3 +195,31 @@ def test_draft_masks_are_the_masks_after_each_draft_prefix(any_tokenizer):
         if j < len(draft):
             ref.advance(draft[j])
     assert torch.equal(masks[1][0], _mask(b)) and torch.equal(masks[0][0], _mask(a))
+
+
+class _FailingDrafts:
+    """A compiled grammar whose matchers fail whenever drafting reads ahead."""
+
+    def __init__(self, inner):
+        self.inner, self.vocab_size = inner, inner.vocab_size
+
+    def new_matcher(self):
+        m = self.inner.new_matcher()
+
+        def boom(*_):
+            raise RuntimeError("read-ahead failed")
+        m.forced = m.validate = boom
+        return m
+
+
+def test_a_failing_read_ahead_costs_only_the_draft(tekken_tokenizer):
+    tok = tekken_tokenizer
+    p = params(tok, "mistral_named")
+    bad = dataclasses.replace(p, grammar=_FailingDrafts(p.grammar))
+    reqs = {"bad": (prompt(tok, "mistral_named"), bad),
+            "ok": (prompt(tok, "json_schema"), params(tok, "json_schema"))}
+    eng = make_engine(tok)
+    got = run(eng, reqs)
+    assert got == run(make_engine(tok, None), reqs)  # the same tokens, no error
+    assert eng.stats().state == "ready" and got["bad"][2] is None
+    assert "tool_mistral" not in eng.spec.stats.by_grammar  # it never drafted
