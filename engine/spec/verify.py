@@ -133,7 +133,7 @@ class DraftVerifier:
         self.mask_fills += sum(len(d) + 1 for _, _, d in items)
         out = {}
         for (lv, first, drafts), bits in zip(items, masks, strict=True):
-            x = logits[first:first + 1 + len(drafts)].clone()
+            x = logits[first:first + 1 + len(drafts)].to(torch.float32, copy=True)
             apply_token_mask(x, TokenMask(tuple(range(len(drafts) + 1)), bits,
                                           lv.matcher.vocab_size))
             out[id(lv)] = x.argmax(dim=-1).tolist()
