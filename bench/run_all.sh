@@ -18,6 +18,9 @@
 #                          (the prefix-* steps need a server with --enable-prefix-caching)
 #   structured-demo.json   fp8serve bench structured on the demo model: json_schema-
 #                          constrained vs unconstrained decode at concurrency 1 and 16
+#   structured-spec-{demo,3b}.json  bench structured --speculative-config: speculative vs
+#                          plain constrained decoding (extraction, tool-args, free-json) at
+#                          concurrency 1; the 3B-shaped model drafts with --spec-oracle right
 #   host.json              fp8serve kernels --json: the hardware probe (host class, probe line)
 #   RESULTS.md             every table of this run (python -m bench.report.results)
 # and rewrites this host class's section of docs/performance.md, with its charts under
@@ -27,8 +30,8 @@
 # 4 GB for 3B, 9 GB for 8B), THREADS (default: all cores), BASELINES_3B (default
 # transformers; '' = none), RUN_8B=1 to include the 8B-shaped RSS run, SKIP="kernels serve"
 # to skip steps (names: kernels generate-demo generate-3b lm-head-demo lm-head-3b serve
-# rss-demo rss-3b rss-8b prefix-demo prefix-3b structured vision), KERNEL_M (the kernel
-# step's M values, default 1,8,32,128,512).
+# rss-demo rss-3b rss-8b prefix-demo prefix-3b structured structured-spec vision), KERNEL_M
+# (the kernel step's M values, default 1,8,32,128,512).
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
@@ -163,6 +166,15 @@ if want structured; then
   step "structured: json_schema-constrained vs unconstrained decode, demo model"
   "${FP8SERVE[@]}" bench structured --threads "$THREADS" --rounds 5 --gen-len 32 \
     --json "$OUT/structured-demo.json"
+fi
+if want structured-spec; then
+  step "structured-spec: speculative vs plain constrained decoding, demo and 3B-shaped"
+  STRUCT_SPEC='{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
+  "${FP8SERVE[@]}" bench structured --threads "$THREADS" --rounds 3 \
+    --speculative-config "$STRUCT_SPEC" --json "$OUT/structured-spec-demo.json"
+  "${FP8SERVE[@]}" bench structured --model "$(synth ministral-3-3b)" --threads "$THREADS" \
+    --rounds 1 --gen-len 24 --workloads extraction,tool-args --spec-oracle right \
+    --speculative-config "$STRUCT_SPEC" --json "$OUT/structured-spec-3b.json"
 fi
 if want rss-demo; then
   step "rss: demo model"

@@ -31,6 +31,7 @@ from engine.request import (
     Request,
 )
 from engine.scheduler import KvCapacityError, Scheduler
+from engine.spec.constraint import draft_constraint
 from engine.spec.decoder import DraftLimits, SpecDecoder
 from engine.stream import EngineObserver, OutputSink
 
@@ -276,8 +277,10 @@ class Engine:
         limits = []
         for req in reqs:
             lv = self._live[req.request_id]
+            c = draft_constraint(lv.matcher, getattr(req.params, "thinking", None),
+                                 req.output_ids)
             limits.append(DraftLimits(req.seq_id, req.prompt_ids, req.output_ids,
-                                      lv.max_tokens, lv.matcher is not None))
+                                      lv.max_tokens, c))
         return self.spec.drafts(limits, len(self.scheduler.running))
 
     def _publish_stats(self) -> None:

@@ -7,26 +7,12 @@ batched forward pass (or sampling) raises, each chunk is retried alone and only 
 requests whose own chunk fails end with an error. Re-running a chunk is safe because the
 runner writes K/V for fixed positions (same inputs give the same cache contents).
 
-Speculative verification (engine/spec/): a chunk with draft tokens gives one logits row per
-token. Row j is sampled exactly as a plain decode of that position would be: the same
-processing over the output so far (which by then holds the kept drafts), the same
-per-request generator, one draw per row. A draft token is kept when it equals the sampled
-token; the first sampled token that differs (or the one after the last draft) is kept too
-and ends the run. For a greedy row this is the longest matching prefix plus the bonus
-token. For a sampled row it is the rejection rule for a point-mass draft: the draft token t
-survives with probability p(t), and when it does not, the emitted token is distributed as p
-with t removed and renormalised; drawing that token with the very draw plain decoding would
-have made keeps seeded outputs identical with speculation on or off. Every kept token goes
-through the same stop, length and detokenizer checks as a plain one (a stop inside the run
-ends the request there), and the step's tokens leave as one output. The sequence's
-``num_computed`` then covers only the kept tokens' positions; the rejected tail's K/V is
-garbage that is never read (it lies past ``num_computed``) and its blocks are released at
-the next schedule.
+Speculative verification: engine/spec/verify.py (:class:`DraftVerifier`, a base of
+:class:`StepRunner`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -39,6 +25,7 @@ from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.request import FinishReason, Request, RequestStatus
 from engine.sampler import Sampler, make_generator, token_logprobs
 from engine.scheduler import SchedulerOutput
+from engine.spec.verify import DraftVerifier
 from engine.stream import EngineObserver, OutputSink, RequestOutput, TokenLogprob
 
 log = logging.getLogger(__name__)
@@ -55,7 +42,6 @@ class LiveRequest:
 
 
 def _default_sampler(tokenizer: Any) -> Callable[..., Any]:
-    from engine.sampler import Sampler
     return Sampler(tuple(tokenizer.eos_token_ids))
 
 
@@ -64,7 +50,7 @@ def _default_detokenizer() -> Callable[..., Any]:
     return IncrementalDetokenizer
 
 
-class StepRunner:
+class StepRunner(DraftVerifier):
     def __init__(self, runner: Any, tokenizer: Any, max_model_len: int,
                  observer: EngineObserver, clock: Callable[[], float], *,
                  sampler: Callable[..., Any] | None = None,
@@ -80,6 +66,9 @@ class StepRunner:
         self.make_detok = detokenizer or _default_detokenizer()
         self.eos = frozenset(tokenizer.eos_token_ids)
         self.mask_time_s = 0.0  # total time spent filling grammar masks (for benchmarks)
+        self.mask_fills = 0  # grammar masks filled (one per sampled constrained row, and
+        self.draft_mask_fills = 0  # K + 1 per greedy K-token draft), and of those for rows
+        # past a verified draft's first (its draft positions: at most K per draft)
 
     def make_live(self, req: Request, sink: OutputSink, max_tokens: int) -> LiveRequest:
         p = req.params
@@ -201,93 +190,6 @@ class StepRunner:
                     results.append(f"sampling failed: {type(exc).__name__}: {exc}")
             return results
 
-    def _verify(self, logits: torch.Tensor,
-                items: list[tuple[LiveRequest, int, tuple[int, ...]]]) -> list[Request]:
-        """Verify draft chunks (module docstring). items: (request, its first logits row,
-        its draft tokens). Row j of every request still going is sampled in one batch."""
-        finished: list[Request] = []
-        active = [(lv, first, drafts, lv.req.num_computed) for lv, first, drafts in items]
-        pieces: dict[int, list[RequestOutput]] = {id(lv): [] for lv, _, _ in items}
-        # plain greedy rows (no processing, no logprobs): the sampler's argmax of each
-        # row, taken for all of a request's rows at once
-        argmax = {id(lv): logits[first:first + 1 + len(drafts)].argmax(dim=-1).tolist()
-                  for lv, first, drafts in items if self._plain_greedy(lv)}
-        j = 0
-        while active:
-            going = []
-            for (lv, first, drafts, base), res in zip(active, self._row_results(
-                    logits, active, j, argmax), strict=True):
-                got = pieces[id(lv)]
-                done, kept = True, False
-                try:
-                    if isinstance(res, str):
-                        raise RuntimeError(res)
-                    piece, done = self._next_output(lv, *res)
-                    got.append(piece)
-                    kept = not done and j < len(drafts) and res[0] == drafts[j]
-                except Exception as exc:  # noqa: BLE001 - this request only
-                    self._time_token(lv.req, len(got))
-                    self._flush(lv, got)
-                    self.end(lv, FinishReason.ERROR, str(exc) if isinstance(res, str)
-                             else f"{type(exc).__name__}: {exc}")
-                    finished.append(lv.req)
-                    continue
-                if kept:
-                    going.append((lv, first, drafts, base))
-                    continue
-                lv.req.num_computed = base + len(got)  # the kept tokens' positions
-                if self.spec is not None:
-                    self.spec.verified(lv.req.seq_id, len(drafts), len(got) - 1)
-                self.observer.on_spec_decode(len(drafts), len(got) - 1)
-                reason = got[-1].finish_reason
-                self._time_token(lv.req, len(got))
-                self._flush(lv, got)
-                if done:
-                    self._close(lv, reason)
-                    finished.append(lv.req)
-            active = going
-            j += 1
-        return finished
-
-    def _plain_greedy(self, lv: LiveRequest) -> bool:
-        """The default sampler would take the argmax of ``lv``'s raw logits at every
-        position of its draft (nothing processes them and no logprobs are asked)."""
-        p = lv.req.params
-        return (isinstance(self.sampler, Sampler) and p.greedy and p.logprobs is None
-                and not p.has_penalties and not p.logit_bias and lv.matcher is None
-                and getattr(p, "thinking", None) is None
-                and len(lv.req.output_ids) >= p.min_tokens)
-
-    def _row_results(self, logits: torch.Tensor, active: list[Any], j: int,
-                     argmax: dict[int, list[int]]) -> list[Any]:
-        """Row j of each active verification: (token, logprob, top) or an error."""
-        results: list[Any] = [None] * len(active)
-        rest = []
-        for i, (lv, first, _, _) in enumerate(active):
-            if id(lv) in argmax:
-                results[i] = (argmax[id(lv)][j], None, None)
-            else:
-                rest.append((i, lv, first + j))
-        if rest:
-            x = logits[[row for _, _, row in rest]]
-            for (i, _, _), res in zip(rest, self._sample_isolated(x, [lv for _, lv, _ in rest]),
-                                      strict=True):
-                results[i] = res
-        return results
-
-    @staticmethod
-    def _flush(lv: LiveRequest, pieces: list[RequestOutput]) -> None:
-        """Emit a step's outputs of one request as one."""
-        if not pieces:
-            return
-        one = pieces[0] if len(pieces) == 1 else dataclasses.replace(
-            pieces[-1], text="".join(p.text for p in pieces),
-            token_ids=tuple(t for p in pieces for t in p.token_ids),
-            logprobs=tuple(lp for p in pieces for lp in p.logprobs),
-            prompt_logprobs=pieces[0].prompt_logprobs)
-        pieces.clear()
-        StepRunner._emit(lv, one)
-
     def _sample_rows(self, x: torch.Tensor, lives: list[LiveRequest]) -> list[Any]:
         """x [n, V] fp32: row j is lives[j]'s logits -> (token, logprob, top) per row."""
         reqs = [lv.req for lv in lives]
@@ -309,6 +211,7 @@ class StepRunner:
         t0 = time.perf_counter()
         mask = fill_token_mask(rows, [lives[j].matcher for j in rows])
         self.mask_time_s += time.perf_counter() - t0
+        self.mask_fills += len(rows)
         return mask
 
     def _append(self, lv: LiveRequest, token: int, logprob: float, top: Any) -> bool:

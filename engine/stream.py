@@ -113,9 +113,11 @@ class EngineObserver:
         """``num_tokens`` more output tokens arrived together (more than one after a
         verified speculative draft), ``inter_token_latency`` after the previous ones."""
 
-    def on_spec_decode(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
+    def on_spec_decode(self, num_draft_tokens: int, num_accepted_tokens: int,
+                       grammar: str = "none") -> None:
         """A speculative draft was verified: its length and how many of its tokens were
-        kept (they are the first ``num_accepted_tokens``)."""
+        kept (they are the first ``num_accepted_tokens``). ``grammar``: what constrained
+        the sequence ("none", "thinking", or engine.structured.spec.KINDS)."""
 
     def on_finished(self, reason: FinishReason, e2e: float, num_output_tokens: int,
                     tag: str = "") -> None:

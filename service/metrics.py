@@ -64,12 +64,16 @@ class ServingMetrics(EngineObserver):
         self.cache_hits = counter("prefix_cache_hits", "Of those, tokens found cached "
                                   "(their KV was not computed again).")
         # speculative decoding, vLLM's spec_decode_* meanings: drafts verified, the tokens
-        # they proposed, those accepted, and accepted ones by draft position (0 = first)
-        self.spec_drafts = counter("spec_decode_num_drafts", "Speculative drafts verified.")
+        # they proposed, those accepted (each by the ``grammar`` that constrained the
+        # sequence: none, thinking, json_object, json_schema, tool_mistral, tool_hermes,
+        # grammar), and accepted ones by draft position (0 = first)
+        g = ("grammar",)
+        self.spec_drafts = counter("spec_decode_num_drafts", "Speculative drafts verified.", g)
         self.spec_draft_tokens = counter("spec_decode_num_draft_tokens",
-                                         "Draft tokens proposed and verified.")
+                                         "Draft tokens proposed and verified.", g)
         self.spec_accepted = counter("spec_decode_num_accepted_tokens",
-                                     "Draft tokens accepted (equal to the target's token).")
+                                     "Draft tokens accepted (equal to the target's token).", g)
+        self._spec_children: dict[str, tuple[Any, Any, Any]] = {}
         self.spec_accepted_pos = counter("spec_decode_num_accepted_tokens_per_pos",
                                          "Accepted draft tokens by position in the draft.",
                                          ("position",))
@@ -89,11 +93,10 @@ class ServingMetrics(EngineObserver):
         # children bound once (exported as zeros before the first request); the per-token
         # hooks then skip the label lookup
         (self._gen, self._itl, self._ttft, self._queue, self._prompt, self._cache_q,
-         self._cache_h, self._preempt, self._spec_drafts, self._spec_draft_tokens,
-         self._spec_accepted) = (m.labels(model_name) for m in (
+         self._cache_h, self._preempt) = (m.labels(model_name) for m in (
              self.generation_tokens, self.itl, self.ttft, self.queue, self.prompt_tokens,
-             self.cache_queries, self.cache_hits, self.preemptions, self.spec_drafts,
-             self.spec_draft_tokens, self.spec_accepted))
+             self.cache_queries, self.cache_hits, self.preemptions))
+        self._spec_grammar("none")
         self._export_outcomes()
 
     def _export_outcomes(self) -> None:
@@ -126,12 +129,23 @@ class ServingMetrics(EngineObserver):
         self._itl.observe(inter_token_latency)
         self._gen.inc(num_tokens)
 
-    def on_spec_decode(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
-        self._spec_drafts.inc()
-        self._spec_draft_tokens.inc(num_draft_tokens)
-        self._spec_accepted.inc(num_accepted_tokens)
+    def on_spec_decode(self, num_draft_tokens: int, num_accepted_tokens: int,
+                       grammar: str = "none") -> None:
+        drafts, tokens, accepted = self._spec_grammar(grammar)
+        drafts.inc()
+        tokens.inc(num_draft_tokens)
+        accepted.inc(num_accepted_tokens)
         for pos in range(num_accepted_tokens):
             self._spec_pos(pos).inc()
+
+    def _spec_grammar(self, grammar: str) -> tuple[Any, Any, Any]:
+        """The spec_decode counters' children of one grammar kind (bound once)."""
+        got = self._spec_children.get(grammar)
+        if got is None:
+            got = self._spec_children[grammar] = tuple(
+                m.labels(self.model_name, grammar) for m in (
+                    self.spec_drafts, self.spec_draft_tokens, self.spec_accepted))
+        return got
 
     def _spec_pos(self, pos: int) -> Any:
         child = self._spec_pos_children.get(pos)

@@ -61,8 +61,9 @@ class SpecBenchConfig:
 class ReplayProposer:
     """Drafts from a known continuation (the Proposer interface, engine/spec/proposer.py):
     ``refs`` maps a prompt to the output a plain pass gave it. A sequence whose output so far
-    is a prefix of its prompt's reference gets the reference's next tokens (``wrong``: each
-    with its lowest bit flipped, so never the token), any other nothing."""
+    (and the draft's forced head, ``DraftInput.prefix``) is a prefix of its prompt's
+    reference gets the reference's next tokens (``wrong``: each with its lowest bit
+    flipped, so never the token), any other nothing."""
 
     def __init__(self, refs: dict[tuple[int, ...], list[int]], wrong: bool = False) -> None:
         self.refs = refs
@@ -72,8 +73,9 @@ class ReplayProposer:
         out: list[tuple[int, ...]] = []
         for s in seqs:
             ref = self.refs.get(tuple(s.prompt_ids))
-            n = len(s.output_ids)
-            if ref is None or list(s.output_ids) != ref[:n]:
+            seen = [*s.output_ids, *s.prefix]
+            n = len(seen)
+            if ref is None or seen != ref[:n]:
                 out.append(())
             else:
                 out.append(tuple(t ^ 1 if self.wrong else t for t in ref[n:n + s.max_tokens]))

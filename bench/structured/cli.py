@@ -1,6 +1,10 @@
 """`fp8serve bench structured`: json_schema-constrained vs unconstrained decode tokens/s
 through the engine at several concurrencies, interleaved in one process
-(bench/structured/run.py). Prints ratios and the mask share; writes JSON."""
+(bench/structured/run.py). Prints ratios and the mask share; writes JSON.
+
+With ``--speculative-config``: speculative against plain constrained decoding on three
+workloads (extraction, tool-args, free-json; bench/structured/speculative.py), interleaved
+in one process; prints ratios, acceptance and a mask fill's cost against a decode step."""
 
 from __future__ import annotations
 
@@ -15,11 +19,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("structured", help="constrained vs unconstrained decode tok/s")
     p.add_argument("--model", type=Path, default=None,
                    help="checkpoint directory (default: the demo model)")
-    p.add_argument("--concurrency", default="1,16", help="comma list of concurrencies")
-    p.add_argument("--gen-len", type=int, default=48, help="tokens per request")
+    p.add_argument("--concurrency", default=None,
+                   help="comma list of concurrencies (default 1,16; 1 with speculation)")
+    p.add_argument("--gen-len", type=int, default=None,
+                   help="tokens per request (default 48; at most 128 with speculation)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians)")
     p.add_argument("--threads", type=int, default=None, help="torch threads")
-    p.add_argument("--json", type=Path, default=Path("bench/results/structured.json"))
+    p.add_argument("--speculative-config", default=None,
+                   help="JSON (vLLM's keys, as serve takes it): measure speculative "
+                        "decoding under grammars against plain constrained decoding")
+    p.add_argument("--spec-oracle", choices=("right", "wrong"), default=None,
+                   help="with --speculative-config: draft from the plain pass's output, "
+                        "all kept or all rejected (random-weight checkpoints)")
+    p.add_argument("--workloads", default=None,
+                   help="with --speculative-config: comma list of extraction, tool-args, "
+                        "free-json (default all)")
+    p.add_argument("--json", type=Path, default=None,
+                   help="results file (default bench/results/structured.json, or "
+                        "structured-spec.json with speculation)")
     p.set_defaults(func=run)
 
 
@@ -35,14 +52,43 @@ def run(args: argparse.Namespace) -> int:
     if args.model is None:
         from engine.demo_model import ensure_demo_model
         args.model = ensure_demo_model()
+    spec = getattr(args, "speculative_config", None) is not None
     try:
-        conc = tuple(int(c) for c in args.concurrency.split(",") if c.strip())
-        cfg = StructuredBenchConfig(args.model, conc, args.gen_len, args.rounds, args.threads)
-    except ValueError as exc:
+        conc = tuple(int(c) for c in (args.concurrency or ("1" if spec else "1,16")
+                                      ).split(",") if c.strip())
+        if spec:
+            res, table = _speculative(args, conc)
+        else:
+            cfg = StructuredBenchConfig(args.model, conc, args.gen_len or 48, args.rounds,
+                                        args.threads)
+            res = run_structured_bench(cfg, log=lambda s: print(s, flush=True))
+            table = format_table(res)
+    except ValueError as exc:  # engine.config.ConfigError is one too
         raise BenchError(str(exc)) from exc
-    res = run_structured_bench(cfg, log=lambda s: print(s, flush=True))
-    print(format_table(res))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(res, indent=2))
-    print(f"wrote {args.json}")
+    print(table)
+    out = getattr(args, "json", None) or Path("bench/results/structured-spec.json" if spec
+                            else "bench/results/structured.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2))
+    print(f"wrote {out}")
     return 0
+
+
+def _speculative(args: argparse.Namespace, conc: tuple[int, ...]) -> tuple[dict, str]:
+    from bench.structured.speculative import (
+        WORKLOADS,
+        StructuredSpecConfig,
+        format_table,
+        run_structured_spec_bench,
+    )
+    from engine.spec.config import SpeculativeConfig
+
+    spec = SpeculativeConfig.parse(args.speculative_config)
+    if spec is None:
+        raise BenchError("--speculative-config: an empty config measures nothing")
+    given = getattr(args, "workloads", None) or ",".join(WORKLOADS)
+    names = tuple(w.strip() for w in given.split(",") if w.strip())
+    cfg = StructuredSpecConfig(args.model, spec, names, conc, args.gen_len or 128,
+                               args.rounds, args.threads, getattr(args, "spec_oracle", None))
+    res = run_structured_spec_bench(cfg, log=lambda s: print(s, flush=True))
+    return res, format_table(res)

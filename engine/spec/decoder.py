@@ -1,26 +1,33 @@
 """The engine's side of speculation: who may draft this step, how many tokens, and what
 verification kept (counted with vLLM's meanings).
 
-A sequence drafts when it is decoding without a grammar (constrained requests decode plain:
-their token masks would have to be computed for every draft position), the step runs at
-most ``disable_by_batch_size`` sequences, its policy finds a draft length that pays given
-its acceptance so far and what a row costs in a step of this many sequences
-(engine/spec/policy.py, engine/spec/cost.py: fitted from the decode steps the engine
-times), and its limits leave room: drafting k tokens can append
+A sequence drafts when the step runs at most ``disable_by_batch_size`` sequences, its
+policy finds a draft length that pays given its acceptance so far and what a row costs in
+a step of this many sequences (engine/spec/policy.py, engine/spec/cost.py: fitted from the
+decode steps the engine times), and its limits leave room: drafting k tokens can append
 k + 1, so k <= max_tokens - outputs - 1, and the drafts' positions must stay below
-max_model_len.
+max_model_len. A constrained sequence (a grammar or a thinking budget,
+engine/spec/constraint.py) drafts the same way: its draft opens with the tokens its
+constraints force, the proposer continues after them, the proposal is cut before the first
+token the constraints reject, and forced tokens after it fill what room is left. A
+constraint that fails (a matcher in an error state) only costs its sequence the draft: the
+step's sampling then ends that request, as it would without speculation.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.spec.config import SpeculativeConfig
+from engine.spec.constraint import DraftConstraint
 from engine.spec.cost import StepCost
 from engine.spec.ngram import NgramProposer
 from engine.spec.policy import DraftPolicy
 from engine.spec.proposer import DraftInput, Proposer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -32,6 +39,11 @@ class SpecStats:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
+    num_forced_tokens: int = 0  # draft tokens a constraint forced (no lookup)
+    num_cut_tokens: int = 0  # proposed tokens a constraint cut before verification
+    # per grammar kind ("none", "thinking", engine.structured.spec.KINDS): [drafts,
+    # draft tokens, accepted tokens]
+    by_grammar: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def acceptance_rate(self) -> float:
@@ -51,7 +63,7 @@ class DraftLimits:
     prompt_ids: Sequence[int]
     output_ids: Sequence[int]
     max_tokens: int  # the request's output budget (engine LiveRequest.max_tokens)
-    constrained: bool  # a grammar decides its tokens
+    constraint: DraftConstraint | None = None  # its grammar / thinking budget, if any
 
 
 class SpecDecoder:
@@ -68,8 +80,6 @@ class SpecDecoder:
 
     def room(self, s: DraftLimits) -> int:
         """The most tokens ``s`` may draft now (0: none)."""
-        if s.constrained:
-            return 0
         num_out = len(s.output_ids)
         num_tokens = len(s.prompt_ids) + num_out
         return max(0, min(self.config.num_speculative_tokens, s.max_tokens - num_out - 1,
@@ -82,27 +92,66 @@ class SpecDecoder:
         cap = self.config.disable_by_batch_size
         if cap is not None and num_running > cap:
             return out
-        asks: list[tuple[int, DraftInput]] = []
         self._share = share = self.cost.row_share(len(seqs))
+        try:
+            asks = self._asks(seqs, share, out)
+            props = self.proposer.propose([a for _, a in asks]) if asks else []
+            for (i, a), p in zip(asks, props, strict=True):
+                try:
+                    out[i] += self._constrained(seqs[i].constraint, tuple(p[:a.max_tokens]),
+                                                a.max_tokens)
+                except Exception:  # noqa: BLE001 - a failing matcher: no draft (module doc)
+                    log.warning("draft constraint failed", exc_info=True)
+                    out[i] = ()
+        finally:
+            for s in seqs:
+                if s.constraint is not None:
+                    s.constraint.release()
+        return out
+
+    def _asks(self, seqs: Sequence[DraftLimits], share: float,
+              out: list[tuple[int, ...]]) -> list[tuple[int, DraftInput]]:
+        """What to ask the proposer for each sequence that drafts (by its index in
+        ``seqs``); out[i] gets the tokens its constraints force first."""
+        asks = []
         for i, s in enumerate(seqs):
             k = self.room(s)
             if k:
                 k = self._policy.setdefault(s.seq_id, DraftPolicy()).length(share, k)
-            if k:
-                asks.append((i, DraftInput(s.seq_id, s.prompt_ids, s.output_ids, k)))
-        if asks:
-            props = self.proposer.propose([a for _, a in asks])
-            for (i, a), p in zip(asks, props, strict=True):
-                out[i] = tuple(p[:a.max_tokens])
-        return out
+            if not k:
+                continue
+            try:
+                out[i] = head = () if s.constraint is None else s.constraint.forced(k)
+            except Exception:  # noqa: BLE001 - a failing matcher: no draft (module doc)
+                log.warning("draft constraint failed", exc_info=True)
+                continue
+            self.stats.num_forced_tokens += len(head)
+            if len(head) < k:
+                asks.append((i, DraftInput(s.seq_id, s.prompt_ids, s.output_ids,
+                                           k - len(head), head)))
+        return asks
 
-    def verified(self, seq_id: int, num_drafted: int, num_accepted: int) -> None:
+    def _constrained(self, c: DraftConstraint | None, proposal: tuple[int, ...],
+                     room: int) -> tuple[int, ...]:
+        """``proposal`` cut where ``c`` rejects it, then forced tokens up to ``room``."""
+        if c is None:
+            return proposal
+        kept = c.admit(proposal)
+        tail = c.forced(room - len(kept))
+        self.stats.num_cut_tokens += len(proposal) - len(kept)
+        self.stats.num_forced_tokens += len(tail)
+        return kept + tail
+
+    def verified(self, seq_id: int, num_drafted: int, num_accepted: int,
+                 grammar: str = "none") -> None:
         """A draft of ``num_drafted`` tokens was verified; its first ``num_accepted``
-        were kept."""
+        were kept. ``grammar``: the sequence's grammar kind (SpecStats.by_grammar)."""
         s = self.stats
         s.num_drafts += 1
         s.num_draft_tokens += num_drafted
         s.num_accepted_tokens += num_accepted
+        row = s.by_grammar.setdefault(grammar, [0, 0, 0])
+        row[0], row[1], row[2] = row[0] + 1, row[1] + num_drafted, row[2] + num_accepted
         for pos in range(num_accepted):
             s.accepted_per_pos[pos] += 1
         self._policy.setdefault(seq_id, DraftPolicy()).record(num_accepted, num_drafted,

@@ -37,15 +37,19 @@ class NgramIndex:
                 last[tuple(t[e - n:e])] = e
         self._indexed = max(self._indexed, end)
 
-    def propose(self, k: int) -> tuple[int, ...]:
+    def propose(self, k: int, extra: Sequence[int] = ()) -> tuple[int, ...]:
         """Up to ``k`` tokens that followed the latest earlier occurrence of the longest
-        suffix found (shorter when that occurrence is near the end); () when none."""
+        suffix found (shorter when that occurrence is near the end); () when none.
+        ``extra``: tokens after the indexed ones (not indexed): the suffix looked up is
+        that of tokens + extra."""
         self._catch_up()
-        t, size = self.tokens, len(self.tokens)
-        for n in range(min(self.n_max, size - 1), self.n_min - 1, -1):
-            e = self._last[n - self.n_min].get(tuple(t[size - n:]))
+        t = self.tokens
+        tail = t[-self.n_max:] + list(extra) if extra else t[-self.n_max:]
+        for n in range(min(self.n_max, len(t) + len(extra) - 1), self.n_min - 1, -1):
+            e = self._last[n - self.n_min].get(tuple(tail[len(tail) - n:]))
             if e is not None:
-                return tuple(t[e:e + k])
+                got = t[e:e + k]
+                return tuple(got + list(extra[:k - len(got)]) if len(got) < k else got)
         return ()
 
 
@@ -67,7 +71,7 @@ class NgramProposer:
         seen = len(idx.tokens) - len(s.prompt_ids)
         if seen < len(s.output_ids):
             idx.extend(s.output_ids[seen:])
-        return idx.propose(s.max_tokens)
+        return idx.propose(s.max_tokens, s.prefix)
 
     def release(self, seq_id: int) -> None:
         self._index.pop(seq_id, None)

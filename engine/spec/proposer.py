@@ -5,6 +5,8 @@ the most tokens it may draft; the proposer answers one tuple of guessed next tok
 sequence (empty: no guess). Batched on purpose: an n-gram proposer answers each sequence on
 its own, a draft model would run all of them as one forward pass. A proposer may keep state
 per sequence (``seq_id`` is unique for the engine's lifetime) and drops it in ``release``.
+``prefix``: draft tokens already decided (forced by the sequence's grammar,
+engine/spec/constraint.py); the proposal continues after them and never holds them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class DraftInput:
     prompt_ids: Sequence[int]
     output_ids: Sequence[int]  # the sequence so far is prompt_ids + output_ids
     max_tokens: int  # >= 1: the proposal may be shorter, never longer
+    prefix: tuple[int, ...] = ()  # the draft so far: the proposal follows output + prefix
 
 
 class Proposer(Protocol):

@@ -33,7 +33,7 @@ class CompiledGrammar:
 
     def new_matcher(self) -> GrammarMatcher:
         """A fresh per-request matcher at the start of the grammar."""
-        return GrammarMatcher(self.pristine.deep_copy(), self.vocab_size)
+        return GrammarMatcher(self.pristine.deep_copy(), self.vocab_size, self.spec.kind)
 
 
 class GrammarCompiler:

@@ -19,6 +19,8 @@ from typing import Any
 # llguidance's JSON options ("x-guidance" in a schema), see llguidance JsonCompileOptions
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
+# GrammarSpec.kind: what built the grammar (a small, fixed set of metric label values)
+KINDS = ("grammar", "json_object", "json_schema", "tool_mistral", "tool_hermes")
 
 
 class GrammarError(ValueError):
@@ -29,14 +31,18 @@ class GrammarError(ValueError):
 @dataclass(frozen=True)
 class GrammarSpec:
     """lark: the whole grammar (llguidance's Lark dialect, ``start`` is the entry rule;
-    special tokens as ``<[id]>``). name: what it is, for error messages and logs."""
+    special tokens as ``<[id]>``). name: what it is, for error messages and logs. kind:
+    one of KINDS, a metrics label (what speculation drafted under, engine/spec/)."""
 
     lark: str
     name: str = field(default="grammar", compare=False)
+    kind: str = "grammar"  # compared: a cached grammar keeps the kind it was built for
 
     def __post_init__(self) -> None:
         if not isinstance(self.lark, str) or "start" not in self.lark:
             raise GrammarError(f"{self.name}: a grammar needs a 'start' rule")
+        if self.kind not in KINDS:
+            raise ValueError(f"GrammarSpec.kind {self.kind!r} not in {KINDS}")
 
 
 def json_lark(schema: Mapping[str, Any], strict: bool = True) -> str:
@@ -56,14 +62,15 @@ def json_lark(schema: Mapping[str, Any], strict: bool = True) -> str:
 
 def json_object_spec() -> GrammarSpec:
     """Any JSON object (OpenAI ``response_format: {"type": "json_object"}``)."""
-    return GrammarSpec(f"start: {json_lark(ANY_OBJECT)}\n", "json_object")
+    return GrammarSpec(f"start: {json_lark(ANY_OBJECT)}\n", "json_object", "json_object")
 
 
 def json_schema_spec(schema: Mapping[str, Any], name: str = "schema",
                      strict: bool = True) -> GrammarSpec:
     """A JSON value valid against ``schema`` (``$defs``/``$ref``, ``anyOf``, enums,
     ``additionalProperties: false``, nested arrays...)."""
-    return GrammarSpec(f"start: {json_lark(schema, strict)}\n", f"json_schema {name!r}")
+    return GrammarSpec(f"start: {json_lark(schema, strict)}\n", f"json_schema {name!r}",
+                       "json_schema")
 
 
 def spec_from_response_format(response_format: Mapping[str, Any] | None

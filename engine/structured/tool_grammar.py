@@ -138,4 +138,4 @@ def tool_call_grammar(tools: Sequence[Mapping[str, Any]], tool_choice: Any = "au
     lark = "\n".join([*_body(style, mode, parallel_tool_calls, fmt), f"{head}: {alts}",
                       *rules]) + "\n"
     names = ",".join(f["name"] for f in fns)
-    return GrammarSpec(lark, f"tool calls ({style}, {mode}, {names})")
+    return GrammarSpec(lark, f"tool calls ({style}, {mode}, {names})", f"tool_{style}")

@@ -13,11 +13,8 @@ import re
 import httpx
 import pytest
 
-from engine.demo_model import ensure_demo_model
-from tests.service.serve_process import server_pair
+from tests.service.conftest import SPEC
 
-SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
-        "prompt_lookup_min": 2}
 PASSAGE = ("The committee met on Tuesday to review the budget. It approved the new library, "
            "delayed the bridge repairs until spring, and asked the mayor to publish the "
            "costs of the festival before the next meeting.")
@@ -33,13 +30,8 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def servers():
-    model = ensure_demo_model()
-    common = ("--max-model-len", "1024", "--max-num-seqs", "16", "--served-model-name",
-              "demo", "--kv-cache-gib", "0.25")
-    with server_pair(model, (*common, "--speculative-config", json.dumps(SPEC)),
-                     common) as pair:
-        yield pair
+def servers(spec_servers):
+    return spec_servers  # shared with test_e2e_spec_grammar.py (tests/service/conftest.py)
 
 
 def complete(srv: dict, prompt: str, **kw) -> dict:

@@ -84,3 +84,27 @@ def test_step_cost_fits_fixed_and_per_row_seconds():
         flat.observe(4, 0.1)  # no spread in rows: no slope, everything is fixed cost
     assert flat.b == 0.0 and flat.a == pytest.approx(0.1) and not flat.fitted
     assert flat.row_share(4) == 4 / (4 + PRIOR_FIXED_ROWS)  # still the prior
+
+
+def test_lookup_after_a_draft_prefix_continues_past_it():
+    """``extra`` (a grammar's forced tokens): the suffix of tokens + extra is looked up in
+    the indexed tokens, and a continuation that reaches their end runs on into extra."""
+    import random
+
+    rng = random.Random(5)
+    for _ in range(300):
+        tokens = [rng.randrange(5) for _ in range(rng.randrange(2, 30))]
+        extra = [rng.randrange(5) for _ in range(rng.randrange(0, 4))]
+        idx = NgramIndex(1, 3)
+        idx.extend(tokens)
+        seq, got = tokens + extra, idx.propose(4, extra)
+        want = ()
+        for n in range(min(3, len(seq) - 1), 0, -1):
+            ends = [e for e in range(len(tokens) - 1, n - 1, -1) if seq[e - n:e] == seq[-n:]]
+            if ends:
+                want = tuple(seq[ends[0]:ends[0] + 4])
+                break
+        assert got == want, (tokens, extra)
+    prop = NgramProposer(1, 2)
+    draft = DraftInput(0, (7, 8, 9, 1, 2), (7,), 3, prefix=(8,))
+    assert prop.propose([draft]) == [(9, 1, 2)]

@@ -32,7 +32,7 @@ class SpecCounter(EngineObserver):
         self.drafted = self.accepted = self.drafts = self.preempted = 0
         self.tokens = 0
 
-    def on_spec_decode(self, num_draft_tokens, num_accepted_tokens):
+    def on_spec_decode(self, num_draft_tokens, num_accepted_tokens, grammar="none"):
         self.drafts += 1
         self.drafted += num_draft_tokens
         self.accepted += num_accepted_tokens
@@ -372,9 +372,9 @@ def test_engine_fits_the_cost_from_timed_decode_steps():
     assert eng.spec.cost.a > 0  # decode steps were timed
 
 
-def test_constrained_and_exhausted_sequences_have_no_room():
+def test_exhausted_sequences_have_no_room():
     dec = make(SPEC).spec
-    assert dec.room(DraftLimits(0, (1, 2), (3,), 10, constrained=True)) == 0
-    assert dec.room(DraftLimits(0, (1, 2), (3,), 10, constrained=False)) == 4
-    assert dec.room(DraftLimits(0, (1, 2), (3,), 3, constrained=False)) == 1
-    assert dec.room(DraftLimits(0, (1,) * 90, (3,) * 4, 50, constrained=False)) == 2
+    assert dec.room(DraftLimits(0, (1, 2), (3,), 10)) == 4
+    assert dec.room(DraftLimits(0, (1, 2), (3,), 3)) == 1
+    assert dec.room(DraftLimits(0, (1, 2), (3,), 2)) == 0
+    assert dec.room(DraftLimits(0, (1,) * 90, (3,) * 4, 50)) == 2
