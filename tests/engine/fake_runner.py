@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.batch import BatchInputs, LogitsWanted
+from engine.text.chat_template import normalize_messages
 
 VOCAB = 50
 
@@ -112,12 +113,14 @@ class FakeTokenizer:
         return f" {token_id}"
 
     def encode_chat(self, messages, add_generation_prompt: bool = True) -> list[int]:
-        """[1] + the words of every message; a role named "bad" raises like a template."""
+        """[1] + the words of every message (content normalized as for a "string"
+        template); a role named "bad" raises like a template."""
         ids = [1]
         for m in messages:
             if m["role"] == "bad":
                 raise ValueError("role 'bad' is not allowed")
-            ids += self.encode(m.get("content") or "")
+        for m in normalize_messages(messages):
+            ids += self.encode(m["content"])
         return ids
 
 
