@@ -26,6 +26,7 @@ from engine.text.chat_template import (
     render_chat_template,
 )
 from engine.text.content_format import detect_content_format
+from engine.text.token_bytes import PieceBytes
 
 __all__ = ["ChatTemplateError", "Tokenizer", "TokenizerLoadError"]
 
@@ -40,6 +41,7 @@ class Backend(Protocol):
     def encode(self, text: str, add_special_tokens: bool) -> list[int]: ...
     def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str: ...
     def id_to_token(self, token_id: int) -> str | None: ...
+    def token_bytes(self, token_id: int) -> bytes: ...
     def token_to_id(self, token: str) -> int | None: ...
     @property
     def vocab_size(self) -> int: ...
@@ -59,6 +61,8 @@ class HfBackend:
             raise TokenizerLoadError(f"{path}: cannot load tokenizer: {exc}") from exc
         added = self._tok.get_added_tokens_decoder()
         self._special = frozenset(i for i, t in added.items() if t.special)
+        self._added = frozenset(added)
+        self._piece_bytes = PieceBytes(json.loads(self._tok.to_str()).get("decoder"))
 
     def encode(self, text: str, add_special_tokens: bool) -> list[int]:
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
@@ -68,6 +72,10 @@ class HfBackend:
 
     def id_to_token(self, token_id: int) -> str | None:
         return self._tok.id_to_token(token_id)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        piece = self._tok.id_to_token(token_id)
+        return b"" if piece is None else self._piece_bytes(piece, token_id in self._added)
 
     def to_json_str(self) -> str:
         """The tokenizer.json text (for llguidance, engine/structured/ll_tokenizer.py)."""
@@ -192,6 +200,11 @@ class Tokenizer:
     def token_to_id(self, token: str) -> int | None:
         """The id of a special token ("[TOOL_CALLS]") or vocabulary entry; None if absent."""
         return self.backend.token_to_id(token)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The token's own bytes (a piece of a UTF-8 character stays that piece: the
+        bytes of consecutive tokens join into the text); a special token's text."""
+        return self.backend.token_bytes(token_id)
 
     def token_to_text(self, token_id: int) -> str:
         """The token's own text, for logprobs (a partial UTF-8 byte shows as U+FFFD)."""
