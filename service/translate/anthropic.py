@@ -27,6 +27,7 @@ import json
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import from_json
 
 from engine.request import FinishReason
 from service.errors import APIError
@@ -208,10 +209,12 @@ def stop_reason(reader: ChoiceReader, finish: FinishReason | None,
 
 
 def tool_input(arguments: str) -> dict[str, Any]:
-    """A call's arguments as an object; text that is not one (a call cut by max_tokens)
-    is ``{}``."""
+    """A call's arguments as an object. A call cut by max_tokens keeps its complete
+    members (a cut string is left out), as the anthropic SDK's stream accumulator parses
+    the same ``input_json_delta`` text, so both modes give one input; text that is no
+    object at all is ``{}``."""
     try:
-        value = json.loads(arguments)
+        value = from_json(arguments or "{}", allow_partial=True)
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
