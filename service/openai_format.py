@@ -12,6 +12,7 @@ from service.generation import Choice
 from service.tool_calls.choice import ChoiceReader
 
 TokenText = Callable[[int], str]
+TokenBytes = Callable[[int], bytes]  # a token's own bytes (Tokenizer.token_bytes)
 
 
 def finish_reason(reason: FinishReason | None) -> str | None:
@@ -76,10 +77,14 @@ def echo_logprobs(prompt_ids: Sequence[int], prompt_lps: Sequence[TokenLogprob |
     }
 
 
-def chat_logprobs(lps: Sequence[TokenLogprob], text_of: TokenText) -> dict[str, Any]:
+def chat_logprobs(lps: Sequence[TokenLogprob], text_of: TokenText,
+                  bytes_of: TokenBytes | None = None) -> dict[str, Any]:
+    """OpenAI's chat logprobs; ``bytes`` is each token's own bytes (``bytes_of``; the
+    text's UTF-8 without it), so the bytes of consecutive tokens join into the text."""
     def entry(tid: int, lp: float) -> dict[str, Any]:
         text = text_of(tid)
-        return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+        raw = bytes_of(tid) if bytes_of is not None else text.encode("utf-8")
+        return {"token": text, "logprob": lp, "bytes": list(raw)}
 
     return {"content": [{**entry(lp.token_id, lp.logprob),
                          "top_logprobs": [entry(t, v) for t, v in lp.top]} for lp in lps]}
@@ -88,8 +93,9 @@ def chat_logprobs(lps: Sequence[TokenLogprob], text_of: TokenText) -> dict[str, 
 class Formatter:
     """Builds bodies for one HTTP request (fixed id, created time and model name)."""
 
-    def __init__(self, rid: str, model: str, text_of: TokenText) -> None:
-        self.id, self.model, self.text_of = rid, model, text_of
+    def __init__(self, rid: str, model: str, text_of: TokenText,
+                 bytes_of: TokenBytes | None = None) -> None:
+        self.id, self.model, self.text_of, self.bytes_of = rid, model, text_of, bytes_of
         self.created = int(time.time())
 
     def _head(self, obj: str) -> dict[str, Any]:
@@ -146,7 +152,8 @@ class Formatter:
              ) -> dict[str, Any]:
         """``readers``: each choice's ChoiceReader, fed its whole output."""
         out = [{"index": i, "message": r.message(),
-                "logprobs": chat_logprobs(c.logprobs, self.text_of) if want_logprobs else None,
+                "logprobs": chat_logprobs(c.logprobs, self.text_of, self.bytes_of)
+                if want_logprobs else None,
                 "finish_reason": r.finish_reason(c.finish_reason), "stop_reason": c.stop_reason}
                for i, (c, r) in enumerate(zip(choices, readers, strict=True))]
         body = {**self._head("chat.completion"), "choices": out,
@@ -160,7 +167,8 @@ class Formatter:
                    reason: str | None = None) -> dict[str, Any]:
         """``reason``: the OpenAI finish_reason string (ChoiceReader.finish_reason)."""
         choice = {"index": index, "delta": delta,
-                  "logprobs": None if lps is None else chat_logprobs(lps, self.text_of),
+                  "logprobs": None if lps is None else chat_logprobs(lps, self.text_of,
+                                                                    self.bytes_of),
                   "finish_reason": reason}
         return {**self._head("chat.completion.chunk"), "choices": [choice]}
 

@@ -63,10 +63,11 @@ def encode_prompts(state: ServingState, prompt: Any) -> tuple[list[list[int]], l
 IMAGE_PLACEHOLDER = {"type": "image_url", "image_url": {"url": IMAGE_PLACEHOLDER_URL}}
 
 
-def _text(i: int, content: Any, images: bool = False) -> Any:
-    """A content part list joined into one string; image parts refused, or with
-    ``images`` kept as placeholders among the text parts (the template renders each as one
-    [IMG]; service/images.py expands it)."""
+def _parts(i: int, content: Any, images: bool = False) -> Any:
+    """A content part list checked: text parts kept, image parts refused, or with
+    ``images`` replaced by placeholders (the template renders each as one [IMG];
+    service/images.py expands it). How the list reaches the template (joined or as
+    parts) is engine/text/chat_template.normalize_messages's choice."""
     if not isinstance(content, list):
         return content
     parts: list[dict[str, Any]] = []
@@ -82,9 +83,7 @@ def _text(i: int, content: Any, images: bool = False) -> Any:
                            f"messages[{i}].content")
         else:
             parts.append({"type": "text", "text": str(part.get("text", ""))})
-    if any(p is IMAGE_PLACEHOLDER for p in parts):
-        return parts
-    return "".join(p["text"] for p in parts)
+    return parts
 
 
 def _check_tool_turns(messages: Sequence[ChatMessage]) -> None:
@@ -109,17 +108,16 @@ def _check_tool_turns(messages: Sequence[ChatMessage]) -> None:
 
 def message_dicts(messages: Sequence[ChatMessage], map_id: Callable[[str], str] | None = None,
                   images: bool = False) -> list[dict[str, Any]]:
-    """Chat messages as template dicts (OpenAI form: tool-call arguments stay JSON text);
-    text-part lists joined into one string; image parts refused. ``map_id`` rewrites
-    tool-call ids (Mistral tokenizers take 9-character ids only)."""
+    """Chat messages as template dicts (OpenAI form: tool-call arguments stay JSON text;
+    content None, a string or checked parts, shaped for the template by the tokenizer);
+    image parts refused unless ``images``. ``map_id`` rewrites tool-call ids (Mistral
+    tokenizers take 9-character ids only)."""
     _check_tool_turns(messages)
     keep = map_id or (lambda x: x)
     out = []
     for i, m in enumerate(messages):
         d = m.model_dump(exclude_none=True)
-        d["content"] = _text(i, m.content, images)
-        if d["content"] is None and not m.tool_calls:
-            del d["content"]
+        d["content"] = _parts(i, m.content, images)
         if m.tool_calls:
             d["tool_calls"] = [{**c.model_dump(), "id": keep(c.id)} for c in m.tool_calls]
         if m.tool_call_id is not None:

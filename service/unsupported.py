@@ -50,7 +50,7 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
     STREAM_OPTIONS: frozenset({"include_usage"}),
     MESSAGES: frozenset({"model", "max_tokens", "messages", "system", "stop_sequences",
                          "temperature", "top_p", "top_k", "stream", "tools", "tool_choice",
-                         "thinking"}),
+                         "thinking", "output_config"}),
     COUNT_TOKENS: frozenset({"model", "messages", "system", "tools", "tool_choice",
                              "thinking"}),
     RESPONSES: frozenset({"model", "input", "instructions", "tools", "tool_choice",
@@ -82,7 +82,6 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "container": (None,),  # no code-execution containers
         "mcp_servers": (None, []),  # no MCP connector
         "context_management": (None,),
-        "output_config": (None,),  # effort / output format: not implemented
     },
     COUNT_TOKENS: {"mcp_servers": (None, []), "context_management": (None,),
                    "output_config": (None,), "speed": (None, "standard")},

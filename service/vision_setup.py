@@ -14,11 +14,11 @@ def load_vision_runtime(model_dir: Path, settings: Any, tokenizer: Any
     """(VisionRuntime, None) when images are served, else (None, the reason)."""
     from engine.vision.config import read_vision_config
 
+    if settings.limit_mm_per_prompt == 0:  # the vision config is not even read
+        return None, "image input disabled (--limit-mm-per-prompt image=0)"
     cfg = read_vision_config(model_dir)
     if cfg is None:
         return None, "the checkpoint has no vision tower"
-    if settings.limit_mm_per_prompt == 0:
-        return None, "image input disabled (--limit-mm-per-prompt image=0)"
     from engine.vision.layout import ImageTokenIds
 
     ids = ImageTokenIds.from_tokenizer(tokenizer)

@@ -12,7 +12,9 @@ after (version v13, every named special at its id).
 ``tokenizer.json`` + ``chat_template.jinja`` (+ ``tokenizer_config.json``), the Hugging Face
 pair, are converted from that tekken.json: the vocabulary by transformers' ``MistralConverter``
 (needs transformers, a test/bench extra) and the template by mistral-common's
-``convert_tokenizer_to_chat_template``.
+``convert_tokenizer_to_chat_template``. The "published" format writes the same three
+files as "both" but with the template the published Ministral-3 Instruct repositories ship
+(engine/synth/templates/, Apache-2.0), unchanged.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-FORMATS = ("none", "tekken", "hf", "both")
+FORMATS = ("none", "tekken", "hf", "both", "published")
+PUBLISHED_TEMPLATE = (Path(__file__).parent / "templates"
+                      / "ministral3-14b-instruct-2512.chat_template.jinja")
 REAL_SPECIALS = 1000  # Ministral-3's default_num_special_tokens
 SMALL_SPECIALS = 100  # small test vocabularies (mistral-common's own tests use 100)
 MIN_VOCAB = 256 + SMALL_SPECIALS  # every byte must have a token
@@ -98,9 +102,10 @@ def write_tekken(out_dir: Path, vocab_size: int, image: dict[str, int] | None = 
     return path
 
 
-def write_hf_pair(out_dir: Path, tekken: Path) -> list[str]:
+def write_hf_pair(out_dir: Path, tekken: Path, published: bool = False) -> list[str]:
     """tokenizer.json, tokenizer_config.json and chat_template.jinja converted from
-    ``tekken``; returns the file names."""
+    ``tekken`` (``published``: the published 14B Instruct template instead of the
+    converted one); returns the file names."""
     try:
         from transformers.integrations.mistral.tokenizer import MistralConverter
     except ImportError as exc:
@@ -112,7 +117,8 @@ def write_hf_pair(out_dir: Path, tekken: Path) -> list[str]:
 
     out = Path(out_dir)
     MistralConverter(vocab_file=str(tekken)).converted().save(str(out / "tokenizer.json"))
-    template = convert_tokenizer_to_chat_template(tekken, plain_thinking_support=False)
+    template = (PUBLISHED_TEMPLATE.read_text(encoding="utf-8") if published else
+                convert_tokenizer_to_chat_template(tekken, plain_thinking_support=False))
     (out / "chat_template.jinja").write_text(template, encoding="utf-8")
     config = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
               "pad_token": "<pad>", "add_bos_token": True, "add_eos_token": False,
@@ -129,7 +135,8 @@ def write_tokenizer_files(out_dir: Path, fmt: str, vocab_size: int,
     if fmt == "tekken":
         write_tekken(out_dir, vocab_size, image)
         return ["tekken.json"]
-    if fmt == "both":
-        return ["tekken.json", *write_hf_pair(out_dir, write_tekken(out_dir, vocab_size, image))]
+    if fmt in ("both", "published"):
+        tekken = write_tekken(out_dir, vocab_size, image)
+        return ["tekken.json", *write_hf_pair(out_dir, tekken, fmt == "published")]
     with tempfile.TemporaryDirectory() as tmp:  # hf only: tekken.json is a build input
         return write_hf_pair(out_dir, write_tekken(Path(tmp), vocab_size, image))

@@ -29,6 +29,7 @@ class VisionShape:
     head_dim: int = 16
     patch_size: int = 14
     image_size: int = 56
+    hidden_act: str = "silu"  # vision_config.hidden_act (published: silu; PixtralConfig: gelu)
 
 
 TINY_VISION = VisionShape()
@@ -42,7 +43,7 @@ def vision_config(v: VisionShape) -> dict[str, Any]:
         "intermediate_size": v.intermediate_size, "num_hidden_layers": v.num_layers,
         "num_attention_heads": v.num_heads, "head_dim": v.head_dim,
         "patch_size": v.patch_size, "image_size": v.image_size, "num_channels": 3,
-        "hidden_act": "silu", "rope_theta": 10000.0, "attention_dropout": 0.0,
+        "hidden_act": v.hidden_act, "rope_theta": 10000.0, "attention_dropout": 0.0,
         "initializer_range": 0.02,
     }
 

@@ -16,6 +16,8 @@ import jinja2
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from engine.text.content_format import CONTENT_FORMATS, detect_content_format
+
 ROLES = ("system", "user", "assistant", "tool", "developer")
 
 
@@ -93,9 +95,28 @@ def _check_content(i: int, content: Any) -> None:
     raise ChatTemplateError(f"messages[{i}].content must be a string or a list of parts")
 
 
-def normalize_messages(messages: Any) -> list[dict[str, Any]]:
-    """Validate chat messages; text-part lists are joined into one string, lists with
-    image parts are kept (the template renders each image part as one [IMG])."""
+def _content(role: str, content: Any, content_format: str) -> Any:
+    """One message's content as the template takes it: None is "" ("string") or []
+    ("openai"); a string stays a string; a part list is joined into one string for a
+    "string" template and for tool results (templates print those), else kept as
+    ``{"type": "text", "text": ...}`` parts; image placeholders keep their list."""
+    if content is None:
+        return "" if content_format == "string" else []
+    if isinstance(content, str):
+        return content
+    images = any(_is_image(p) for p in content)
+    if not images and (content_format == "string" or role == "tool"):
+        return "".join(str(p.get("text", "")) for p in content)
+    return [dict(p) if _is_image(p) else {"type": "text", "text": str(p.get("text", ""))}
+            for p in content]
+
+
+def normalize_messages(messages: Any, content_format: str = "string") -> list[dict[str, Any]]:
+    """Validate chat messages and shape each content for a template of ``content_format``
+    (detect_content_format): the one place where None, strings and part lists are
+    normalized, for the Jinja and the mistral-common paths alike."""
+    if content_format not in CONTENT_FORMATS:
+        raise ValueError(f"content_format {content_format!r} not in {CONTENT_FORMATS}")
     if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
         raise ChatTemplateError("messages must be a non-empty list")
     out = []
@@ -105,13 +126,8 @@ def normalize_messages(messages: Any) -> list[dict[str, Any]]:
         role = m.get("role")
         if role not in ROLES:
             raise ChatTemplateError(f"messages[{i}].role {role!r} not one of {', '.join(ROLES)}")
-        content = m.get("content")
-        _check_content(i, content)
-        msg = dict(m)
-        if (isinstance(content, Sequence) and not isinstance(content, str)
-                and not any(_is_image(p) for p in content)):
-            msg["content"] = "".join(str(p.get("text", "")) for p in content)
-        out.append(msg)
+        _check_content(i, m.get("content"))
+        out.append({**m, "content": _content(role, m.get("content"), content_format)})
     return out
 
 
@@ -152,13 +168,16 @@ def render_chat_template(
     messages: Sequence[Mapping[str, Any]],
     add_generation_prompt: bool = True,
     special_tokens: Mapping[str, str | None] | None = None,
+    content_format: str | None = None,
     **kwargs: Any,
 ) -> str:
-    """Render ``source`` for ``messages``. special_tokens: bos_token, eos_token, ... as text.
+    """Render ``source`` for ``messages``. special_tokens: bos_token, eos_token, ... as text;
+    content_format: "string" | "openai" (None: detect_content_format(source)).
     Raises ChatTemplateError for bad messages or template failures."""
     template = _compile(fill_dates(source))
     variables = {**(special_tokens or {}), **kwargs}
-    messages = _arguments_as_objects(normalize_messages(messages))
+    fmt = content_format or detect_content_format(source)
+    messages = _arguments_as_objects(normalize_messages(messages, fmt))
     try:
         return template.render(messages=messages,
                                add_generation_prompt=add_generation_prompt, **variables)

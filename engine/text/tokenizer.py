@@ -14,6 +14,7 @@ Tekken model without a jinja template is encoded by mistral-common's own request
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,8 +25,12 @@ from engine.text.chat_template import (
     normalize_messages,
     render_chat_template,
 )
+from engine.text.content_format import detect_content_format
+from engine.text.token_bytes import PieceBytes
 
 __all__ = ["ChatTemplateError", "Tokenizer", "TokenizerLoadError"]
+
+log = logging.getLogger(__name__)
 
 
 class TokenizerLoadError(RuntimeError):
@@ -36,6 +41,7 @@ class Backend(Protocol):
     def encode(self, text: str, add_special_tokens: bool) -> list[int]: ...
     def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str: ...
     def id_to_token(self, token_id: int) -> str | None: ...
+    def token_bytes(self, token_id: int) -> bytes: ...
     def token_to_id(self, token: str) -> int | None: ...
     @property
     def vocab_size(self) -> int: ...
@@ -55,6 +61,8 @@ class HfBackend:
             raise TokenizerLoadError(f"{path}: cannot load tokenizer: {exc}") from exc
         added = self._tok.get_added_tokens_decoder()
         self._special = frozenset(i for i, t in added.items() if t.special)
+        self._added = frozenset(added)
+        self._piece_bytes = PieceBytes(json.loads(self._tok.to_str()).get("decoder"))
 
     def encode(self, text: str, add_special_tokens: bool) -> list[int]:
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
@@ -64,6 +72,10 @@ class HfBackend:
 
     def id_to_token(self, token_id: int) -> str | None:
         return self._tok.id_to_token(token_id)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        piece = self._tok.id_to_token(token_id)
+        return b"" if piece is None else self._piece_bytes(piece, token_id in self._added)
 
     def to_json_str(self) -> str:
         """The tokenizer.json text (for llguidance, engine/structured/ll_tokenizer.py)."""
@@ -117,6 +129,12 @@ class Tokenizer:
         self.bos_token_id = bos_token_id
         self.eos_token_ids = eos_token_ids
         self._chat_encoder = chat_encoder  # mistral-common encoder when there is no template
+        # The content shape the template takes (engine/text/content_format.py); mistral-common
+        # takes strings: text parts joined as the published Jinja template joins them.
+        self.content_format = detect_content_format(chat_template)
+        if chat_template is not None or chat_encoder is not None:
+            log.info("chat messages: %s content (%s)", self.content_format,
+                     "chat template" if chat_template is not None else "mistral-common")
         # Text of the template's ``eos_token``: tokenizer_config's, else the lowest EOS id's.
         first_eos = min(eos_token_ids) if eos_token_ids else None
         self.eos_token = eos_token or self._text_of(first_eos) or ""
@@ -183,6 +201,11 @@ class Tokenizer:
         """The id of a special token ("[TOOL_CALLS]") or vocabulary entry; None if absent."""
         return self.backend.token_to_id(token)
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """The token's own bytes (a piece of a UTF-8 character stays that piece: the
+        bytes of consecutive tokens join into the text); a special token's text."""
+        return self.backend.token_bytes(token_id)
+
     def token_to_text(self, token_id: int) -> str:
         """The token's own text, for logprobs (a partial UTF-8 byte shows as U+FFFD)."""
         return self.backend.decode([token_id], False)
@@ -199,16 +222,20 @@ class Tokenizer:
         """The prompt text for ``messages`` (ChatTemplateError on bad input)."""
         if self.chat_template is None:
             if self._chat_encoder is not None:
-                return self._chat_encoder(normalize_messages(messages), kwargs.get("tools"))[1]
+                return self._mistral_common(messages, kwargs.get("tools"))[1]
             raise ChatTemplateError("this model has no chat template")
         specials = {"bos_token": self.bos_token, "eos_token": self.eos_token}
         return render_chat_template(self.chat_template, messages, add_generation_prompt,
-                                    specials, **kwargs)
+                                    specials, self.content_format, **kwargs)
+
+    def _mistral_common(self, messages: Sequence[Mapping[str, Any]],
+                        tools: Any) -> tuple[list[int], str]:
+        return self._chat_encoder(normalize_messages(messages, self.content_format), tools)
 
     def encode_chat(self, messages: Sequence[Mapping[str, Any]],
                     add_generation_prompt: bool = True, **kwargs: Any) -> list[int]:
         """Prompt ids for ``messages``; BOS comes from the template only (never doubled)."""
         if self.chat_template is None and self._chat_encoder is not None:
-            return self._chat_encoder(normalize_messages(messages), kwargs.get("tools"))[0]
+            return self._mistral_common(messages, kwargs.get("tools"))[0]
         text = self.apply_chat_template(messages, add_generation_prompt, **kwargs)
         return self.encode(text, add_special_tokens=False)

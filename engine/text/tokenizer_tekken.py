@@ -56,6 +56,14 @@ class TekkenBackend:
     def token_to_id(self, token: str) -> int | None:
         return self._special_by_text.get(token)
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """The vocabulary's bytes (Tekken stores bytes); a special token's text."""
+        from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
+
+        if not 0 <= token_id < self._tok.n_words:
+            return b""
+        return self._tok.id_to_byte_piece(token_id, SpecialTokenPolicy.KEEP)
+
     @property
     def vocab_size(self) -> int:
         return self._tok.n_words

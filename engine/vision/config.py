@@ -4,7 +4,8 @@ config.json's ``vision_config`` (Hugging Face) or params.json's ``vision_encoder
 
 HF fields: vision_config {hidden_size, intermediate_size, num_hidden_layers,
 num_attention_heads, patch_size, image_size, rope_theta | rope_parameters.rope_theta,
-num_channels, hidden_act: silu}, top level spatial_merge_size, projector_hidden_act
+num_channels, hidden_act (default gelu, as PixtralConfig; engine/vision/activation.py)},
+top level spatial_merge_size, projector_hidden_act
 (gelu), multimodal_projector_bias (false), vision_feature_layer (-1), image_token_index;
 the projector norm's eps is text_config.rms_norm_eps.
 Native fields: vision_encoder {hidden_size, intermediate_size, num_hidden_layers,
@@ -20,6 +21,7 @@ from typing import Any
 
 from engine.checkpoint.detect import HF_CONFIG, NATIVE_PARAMS, Layout, detect_layout, read_json
 from engine.checkpoint.errors import CheckpointError
+from engine.vision.activation import ACTIVATIONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,7 @@ class VisionConfig:
     eps: float = 1e-5  # ln_pre, attention_norm, ffn_norm
     projector_eps: float = 1e-5  # multi_modal_projector.norm
     image_token_id: int = 10  # from the config; the tokenizer's [IMG] must agree
+    hidden_act: str = "silu"  # the tower MLP's activation (engine/vision/activation.py)
 
     def __post_init__(self) -> None:
         sizes = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "patch_size",
@@ -52,6 +55,9 @@ class VisionConfig:
                              "of 4 (2D RoPE splits it into row and column halves)")
         if self.num_channels != 3:
             raise ValueError(f"vision config: num_channels {self.num_channels} (RGB only)")
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"vision config: hidden_act {self.hidden_act!r} is not served "
+                             f"(served: {', '.join(ACTIVATIONS)})")
 
     @property
     def head_dim(self) -> int:
@@ -68,16 +74,17 @@ class VisionConfig:
         return self.patch_size * self.spatial_merge_size
 
 
+TEXT_ONLY = "serve the text model without images: --limit-mm-per-prompt image=0"
+
+
 def _check(ok: bool, file: str, msg: str) -> None:
     if not ok:
-        raise CheckpointError(f"{file}: {msg}")
+        raise CheckpointError(f"{file}: {msg}; {TEXT_ONLY}")
 
 
 def parse_hf_vision(cfg: dict[str, Any]) -> VisionConfig:
     v = cfg["vision_config"]
     text = cfg.get("text_config") or {}
-    _check(v.get("hidden_act", "silu") == "silu", HF_CONFIG,
-           f"vision_config.hidden_act {v.get('hidden_act')!r} unsupported (silu)")
     _check(cfg.get("projector_hidden_act", "gelu") == "gelu", HF_CONFIG,
            f"projector_hidden_act {cfg.get('projector_hidden_act')!r} unsupported (gelu)")
     _check(not cfg.get("multimodal_projector_bias", False), HF_CONFIG,
@@ -93,7 +100,8 @@ def parse_hf_vision(cfg: dict[str, Any]) -> VisionConfig:
         num_channels=int(v.get("num_channels", 3)),
         spatial_merge_size=int(cfg.get("spatial_merge_size", 2)),
         projector_eps=float(text.get("rms_norm_eps", 1e-5)),
-        image_token_id=int(cfg.get("image_token_index", cfg.get("image_token_id", 10))))
+        image_token_id=int(cfg.get("image_token_index", cfg.get("image_token_id", 10))),
+        hidden_act=str(v.get("hidden_act", "gelu")))  # PixtralConfig's default
 
 
 def parse_native_vision(p: dict[str, Any]) -> VisionConfig:
@@ -128,6 +136,7 @@ def read_vision_config(model_dir: Path) -> VisionConfig | None:
             return parse_native_vision(data)
         return parse_hf_vision(data)
     except KeyError as exc:
-        raise CheckpointError(f"{file}: missing field {key}.{exc.args[0]}") from None
+        raise CheckpointError(f"{file}: missing field {key}.{exc.args[0]}; {TEXT_ONLY}"
+                              ) from None
     except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{file}: {exc}") from None
+        raise CheckpointError(f"{file}: {exc}; {TEXT_ONLY}") from None

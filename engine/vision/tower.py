@@ -5,7 +5,7 @@
         q | k | v = qkv(n)                           n = attention_norm(x), one GEMM
         x += o(SDPA(rope(q), rope(k), v))            non-causal, no mask (one image)
         g | u = gate_up(n)                           n = ffn_norm(x), one GEMM
-        x += down(silu(g) * u)
+        x += down(act(g) * u)                         act: hidden_act (silu, gelu, ...)
     --> [N, D] (no final norm)
 
 Activations are bf16 or fp32 and GEMMs go through engine/vision/gemm.py (chosen once per
@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.model.layers import rms_norm
+from engine.vision.activation import activation
 from engine.vision.config import VisionConfig
 from engine.vision.gemm import VisionGemm
 from engine.vision.rope2d import Rope2D, apply_rope_2d
@@ -47,6 +48,7 @@ class VisionTower:
         self.gemm = gemm
         self.conv = weights.patch_conv.reshape(c.hidden_size, -1)  # [D, 3*P*P] view
         self.rope = Rope2D.build(c.head_dim, c.max_patches_per_side, c.rope_theta)
+        self.act = activation(c.hidden_act)  # in place
 
     def flops(self, grid_h: int, grid_w: int) -> float:
         """Multiply-adds x 2 of one image's GEMMs and attention (the benchmark's count)."""
@@ -77,6 +79,6 @@ class VisionTower:
         attn = F.scaled_dot_product_attention(q, k, v)  # [1, heads, N, d]
         x += lin(attn[0].transpose(0, 1).reshape(n, heads * d), lw.o_proj)
         gu = lin(rms_norm(x, lw.ffn_norm, c.eps), lw.gate_up_proj)  # [N, 2I]: gate | up
-        act = F.silu(gu[:, :inter], inplace=True).mul_(gu[:, inter:])
+        act = self.act(gu[:, :inter]).mul_(gu[:, inter:])
         x += lin(act, lw.down_proj)
         return x

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.model.layers import rms_norm
+from engine.vision.activation import activation
 from engine.vision.tower import VisionTower
 from engine.vision.weights import VisionLayerWeights
 
@@ -35,4 +36,4 @@ class UnfusedTower(VisionTower):
         x = x + lin(attn[0].transpose(0, 1).reshape(n, heads * d), lw.o_proj)
         h = rms_norm(x, lw.ffn_norm, c.eps)
         gate, up = lin(h, lw.part("gate_proj")), lin(h, lw.part("up_proj"))
-        return x + lin(F.silu(gate) * up, lw.down_proj)
+        return x + lin(activation(c.hidden_act)(gate) * up, lw.down_proj)

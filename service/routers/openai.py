@@ -28,6 +28,11 @@ def _text_of(state: ServingState):
     return getattr(tok, "token_to_text", lambda i: tok.decode([i], False))
 
 
+def _bytes_of(state: ServingState):
+    """The tokenizer's token_bytes (None: the token text's UTF-8, for tokenizers without)."""
+    return getattr(state.backend.tokenizer, "token_bytes", None)
+
+
 @router.get("/v1/models", response_model=None,
             responses={**ok("ModelList"), **errors(401, 503)})
 async def models(state: ReadyStateDep) -> dict[str, Any]:
@@ -88,7 +93,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                            state: ReadyStateDep):
     run = await start_chat(state, body)
     sub, readers = run.sub, run.readers
-    fmt = Formatter(sub.id, run.model, _text_of(state))
+    fmt = Formatter(sub.id, run.model, _text_of(state), _bytes_of(state))
     if not body.stream:
         choices = await run.collect(request)
         return fmt.chat(choices, body.logprobs, readers, run.reasoning_tokens())

@@ -16,7 +16,9 @@ ChatCompletionRequest it means, and a finished choice becomes Anthropic's messag
   ``thinking_token_budget``, service/tool_calls/thinking.py): a 400 naming it where the
   model's reasoning markers are not single tokens. ``{type: disabled}`` is a budget of 0
   on a model that reasons (a section it opens is closed at once); left out, the model
-  reasons as it does by default.
+  reasons as it does by default;
+- ``output_config.format`` (structured outputs, a JSON schema) is chat's ``json_schema``
+  response format (grammar-constrained); ``output_config.effort`` other than null is a 400.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import json
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import from_json
 
 from engine.request import FinishReason
 from service.errors import APIError
@@ -147,6 +150,20 @@ def _thinking(body: CountTokensRequest | MessagesRequest, parsers: ParserChoice,
     return t.budget_tokens
 
 
+def _output(body: MessagesRequest) -> dict[str, Any]:
+    """``output_config.format`` (structured outputs) as chat's json_schema format."""
+    cfg = body.output_config
+    if cfg is None:
+        return {}
+    if cfg.effort is not None:
+        raise APIError(400, f"output_config.effort: {cfg.effort!r} is not supported: this "
+                       "server has no effort control (accepted: null)", "output_config.effort")
+    if cfg.format is None:
+        return {}
+    return {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "output", "schema": cfg.format.schema_, "strict": True}}}
+
+
 def to_chat(body: CountTokensRequest | MessagesRequest, parsers: ParserChoice, tok: Any
             ) -> ChatCompletionRequest:
     """The chat request ``body`` means (sampling fields left out take the model's
@@ -157,7 +174,7 @@ def to_chat(body: CountTokensRequest | MessagesRequest, parsers: ParserChoice, t
     if budget is not None:
         data["thinking_token_budget"] = budget
     if isinstance(body, MessagesRequest):
-        data.update(max_tokens=body.max_tokens, stream=body.stream)
+        data.update(max_tokens=body.max_tokens, stream=body.stream, **_output(body))
         for ours, theirs in (("stop", "stop_sequences"), ("temperature", "temperature"),
                              ("top_p", "top_p"), ("top_k", "top_k")):
             if getattr(body, theirs) is not None:
@@ -192,10 +209,12 @@ def stop_reason(reader: ChoiceReader, finish: FinishReason | None,
 
 
 def tool_input(arguments: str) -> dict[str, Any]:
-    """A call's arguments as an object; text that is not one (a call cut by max_tokens)
-    is ``{}``."""
+    """A call's arguments as an object. A call cut by max_tokens keeps its complete
+    members (a cut string is left out), as the anthropic SDK's stream accumulator parses
+    the same ``input_json_delta`` text, so both modes give one input; text that is no
+    object at all is ``{}``."""
     try:
-        value = json.loads(arguments)
+        value = from_json(arguments or "{}", allow_partial=True)
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}

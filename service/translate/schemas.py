@@ -111,9 +111,22 @@ class _AnthropicBody(_Body):
                         Field(discriminator="type")] | None = None
 
 
+class JsonOutputFormat(_Body):
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+
+class OutputConfig(_Body):
+    """Anthropic's structured outputs (``format``); ``effort`` has no control to map to:
+    only null is accepted (service/translate/anthropic.py)."""
+    format: JsonOutputFormat | None = None
+    effort: str | None = None
+
+
 class MessagesRequest(_AnthropicBody):
     openai_endpoint: ClassVar[str | None] = unsupported.MESSAGES
     max_tokens: int = Field(ge=1)
+    output_config: OutputConfig | None = None
     stop_sequences: list[NonEmptyStr] | None = None
     temperature: float | None = Field(None, ge=0, le=1)
     top_p: float | None = Field(None, gt=0, le=1)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.batch import BatchInputs, LogitsWanted
+from engine.text.chat_template import normalize_messages
 
 VOCAB = 50
 
@@ -113,13 +114,15 @@ class FakeTokenizer:
 
     def encode_chat(self, messages, add_generation_prompt: bool = True, tools=None
                     ) -> list[int]:
-        """[1] + the words of every message; a role named "bad" raises like a template.
-        ``tools`` (what the template gets with tool_choice none) are not rendered."""
+        """[1] + the words of every message (content normalized as for a "string"
+        template); a role named "bad" raises like a template. ``tools`` (what the
+        template gets with tool_choice none) are not rendered."""
         ids = [1]
         for m in messages:
             if m["role"] == "bad":
                 raise ValueError("role 'bad' is not allowed")
-            ids += self.encode(m.get("content") or "")
+        for m in normalize_messages(messages):
+            ids += self.encode(m["content"])
         return ids
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from engine.checkpoint.generation import SamplingDefaults
 from engine.config import EngineConfig
 from engine.hardware import HardwareInfo
+from engine.text.chat_template import normalize_messages
 from service.backend import ModelBackend
 from service.settings import Settings
 from tests.engine.fake_runner import CacheCheckingRunner, FakeKernelReport
@@ -61,8 +62,8 @@ class ScriptTokenizer:
 
     def encode_chat(self, messages, add_generation_prompt: bool = True, **_) -> list[int]:
         ids = [1]
-        for m in messages:
-            ids += self.encode(m.get("content") or "")
+        for m in normalize_messages(messages):  # content as for a "string" template
+            ids += self.encode(m["content"])
         return ids
 
 

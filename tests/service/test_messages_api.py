@@ -160,6 +160,8 @@ def test_history_with_system_tool_use_and_tool_result(client):
     ({"thinking": {"type": "enabled", "budget_tokens": 500}}, "budget_tokens"),
     ({"temperature": 1.5}, "temperature"),
     ({"max_tokens": None}, "max_tokens"),
+    ({"output_config": {"effort": "high"}}, "output_config.effort"),
+    ({"output_config": {"format": {"type": "json_schema"}}}, "schema"),
 ])
 def test_errors_in_anthropic_shape(client, extra, words):
     r = client.post("/v1/messages", json=ask(0, **{"tools": TOOLS, **extra}))

@@ -1,0 +1,88 @@
+"""engine/text/content_format.py and normalize_messages: a template's content shape is read
+from its source once, and None, strings and part lists reach it in that shape. The
+published Ministral-3 template (engine/synth/templates/) renders the openai SDK's
+``"content": null`` tool-call turn, and its ids equal mistral-common's for the same chat."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.demo_model.tokenizer_files import CHATML_TOOLS
+from engine.synth import SynthSpec, write_checkpoint
+from engine.synth.tokenizer import PUBLISHED_TEMPLATE
+from engine.text.chat_template import normalize_messages
+from engine.text.content_format import detect_content_format
+from engine.text.tokenizer import Tokenizer
+
+CALL = {"id": "abcDEF123", "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+PARTS = [{"type": "text", "text": "Weather in "}, {"type": "text", "text": "Paris?"}]
+
+
+def _loop(expr: str) -> str:
+    return "{% for m in messages %}" + expr + "{% endfor %}"
+
+
+@pytest.mark.parametrize("source, fmt", [
+    (PUBLISHED_TEMPLATE.read_text(), "openai"),
+    (CHATML_TOOLS.read_text(), "string"),
+    (_loop("{{ m['content'] }}"), "string"),
+    (_loop("{% for p in m.content %}{{ p.text }}{% endfor %}"), "openai"),
+    (_loop("{% for p in m['content'] | selectattr('type') %}{{ p.text }}{% endfor %}"),
+     "openai"),
+    (_loop("{% set c = m.content %}{% for p in c %}{{ p.text }}{% endfor %}"), "openai"),
+    (_loop("{% for x in m.tool_calls %}{{ x.id }}{% endfor %}"), "string"),
+    (None, "string"),
+    ("{% for %}", "string"),  # a syntax error is reported when rendering
+])
+def test_detect_content_format(source, fmt):
+    assert detect_content_format(source) == fmt
+
+
+@pytest.mark.parametrize("fmt, none, parts, tool", [
+    ("string", "", "Weather in Paris?", "sunny"),
+    ("openai", [], PARTS, "sunny"),
+])
+def test_normalize_none_strings_and_parts(fmt, none, parts, tool):
+    msgs = [{"role": "user", "content": PARTS},
+            {"role": "assistant", "content": None, "tool_calls": [CALL]},
+            {"role": "tool", "tool_call_id": "abcDEF123",
+             "content": [{"type": "text", "text": "sun"}, {"type": "text", "text": "ny"}]},
+            {"role": "user", "content": "Thanks"}]
+    out = normalize_messages(msgs, fmt)
+    assert [m["content"] for m in out] == [parts, none, tool, "Thanks"]
+    assert out[1]["tool_calls"] == [CALL] and msgs[1]["content"] is None  # input untouched
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """(published file set: tokenizer.json + the published template + tekken.json,
+    tekken.json alone) on the same vocabulary."""
+    dirs = []
+    for fmt in ("published", "tekken"):
+        d = tmp_path_factory.mktemp(f"tok-{fmt}")
+        write_checkpoint(d, SynthSpec.preset("tiny", tokenizer=fmt))
+        dirs.append(Tokenizer.from_dir(d))
+    return dirs
+
+
+@pytest.mark.parametrize("content", [None, "", []])
+def test_published_template_takes_the_sdks_tool_call_turn(published, content):
+    hf, tekken = published
+    assert (hf.content_format, tekken.content_format) == ("openai", "string")
+    chat = [{"role": "system", "content": "Be brief."},
+            {"role": "user", "content": PARTS},
+            {"role": "assistant", "content": content, "tool_calls": [CALL]},
+            {"role": "tool", "tool_call_id": "abcDEF123", "content": "sunny"},
+            {"role": "assistant", "content": [{"type": "text", "text": "Sunny."}]},
+            {"role": "user", "content": [{"type": "text", "text": "Thanks!"}]}]
+    text = hf.apply_chat_template(chat, tools=TOOLS)
+    assert text.startswith("<s>[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT][AVAILABLE_TOOLS]")
+    assert text.endswith('[INST]Weather in Paris?[/INST][TOOL_CALLS]get_weather[ARGS]'
+                         '{"city": "Paris"}</s>[TOOL_RESULTS]sunny[/TOOL_RESULTS]'
+                         'Sunny.</s>[INST]Thanks![/INST]')
+    # both Mistral paths get the same normalized messages, so the same ids
+    assert hf.encode_chat(chat, tools=TOOLS) == tekken.encode_chat(chat, tools=TOOLS)

@@ -1,0 +1,127 @@
+"""The conformance matrix, OpenAI Responses through the openai SDK (tests/service/
+conformance.py: one server per checkpoint). Each request: HTTP 200, a result valid for
+its schema, and the SDK's stream accumulator (``responses.stream``) ends with the
+response the non-streamed request gave (greedy). The agent loop sends the returned
+output items back as the SDK serializes them (``model_dump()``)."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from tests.service.conformance import (
+    ANSWER,
+    ASK,
+    CHAT_TOOLS,
+    RESULT,
+    VISION,
+    check_args,
+    ok,
+    png_data_url,
+)
+
+TOOLS = [{"type": "function", **t["function"]} for t in CHAT_TOOLS]
+USER = [{"role": "user", "content": ASK}]
+
+
+SDK_ONLY = {"id", "call_id", "parsed", "parsed_arguments"}
+
+
+def _plain(x):
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items() if k not in SDK_ONLY}
+    return [_plain(v) for v in x] if isinstance(x, list) else x
+
+
+def _items(r):
+    """Output items, ids aside (the stream and the body draw their own) and the stream
+    helper's own ``parsed`` fields."""
+    return [_plain(o.model_dump()) for o in r.output]
+
+
+def _both(s, **kw):
+    """(non-streamed, streamed) responses of one greedy request; they must agree."""
+    kw = {"input": ASK, "max_output_tokens": 12, "temperature": 0, **kw}
+    whole = ok(s.openai.responses.with_raw_response.create(model=s.model, **kw))
+    with s.openai.responses.stream(model=s.model, **kw) as stream:
+        final = stream.get_final_response()
+    assert _items(final) == _items(whole)
+    assert (final.status, final.usage.output_tokens) == (whole.status,
+                                                         whole.usage.output_tokens)
+    return whole
+
+
+def _calls(r):
+    return [o for o in r.output if o.type == "function_call"]
+
+
+def test_plain_text(matrix):
+    r = _both(matrix, instructions="Answer briefly.")
+    assert r.status in ("completed", "incomplete") and not _calls(r)
+
+
+@pytest.mark.parametrize("choice", ["required", "named"])
+def test_forced_call(matrix, choice):
+    tool_choice = choice if choice == "required" else {"type": "function", "name": "get_time"}
+    r = _both(matrix, tools=TOOLS, tool_choice=tool_choice, parallel_tool_calls=False,
+              max_output_tokens=60)
+    calls = _calls(r)
+    assert r.status == "completed" and len(calls) == 1, r
+    check_args(calls[0].name, calls[0].arguments)
+    assert choice == "required" or calls[0].name == "get_time"
+
+
+def test_agent_loop(matrix):
+    first = ok(matrix.openai.responses.with_raw_response.create(
+        model=matrix.model, input=USER, tools=TOOLS, tool_choice="required",
+        parallel_tool_calls=False, max_output_tokens=60, temperature=0))
+    assert _calls(first)
+    history = [*USER, *(o.model_dump() for o in first.output)] + [
+        {"type": "function_call_output", "call_id": c.call_id, "output": RESULT}
+        for c in _calls(first)]
+    r = _both(matrix, input=history, tools=TOOLS, max_output_tokens=24)
+    for call in _calls(r):  # a second call, or an answer
+        check_args(call.name, call.arguments)
+    # the answer's items go back too, then the user's next turn
+    nxt = [*history, *(o.model_dump() for o in r.output), {"role": "user", "content": "Thanks"}]
+    _both(matrix, input=nxt, tools=TOOLS, tool_choice="none", max_output_tokens=4)
+
+
+# Open on the demo model, as in test_conformance_messages.py: a hermes call cut by the
+# limit after a complete one becomes a message item placed before the function_call
+# items when not streamed (responses_stream.whole_delta), after them when streamed.
+@pytest.mark.parametrize("matrix", VISION, indirect=True)
+def test_parallel_calls(matrix):
+    r = _both(matrix, tools=TOOLS, tool_choice="required", max_output_tokens=60)
+    calls = _calls(r)
+    assert calls and r.status in ("completed", "incomplete")
+    for c in calls if r.status == "completed" else calls[:-1]:
+        check_args(c.name, c.arguments)
+    assert len({c.call_id for c in calls}) == len(calls)
+    turn = [{"type": "function_call", "call_id": f"call_{i}", "name": "get_weather",
+             "arguments": json.dumps({"city": city, "unit": "celsius"})}
+            for i, city in enumerate(("Paris", "Rome"))]
+    results = [{"type": "function_call_output", "call_id": f"call_{i}", "output": RESULT}
+               for i in range(2)]
+    _both(matrix, input=[*USER, *turn, *results], tools=TOOLS, tool_choice="none",
+          max_output_tokens=8)
+
+
+def test_json_schema(matrix):
+    r = _both(matrix, max_output_tokens=60, text={"format": {
+        "type": "json_schema", "name": "answer", "schema": ANSWER, "strict": True}})
+    assert r.status == "completed", r
+    jsonschema.validate(json.loads(r.output_text), ANSWER)
+
+
+@pytest.mark.parametrize("matrix", VISION, indirect=True)  # the demo model has no tower
+def test_image_input(matrix):
+    content = [{"type": "input_text", "text": "What is in the picture?"},
+               {"type": "input_image", "image_url": png_data_url()}]
+    r = _both(matrix, input=[{"role": "user", "content": content}], max_output_tokens=6)
+    text_only = ok(matrix.openai.responses.with_raw_response.create(
+        model=matrix.model, input=[{"role": "user", "content": content[:1]}],
+        max_output_tokens=1, temperature=0))
+    assert r.usage.input_tokens > text_only.usage.input_tokens  # the image's tokens
