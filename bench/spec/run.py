@@ -37,6 +37,18 @@ from engine.stream import EngineObserver
 Log = Callable[[str], object]
 
 
+def check_spec_bench(cfg: Any, known: tuple[str, ...]) -> None:
+    """The checks every speculative benchmark config makes of its fields (workloads
+    among ``known``, oracle, gen_len, rounds, concurrency); ValueError names the field."""
+    unknown = sorted(set(cfg.workloads) - set(known))
+    if unknown:
+        raise ValueError(f"unknown workload(s) {unknown}; choose from {list(known)}")
+    if cfg.oracle not in (None, "right", "wrong"):
+        raise ValueError(f"oracle must be right or wrong, got {cfg.oracle!r}")
+    if cfg.gen_len < 2 or cfg.rounds < 1 or min(cfg.concurrency, default=0) < 1:
+        raise ValueError("need gen_len >= 2, rounds >= 1 and concurrency >= 1")
+
+
 @dataclass(frozen=True)
 class SpecBenchConfig:
     model_dir: Path
@@ -49,13 +61,7 @@ class SpecBenchConfig:
     oracle: str | None = None  # None | "right" | "wrong"
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.workloads) - set(WORKLOADS))
-        if unknown:
-            raise ValueError(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
-        if self.oracle not in (None, "right", "wrong"):
-            raise ValueError(f"oracle must be right or wrong, got {self.oracle!r}")
-        if self.gen_len < 2 or self.rounds < 1 or min(self.concurrency, default=0) < 1:
-            raise ValueError("need gen_len >= 2, rounds >= 1 and concurrency >= 1")
+        check_spec_bench(self, WORKLOADS)
 
 
 class ReplayProposer:

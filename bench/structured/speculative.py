@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.spec.run import ReplayProposer, json_spec, load, step_budget
+from bench.spec.run import ReplayProposer, check_spec_bench, json_spec, load, step_budget
 from bench.spec.workloads import PASSAGE
 from engine.spec.config import SpeculativeConfig
 
@@ -67,13 +67,7 @@ class StructuredSpecConfig:
     oracle: str | None = None  # None | "right" | "wrong"
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.workloads) - set(WORKLOADS))
-        if unknown:
-            raise ValueError(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
-        if self.oracle not in (None, "right", "wrong"):
-            raise ValueError(f"oracle must be right or wrong, got {self.oracle!r}")
-        if self.gen_len < 2 or self.rounds < 1 or min(self.concurrency, default=0) < 1:
-            raise ValueError("need gen_len >= 2, rounds >= 1 and concurrency >= 1")
+        check_spec_bench(self, WORKLOADS)
 
 
 def workload(name: str, tok: Any, i: int = 0) -> tuple[list[int], Any]:
