@@ -6,6 +6,7 @@ reassembled stream equals the non-streaming message.
     for out in outputs:                       # engine.stream.RequestOutput, in order
         delta = reader.feed(out)              # DeltaMessage for this step's chunk
     message = reader.message()                # the whole assistant message (non-streaming)
+    reader.events                             # everything fed, in output order
     reader.finish_reason(out.finish_reason)   # "tool_calls" when calls were made
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 
 from engine.request import FinishReason
 from engine.stream import RequestOutput
-from service.tool_calls.deltas import DeltaMessage, ParsedMessage, ToolCall
+from service.tool_calls.deltas import Content, DeltaMessage, Event, ParsedMessage, ToolCall
 from service.tool_calls.output import OutputParser
 from service.tool_calls.plan import ChatPlan
 from service.tool_calls.reasoning import REASONING_TAGS
@@ -59,20 +60,22 @@ class ChoiceReader:
         self._gated = stop_strings
         self._reasoning = ReasoningCounter(vocab, plan.reasoning_parser)
         self._message = ParsedMessage()
+        self.events: list[Event] = []  # every delta's events, in output order
 
     def feed(self, out: RequestOutput) -> DeltaMessage:
         """This output's delta (with ``out.finished``, everything held back too)."""
         if self._parser is None:
-            delta = DeltaMessage(content=out.text)
+            delta = DeltaMessage.of([Content(out.text)])
         else:
             self._reasoning.feed(out.token_ids)
             delta = self._parser.feed(out.token_ids, out.text if self._gated else None)
             if out.finished:
-                delta = _merge(delta, self._parser.finish())
+                delta = DeltaMessage.of(delta.events + self._parser.finish().events)
         self._record(delta)
         return delta
 
     def _record(self, d: DeltaMessage) -> None:
+        self.events += d.events
         m = self._message
         m.content += d.content
         m.reasoning_content += d.reasoning_content
@@ -101,15 +104,3 @@ class ChoiceReader:
             return "tool_calls"
         return None if reason is None else reason.value
 
-
-def _merge(a: DeltaMessage, b: DeltaMessage) -> DeltaMessage:
-    """Two consecutive deltas as one (a call's fragments stay in order)."""
-    merged = DeltaMessage(a.content + b.content, a.reasoning_content + b.reasoning_content,
-                          list(a.tool_calls))
-    for t in b.tool_calls:
-        last = merged.tool_calls[-1] if merged.tool_calls else None
-        if last is not None and t.id is None and last.index == t.index:
-            last.arguments += t.arguments
-        else:
-            merged.tool_calls.append(t)
-    return merged

@@ -2,7 +2,9 @@
 
 Parsers emit events, one per thing that happened in order: ``Content(text)``,
 ``Reasoning(text)``, ``CallStart(index, id, name)`` and ``CallArgs(index, text)``.
-``DeltaMessage.of(events)`` folds one engine step's events into one OpenAI delta;
+``DeltaMessage.of(events)`` folds one engine step's events into one OpenAI delta and keeps
+them in order (``DeltaMessage.events``) for the APIs whose answer is a list of blocks in
+output order (Anthropic's content blocks, Responses' output items);
 ``ParsedMessage.of(events)`` folds a whole output into the non-streaming message.
 """
 
@@ -113,11 +115,14 @@ class DeltaMessage:
     content: str = ""
     reasoning_content: str = ""
     tool_calls: list[ToolCallDelta] = field(default_factory=list)
+    # the step's events in output order, empty text left out (see ``of``)
+    events: list[Event] = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
     def of(cls, events: Iterable[Event]) -> DeltaMessage:
         d = cls()
-        for e in events:
+        d.events = _runs(events)
+        for e in d.events:
             if isinstance(e, Content):
                 d.content += e.text
             elif isinstance(e, Reasoning):
@@ -144,3 +149,20 @@ class DeltaMessage:
         if self.tool_calls:
             out["tool_calls"] = [t.to_openai() for t in self.tool_calls]
         return out
+
+
+def _runs(events: Iterable[Event]) -> list[Event]:
+    """``events`` with empty text left out and neighbours of one kind (text, reasoning, one
+    call's arguments) joined."""
+    out: list[Event] = []
+    for e in events:
+        if not isinstance(e, CallStart) and not e.text:
+            continue
+        last = out[-1] if out else None
+        if type(last) is type(e) and not isinstance(e, CallStart) and (
+                not isinstance(e, CallArgs) or e.index == last.index):
+            out[-1] = (CallArgs(e.index, last.text + e.text) if isinstance(e, CallArgs)
+                       else type(e)(last.text + e.text))
+        else:
+            out.append(e)
+    return out

@@ -3,7 +3,8 @@
 ``input_json_delta``; a thinking block's ``signature_delta`` right before its stop) and
 ``content_block_stop``, then ``message_delta`` (stop_reason, usage) and ``message_stop``.
 Blocks open in the order the output writes them: a change of kind (thinking, text, a new
-tool call) closes the open block and opens the next."""
+tool call) closes the open block and opens the next; the non-streamed body has the same
+blocks (anthropic.content_blocks)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from engine.stream import RequestOutput
 from service.errors import anthropic_error_body
 from service.generation import Event
 from service.tool_calls.choice import ChoiceReader
-from service.tool_calls.deltas import DeltaMessage
+from service.tool_calls.deltas import CallStart, Content, DeltaMessage, Reasoning
 from service.translate.anthropic import stop_reason, usage
 from service.translate.signature import ThinkingSigner
 
@@ -28,6 +29,7 @@ class MessageStream:
         self.thought = ""  # the open thinking block's text, for its signature
         self.index = -1
         self.open: tuple[str, int | None] | None = None  # (kind, call index)
+        self.calls: dict[int, int] = {}  # call index -> its block's index
         self.output_tokens = self.cached = 0
 
     def first(self) -> list[Event]:
@@ -59,28 +61,29 @@ class MessageStream:
         return events + [("content_block_stop", {"type": "content_block_stop",
                                                  "index": self.index})]
 
-    def _delta(self, delta: dict[str, Any]) -> Event:
-        return ("content_block_delta", {"type": "content_block_delta", "index": self.index,
+    def _delta(self, delta: dict[str, Any], index: int | None = None) -> Event:
+        return ("content_block_delta", {"type": "content_block_delta",
+                                        "index": self.index if index is None else index,
                                         "delta": delta})
 
     def feed(self, d: DeltaMessage) -> list[Event]:
         events: list[Event] = []
-        if d.reasoning_content:
-            events += self._block("thinking", None, {"type": "thinking", "thinking": "",
-                                                     "signature": ""})
-            events.append(self._delta({"type": "thinking_delta",
-                                       "thinking": d.reasoning_content}))
-            self.thought += d.reasoning_content
-        if d.content:
-            events += self._block("text", None, {"type": "text", "text": ""})
-            events.append(self._delta({"type": "text_delta", "text": d.content}))
-        for t in d.tool_calls:
-            if t.id is not None:
-                events += self._block("tool_use", t.index, {
-                    "type": "tool_use", "id": t.id, "name": t.name or "", "input": {}})
-            if t.arguments:
+        for e in d.events:
+            if isinstance(e, Reasoning):
+                events += self._block("thinking", None, {"type": "thinking", "thinking": "",
+                                                         "signature": ""})
+                events.append(self._delta({"type": "thinking_delta", "thinking": e.text}))
+                self.thought += e.text
+            elif isinstance(e, Content):
+                events += self._block("text", None, {"type": "text", "text": ""})
+                events.append(self._delta({"type": "text_delta", "text": e.text}))
+            elif isinstance(e, CallStart):
+                events += self._block("tool_use", e.index, {
+                    "type": "tool_use", "id": e.id, "name": e.name, "input": {}})
+                self.calls[e.index] = self.index
+            else:
                 events.append(self._delta({"type": "input_json_delta",
-                                           "partial_json": t.arguments}))
+                                           "partial_json": e.text}, self.calls[e.index]))
         return events
 
     def chunk(self, out: RequestOutput) -> list[Event]:

@@ -3,10 +3,10 @@
 ``.reasoning_text.delta`` / ``.done``, ``.function_call_arguments.delta`` / ``.done``,
 ``.content_part.done``, ``.output_item.done``, ``.completed``), each with its
 ``sequence_number``. One encoder serves both modes: streaming feeds each step's delta;
-non-streaming feeds the whole message as one delta and returns the last snapshot, so both
-answers are the same items. ``response.completed`` ends every stream (status
-``incomplete`` inside when max_output_tokens cut it), as vLLM does and the SDK's stream
-helper expects."""
+non-streaming feeds the whole output's events (in output order) as one delta and returns
+the last snapshot, so both answers are the same items in the same order.
+``response.completed`` ends every stream (status ``incomplete`` inside when
+max_output_tokens cut it), as vLLM does and the SDK's stream helper expects."""
 
 from __future__ import annotations
 
@@ -19,23 +19,13 @@ from engine.stream import RequestOutput
 from service.errors import error_body
 from service.generation import Event
 from service.tool_calls.choice import ChoiceReader
-from service.tool_calls.deltas import DeltaMessage, ToolCallDelta
+from service.tool_calls.deltas import CallStart, Content, DeltaMessage, Reasoning
 
 _PART = {"message": "output_text", "reasoning": "reasoning_text"}
 
 
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
-
-
-def whole_delta(reader: ChoiceReader) -> DeltaMessage:
-    """A finished reader's message as one delta."""
-    m = reader.message()
-    calls: list[ToolCallDelta] = []
-    for i, c in enumerate(m.get("tool_calls", ())):
-        calls += [ToolCallDelta(i, c["id"], c["function"]["name"]),
-                  ToolCallDelta(i, arguments=c["function"]["arguments"])]
-    return DeltaMessage(m.get("content") or "", m.get("reasoning_content") or "", calls)
 
 
 class ResponseStream:
@@ -48,6 +38,7 @@ class ResponseStream:
                          **head, "output": [], "usage": None}
         self.seq = 0
         self.open: tuple[str, int | None] | None = None
+        self.calls: dict[int, int] = {}  # call index -> its item's output_index
         self.output_tokens = self.cached = 0
 
     def _ev(self, kind: str, **data: Any) -> Event:
@@ -119,20 +110,23 @@ class ResponseStream:
                                   **extra)]
 
     def feed(self, d: DeltaMessage) -> list[Event]:
+        """Items open in the order the output writes them (reasoning, text, each call)."""
         events: list[Event] = []
-        if d.reasoning_content:
-            events += self._text("reasoning", d.reasoning_content)
-        if d.content:
-            events += self._text("message", d.content)
-        for t in d.tool_calls:
-            if t.id is not None:
-                events += self._start("function_call", t.index, {
-                    "id": _new_id("fc"), "type": "function_call", "call_id": t.id,
-                    "name": t.name or "", "arguments": "", "status": "in_progress"})
-            if t.arguments:
-                self._item["arguments"] += t.arguments
+        for e in d.events:
+            if isinstance(e, (Reasoning, Content)):
+                events += self._text("reasoning" if isinstance(e, Reasoning) else "message",
+                                     e.text)
+            elif isinstance(e, CallStart):
+                events += self._start("function_call", e.index, {
+                    "id": _new_id("fc"), "type": "function_call", "call_id": e.id,
+                    "name": e.name, "arguments": "", "status": "in_progress"})
+                self.calls[e.index] = len(self.response["output"]) - 1
+            else:
+                at = self.calls[e.index]
+                item = self.response["output"][at]
+                item["arguments"] += e.text
                 events.append(self._ev("response.function_call_arguments.delta",
-                                       **self._where(), delta=t.arguments))
+                                       item_id=item["id"], output_index=at, delta=e.text))
         return events
 
     def finish(self, finish: FinishReason | None) -> list[Event]:
@@ -160,7 +154,7 @@ class ResponseStream:
               ) -> dict[str, Any]:
         """The non-streaming body, from a reader fed the whole output."""
         self.output_tokens, self.cached = output_tokens, cached
-        self.feed(whole_delta(self.reader))
+        self.feed(DeltaMessage.of(self.reader.events))
         self.finish(finish)
         return self.response
 

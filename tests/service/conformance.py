@@ -130,3 +130,18 @@ def chat_answer(r: Any) -> dict[str, Any]:
              for c in msg.tool_calls or ()]
     return {"content": msg.content or None, "calls": calls,
             "finish_reason": r.choices[0].finish_reason, "tokens": r.usage.completion_tokens}
+
+
+_SDK_ONLY = {"id", "call_id", "parsed", "parsed_arguments"}
+
+
+def _plain(x):
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items() if k not in _SDK_ONLY}
+    return [_plain(v) for v in x] if isinstance(x, list) else x
+
+
+def response_items(r) -> list:
+    """A Responses answer's output items, ids aside (the stream and the body draw their
+    own) and the stream helper's own ``parsed`` fields."""
+    return [_plain(o.model_dump()) for o in r.output]

@@ -81,11 +81,8 @@ def test_agent_loop(matrix):
     assert _calls(m) or m.stop_reason in ("end_turn", "max_tokens")
 
 
-# Open on the demo model: when max_tokens cuts a hermes call after a complete one, the
-# non-streamed message puts the cut markup as a text block before the tool_use blocks
-# while the stream emits the tool_use first (block order follows emission only when
-# streaming); the matrix runs this cell on the Mistral checkpoints until that is fixed.
-@pytest.mark.parametrize("matrix", VISION, indirect=True)
+# Block order is output order in both modes: on the demo model max_tokens can cut a
+# hermes call after a complete one, and the cut markup is a text block after the calls.
 def test_parallel_calls(matrix):
     m = _both(matrix, tools=TOOLS, tool_choice={"type": "any"}, max_tokens=60)
     calls = _calls(m)

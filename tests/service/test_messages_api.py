@@ -11,7 +11,14 @@ import json
 import anthropic
 import pytest
 
-from tests.service.test_chat_tools_api import chat, make_client, reassemble, stream
+from tests.service.scripted_backend import ScriptTokenizer
+from tests.service.test_chat_tools_api import (
+    SCRIPTS,
+    chat,
+    make_client,
+    reassemble,
+    stream,
+)
 
 TOOLS = [{"name": n, "input_schema": {"type": "object"}} for n in ("get_weather", "get_time")]
 
@@ -229,6 +236,31 @@ def test_the_anthropic_sdk(client):
     n = sdk.messages.count_tokens(model="scripted-model",
                                   messages=[{"role": "user", "content": "<script0>"}])
     assert n.input_tokens == 2
+
+
+def cut_in_second_call(script: str) -> int:
+    """A max_tokens that ends ``script`` inside its second hermes call."""
+    second = script.index("<tool_call>", script.index("</tool_call>"))
+    return len(ScriptTokenizer().encode(script[:second + len('<tool_call>{"name"')]))
+
+
+def test_block_order_is_output_order_in_both_modes():
+    """A call cut by max_tokens after a complete one is text after the call's block, in
+    the body as in the stream (the SDK's accumulator)."""
+    with make_client(tool_call_parser="hermes") as c:
+        body = ask(4, tools=TOOLS, max_tokens=cut_in_second_call(SCRIPTS[4]))
+        m = c.post("/v1/messages", json=body).json()
+        assert [b["type"] for b in m["content"]] == ["text", "tool_use", "text"]
+        assert m["content"][2]["text"].startswith('<tool_call>{"name"')
+        sdk = anthropic.Anthropic(base_url="http://testserver", api_key="k", http_client=c,
+                                  max_retries=0)
+        kw = {k: v for k, v in body.items() if k != "temperature"}
+        with sdk.messages.stream(model="scripted-model", **kw) as s:
+            final = s.get_final_message()
+        whole = sdk.messages.create(model="scripted-model", **kw)
+        assert [b.model_dump(exclude={"id"}) for b in final.content] == [
+            b.model_dump(exclude={"id"}) for b in whole.content]
+        assert m["stop_reason"] == "max_tokens"
 
 
 def _success(client, api: str) -> float:

@@ -14,7 +14,9 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.settings import Settings
 from tests.service.scripted_backend import scripted_loader
-from tests.service.test_chat_tools_api import make_client, reassemble, stream
+from tests.service.test_chat_tools_api import SCRIPTS, make_client, reassemble, stream
+from tests.service.conformance import response_items
+from tests.service.test_messages_api import cut_in_second_call
 
 TOOLS = [{"type": "function", "name": n, "parameters": {"type": "object"}}
          for n in ("get_weather", "get_time")]
@@ -159,6 +161,22 @@ def test_the_openai_sdk(client):
     assert "".join(text) == "Hello world"
     with pytest.raises(openai.BadRequestError):
         sdk.responses.create(model="scripted-model", input="hi", previous_response_id="r")
+
+
+def test_item_order_is_output_order_in_both_modes():
+    """A call cut by max_output_tokens after a complete one is a message item after the
+    call's item, in the body as in the SDK's reassembled stream."""
+    with make_client(tool_call_parser="hermes") as c:
+        body = ask(4, tools=TOOLS, max_output_tokens=cut_in_second_call(SCRIPTS[4]))
+        r = c.post("/v1/responses", json=body).json()
+        assert [o["type"] for o in r["output"]] == ["message", "function_call", "message"]
+        assert r["status"] == "incomplete"
+        sdk = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=c,
+                            max_retries=0)
+        with sdk.responses.stream(model="scripted-model", **body) as s:
+            final = s.get_final_response()
+        whole = sdk.responses.create(model="scripted-model", **body)
+        assert response_items(final) == response_items(whole)
 
 
 def test_a_timeout_mid_stream_is_an_error_event_in_each_api_shape():
