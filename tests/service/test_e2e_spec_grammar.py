@@ -17,6 +17,7 @@ import pytest
 from pydantic import BaseModel
 
 from engine.synth import SynthSpec, write_checkpoint
+from engine.text.tokenizer import Tokenizer
 from tests.service.conftest import SPEC
 from tests.service.serve_process import server_pair
 from tests.service.test_e2e_spec import PASSAGE, metric
@@ -121,12 +122,17 @@ def test_sixteen_at_once_with_unconstrained_equal_plain(spec_servers):
 
 
 @pytest.fixture(scope="module")
-def tekken_servers(tmp_path_factory):
+def tekken_model(tmp_path_factory):
     model = tmp_path_factory.mktemp("tiny-tekken")
     write_checkpoint(model, SynthSpec.preset("tiny", tokenizer="tekken"))
+    return model
+
+
+@pytest.fixture(scope="module")
+def tekken_servers(tekken_model):
     common = ("--max-model-len", "512", "--max-num-seqs", "4", "--served-model-name",
               "demo", "--kv-cache-gib", "0.05")
-    with server_pair(model, (*common, "--speculative-config", json.dumps(SPEC)),
+    with server_pair(tekken_model, (*common, "--speculative-config", json.dumps(SPEC)),
                      common) as pair:
         yield pair
 
@@ -139,3 +145,23 @@ def test_mistral_tool_grammar_on_tekken_equals_plain(tekken_servers, choice):
     if choice != "auto":  # a forced call: [TOOL_CALLS], the name and [ARGS] are drafted
         assert by_grammar(on, "fp8serve_spec_decode_num_accepted_tokens_total",
                           "tool_mistral") > 0
+
+
+def test_thinking_budget_end_on_tekken_equals_plain(tekken_servers, tekken_model):
+    """A logit bias makes the random model open [THINK] and the penalties keep it
+    writing; the budget forces [/THINK] after 3 reasoning tokens, and the speculative
+    server drafts that end without a lookup: answers equal, drafts counted as
+    ``thinking``."""
+    on, off = tekken_servers
+    think = Tokenizer.from_dir(tekken_model).token_to_id("[THINK]")
+    kw = {"max_tokens": 24, "logprobs": True, "logit_bias": {str(think): 8},
+          "frequency_penalty": 2, "presence_penalty": 2,
+          "extra_body": {"thinking_token_budget": 3}}
+    drafts0 = by_grammar(on, "fp8serve_spec_decode_num_drafts_total", "thinking")
+    got = chat(on, **kw)
+    assert got == chat(off, **kw)
+    tokens = [t["token"] for t in got["choices"][0]["logprobs"]["content"]]
+    at = tokens.index("[/THINK]")
+    assert tokens[0] == "[THINK]" and len([t for t in tokens[1:at] if t != "[THINK]"]) == 3
+    assert got["usage"]["completion_tokens_details"]["reasoning_tokens"] == 3
+    assert by_grammar(on, "fp8serve_spec_decode_num_drafts_total", "thinking") > drafts0
