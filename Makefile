@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 IMAGE ?= fp8serve:latest
+# pytest-xdist workers for `make test`: the suite uses about one core when run serially
+TEST_WORKERS ?= 2
 
 .PHONY: setup ext demo serve test test-fast lint docs bench bench-kernels bench-generate bench-llamacpp image image-local deploy-schemas validate-deploy verify-deploy clean
 
@@ -33,10 +35,10 @@ serve: ext demo
 	$(BIN)/fp8serve serve --host $(HOST) --port $(PORT)
 
 test: ext deploy-schemas
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast: setup
-	$(PY) -m pytest -q -ra -m "not slow"
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
 
 lint: setup
 	$(BIN)/ruff check engine service ext cli bench tests

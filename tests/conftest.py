@@ -42,6 +42,32 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
     return make
 
 
+# Session fixtures that start servers for several files: under pytest-xdist (`make test`
+# runs two workers, --dist loadgroup) the files that use one run on one worker, so each
+# server starts once; every other file is its own group, so its module fixtures start once.
+SHARED_SERVERS = ("matrix", "spec_servers")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        # schemathesis names each operation's item (test_contract[POST /v1/...]) but gives
+        # all of them the function's node id; xdist schedules by node id, so it would run
+        # one operation of the 13
+        if not item.nodeid.endswith("]") and item.name != item.name.split("[", 1)[0]:
+            if hasattr(item.parent, "id"):  # pytest 9: a structured NodeId
+                item._id = item.parent.id.child(item.name)
+            else:
+                item._nodeid = f"{item.nodeid.rsplit('::', 1)[0]}::{item.name}"
+    files: dict[str, str] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        shared = next((f for f in SHARED_SERVERS if f in item.fixturenames), None)
+        if shared is not None or path not in files:
+            files[path] = shared or files.get(path, path)
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(files[item.nodeid.split("::", 1)[0]]))
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     from tests.skip_report import terminal_summary
 

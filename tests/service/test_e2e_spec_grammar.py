@@ -64,7 +64,10 @@ def _answer(r) -> dict:
     for c in d["choices"]:  # call ids are random per server
         for call in c["message"].get("tool_calls") or []:
             call.pop("id")
-    return {"choices": d["choices"], "usage": d["usage"]}
+    # token counts, not prompt_tokens_details: how much of a prompt the prefix cache held
+    # depends on when its neighbours in a batch were computed
+    return {"choices": d["choices"], "usage": {k: v for k, v in d["usage"].items()
+                                               if k != "prompt_tokens_details"}}
 
 
 CASES = {

@@ -13,9 +13,9 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.settings import Settings
+from tests.service.conformance import response_items
 from tests.service.scripted_backend import scripted_loader
 from tests.service.test_chat_tools_api import SCRIPTS, make_client, reassemble, stream
-from tests.service.conformance import response_items
 from tests.service.test_messages_api import cut_in_second_call
 
 TOOLS = [{"type": "function", "name": n, "parameters": {"type": "object"}}
