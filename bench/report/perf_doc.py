@@ -21,6 +21,7 @@ from bench.report.results import (
     kernel_section,
     rss_section,
     serve_section,
+    structured_spec_section,
 )
 
 DOC = Path("docs/performance.md")
@@ -127,6 +128,8 @@ def section_body(results: Path, cls: str, host: dict[str, Any], command: str, da
         lines += generate_section(gen) + [""]
     for p, s in _load_all(results, "serve-*.json"):
         lines += serve_section(s, p.stem.removeprefix("serve-")) + [""]
+    for p, s in _load_all(results, "structured-spec-*.json"):
+        lines += structured_spec_section(s, p.stem.removeprefix("structured-spec-")) + [""]
     rss = [r for _, r in _load_all(results, "rss-*.json")]
     if rss:
         lines += rss_section(rss) + [""]

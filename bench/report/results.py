@@ -92,6 +92,28 @@ def rss_section(runs: list[dict[str, Any]]) -> list[str]:
             + _table(head, rows))
 
 
+def structured_spec_section(s: dict[str, Any], name: str) -> list[str]:
+    """``bench structured --speculative-config``: speculative against plain constrained
+    decoding per workload (median of the interleaved rounds' ratios)."""
+    c = s["config"]
+    head = ["workload", "concurrency", "plain tok/s", "speculative tok/s", "x plain",
+            "each round", "tokens per step", "acceptance", "forced tokens",
+            "mask fill / plain step", "outputs identical"]
+    rows = [[r["workload"], str(r["concurrency"]), _f(r["plain_decode_tok_s"]),
+             _f(r["spec_decode_tok_s"]), _f(r["speedup"], "{:.2f}"),
+             ", ".join(f"{x:.2f}" for x in r["round_speedups"]),
+             _f(r["tokens_per_step"]["on"], "{:.2f}"),
+             _f(r["spec"]["acceptance_rate"], "{:.2f}"), str(r["spec"]["num_forced_tokens"]),
+             f"{r['fill_per_step'] * 100:.2f}%", "yes" if r["outputs_identical"] else "NO"]
+            for r in s["rows"]]
+    oracle = f", drafts from --spec-oracle {c['oracle']}" if c.get("oracle") else ""
+    return ([f"### Speculative decoding under a grammar, `{name}` (`fp8serve bench "
+             f"structured --speculative-config`, {c['spec']['method']} "
+             f"k={c['spec']['num_speculative_tokens']}, {c['gen_len']} tokens, "
+             f"{c['rounds']} interleaved round{'s' if c['rounds'] > 1 else ''}{oracle})", ""]
+            + _table(head, rows))
+
+
 def kernel_section(k: dict[str, Any]) -> list[str]:
     """Fastest FP8 kernel per (shape, M) against torch bf16 and the bandwidth bound."""
     best: dict[tuple[str, int], dict[str, Any]] = {}
@@ -122,6 +144,9 @@ def build_markdown(results: Path, command: str = "bench/run_all.sh") -> str:
         lines += generate_section(gen) + [""]
     for p in sorted(results.glob("serve-*.json")):
         lines += serve_section(json.loads(p.read_text()), p.stem.removeprefix("serve-")) + [""]
+    for p in sorted(results.glob("structured-spec-*.json")):
+        lines += structured_spec_section(json.loads(p.read_text()),
+                                         p.stem.removeprefix("structured-spec-")) + [""]
     rss = _load(list(results.glob("rss-*.json")))
     if rss:
         lines += rss_section(rss) + [""]

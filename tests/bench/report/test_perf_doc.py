@@ -80,7 +80,19 @@ def results(tmp_path: Path) -> Path:
     (out / "kernels.json").write_text(json.dumps(
         {"schema": 1, "read_bandwidth_gbps": 27.5, "rows": rows, "host": {}}))
     (out / "generate-demo.json").write_text(json.dumps(generate_run("demo", 150.0, 85.0, 15.0)))
+    (out / "structured-spec-demo.json").write_text(json.dumps(structured_spec_run()))
     return out
+
+
+def structured_spec_run() -> dict:
+    """bench structured --speculative-config's JSON, one workload."""
+    row = {"workload": "extraction", "concurrency": 1, "plain_decode_tok_s": 30.0,
+           "spec_decode_tok_s": 66.0, "speedup": 2.2, "round_speedups": [2.2, 2.1],
+           "outputs_identical": True, "tokens_per_step": {"off": 1.0, "on": 2.9},
+           "fill_per_step": 0.0027, "spec": {"acceptance_rate": 0.81, "num_forced_tokens": 19}}
+    return {"schema": 1, "threads": 2, "rows": [row], "config": {
+        "spec": {"method": "ngram", "num_speculative_tokens": 4}, "gen_len": 128,
+        "rounds": 2, "oracle": None}}
 
 
 def test_probe_line_names_cpu_features_and_dispatch(results: Path) -> None:
@@ -118,6 +130,8 @@ def test_a_run_rewrites_only_its_own_section(results: Path, tmp_path: Path) -> N
     assert "Command: `SKIP=serve bash bench/run_all.sh`" in section
     assert "| demo (30 layers) | 512 / 64 | 150.0 | 1.76 (llamacpp_q8_0) |" in section
     assert "| q_proj (64 x 128) | 1 | avx2_w8a16 | 0.100 | 4.00 |" in section
+    assert ("| extraction | 1 | 30.0 | 66.0 | 2.20 | 2.20, 2.10 | 2.90 | 0.81 | 19 | 0.27% | "
+            "yes |") in section
     # a second run replaces the section between the markers, nothing else
     hand = text.replace("## AVX2 hosts (AVX2, FMA, F16C; no AVX-512)\n",
                         "## AVX2 hosts (AVX2, FMA, F16C; no AVX-512)\n\nnote by hand\n")
