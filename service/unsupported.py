@@ -55,7 +55,7 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
                              "thinking"}),
     RESPONSES: frozenset({"model", "input", "instructions", "tools", "tool_choice",
                           "parallel_tool_calls", "text", "max_output_tokens", "temperature",
-                          "top_p", "stream", "reasoning"}),
+                          "top_p", "stream", "reasoning", "include", "top_logprobs"}),
 }
 
 NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
@@ -91,10 +91,8 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "previous_response_id": (None,),
         "conversation": (None,),
         "background": (None, False),
-        "include": (None, []),
         "prompt": (None,),  # stored prompt templates
         "max_tool_calls": (None,),
-        "top_logprobs": (None, 0),
         "truncation": (None, "disabled"),
         "service_tier": (None, "auto", "default"),
         "context_management": (None,),

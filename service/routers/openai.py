@@ -23,12 +23,12 @@ router = APIRouter(dependencies=[Depends(require_api_key)])
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def _text_of(state: ServingState):
+def token_text(state: ServingState):
     tok = state.backend.tokenizer
     return getattr(tok, "token_to_text", lambda i: tok.decode([i], False))
 
 
-def _bytes_of(state: ServingState):
+def token_bytes(state: ServingState):
     """The tokenizer's token_bytes (None: the token text's UTF-8, for tokenizers without)."""
     return getattr(state.backend.tokenizer, "token_bytes", None)
 
@@ -52,7 +52,7 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
     echo_lps = body.echo and body.logprobs is not None  # prompt logprobs are computed
     params = make_params(state, body, body.logprobs, body.logprobs if echo_lps else None)
     sub = submit(state, "cmpl", prompts, params, body.n, body.cache_salt)
-    fmt = Formatter(sub.id, model, _text_of(state))
+    fmt = Formatter(sub.id, model, token_text(state))
     echo = texts if body.echo else []
     if not body.stream:
         choices = await collect(sub, request)
@@ -93,7 +93,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                            state: ReadyStateDep):
     run = await start_chat(state, body)
     sub, readers = run.sub, run.readers
-    fmt = Formatter(sub.id, run.model, _text_of(state), _bytes_of(state))
+    fmt = Formatter(sub.id, run.model, token_text(state), token_bytes(state))
     if not body.stream:
         choices = await run.collect(request)
         return fmt.chat(choices, body.logprobs, readers, run.reasoning_tokens())

@@ -15,8 +15,9 @@ from service.chat_run import start_chat
 from service.deps import ReadyStateDep, require_api_key
 from service.errors import APIError
 from service.generation import NamedStream, stream_named
+from service.openai_format import chat_logprobs
 from service.openapi import errors, ok_events
-from service.routers.openai import SSE_HEADERS
+from service.routers.openai import SSE_HEADERS, token_bytes, token_text
 from service.translate.refusals import check_function_outputs, in_responses
 from service.translate.responses import to_chat
 from service.translate.responses_stream import ResponseStream
@@ -39,7 +40,7 @@ def _head(model: str, body: ResponsesRequest) -> dict[str, Any]:
                                 if body.text and body.text.format else {"type": "text"})},
             "reasoning": {"effort": body.reasoning.effort if body.reasoning else None,
                           "summary": None},
-            "store": False, "metadata": {}}
+            "store": False, "metadata": {}, "top_logprobs": body.top_logprobs}
 
 
 @router.post("/v1/responses", response_model=None, responses={
@@ -53,11 +54,18 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
         run = await start_chat(state, chat, "resp")
     except (APIError, InvalidRequestError) as exc:
         raise in_responses(exc) from exc
+    entries = None
+    if chat.logprobs:
+        text_of, bytes_of = token_text(state), token_bytes(state)
+
+        def entries(lps):
+            return chat_logprobs(lps, text_of, bytes_of)["content"]
     enc = ResponseStream(run.sub.id.replace("-", "_", 1), _head(run.model, body),
-                         run.readers[0], len(run.prompt), run.reasoning)
+                         run.readers[0], len(run.prompt), run.reasoning, entries)
     if not body.stream:
         choice = (await run.collect(request))[0]
-        return enc.whole(choice.finish_reason, len(choice.token_ids), choice.num_cached_tokens)
+        return enc.whole(choice.finish_reason, len(choice.token_ids), choice.num_cached_tokens,
+                         choice.logprobs)
     events = NamedStream(enc.first(), enc.chunk, enc.error)
     return StreamingResponse(stream_named(run.sub, events),
                              media_type="text/event-stream", headers=SSE_HEADERS)

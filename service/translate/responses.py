@@ -6,6 +6,10 @@ ResponsesRequest becomes the ChatCompletionRequest it means.
   ``input_image`` an ``image_url`` part), ``function_call`` items the calls of an
   assistant message (consecutive calls share one), ``function_call_output`` items
   ``tool`` messages; ``reasoning`` items are dropped from the prompt;
+- ``include: ["message.output_text.logprobs"]`` (with ``top_logprobs``) is chat's
+  ``logprobs`` (``top_logprobs``), for an output read as plain text (no tools, no
+  reasoning parser; else a 400): the message's ``output_text`` part and its deltas carry
+  every generated token's entry, with the token's own bytes;
 - ``tools`` (function), ``tool_choice``, ``parallel_tool_calls`` as on chat;
   ``text.format`` is chat's ``response_format``; ``max_output_tokens`` is ``max_tokens``;
 - ``reasoning.effort``: ``"none"`` is a thinking budget of 0 on a model that reasons (a
@@ -103,11 +107,41 @@ def _reasoning(body: ResponsesRequest, parsers: ParserChoice, tok: Any) -> int |
     return budget
 
 
+LOGPROBS = "message.output_text.logprobs"
+
+
+def _logprobs(body: ResponsesRequest, parsers: ParserChoice) -> int | None:
+    """The chat request's top_logprobs when ``include`` asks for the message's logprobs
+    (None: not asked). They are served for an output read as plain text, where every
+    generated token is the message's: not with tools or a reasoning parser."""
+    include = body.include or []
+    for value in include:
+        if value != LOGPROBS:
+            raise APIError(400, f"include: {value!r} is not supported: nothing is stored or "
+                           f"run beside the model here (accepted: {LOGPROBS!r})", "include")
+    if LOGPROBS not in include:
+        if body.top_logprobs:
+            raise APIError(400, f"top_logprobs: needs include [{LOGPROBS!r}], which "
+                           "returns the logprobs", "top_logprobs")
+        return None
+    tools = bool(body.tools) and body.tool_choice != "none"
+    if tools or parsers.reasoning_parser is not None:
+        why = "tools are given" if tools else (
+            f"the server reads reasoning ({parsers.reasoning_parser} parser)")
+        raise APIError(400, f"include: {LOGPROBS!r} is served for outputs read as plain "
+                       f"text, and here {why}: a token's logprob could not be told apart "
+                       "from the message's", "include")
+    return body.top_logprobs or 0
+
+
 def to_chat(body: ResponsesRequest, parsers: ParserChoice, tok: Any) -> ChatCompletionRequest:
     """The chat request ``body`` means; ``tok``: the model's tokenizer."""
     data: dict[str, Any] = {"model": body.model, "messages": _messages(body),
                             "parallel_tool_calls": body.parallel_tool_calls,
                             "stream": body.stream}
+    top = _logprobs(body, parsers)
+    if top is not None:
+        data["logprobs"], data["top_logprobs"] = True, top
     budget = _reasoning(body, parsers, tok)
     if budget is not None:
         data["thinking_token_budget"] = budget

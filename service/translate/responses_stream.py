@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.request import FinishReason
-from engine.stream import RequestOutput
+from engine.stream import RequestOutput, TokenLogprob
 from service.errors import error_body
 from service.generation import Event
 from service.tool_calls.choice import ChoiceReader
@@ -30,9 +31,17 @@ def _new_id(prefix: str) -> str:
 
 class ResponseStream:
     def __init__(self, resp_id: str, head: dict[str, Any], reader: ChoiceReader,
-                 prompt_tokens: int, reasoning: bool) -> None:
-        """``head``: the request's echoed fields (model, tools, tool_choice, ...)."""
+                 prompt_tokens: int, reasoning: bool,
+                 entries: Callable[[Sequence[TokenLogprob]], list[dict[str, Any]]] | None = None
+                 ) -> None:
+        """``head``: the request's echoed fields (model, tools, tool_choice, ...).
+        ``entries``: the logprob entries of generated tokens (include
+        message.output_text.logprobs; the output is read as plain text, so each token is
+        the message's): a text delta carries those of the tokens fed since the last one, and
+        the ones left at the end (text held back, the end token) go to the message's part."""
         self.reader, self.prompt_tokens, self.reasoning = reader, prompt_tokens, reasoning
+        self.entries = entries
+        self.pending: list[dict[str, Any]] = []  # entries no text delta has carried yet
         self.response = {"id": resp_id, "object": "response", "created_at": int(time.time()),
                          "status": "in_progress", "error": None, "incomplete_details": None,
                          **head, "output": [], "usage": None}
@@ -67,9 +76,11 @@ class ResponseStream:
             self.response["output"]) - 1, item={**item, "content": []} if "content" in item
             else dict(item)))
         if kind in _PART:
-            part = item["content"][0]
+            part = {**item["content"][0], "text": ""}  # as it starts: empty
+            if "logprobs" in part:
+                part["logprobs"] = []
             events.append(self._ev("response.content_part.added", **self._where(),
-                                   content_index=0, part={**part, "text": ""}))
+                                   content_index=0, part=part))
         return events
 
     def _close(self) -> list[Event]:
@@ -84,7 +95,7 @@ class ResponseStream:
             part = item["content"][0]
             name = "response.output_text.done" if kind == "message" else \
                 "response.reasoning_text.done"
-            extra = {"logprobs": []} if kind == "message" else {}
+            extra = {"logprobs": list(part["logprobs"])} if kind == "message" else {}
             events += [self._ev(name, **where, content_index=0, text=part["text"], **extra),
                        self._ev("response.content_part.done", **where, content_index=0,
                                 part=dict(part))]
@@ -105,7 +116,10 @@ class ResponseStream:
         self._item["content"][0]["text"] += text
         name = ("response.output_text.delta" if kind == "message"
                 else "response.reasoning_text.delta")
-        extra = {"logprobs": []} if kind == "message" else {}
+        extra = {}
+        if kind == "message":
+            extra, self.pending = {"logprobs": self.pending}, []
+            self._item["content"][0]["logprobs"] += extra["logprobs"]
         return events + [self._ev(name, **self._where(), content_index=0, delta=text,
                                   **extra)]
 
@@ -130,6 +144,10 @@ class ResponseStream:
         return events
 
     def finish(self, finish: FinishReason | None) -> list[Event]:
+        messages = [o for o in self.response["output"] if o["type"] == "message"]
+        if self.pending and messages:  # before the done events, which carry the part
+            messages[-1]["content"][0]["logprobs"] += self.pending
+        self.pending = []
         events = self._close()
         r = self.response
         if finish is FinishReason.LENGTH:
@@ -147,13 +165,18 @@ class ResponseStream:
     def chunk(self, out: RequestOutput) -> list[Event]:
         self.output_tokens += len(out.token_ids)
         self.cached = out.num_cached_tokens
+        if self.entries is not None:
+            self.pending += self.entries(out.logprobs)
         events = self.feed(self.reader.feed(out))
         return events + self.finish(out.finish_reason) if out.finished else events
 
-    def whole(self, finish: FinishReason | None, output_tokens: int, cached: int
-              ) -> dict[str, Any]:
-        """The non-streaming body, from a reader fed the whole output."""
+    def whole(self, finish: FinishReason | None, output_tokens: int, cached: int,
+              logprobs: Sequence[TokenLogprob] = ()) -> dict[str, Any]:
+        """The non-streaming body, from a reader fed the whole output (``logprobs``: its
+        tokens', when ``entries`` was given)."""
         self.output_tokens, self.cached = output_tokens, cached
+        if self.entries is not None:
+            self.pending = self.entries(logprobs)
         self.feed(DeltaMessage.of(self.reader.events))
         self.finish(finish)
         return self.response

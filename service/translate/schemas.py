@@ -245,3 +245,6 @@ class ResponsesRequest(_Body):
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     stream: bool = False
+    # of OpenAI's include values, "message.output_text.logprobs" is served
+    include: list[str] | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)

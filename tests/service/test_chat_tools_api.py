@@ -22,6 +22,7 @@ SCRIPTS = [
     "Hello world[TOOL_CALLS]get_time[ARGS]{}",
     'Sure<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
     '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>',
+    "Hello world",
 ]
 TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
          for n in ("get_weather", "get_time")]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import openai
 import pytest
 
 from tests.service.conformance import (
@@ -46,6 +47,26 @@ def _calls(r):
 def test_plain_text(matrix):
     r = _both(matrix, instructions="Answer briefly.")
     assert r.status in ("completed", "incomplete") and not _calls(r)
+
+
+def test_plain_text_and_its_logprob_bytes(matrix):
+    """On the demo model (no reasoning parser) the message carries its tokens' entries,
+    the same in the stream's final part; the Mistral checkpoints read reasoning, so
+    there it is the documented 400 naming include."""
+    kw = {"include": ["message.output_text.logprobs"], "top_logprobs": 2}
+    if matrix.kind != "demo":
+        with pytest.raises(openai.BadRequestError, match="read as plain text"):
+            matrix.openai.responses.create(model=matrix.model, input=ASK, **kw)
+        return
+    r = _both(matrix, **kw)
+    part = r.output[0].content[0]
+    assert len(part.logprobs) == r.usage.output_tokens
+    assert all(len(e.top_logprobs) == 2 for e in part.logprobs)
+    tok = matrix.tokenizer
+    ids = [tok.token_to_id(e.token) for e in part.logprobs]
+    raw = b"".join(bytes(e.bytes) for e, i in zip(part.logprobs, ids, strict=True)
+                   if i is None or not tok.is_special(i))
+    assert raw.decode("utf-8", "replace") == part.text
 
 
 @pytest.mark.parametrize("choice", ["required", "named"])

@@ -192,3 +192,43 @@ def test_a_timeout_mid_stream_is_an_error_event_in_each_api_shape():
         name, data = r.text.strip().split("\n\n")[-1].split("\n")
         assert name == "event: error"
         assert json.loads(data[6:])["error"]["type"] == "timeout_error"
+
+
+def test_output_text_logprobs_in_both_modes():
+    """include message.output_text.logprobs: every generated token's entry (its own
+    bytes, top_logprobs alternatives) on the message's part; the stream's deltas carry
+    them as the text comes, and its final part equals the body's."""
+    with make_client(reasoning_parser="none") as c:
+        body = ask(5, include=["message.output_text.logprobs"], top_logprobs=2)
+        r = c.post("/v1/responses", json=body).json()
+        part = r["output"][0]["content"][0]
+        assert part["text"] == "Hello world"
+        entries = part["logprobs"]
+        assert [e["token"] for e in entries] == ["Hello", " world", "</s>"]
+        assert all(len(e["top_logprobs"]) == 2 and e["logprob"] <= 0 for e in entries)
+        assert b"".join(bytes(e["bytes"]) for e in entries[:2]) == b"Hello world"
+        evs = events(c, body)
+        deltas = [e for e in evs if e["type"] == "response.output_text.delta"]
+        carried = [x["token"] for d in deltas for x in d["logprobs"]]
+        assert carried == ["Hello", " world"]  # </s> has no text: the part takes it
+        done = next(e for e in evs if e["type"] == "response.output_text.done")
+        assert done["logprobs"] == entries
+        final = evs[-1]["response"]["output"][0]["content"][0]
+        assert final["logprobs"] == entries
+        plain = c.post("/v1/responses", json=ask(5)).json()  # not asked: an empty list
+        assert plain["output"][0]["content"][0]["logprobs"] == []
+
+
+@pytest.mark.parametrize(("settings", "extra", "param", "words"), [
+    ({}, {"include": ["message.output_text.logprobs"]}, "include", "read as plain text"),
+    ({"reasoning_parser": "none"}, {"include": ["message.output_text.logprobs"],
+                                    "tools": TOOLS}, "include", "tools are given"),
+    ({"reasoning_parser": "none"}, {"include": ["reasoning.encrypted_content"]}, "include",
+     "is not supported"),
+    ({"reasoning_parser": "none"}, {"top_logprobs": 3}, "top_logprobs", "needs include"),
+])
+def test_logprobs_refusals_name_the_field(settings, extra, param, words):
+    with make_client(**settings) as c:
+        r = c.post("/v1/responses", json=ask(3, **extra))
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+        assert words in r.json()["error"]["message"]
