@@ -66,6 +66,14 @@ def pytest_collection_modifyitems(config, items) -> None:
             files[path] = shared or files.get(path, path)
     for item in items:
         item.add_marker(pytest.mark.xdist_group(files[item.nodeid.split("::", 1)[0]]))
+    # the long groups first (shared servers, end-to-end files, benchmarks, slow-marked
+    # ones): the workers take groups in this order, so none ends the run on one worker
+    slow = {files[i.nodeid.split("::", 1)[0]] for i in items if i.get_closest_marker("slow")}
+
+    def long(group: str) -> bool:
+        return (group in slow or group in SHARED_SERVERS or "/test_e2e_" in group
+                or group.startswith("tests/bench/"))
+    items.sort(key=lambda i: not long(files[i.nodeid.split("::", 1)[0]]))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

@@ -96,6 +96,7 @@ def test_prompt_and_config_checks():
 
 
 def test_results_markdown(result, tmp_path):
+    from bench.generate.baselines import llamacpp_available
     from bench.report.results import build_markdown
 
     (tmp_path / "generate-tiny.json").write_text(json.dumps(result))
@@ -106,7 +107,11 @@ def test_results_markdown(result, tmp_path):
     assert cells[0] == f"{name} (2 layers)" and cells[1] == "1"
     assert cells[3] == f"{result['fp8serve']['decode_tok_s']:.1f}"
     assert cells[4].startswith(f"{result['ratios']['decode_vs_bandwidth_bound']:.2f} of ")
-    assert cells[8] == "-"  # llama.cpp skipped
+    # llama.cpp's decode when llama-cpp-python is installed, else "-" (skipped)
+    ran = [b for n, b in result["baselines"].items()
+           if n.startswith("llamacpp") and "decode_tok_s" in b]
+    assert bool(ran) == (llamacpp_available() is None)
+    assert cells[8] == (f"{ran[0]['decode_tok_s']:.1f}" if ran else "-")
     assert "Kernels" not in md and "peak RSS" not in md  # no such JSON in the directory
 
 
