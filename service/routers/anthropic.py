@@ -19,7 +19,7 @@ from service.generation import NamedStream, stream_named
 from service.openapi import errors, ok, ok_events
 from service.routers.openai import SSE_HEADERS
 from service.schemas import ChatCompletionRequest
-from service.translate.anthropic import message_body, to_chat
+from service.translate.anthropic import to_chat
 from service.translate.anthropic_stream import PING, MessageStream
 from service.translate.refusals import check_tool_results, in_messages
 from service.translate.schemas import CountTokensRequest, MessagesRequest
@@ -40,10 +40,9 @@ async def messages(body: MessagesRequest, request: Request, state: ReadyStateDep
         raise in_messages(exc) from exc
     msg_id = run.sub.id.replace("-", "_", 1)
     reader = run.readers[0]
-    if not body.stream:
-        choice = (await run.collect(request))[0]
-        return message_body(msg_id, run.model, reader, choice, len(run.prompt), state.signer)
     enc = MessageStream(msg_id, run.model, reader, len(run.prompt), state.signer)
+    if not body.stream:
+        return enc.whole((await run.collect(request))[0])
     events = NamedStream(enc.first(), enc.chunk, enc.error, PING, PING_EVERY_S)
     return StreamingResponse(stream_named(run.sub, events),
                              media_type="text/event-stream", headers=SSE_HEADERS)

@@ -31,10 +31,8 @@ from pydantic_core import from_json
 
 from engine.request import FinishReason
 from service.errors import APIError
-from service.generation import Choice
 from service.schemas import ChatCompletionRequest
 from service.tool_calls.choice import ChoiceReader
-from service.tool_calls.deltas import CallArgs, CallStart, Event, Reasoning
 from service.tool_calls.select import ParserChoice
 from service.tool_calls.thinking import thinking_budget
 from service.translate.schemas import (
@@ -45,7 +43,6 @@ from service.translate.schemas import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from service.translate.signature import ThinkingSigner
 
 
 def _part(block: TextBlock | ImageBlock) -> dict[str, Any]:
@@ -226,41 +223,3 @@ def usage(prompt_tokens: int, output_tokens: int, cached: int) -> dict[str, int]
     whole prompt."""
     return {"input_tokens": prompt_tokens - cached, "output_tokens": output_tokens,
             "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
-
-
-def content_blocks(events: list[Event], signer: ThinkingSigner) -> list[dict[str, Any]]:
-    """An output's content blocks in output order: a change of kind (thinking, text, a new
-    tool call) starts the next block, as the stream opens them (anthropic_stream.py). A
-    call's arguments go to its own block."""
-    blocks: list[dict[str, Any]] = []
-    calls: dict[int, list[Any]] = {}  # call index -> [its block, its arguments' text]
-    kind: type | None = None
-    for e in events:
-        if isinstance(e, CallArgs):
-            calls[e.index][1] += e.text
-            continue
-        if isinstance(e, CallStart):
-            block = {"type": "tool_use", "id": e.id, "name": e.name, "input": {}}
-            calls[e.index] = [block, ""]
-            blocks.append(block)
-        elif type(e) is not kind:
-            blocks.append({"type": "thinking", "thinking": e.text} if isinstance(e, Reasoning)
-                          else {"type": "text", "text": e.text})
-        else:
-            blocks[-1]["thinking" if isinstance(e, Reasoning) else "text"] += e.text
-        kind = type(e)
-    for block, arguments in calls.values():
-        block["input"] = tool_input(arguments)
-    for block in blocks:
-        if block["type"] == "thinking":
-            block["signature"] = signer.sign(block["thinking"])
-    return blocks
-
-
-def message_body(msg_id: str, model: str, reader: ChoiceReader, choice: Choice,
-                 prompt_tokens: int, signer: ThinkingSigner) -> dict[str, Any]:
-    reason, sequence = stop_reason(reader, choice.finish_reason, choice.stop_reason)
-    return {"id": msg_id, "type": "message", "role": "assistant", "model": model,
-            "content": content_blocks(reader.events, signer), "stop_reason": reason,
-            "stop_sequence": sequence,
-            "usage": usage(prompt_tokens, len(choice.token_ids), choice.num_cached_tokens)}

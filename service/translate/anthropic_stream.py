@@ -3,8 +3,10 @@
 ``input_json_delta``; a thinking block's ``signature_delta`` right before its stop) and
 ``content_block_stop``, then ``message_delta`` (stop_reason, usage) and ``message_stop``.
 Blocks open in the order the output writes them: a change of kind (thinking, text, a new
-tool call) closes the open block and opens the next; the non-streamed body has the same
-blocks (anthropic.content_blocks)."""
+tool call) closes the open block and opens the next. The encoder keeps the blocks its
+events build (``content``, as the SDK's accumulator builds them); the non-streamed body
+(``whole``) is that snapshot after the whole output's events, so both modes give one
+message."""
 
 from __future__ import annotations
 
@@ -12,10 +14,10 @@ from typing import Any
 
 from engine.stream import RequestOutput
 from service.errors import anthropic_error_body
-from service.generation import Event
+from service.generation import Choice, Event
 from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.deltas import CallStart, Content, DeltaMessage, Reasoning
-from service.translate.anthropic import stop_reason, usage
+from service.translate.anthropic import stop_reason, tool_input, usage
 from service.translate.signature import ThinkingSigner
 
 PING: list[Event] = [("ping", {"type": "ping"})]
@@ -30,6 +32,8 @@ class MessageStream:
         self.index = -1
         self.open: tuple[str, int | None] | None = None  # (kind, call index)
         self.calls: dict[int, int] = {}  # call index -> its block's index
+        self.content: list[dict[str, Any]] = []  # the blocks the events so far build
+        self.arguments: dict[int, str] = {}  # a tool_use block's index -> its JSON text
         self.output_tokens = self.cached = 0
 
     def first(self) -> list[Event]:
@@ -44,6 +48,7 @@ class MessageStream:
         events = self._close()
         self.index += 1
         self.open = (kind, call)
+        self.content.append(dict(block))
         return events + [("content_block_start", {"type": "content_block_start",
                                                   "index": self.index,
                                                   "content_block": block})]
@@ -62,8 +67,16 @@ class MessageStream:
                                                  "index": self.index})]
 
     def _delta(self, delta: dict[str, Any], index: int | None = None) -> Event:
-        return ("content_block_delta", {"type": "content_block_delta",
-                                        "index": self.index if index is None else index,
+        index = self.index if index is None else index
+        block, kind = self.content[index], delta["type"]
+        if kind == "input_json_delta":
+            self.arguments[index] = self.arguments.get(index, "") + delta["partial_json"]
+        elif kind == "signature_delta":
+            block["signature"] = delta["signature"]
+        else:  # thinking_delta, text_delta
+            field = kind.removesuffix("_delta")
+            block[field] += delta[field]
+        return ("content_block_delta", {"type": "content_block_delta", "index": index,
                                         "delta": delta})
 
     def feed(self, d: DeltaMessage) -> list[Event]:
@@ -99,6 +112,19 @@ class MessageStream:
                                "delta": {"stop_reason": reason, "stop_sequence": sequence},
                                "usage": use}),
             ("message_stop", {"type": "message_stop"})]
+
+    def whole(self, choice: Choice) -> dict[str, Any]:
+        """The non-streaming body, from a reader fed the whole output: the blocks its
+        events build, each tool_use's input parsed from its arguments."""
+        self.feed(DeltaMessage.of(self.reader.events))
+        self._close()
+        for index, text in self.arguments.items():
+            self.content[index]["input"] = tool_input(text)
+        reason, sequence = stop_reason(self.reader, choice.finish_reason, choice.stop_reason)
+        return {"id": self.msg_id, "type": "message", "role": "assistant", "model": self.model,
+                "content": self.content, "stop_reason": reason, "stop_sequence": sequence,
+                "usage": usage(self.prompt_tokens, len(choice.token_ids),
+                               choice.num_cached_tokens)}
 
     @staticmethod
     def error(status: int, message: str) -> list[Event]:
