@@ -369,7 +369,10 @@ def test_engine_fits_the_cost_from_timed_decode_steps():
     eng.spec.cost = StepCost()
     run(eng, [("a", [3, 1, 4, 1, 5, 9, 2, 6], SamplingParams(max_tokens=40,
                                                               temperature=0.0))])
-    assert eng.spec.cost.a > 0  # decode steps were timed
+    # decode steps were timed: the fit gives a one-row step a cost (with noisy timings
+    # the intercept alone may clamp to 0 while the slope takes the time)
+    cost = eng.spec.cost
+    assert cost.fitted and cost.a + cost.b > 0
 
 
 def test_exhausted_sequences_have_no_room():
