@@ -55,6 +55,7 @@ SOURCE_NAMES = (
     "kv_fp8.cpp",
     "decode_layer.cpp",
     "decode_layer_avx512.cpp",
+    "decode_layer_avx2.cpp",
     "decode_team.cpp",
     "decode_team_op.cpp",
     "read_probe.cpp",

@@ -1,14 +1,21 @@
 """The fused decoder layer: one C++ op per layer (ext/csrc/decode_layer.cpp) instead of a
-dozen eager torch ops, for every step once the model is on the AVX-512 or AMX FP8 kernels.
+dozen eager torch ops, for every step once the model is on the AVX-512, AMX or AVX2 FP8
+kernels.
 
     h [T, H] bf16 --rms_norm, qkv GEMM, RoPE, KV write, paged attention, o_proj, residual,
     rms_norm, gate_up GEMM, silu*mul, down GEMM, residual--> [T, H] bf16
 
-The op calls the same FP8 GEMM as the layer's kernels, on the same packed weights: the
-AVX-512 GEMM (gemm.h fp8_linear, what gemm_avx512 runs) for layers on avx512_w8a16 /
-avx512_block_w8a16, the AMX tile GEMM (gemm.h amx_linear, what gemm_amx runs) for layers on
-amx_w8a16 / amx_block_w8a16 (dims[5] = GEMM_AMX), so the kernel report stays true: each
-linear still runs on the kernel it reports, and a layer's bits are the Python layer's.
+The op calls the same FP8 GEMM as the layer's kernels, on the same packed weights (dims[5],
+ext/csrc/decode_team.h GemmKind): the AVX-512 GEMM (gemm.h fp8_linear, what gemm_avx512
+runs) for layers on avx512_w8a16 / avx512_block_w8a16, the AMX tile GEMM (gemm.h
+amx_linear, what gemm_amx runs; dims[5] = GEMM_AMX) for layers on amx_w8a16 /
+amx_block_w8a16, the AVX2 GEMM (gemm_avx2; dims[5] = GEMM_AVX2) for layers on avx2_w8a16.
+So the kernel report stays true: each linear still runs on the kernel it reports. The
+norms, RoPE, SwiGLU, residual adds and attention run at the extension's dispatch ISA
+(AVX-512 from level avx512 on, else AVX2), in fp32 with the Python layer's bf16 roundings
+but their own reduction order, so a fused layer's output is within an ulp or two of the
+Python layer's, not bitwise equal. A model whose layers all fuse runs every step (prefill
+and decode) through the op, so batched, chunked and solo runs keep identical bits.
 :func:`fusion_reason` says why a layer cannot fuse (then the Python layer in ministral.py
 runs; it is also the reference the fused op is tested against).
 """
@@ -19,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.kernels.avx2 import AVX2_LAYOUT
 from engine.kernels.avx512 import GEMV_MAX_M, VNNI32_LAYOUT
 from engine.kernels.bf16_linear import Bf16Gemm
 from engine.model.attention import AVX512_ISAS, AttentionMetadata
@@ -27,18 +35,44 @@ from engine.model.layers import Bf16Linear, Fp8Linear, FusedLinear, Linear, Rope
 
 AVX512_KERNELS = frozenset({"avx512_w8a16", "avx512_block_w8a16"})
 AMX_KERNELS = frozenset({"amx_w8a16", "amx_block_w8a16"})
-FUSABLE_KERNELS = AVX512_KERNELS | AMX_KERNELS
-# dims[5] of a layer whose linears run the AMX kernels (decode_layer.cpp); else GEMV_MAX_M
+AVX2_KERNELS = frozenset({"avx2_w8a16"})
+# dims[5] of a layer whose linears run the AMX / AVX2 kernels (decode_team.h kDimsAmx,
+# kDimsAvx2); else GEMV_MAX_M (the AVX-512 GEMM)
 GEMM_AMX = -1
+GEMM_AVX2 = -2
+
+
+@dataclass(frozen=True, slots=True)
+class GemmFamily:
+    """Kernels whose linears one fused op can call, their packed layout, and the lowest
+    dispatch ISAs the op then runs at."""
+
+    name: str
+    kernels: frozenset[str]
+    layout: str
+    isas: tuple[str, ...]
+    dims5: int
+
+
+FAMILIES = (
+    GemmFamily("AVX-512", AVX512_KERNELS, VNNI32_LAYOUT, AVX512_ISAS, GEMV_MAX_M),
+    GemmFamily("AMX", AMX_KERNELS, VNNI32_LAYOUT, AVX512_ISAS, GEMM_AMX),
+    GemmFamily("AVX2", AVX2_KERNELS, AVX2_LAYOUT, ("avx2", *AVX512_ISAS), GEMM_AVX2),
+)
+
+
+def family_of(kernel_id: str) -> GemmFamily | None:
+    return next((f for f in FAMILIES if kernel_id in f.kernels), None)
 
 
 def _linear_reason(name: str, m: Linear) -> str | None:
     if not isinstance(m, Fp8Linear):
         return f"{name} is not an FP8 linear"
     p = m.kernel.packed
-    if m.kernel.kernel.id not in FUSABLE_KERNELS or p.layout != VNNI32_LAYOUT:
-        return (f"{name} runs {m.kernel.kernel.id} ({p.layout}), not the vnni32 AVX-512 "
-                "or AMX kernel")
+    fam = family_of(m.kernel.kernel.id)
+    if fam is None or p.layout != fam.layout:
+        return (f"{name} runs {m.kernel.kernel.id} ({p.layout}), not the AVX-512, AMX or "
+                "AVX2 FP8 kernel")
     if m.kernel.bias is not None:
         return f"{name} has a bias"
     return None
@@ -57,8 +91,6 @@ def fusion_reason(layer) -> str | None:  # layer: ministral.DecoderLayer
     st = ext.load()
     if not st.built or not hasattr(torch.ops.fp8serve, "decode_layer"):
         return f"C++ extension without decode_layer ({st.error or 'old build'})"
-    if ext.isa() not in AVX512_ISAS:
-        return f"dispatch ISA {ext.isa()} below AVX-512"
     if not layer.attention.use_ext:
         return "attention runs on the SDPA path"
     for name, f in (("qkv_proj", layer.qkv), ("gate_up_proj", layer.gate_up)):
@@ -68,8 +100,14 @@ def fusion_reason(layer) -> str | None:  # layer: ministral.DecoderLayer
         if (why := _linear_reason(name, m)) is not None:
             return why
     ids = sorted({m.kernel.kernel.id for m in _modules(layer)})
-    if len({i in AMX_KERNELS for i in ids}) > 1:
-        return f"its linears mix the AMX and AVX-512 GEMMs ({', '.join(ids)})"
+    families = {family_of(i) for i in ids}
+    if len(families) > 1:
+        names = " and ".join(sorted(f.name for f in families if f is not None))
+        return f"its linears mix the {names} GEMMs ({', '.join(ids)})"
+    fam = families.pop()
+    assert fam is not None
+    if ext.isa() not in fam.isas:
+        return f"dispatch ISA {ext.isa()} below {fam.isas[0]} (its linears run {ids[0]})"
     return None
 
 
@@ -79,8 +117,10 @@ def _modules(layer) -> tuple[Fp8Linear, ...]:
 
 
 def _gemm_args(m: Fp8Linear) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
+    """(packed weight, scale, (block_n, block_k)); (0, 0) for per-channel scales."""
     p = m.kernel.packed
-    return p.tensors["weight"], p.tensors["scale"], p.meta["block"]  # type: ignore[return-value]
+    block = p.meta.get("block", (0, 0))
+    return p.tensors["weight"], p.tensors["scale"], block  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +142,9 @@ class FusedDecodeLayer:
             weights += [w, s]
             blocks += [int(bn), int(bk)]
         inter = layer.gate_up.sizes[0]
-        amx = mods[0].kernel.kernel.id in AMX_KERNELS
-        head = (layer.hq, layer.hkv, layer.d, inter, 0, GEMM_AMX if amx else GEMV_MAX_M)
+        fam = family_of(mods[0].kernel.kernel.id)
+        assert fam is not None
+        head = (layer.hq, layer.hkv, layer.d, inter, 0, fam.dims5)
         return cls(tuple(weights), head + tuple(blocks), float(layer.eps))
 
     def __call__(self, h: torch.Tensor, tables: RopeTables, meta: AttentionMetadata,

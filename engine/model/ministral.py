@@ -9,8 +9,9 @@ head runs on the registry's FP8 kernels like any decoder linear.
 
 Every FP8 linear runs through a LayerKernel (engine/model/layers.py); q/k/v and gate/up
 are fused into one GEMM each when their shards fuse exactly. A layer whose linears all run
-on the AVX-512 vnni32 kernels runs as one C++ op (engine/model/decode_step.py); the
-Python DecoderLayer is the reference and the path for every other kernel.
+on one of the AVX-512, AMX or AVX2 FP8 kernels runs as one C++ op
+(engine/model/decode_step.py); the Python DecoderLayer is the reference and the path for
+every other kernel.
 """
 
 from __future__ import annotations

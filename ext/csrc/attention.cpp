@@ -114,13 +114,6 @@ void check_int(const at::Tensor& t, const char* name, int64_t dim) {
 // Below this many (key, KV head) pairs in the call, attention runs on the calling thread.
 constexpr int64_t kInlineKeys = 1024;
 
-// The vector kernels' three entry points (attention.h namespaces avx512 / avx2).
-struct VectorKernel {
-  void (*items)(const AttnArgs&, int64_t, int64_t);
-  void (*segments)(const AttnArgs&, int64_t, int64_t, int64_t, float*);
-  void (*merge)(const AttnArgs&, int64_t, int64_t, int64_t, const float*);
-};
-
 constexpr VectorKernel kAvx512Kernel{avx512::attend_items, avx512::attend_segments,
                                      avx512::merge_segments};
 constexpr VectorKernel kAvx2Kernel{avx2::attend_items, avx2::attend_segments,
@@ -154,6 +147,10 @@ void attend_vector(const VectorKernel& kern, const AttnArgs& a, int64_t t_n) {
 
 }  // namespace
 
+const VectorKernel& vector_kernel() {
+  return cpu_isa() >= Isa::kAvx512 ? kAvx512Kernel : kAvx2Kernel;
+}
+
 void check_kv_cache(const at::Tensor& c, const char* what, int64_t blocks, int64_t hkv,
                     int64_t block_size, int64_t d, const at::Tensor* s) {
   TORCH_CHECK(c.dim() == 4 && c.is_contiguous() && c.size(0) == blocks && c.size(1) == hkv &&
@@ -186,12 +183,8 @@ void check_paged_indices(const AttnArgs& a, int64_t t_n, int64_t c_n, int64_t bl
 // FP8 caches); below (or FP8SERVE_ISA=scalar): the portable kernel.
 void paged_attention_into(const AttnArgs& a, int64_t t_n) {
   const Isa isa = cpu_isa();
-  if (isa >= Isa::kAvx512) {
-    attend_vector(kAvx512Kernel, a, t_n);
-    return;
-  }
   if (isa >= Isa::kAvx2) {
-    attend_vector(kAvx2Kernel, a, t_n);
+    attend_vector(vector_kernel(), a, t_n);
     return;
   }
   parallel_tiles(t_n * a.hkv, 1, [&](int64_t i0, int64_t i1) {

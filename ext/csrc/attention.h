@@ -113,4 +113,16 @@ void merge_segments(const AttnArgs& a, int64_t nseg, int64_t i0, int64_t i1,
                     const float* part);
 }  // namespace avx2
 
+// The vector kernels' three entry points, one set per ISA.
+struct VectorKernel {
+  void (*items)(const AttnArgs&, int64_t, int64_t);
+  void (*segments)(const AttnArgs&, int64_t, int64_t, int64_t, float*);
+  void (*merge)(const AttnArgs&, int64_t, int64_t, int64_t, const float*);
+};
+
+// The set paged_attention runs at the dispatch ISA (cpu_isa() >= kAvx2): AVX-512 from
+// level avx512 on, else AVX2. The fused decode paths call the same one, so their attention
+// rows are paged_attention's.
+const VectorKernel& vector_kernel();
+
 }  // namespace fp8serve

@@ -1,8 +1,8 @@
 // One decoder layer in one op (the fused path of engine/model/decode_step.py):
 //
 //   x  = rms_norm(h, input_norm)                    fp32 math, bf16 out, times weight
-//   qkv = x @ Wqkv.T                                FP8 vnni32 GEMM (gemm.h fp8_linear or
-//                                                   amx_linear, see dims)
+//   qkv = x @ Wqkv.T                                FP8 GEMM (gemm.h fp8_linear or
+//                                                   amx_linear, or gemm_avx2; see dims)
 //   q, k = rope(q, k) at positions                  half-split, fp32, Llama-4 q scale in
 //                                                   the q tables; bf16 out
 //   cache[slot_mapping] = k, v;  a = paged_attention(q, cache)
@@ -12,12 +12,15 @@
 // Tensors (T tokens, H hidden, I intermediate, D head_dim, P rope positions):
 //   h [T, H] bf16 -> new h [T, H] bf16 (the input is not modified)
 //   weights = [input_norm [H] bf16, post_norm [H] bf16, qkv_w, qkv_scale, o_w, o_scale,
-//              gu_w, gu_scale, down_w, down_scale]  (each *_w vnni32 fp8, *_scale fp32 as
-//              for gemm_avx512)
+//              gu_w, gu_scale, down_w, down_scale]  (each *_w and *_scale as for the GEMM
+//              dims[5] names: vnni32 fp8 for gemm_avx512 / gemm_amx, avx2_16 fp8 with
+//              fp32 [N] scales for gemm_avx2)
 //   dims = [Hq, Hkv, D, I, block_size, gemm, qkv_bn, qkv_bk, o_bn, o_bk, gu_bn,
 //           gu_bk, down_bn, down_bk];  gemm >= 0: the AVX-512 GEMM (gemm_avx512) with
-//           gemv_max_m = gemm; gemm < 0: the AMX tile GEMM (gemm_amx), whatever the
-//           layer's kernels report (amx_w8a16 / amx_block_w8a16)
+//           gemv_max_m = gemm; gemm = -1: the AMX tile GEMM (gemm_amx); gemm = -2: the
+//           AVX2 GEMM (gemm_avx2); whichever the layer's kernels report (decode_team.h
+//           GemmKind). The norms, RoPE, SwiGLU, adds and attention run at the dispatch
+//           ISA (AVX-512, else AVX2: row_ops(), paged_attention).
 //   rope = [cos, sin, q_cos, q_sin] fp32 [P, D/2] contiguous;  positions [T] int64
 //   k_cache / v_cache [blocks, Hkv, bs, D] bf16 (written), slot_mapping [T] int64, block_tables,
 //   token_seq, ctx_lens as for paged_attention; or an fp8 cache: k_cache / v_cache
@@ -59,7 +62,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   at::Tensor out = at::empty_like(x);
   for_rows(t_n, h, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      avx512::rms_norm_row(bits(x) + t * h, bits(w), h, float(eps), bits(out) + t * h);
+      row_ops().rms_norm_row(bits(x) + t * h, bits(w), h, float(eps), bits(out) + t * h);
     }
   });
   return out;
@@ -76,7 +79,7 @@ void rope(const at::Tensor& qkv, const std::vector<at::Tensor>& tables, const at
     for (int64_t t = t0; t < t1; ++t) {
       for (int64_t hd = 0; hd < hq + hkv; ++hd) {
         const int64_t off = pp[t] * half;
-        avx512::rope_row(bits(qkv) + t * ld + hd * d, (hd < hq ? qcos : cos) + off,
+        row_ops().rope_row(bits(qkv) + t * ld + hd * d, (hd < hq ? qcos : cos) + off,
                          (hd < hq ? qsin : sin) + off, half);
       }
     }
@@ -90,7 +93,7 @@ at::Tensor silu_mul(const at::Tensor& gu, int64_t inter) {
   for_rows(t_n, 2 * inter, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const uint16_t* g = bits(gu) + t * 2 * inter;
-      avx512::silu_mul_row(g, g + inter, inter, bits(out) + t * inter);
+      row_ops().silu_mul_row(g, g + inter, inter, bits(out) + t * inter);
     }
   });
   return out;
@@ -100,12 +103,12 @@ at::Tensor silu_mul(const at::Tensor& gu, int64_t inter) {
 void add_into(const at::Tensor& h, const at::Tensor& y) {
   const int64_t cols = h.size(1);
   for_rows(h.size(0), cols, [&](int64_t t0, int64_t t1) {
-    avx512::add_row(bits(h) + t0 * cols, bits(y) + t0 * cols, (t1 - t0) * cols);
+    row_ops().add_row(bits(h) + t0 * cols, bits(y) + t0 * cols, (t1 - t0) * cols);
   });
 }
 
 struct Linear {
-  const at::Tensor& w;      // vnni32 fp8 [ceil(N/32), Kp/2, 32, 2]
+  const at::Tensor& w;      // vnni32 fp8 [ceil(N/32), Kp/2, 32, 2] (avx2_16 for gemm_avx2)
   const at::Tensor& scale;  // fp32 [N] (bk == 0) or [ceil(N/bn), ceil(K/bk)]
   int64_t n, bn, bk;
 };
@@ -113,12 +116,14 @@ struct Linear {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // y [M, N] bf16 = x [M, K] @ (w * scale).T through gemm.h (no dispatcher, no padding copy
-// when K is a multiple of 32; otherwise the gemm op pads x). gemm < 0: the AMX GEMM, else
-// the AVX-512 one with direct_max_m = gemm.
+// when K is a multiple of 32; otherwise the gemm op pads x). gemm: dims[5] (GemmKind).
 at::Tensor linear(const at::Tensor& x, const Linear& l, int64_t gemm) {
   const int64_t m = x.size(0), k = x.size(1);
+  if (gemm_kind(gemm) == GemmKind::kAvx2) {  // the op avx2_w8a16 calls (it widens x)
+    return gemm_avx2(x, l.w, l.scale, std::nullopt, l.n);
+  }
   if (k % kPadK != 0 || !x.is_contiguous()) {
-    return gemm < 0 ? gemm_amx(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk)
+    return gemm_kind(gemm) == GemmKind::kAmx ? gemm_amx(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk)
                     : gemm_avx512(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk, gemm);
   }
   TORCH_CHECK(l.w.scalar_type() == at::kFloat8_e4m3fn && l.w.is_contiguous() &&
@@ -133,7 +138,7 @@ at::Tensor linear(const at::Tensor& x, const Linear& l, int64_t gemm) {
                    reinterpret_cast<const uint8_t*>(l.w.data_ptr()), k, l.n,
                    l.scale.data_ptr<float>(), l.bn, l.bk, l.bk ? ceil_div(k, l.bk) : 0,
                    nullptr, bits(y), l.n};
-  if (gemm < 0) {
+  if (gemm_kind(gemm) == GemmKind::kAmx) {
     amx_linear(a);
   } else {
     fp8_linear(a, gemm);
@@ -176,8 +181,10 @@ void check_step(const at::Tensor& h, c10::IntArrayRef dims, at::TensorList rope_
                 const at::Tensor& positions, at::TensorList index) {
   TORCH_CHECK(dims.size() == 14 && rope_tables.size() == 4 && index.size() == 3,
               "decode_layer: expects 14 dims, 4 rope tables, 3 index tensors");
-  TORCH_CHECK(cpu_isa() >= Isa::kAvx512, "decode_layer: needs AVX-512 (dispatch ISA is ",
-              isa_name(cpu_isa()), ")");
+  TORCH_CHECK(cpu_isa() >= (gemm_kind(dims[5]) == GemmKind::kAvx2 ? Isa::kAvx2 : Isa::kAvx512),
+              "decode_layer: the GEMM of dims[5] = ", dims[5], " needs ",
+              gemm_kind(dims[5]) == GemmKind::kAvx2 ? "AVX2" : "AVX-512",
+              " (dispatch ISA is ", isa_name(cpu_isa()), ")");
   TORCH_CHECK(h.scalar_type() == at::kBFloat16 && h.dim() == 2 && h.is_contiguous(),
               "decode_layer: h must be contiguous bf16 [T, H], got ", h.sizes());
   const int64_t d = dims[2];

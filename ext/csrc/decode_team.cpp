@@ -58,21 +58,47 @@ struct Shared {
   SpinBarrier barrier;
 };
 
-struct Private {  // one thread's buffers (bf16)
-  uint16_t* x;     // [T, xld]: normed h, or silu(g) * u
-  uint16_t* attn;  // [T, Hq D]: the merged attention (segment mode)
+struct Private {  // one thread's buffers
+  uint16_t* x;     // bf16 [T, xld]: normed h, or silu(g) * u
+  uint16_t* attn;  // bf16 [T, Hq D]: the merged attention (segment mode)
+  float* xf;       // fp32 [T, max(xld, Hq D)]: a GEMM's x widened (the AVX2 GEMM's
+                   // operand; null when no layer runs it)
 };
 
-// Tiles per claim: the direct kernel's tile group (4 at M = 1, pairs below 8 rows).
-int64_t gemm_chunk(int64_t rows) { return rows == 1 ? 4 : 2; }
+// Columns per weight tile: 32 (vnni32), 16 (avx2_16).
+int64_t tile_cols(const LinearRef& l) { return l.kind == GemmKind::kAvx2 ? kTileN2 : kTileN; }
+
+// Tiles per claim: the direct kernel's tile group (4 at M = 1, pairs below 8 rows); the
+// AVX2 tiles are half as wide.
+int64_t gemm_chunk(const LinearRef& l, int64_t rows) {
+  return (rows == 1 ? 4 : 2) * (l.kind == GemmKind::kAvx2 ? 2 : 1);
+}
+
+// The AVX2 GEMM's x: rows [T, kp] of bf16 x (stride ldx) widened to fp32 at xf, prescaled
+// (avx2::prescale_x) when every value allows it; returns whether it did. The same rows
+// give the same answer in every thread, and the GEMM's bits do not depend on it (isa.h).
+bool widen_rows(const uint16_t* x, int64_t ldx, int64_t rows, int64_t kp, float* xf) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < kp; ++i) {
+      const uint32_t u = uint32_t(x[r * ldx + i]) << 16;
+      __builtin_memcpy(xf + r * kp + i, &u, 4);
+    }
+  }
+  return avx2::prescale_x(xf, rows * kp);
+}
 
 // y [T, N] = x [T, ldx] @ W.T over tiles [t0, t1) (gemm.h: the AMX tile GEMM, or the
-// AVX-512 one on its direct path: T <= 32)
-void gemm_tiles(const LinearRef& l, int64_t rows, const uint16_t* x, int64_t ldx, uint16_t* y,
-                int64_t t0, int64_t t1) {
+// AVX-512 one on its direct path: T <= 32; isa.h avx2::gemm_tiles on xf, widened by
+// widen_rows)
+void gemm_tiles(const LinearRef& l, int64_t rows, const uint16_t* x, int64_t ldx,
+                const float* xf, bool prescaled, uint16_t* y, int64_t t0, int64_t t1) {
+  if (l.kind == GemmKind::kAvx2) {
+    avx2::gemm_tiles(xf, rows, l.kp, l.w, l.n, l.scale, nullptr, y, t0, t1, prescaled);
+    return;
+  }
   const GemvArgs a{x, ldx, rows, l.w, l.kp, l.n, l.scale, l.bn, l.bk, l.k_blocks, nullptr, y,
                    l.n};
-  if (l.amx) {
+  if (l.kind == GemmKind::kAmx) {
     amx_linear_tiles(a, t0, t1);
   } else {
     fp8_linear_tiles(a, t0, t1, kTeamMaxRows);
@@ -88,14 +114,16 @@ void claim_all(TileRange& range, int tid, int64_t chunk, const F& fn) {
 
 // y = x @ W.T over claimed tiles; with `residual`, h[:, cols] += y[:, cols] for those tiles.
 void gemm_phase(Shared& s, TileRange& range, int tid, const LinearRef& l, const uint16_t* x,
-                int64_t ldx, uint16_t* y, bool residual) {
-  const int64_t rows = s.step.t_n;
-  claim_all(range, tid, gemm_chunk(rows), [&](int64_t t0, int64_t t1) {
-    gemm_tiles(l, rows, x, ldx, y, t0, t1);
+                int64_t ldx, uint16_t* y, bool residual, const Private& p) {
+  const int64_t rows = s.step.t_n, cols = tile_cols(l);
+  const bool prescaled = l.kind == GemmKind::kAvx2 && widen_rows(x, ldx, rows, l.kp, p.xf);
+  const RowOps& ops = row_ops();
+  claim_all(range, tid, gemm_chunk(l, rows), [&](int64_t t0, int64_t t1) {
+    gemm_tiles(l, rows, x, ldx, p.xf, prescaled, y, t0, t1);
     if (residual) {
-      const int64_t c0 = t0 * kTileN, c1 = std::min(t1 * kTileN, l.n);
+      const int64_t c0 = t0 * cols, c1 = std::min(t1 * cols, l.n);
       for (int64_t r = 0; r < rows; ++r) {
-        avx512::add_row(s.h + r * s.step.hid + c0, y + r * l.n + c0, c1 - c0);
+        ops.add_row(s.h + r * s.step.hid + c0, y + r * l.n + c0, c1 - c0);
       }
     }
   });
@@ -124,7 +152,7 @@ void rope_and_store(const Shared& s, const LayerRef& l, int tid, int64_t team) {
     const int64_t off = t.positions[r] * half;
     for (int64_t hd = 0; hd < t.hq + t.hkv; ++hd) {
       const bool q = hd < t.hq;
-      avx512::rope_row(qkv + hd * t.d, (q ? t.q_cos : t.cos) + off, (q ? t.q_sin : t.sin) + off,
+      row_ops().rope_row(qkv + hd * t.d, (q ? t.q_cos : t.cos) + off, (q ? t.q_sin : t.sin) + off,
                        half);
     }
     const uint16_t* k = qkv + t.hq * t.d;
@@ -145,7 +173,7 @@ void rope_and_store(const Shared& s, const LayerRef& l, int tid, int64_t team) {
 void rms_norm_rows(const Shared& s, const uint16_t* w, const Private& p) {
   const StepRef& t = s.step;
   for (int64_t r = 0; r < t.t_n; ++r) {
-    avx512::rms_norm_row(s.h + r * t.hid, w, t.hid, t.eps, p.x + r * s.xld);
+    row_ops().rms_norm_row(s.h + r * t.hid, w, t.hid, t.eps, p.x + r * s.xld);
   }
 }
 
@@ -155,16 +183,16 @@ const uint16_t* attention(Shared& s, const LayerRef& l, TileRange& range, int ti
                           const Private& p) {
   if (s.nseg == 0) {
     const AttnArgs a = attn_args(s, l, s.attn);
-    claim_all(range, tid, 1, [&](int64_t i0, int64_t i1) { avx512::attend_items(a, i0, i1); });
+    claim_all(range, tid, 1, [&](int64_t i0, int64_t i1) { vector_kernel().items(a, i0, i1); });
     s.barrier.wait();
     return s.attn;
   }
   const AttnArgs a = attn_args(s, l, p.attn);
   claim_all(range, tid, 1, [&](int64_t i0, int64_t i1) {
-    avx512::attend_segments(a, s.nseg, i0, i1, s.part);
+    vector_kernel().segments(a, s.nseg, i0, i1, s.part);
   });
   s.barrier.wait();
-  avx512::merge_segments(a, s.nseg, 0, s.step.t_n * s.step.hkv, s.part);
+  vector_kernel().merge(a, s.nseg, 0, s.step.t_n * s.step.hkv, s.part);
   return p.attn;
 }
 
@@ -172,25 +200,25 @@ void layer(Shared& s, const LayerRef& l, TileRange* ranges, int tid, int64_t tea
            const Private& p) {
   const StepRef& t = s.step;
   rms_norm_rows(s, l.input_norm, p);
-  gemm_phase(s, ranges[0], tid, l.qkv, p.x, s.xld, s.qkv, false);
+  gemm_phase(s, ranges[0], tid, l.qkv, p.x, s.xld, s.qkv, false, p);
   s.barrier.wait();
   rope_and_store(s, l, tid, team);
   s.barrier.wait();
   const uint16_t* a = attention(s, l, ranges[1], tid, p);
-  gemm_phase(s, ranges[2], tid, l.o, a, t.hq * t.d, s.o, true);
+  gemm_phase(s, ranges[2], tid, l.o, a, t.hq * t.d, s.o, true, p);
   s.barrier.wait();
   rms_norm_rows(s, l.post_norm, p);
-  gemm_phase(s, ranges[3], tid, l.gu, p.x, s.xld, s.gu, false);
+  gemm_phase(s, ranges[3], tid, l.gu, p.x, s.xld, s.gu, false, p);
   s.barrier.wait();
   for (int64_t r = 0; r < t.t_n; ++r) {
     const uint16_t* g = s.gu + r * 2 * t.inter;
-    avx512::silu_mul_row(g, g + t.inter, t.inter, p.x + r * s.xld);
+    row_ops().silu_mul_row(g, g + t.inter, t.inter, p.x + r * s.xld);
   }
-  gemm_phase(s, ranges[4], tid, l.down, p.x, s.xld, s.down, true);
+  gemm_phase(s, ranges[4], tid, l.down, p.x, s.xld, s.down, true, p);
   s.barrier.wait();
 }
 
-int64_t tiles(const LinearRef& l) { return (l.n + kTileN - 1) / kTileN; }
+int64_t tiles(const LinearRef& l) { return (l.n + tile_cols(l) - 1) / tile_cols(l); }
 
 // Threads for the region: spinning teammates must each have a CPU, so never more than the
 // CPUs this process may run on (more threads than that would wait on every barrier).
@@ -221,6 +249,11 @@ void decode_team(const StepRef& step, const LayerRef* layers, int64_t n_layers, 
   const AttnArgs probe{nullptr, 0, 0, nullptr, nullptr, step.hq, step.hkv, step.d, 0, nullptr,
                        0, nullptr, nullptr, 0.0f, nullptr, 0};
   std::vector<float> part(size_t(rows * step.hkv * nseg * partial_floats(probe)));
+  // fp32 x per thread for the AVX2 GEMM (K up to max(H, I, Hq D))
+  bool avx2_gemm = false;
+  for (int64_t i = 0; i < n_layers; ++i) avx2_gemm |= layers[i].qkv.kind == GemmKind::kAvx2;
+  const int64_t xf_row = std::max(xld, attn_cols);
+  std::vector<float> xf(avx2_gemm ? size_t(team_max * rows * xf_row) : 0);
   std::unique_ptr<TileRange[]> ranges(new TileRange[n_layers * kPhases]);
   const int64_t attn_items = rows * step.hkv * std::max<int64_t>(nseg, 1);
   for (int64_t i = 0; i < n_layers; ++i) {
@@ -243,7 +276,8 @@ void decode_team(const StepRef& step, const LayerRef* layers, int64_t n_layers, 
     const int64_t team = omp_get_num_threads();
     if (tid == 0) s.barrier.team = team;
 #pragma omp barrier
-    const Private p{priv0 + tid * priv, priv0 + tid * priv + rows * xld};
+    const Private p{priv0 + tid * priv, priv0 + tid * priv + rows * xld,
+                    avx2_gemm ? xf.data() + tid * rows * xf_row : nullptr};
     for (int64_t i = 0; i < n_layers; ++i) {
       layer(s, layers[i], s.ranges + i * kPhases, tid, team, p);
     }

@@ -6,7 +6,8 @@
 // Per layer the team of threads shares the work of each phase and meets at a spin
 // barrier between phases (6 per layer) instead of forking a region per op:
 //   x = rms_norm(h)              every thread, all rows, into its own buffer (same bits)
-//   qkv = x @ Wqkv.T             32-column tiles claimed front/back         | barrier
+//   qkv = x @ Wqkv.T             column tiles (32, AVX2: 16) claimed front/ | barrier
+//                                back (AVX2: x widened to fp32 per thread first)
 //   rope(q, k), K/V -> cache     rows split over the threads (fp8 caches:   | barrier
 //                                each (row, KV head) quantized as kv_write_fp8 does)
 //   attention                    (row, KV head) items, or with few rows     | barrier
@@ -16,9 +17,11 @@
 //   gu = rms_norm(h) @ Wgu.T     tiles                                      | barrier
 //   h[:, cols] += (silu(g) u @ Wdown.T)[:, cols]  (silu*mul per thread)     | barrier
 // Every output element is computed by the same code whichever thread claims it, the GEMMs
-// (the AVX-512 or the AMX one, as the layer's kernels report) are batch-invariant (gemm.h) and attention rows do not depend on the other rows or on
-// the segment split (attention.h), so the bits equal the per-op path's and do not depend
-// on the thread count.
+// (the AVX-512, AMX or AVX2 one, as the layer's kernels report) are batch-invariant
+// (gemm.h, avx2_gemm.inc) and attention rows do not depend on the other rows or on the
+// segment split (attention.h), so the bits equal the per-op path's and do not depend on
+// the thread count. The elementwise ops and attention are the dispatch ISA's (row_ops(),
+// vector_kernel()), as on the per-op path.
 #pragma once
 
 #include <cstdint>
@@ -31,11 +34,24 @@ namespace fp8serve {
 // where a step is short enough (a few ms) that a fork and join per op is a visible share.
 constexpr int64_t kTeamMaxRows = 32;
 
+// Which FP8 GEMM a layer's linears run: the one its kernels report. decode_layer's dims[5]
+// says it: >= 0 the AVX-512 GEMM (avx512_w8a16 / avx512_block_w8a16, with that
+// direct_max_m), kDimsAmx the AMX tile GEMM (amx_w8a16 / amx_block_w8a16), kDimsAvx2 the
+// AVX2 GEMM (avx2_w8a16).
+enum class GemmKind : int { kAvx512, kAmx, kAvx2 };
+constexpr int64_t kDimsAmx = -1;
+constexpr int64_t kDimsAvx2 = -2;
+inline GemmKind gemm_kind(int64_t dim5) {
+  return dim5 >= 0 ? GemmKind::kAvx512 : dim5 == kDimsAmx ? GemmKind::kAmx : GemmKind::kAvx2;
+}
+
 struct LinearRef {
-  const uint8_t* w;    // vnni32 fp8 [Np/32][Kp/2][32][2]
+  // kAvx512 / kAmx: vnni32 fp8 [Np/32][Kp/2][32][2] (isa.h), kp = Kp;
+  // kAvx2: avx2_16 fp8 [Np/16][K][16] (isa.h), kp = K, per-channel scales only
+  const uint8_t* w;
   const float* scale;  // fp32 [N] (bk == 0) or [ceil(N/bn), ceil(K/bk)]
   int64_t n, kp, bn, bk, k_blocks;
-  bool amx = false;    // the AMX tile GEMM (gemm.h amx_linear), else the AVX-512 one
+  GemmKind kind = GemmKind::kAvx512;
 };
 
 struct LayerRef {

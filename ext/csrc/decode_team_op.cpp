@@ -12,17 +12,23 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// A packed FP8 linear with K inputs (a multiple of 32) and N outputs.
+// A packed FP8 linear with K inputs (a multiple of 32) and N outputs, in the layout of
+// its GEMM (decode_team.h LinearRef).
 LinearRef linear_ref(const at::Tensor& w, const at::Tensor& scale, int64_t n, int64_t k,
-                     int64_t bn, int64_t bk, bool amx) {
-  TORCH_CHECK(w.scalar_type() == at::kFloat8_e4m3fn && w.is_contiguous() && w.dim() == 4 &&
-                  w.size(0) == ceil_div(n, kTileN) && w.size(1) == k / 2 &&
+                     int64_t bn, int64_t bk, GemmKind kind) {
+  const bool avx2 = kind == GemmKind::kAvx2;
+  const bool shape = avx2 ? w.dim() == 3 && w.size(0) == ceil_div(n, kTileN2) &&
+                                w.size(1) == k && w.size(2) == kTileN2 && bk == 0
+                          : w.dim() == 4 && w.size(0) == ceil_div(n, kTileN) &&
+                                w.size(1) == k / 2;
+  TORCH_CHECK(w.scalar_type() == at::kFloat8_e4m3fn && w.is_contiguous() && shape &&
                   scale.scalar_type() == at::kFloat && scale.is_contiguous() &&
                   scale.numel() == (bk ? ceil_div(n, bn) * ceil_div(k, bk) : n) &&
                   (bk == 0 || (bn % kTileN == 0 && bk % kPadK == 0)),
-              "decode_layer: packed weight / scale do not match N=", n, ", K=", k);
+              "decode_layer: packed weight / scale do not match N=", n, ", K=", k,
+              avx2 ? " (avx2_16 [N/16, K, 16], per-channel scale)" : " (vnni32)");
   return LinearRef{reinterpret_cast<const uint8_t*>(w.data_ptr()), scale.data_ptr<float>(),
-                   n, k, bn, bk, bk ? ceil_div(k, bk) : 0, amx};
+                   n, k, bn, bk, bk ? ceil_div(k, bk) : 0, kind};
 }
 
 // A layer's K or V cache [blocks, Hkv, block_size, D] of `dtype` (and its fp32 scales
@@ -99,13 +105,18 @@ at::Tensor decode_team_op(const at::Tensor& h, const std::vector<at::TensorList>
     check_cache(k_caches[i], sc ? &sc->k_scale : nullptr, tok, blocks, kv_dtype);
     check_cache(v_caches[i], sc ? &sc->v_scale : nullptr, tok, blocks, kv_dtype);
     const int64_t hid = tok.hid, inter = tok.inter, qd = tok.hq * tok.d;
+    const GemmKind kind = gemm_kind(dm[5]);
+    TORCH_CHECK(cpu_isa() >= (kind == GemmKind::kAvx2 ? Isa::kAvx2 : Isa::kAvx512),
+                "decode_layer: layer ", i, "'s GEMM (dims[5] = ", dm[5], ") needs ",
+                kind == GemmKind::kAvx2 ? "AVX2" : "AVX-512", " (dispatch ISA is ",
+                isa_name(cpu_isa()), ")");
     LayerRef ref{
         reinterpret_cast<const uint16_t*>(w[0].data_ptr()),
         reinterpret_cast<const uint16_t*>(w[1].data_ptr()),
-        linear_ref(w[2], w[3], qd + 2 * tok.hkv * tok.d, hid, dm[6], dm[7], dm[5] < 0),
-        linear_ref(w[4], w[5], hid, qd, dm[8], dm[9], dm[5] < 0),
-        linear_ref(w[6], w[7], 2 * inter, hid, dm[10], dm[11], dm[5] < 0),
-        linear_ref(w[8], w[9], hid, inter, dm[12], dm[13], dm[5] < 0),
+        linear_ref(w[2], w[3], qd + 2 * tok.hkv * tok.d, hid, dm[6], dm[7], kind),
+        linear_ref(w[4], w[5], hid, qd, dm[8], dm[9], kind),
+        linear_ref(w[6], w[7], 2 * inter, hid, dm[10], dm[11], kind),
+        linear_ref(w[8], w[9], hid, inter, dm[12], dm[13], kind),
         nullptr, nullptr};
     if (fp8.empty()) {
       ref.k_cache = reinterpret_cast<uint16_t*>(k_caches[i].data_ptr());

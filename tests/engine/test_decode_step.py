@@ -1,5 +1,8 @@
 """The fused decoder layer (engine/model/decode_step.py, ext/csrc/decode_layer.cpp) against
-the Python layer it replaces, on the AVX-512 FP8 kernels.
+the Python layer it replaces, once per FP8 kernel family the host can execute: the
+AVX-512 kernels (AVX-512 hosts) and the AVX2 kernel (AVX2 hosts and up). The elementwise
+ops and attention run at the host's dispatch ISA either way, so on an AVX-512 host the
+AVX2 case fuses the AVX2 GEMM with the AVX-512 norms.
 
 Tolerance for one layer: both sides run the same FP8 GEMMs on the same packed weights;
 they differ only in fp32 summation order inside RMSNorm and in RoPE's fp32 rounding, each
@@ -10,12 +13,16 @@ weight gives errors of order 1. Whole-model logits use the runner tests' 2e-2 bo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 
 from engine.batch import BatchInputs, LogitsWanted, SeqChunk
+from engine.kernels.avx512 import GEMV_MAX_M
 from engine.kernels.registry import KernelOverrides
 from engine.model.attention import build_metadata
+from engine.model.decode_step import GEMM_AVX2
 from engine.model.kv_store import LayerKV
 from engine.model.layers import StepRope
 from engine.runner import ModelRunner, generate_greedy, load_runner
@@ -26,21 +33,32 @@ from tests.engine.test_model_support import (
     random_weights,
     tiny_config,
 )
-from tests.ext.support import AVX512_HOST, fake_hw, needs_avx512
+from tests.ext.support import AVX2_HOST, AVX512_HOST, fake_hw, needs_avx2, needs_avx512
 
-pytestmark = needs_avx512
 NONE = LogitsWanted.NONE
 
 
 AMX_HOST = (*AVX512_HOST, "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
+# (cpuid flags of the fake profile, the FP8 kernel its layers then run)
+FAMILIES = [pytest.param((AVX512_HOST, "avx512_w8a16"), marks=needs_avx512, id="avx512"),
+            pytest.param((AVX2_HOST, "avx2_w8a16"), marks=needs_avx2, id="avx2")]
 
 
-def _runner(weights, fuse: bool | None, kv_dtype: str = "auto", amx: bool = False,
+@dataclass(frozen=True)
+class Case:
+    """A checkpoint's weights and the kernel family its runners use."""
+
+    weights: dict
+    flags: tuple[str, ...]
+    kernel: str
+
+
+def _runner(case: Case, fuse: bool | None, kv_dtype: str = "auto", amx: bool = False,
             **kw) -> ModelRunner:
-    """On the AVX-512 kernels, or (amx) on the AMX ones: the real tiles at dispatch level
+    """On the case's kernels, or (amx) on the AMX ones: the real tiles at dispatch level
     amx, else gemm_amx's stand-in, in the Python layers and the fused op alike."""
-    hw = fake_hw(*AMX_HOST, amx=True) if amx else fake_hw(*AVX512_HOST)
-    runner = ModelRunner(weights, engine_config(kv_cache_dtype=kv_dtype, **kw), hw,
+    hw = fake_hw(*AMX_HOST, amx=True) if amx else fake_hw(*case.flags)
+    runner = ModelRunner(case.weights, engine_config(kv_cache_dtype=kv_dtype, **kw), hw,
                          KernelOverrides())
     if fuse is not None:
         runner.model.set_fusion(fuse)
@@ -50,26 +68,31 @@ def _runner(weights, fuse: bool | None, kv_dtype: str = "auto", amx: bool = Fals
 KV_DTYPES = pytest.mark.parametrize("kv_dtype", ["auto", "fp8"])
 
 
-@pytest.fixture(scope="module")
-def weights():
-    return random_weights(tiny_config(num_layers=3), seed=21)
+@pytest.fixture(scope="module", params=FAMILIES)
+def weights(request):
+    flags, kernel = request.param
+    return Case(random_weights(tiny_config(num_layers=3), seed=21), flags, kernel)
 
 
 def _ids(n: int, seed: int) -> list[int]:
     return torch.randint(0, 320, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def test_every_layer_fuses_on_the_avx512_kernels(weights) -> None:
+def test_every_layer_fuses_on_the_family_kernels(weights) -> None:
     runner = _runner(weights, fuse=None)
     assert runner.model.fusion_reasons == [None] * 3
     kernels = {c.kernel_id for c in runner.kernel_report.choices.values()
                if c.layer.startswith("layers.")}
-    assert kernels == {"avx512_w8a16"}  # the report names the kernel the op calls
+    assert kernels == {weights.kernel}  # the report names the kernel the op calls
+    gemm = GEMM_AVX2 if weights.kernel == "avx2_w8a16" else GEMV_MAX_M
+    assert [f.dims[5] for f in runner.model.fused] == [gemm] * 3
 
 
-def test_amx_layers_fuse_and_match_python_and_solo(weights) -> None:
+@needs_avx512
+def test_amx_layers_fuse_and_match_python_and_solo() -> None:
     """The fused op on the AMX GEMM: logits near the Python layers' (same GEMM, other
     elementwise rounding) and each sequence's batched decode logits equal its solo ones."""
+    weights = Case(random_weights(tiny_config(num_layers=3), seed=21), AMX_HOST, "amx_w8a16")
     fused, py = _runner(weights, None, amx=True), _runner(weights, False, amx=True)
     assert fused.model.fusion_reasons == [None] * 3
     assert {c.kernel_id for c in fused.kernel_report.choices.values()
@@ -89,8 +112,9 @@ def test_amx_layers_fuse_and_match_python_and_solo(weights) -> None:
 def test_python_kernels_do_not_fuse(weights) -> None:
     from engine.hardware import HardwareInfo
 
-    runner = ModelRunner(weights, engine_config(), HardwareInfo.fake(), KernelOverrides())
-    assert all(r is not None and "not the vnni32" in r for r in runner.model.fusion_reasons)
+    runner = ModelRunner(weights.weights, engine_config(), HardwareInfo.fake(), KernelOverrides())
+    assert all(r is not None and "not the AVX-512, AMX or AVX2 FP8 kernel" in r
+               for r in runner.model.fusion_reasons)
     with pytest.raises(ValueError, match="cannot fuse"):
         runner.model.set_fusion(True)
 
@@ -130,9 +154,11 @@ def test_fused_runner_logits_match_python_runner(weights) -> None:
     assert logit_error(fused.run(BatchInputs((nxt,))), py.run(BatchInputs((nxt,)))) < 2e-2
 
 
-def test_greedy_tokens_fused_equal_python_on_the_tiny_checkpoint(tiny_checkpoint) -> None:
+@pytest.mark.parametrize("family", FAMILIES)
+def test_greedy_tokens_fused_equal_python_on_the_tiny_checkpoint(tiny_checkpoint,
+                                                                  family) -> None:
     cfg = engine_config(kv_cache_gib=0.02, kv_block_size=16)
-    hw = fake_hw(*AVX512_HOST)
+    hw = fake_hw(*family[0])
     runs = []
     for fuse in (True, False):
         runner = load_runner(tiny_checkpoint(), cfg, hw, KernelOverrides())
@@ -200,13 +226,14 @@ def test_fused_batched_prefill_equals_solo_bitwise(weights) -> None:
         row += chunk.num_tokens
 
 
-@pytest.fixture(scope="module")
-def wide_weights():
+@pytest.fixture(scope="module", params=FAMILIES)
+def wide_weights(request):
     # wide enough rows that a 96-token chunk's norms, RoPE, SwiGLU and adds are split
     # over threads (ext/csrc/decode_layer.cpp for_rows: ranges of >= 32K elements)
     cfg = tiny_config(hidden_size=1024, intermediate_size=2048, num_layers=1, num_heads=8,
                       num_kv_heads=2, head_dim=128)
-    return random_weights(cfg, seed=23)
+    flags, kernel = request.param
+    return Case(random_weights(cfg, seed=23), flags, kernel)
 
 
 def test_fused_prefill_is_bitwise_the_same_for_1_2_3_threads(wide_weights) -> None:
@@ -325,3 +352,29 @@ def test_fp8_kv_layers_fuse_and_match_the_python_layers(weights) -> None:
     written = torch.arange(15)  # slots 0 .. 14 of blocks 0 .. 3 (block size 4)
     scales = fused.kv.scales.transpose(3, 4).flatten(2, 3)[:, :, written]  # [L, 2, 15, Hkv]
     assert bool((scales != 1.0).all())  # every written row got its own amax / 448
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def ragged_weights(request):
+    # hidden and intermediate sizes that are not multiples of 8 or 32: the row ops' tails
+    # (the AVX2 ones run them on zero-padded copies) and the per-op path (the team path
+    # wants K % 32 == 0)
+    cfg = tiny_config(hidden_size=44, intermediate_size=100, num_heads=2, num_kv_heads=1,
+                      head_dim=32)
+    flags, kernel = request.param
+    return Case(random_weights(cfg, seed=29), flags, kernel)
+
+
+def test_ragged_widths_fuse_match_python_and_batch_invariantly(ragged_weights) -> None:
+    fused, py = _runner(ragged_weights, None), _runner(ragged_weights, False)
+    assert fused.model.fusion_reasons == [None] * 2
+    lens = [5, 13]
+    tables = {s: tuple(range(8 * s, 8 * s + 8)) for s in range(2)}
+    for s, n in enumerate(lens):
+        chunk = SeqChunk(s, tuple(_ids(n, 70 + s)), 0, tables[s])
+        assert logit_error(fused.run(BatchInputs((chunk,))), py.run(BatchInputs((chunk,)))) < 2e-2
+    step = [SeqChunk(s, (9,), lens[s], tables[s]) for s in range(2)]
+    batched = fused.run(BatchInputs(tuple(step)))
+    assert logit_error(batched, py.run(BatchInputs(tuple(step)))) < 2e-2
+    for i, chunk in enumerate(step):
+        assert torch.equal(fused.run(BatchInputs((chunk,)))[0], batched[i]), i
