@@ -123,8 +123,9 @@ at::Tensor linear(const at::Tensor& x, const Linear& l, int64_t gemm) {
     return gemm_avx2(x, l.w, l.scale, std::nullopt, l.n);
   }
   if (k % kPadK != 0 || !x.is_contiguous()) {
-    return gemm_kind(gemm) == GemmKind::kAmx ? gemm_amx(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk)
-                    : gemm_avx512(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk, gemm);
+    return gemm_kind(gemm) == GemmKind::kAmx
+               ? gemm_amx(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk)
+               : gemm_avx512(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk, gemm);
   }
   TORCH_CHECK(l.w.scalar_type() == at::kFloat8_e4m3fn && l.w.is_contiguous() &&
                   l.w.dim() == 4 && l.w.size(0) == ceil_div(l.n, kTileN) &&

@@ -152,8 +152,8 @@ void rope_and_store(const Shared& s, const LayerRef& l, int tid, int64_t team) {
     const int64_t off = t.positions[r] * half;
     for (int64_t hd = 0; hd < t.hq + t.hkv; ++hd) {
       const bool q = hd < t.hq;
-      row_ops().rope_row(qkv + hd * t.d, (q ? t.q_cos : t.cos) + off, (q ? t.q_sin : t.sin) + off,
-                       half);
+      row_ops().rope_row(qkv + hd * t.d, (q ? t.q_cos : t.cos) + off,
+                         (q ? t.q_sin : t.sin) + off, half);
     }
     const uint16_t* k = qkv + t.hq * t.d;
     const uint16_t* v = qkv + (t.hq + t.hkv) * t.d;
