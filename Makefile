@@ -10,7 +10,7 @@ IMAGE ?= fp8serve:latest
 # pytest-xdist workers for `make test`: the suite uses about one core when run serially
 TEST_WORKERS ?= 2
 
-.PHONY: setup ext demo serve test test-fast lint docs bench bench-kernels bench-generate bench-llamacpp image image-local deploy-schemas validate-deploy verify-deploy clean
+.PHONY: setup ext demo serve test test-fast lint docs bench bench-kernels bench-generate bench-llamacpp llamacpp-ref image image-local deploy-schemas validate-deploy verify-deploy clean
 
 setup: $(VENV)/.installed
 
@@ -34,10 +34,10 @@ demo: setup
 serve: ext demo
 	$(BIN)/fp8serve serve --host $(HOST) --port $(PORT)
 
-test: ext deploy-schemas
+test: ext deploy-schemas llamacpp-ref
 	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup
 
-test-fast: setup
+test-fast: setup llamacpp-ref
 	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
 
 lint: setup
@@ -56,10 +56,26 @@ bench-generate: ext demo
 	mkdir -p bench/results
 	$(BIN)/fp8serve bench generate --json bench/results/generate-demo.json
 
-# --format docker: the OCI format has no HEALTHCHECK. podman if present, else docker.
 # llama.cpp baseline for `fp8serve bench generate` (compiles from source: ~10-30 min).
 bench-llamacpp: setup
 	$(PY) -m pip install --quiet 'llama-cpp-python>=0.3'
+
+# llama.cpp as the tests' reader of fp8serve's GGUF exports (tests/bench/generate): built
+# once from the sdist, about 5 minutes on 2 cores, unless a llama_cpp is installed already
+# (bench-llamacpp's). A portable AVX2 build of the library alone: no -march=native, so no
+# AMX backend (it faults on hosts that report AMX without the OS grant), no tools.
+LLAMACPP_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
+	-DLLAMA_BUILD_SERVER=OFF -DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF
+llamacpp-ref: $(VENV)/.llamacpp
+
+$(VENV)/.llamacpp: $(VENV)/.installed
+	$(PY) -c 'import llama_cpp' 2>/dev/null || \
+		CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) CMAKE_ARGS="$(LLAMACPP_CMAKE)" \
+		$(PY) -m pip install --quiet 'llama-cpp-python==0.3.36'
+	touch $@
+
+# --format docker: the OCI format has no HEALTHCHECK. podman if present, else docker.
 
 image:
 	if command -v podman >/dev/null; then \

@@ -1,27 +1,26 @@
 """GGUF export for the llama.cpp baseline (bench/generate/gguf_export.py): Q8_0 bytes equal
 gguf-py's reference quantizer, BF16 equals the dequantized FP8 weights, Q/K rows are in
 llama.cpp's interleaved RoPE order, the metadata is the model's, the cache is reused until
-the checkpoint changes, and (when llama-cpp-python is installed) llama.cpp on the BF16
-export computes the same next-token distribution as fp8serve."""
+the checkpoint changes, and llama.cpp (llama-cpp-python, which `make test` installs) on the
+BF16 export computes the same next-token distribution as fp8serve."""
 
 from __future__ import annotations
 
 import shutil
 
+import gguf
 import numpy as np
 import pytest
 import torch
 
-gguf = pytest.importorskip("gguf")
-
-from bench.generate.gguf_export import (  # noqa: E402
+from bench.generate.gguf_export import (
     ensure_gguf,
     gguf_path,
     permute_rope,
     quantize_q8_0,
 )
-from engine.kernels.reference import dequantize  # noqa: E402
-from engine.loader import load_weights  # noqa: E402
+from engine.kernels.reference import dequantize
+from engine.loader import load_weights
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +104,8 @@ def test_q8_0_export_sizes_and_cache(ckpt) -> None:
 
 
 def test_llamacpp_on_bf16_export_matches_fp8serve(ckpt) -> None:
-    llama_cpp = pytest.importorskip("llama_cpp")
+    import llama_cpp  # llama-cpp-python: installed by `make test` (Makefile llamacpp-ref)
+
     from bench.generate.run import GenerateBenchConfig, load_bench_runner
     from engine.batch import BatchInputs, SeqChunk
 

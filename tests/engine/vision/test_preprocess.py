@@ -35,9 +35,9 @@ def _noise(w: int, h: int, mode: str = "RGB", seed: int = 0) -> Image.Image:
 
 
 def _reference(img: Image.Image, max_size: int = 1540):  # type: ignore[no-untyped-def]
+    import cv2  # noqa: F401  mistral-common's ImageEncoder resizes with OpenCV (a test extra)
     from mistral_common.protocol.instruct.chunk import ImageChunk
 
-    pytest.importorskip("cv2", reason="mistral-common's ImageEncoder resizes with OpenCV")
     return _encoder(max_size)(ImageChunk(image=img))
 
 
