@@ -133,6 +133,12 @@ def _layer_lines(rep: dict[str, Any]) -> list[str]:
                for s in rep["summary"]["selected"])
     out.extend(f"  runtime fallback {f['from_kernel']} -> {f['to_kernel']}: {f['count']}"
                for f in rep["summary"]["runtime_fallbacks"])
+    decoder = rep["decoder_layers"]
+    if decoder:
+        fused = sum(d["path"] == "fused" for d in decoder)
+        out.append(f"  decoder layers: {fused} of {len(decoder)} as one fused C++ op")
+        out.extend(f"  {d['layers']:4d} layers on the Python path: {d['reason']}"
+                   for d in rep["summary"]["decoder_layers"] if d["path"] == "python")
     return out
 
 

@@ -61,6 +61,7 @@ class ModelRunner:
             self.model.attention.use_ext = False
         if (note := exactness_warning(self.kernel_report, overrides)) is not None:
             log.warning(note)
+        self.kernel_report.decoder_reasons = lambda: self.model.fusion_reasons
         reasons = self.model.fusion_reasons
         why = next((r for r in reasons if r), None)
         log.info("fused C++ layers: %d of %d%s", reasons.count(None), len(reasons),

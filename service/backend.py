@@ -145,7 +145,7 @@ class ServingState:
     def kernel_snapshot(self) -> dict[str, Any]:
         report = getattr(self.backend.runner, "kernel_report", None) if self.backend else None
         if report is None:
-            return {"layers": [], "runtime_fallbacks": []}
+            return {"layers": [], "runtime_fallbacks": [], "decoder_layers": []}
         return report.snapshot()
 
     def kernels_body(self) -> dict[str, Any]:

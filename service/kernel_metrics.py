@@ -1,5 +1,6 @@
 """Kernel metric families, built at scrape time from a kernel report snapshot
-(``KernelReport.snapshot()``: ``{"layers": [...], "runtime_fallbacks": [...]}``, shapes in
+(``KernelReport.snapshot()``: ``{"layers": [...], "runtime_fallbacks": [...],
+"decoder_layers": [...]}``, shapes in
 engine/kernels/report.py).
 
     fp8serve_kernel_selected{kernel, platform, scale_kind}      layers on each kernel
@@ -9,6 +10,10 @@ engine/kernels/report.py).
     fp8serve_kernel_startup_fallbacks{layer_group, from_kernel, to_kernel}
         layers that did not get their first-choice kernel (the forced kernel, else the
         first one this host runs) when the model was loaded
+    fp8serve_decoder_layers{path, reason}
+        decoder layers running as one fused C++ op (path "fused", reason "") or as the
+        Python layers (path "python", reason: why not fused, e.g. a kernel the op does not
+        call, FP8SERVE_FUSED=0, or the op's runtime error)
 
 A layer group is the last component of the layer name: ``qkv_proj``, ``o_proj``,
 ``gate_up_proj``, ``down_proj``, ``lm_head`` (``q_proj``, ``k_proj``, ... when a fused
@@ -24,6 +29,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 P = "fp8serve_"
+# a label value stays short: a runtime error's message can be long
+_REASON_CHARS = 160
 
 
 def layer_group(layer: str) -> str:
@@ -86,3 +93,7 @@ def kernel_families(snapshot: dict[str, Any]) -> Iterator[Metric]:
                   "first-choice kernel at load (forced, else the first the host runs).",
                   ["layer_group", "from_kernel", "to_kernel"],
                   startup_fallback_counts(snapshot))
+    yield _family(g, "decoder_layers", "Decoder layers on the fused C++ op (path fused) or "
+                  "the Python layers (path python, with the reason).", ["path", "reason"],
+                  Counter((d["path"], (d["reason"] or "")[:_REASON_CHARS])
+                          for d in snapshot.get("decoder_layers", [])))

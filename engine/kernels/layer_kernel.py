@@ -12,6 +12,8 @@ and, per layer group (service/kernel_metrics.py, from :meth:`KernelReport.snapsh
 
     fp8serve_layer_group_kernel{layer_group, kernel}            layers on that kernel
     fp8serve_kernel_startup_fallbacks{layer_group, from_kernel, to_kernel}
+    fp8serve_decoder_layers{path, reason}     decoder layers on the fused C++ op or the
+                                              Python layers (:meth:`KernelReport.decoder_counts`)
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
@@ -70,6 +73,10 @@ class KernelReport:
 
     choices: dict[str, LayerChoice] = field(default_factory=dict)
     fallbacks: list[RuntimeFallback] = field(default_factory=list)
+    # Each decoder layer's path, read live (set by the ModelRunner once the model is built):
+    # None = the fused C++ op, else why the Python layer runs (fusion_reasons in
+    # engine/model/ministral.py, which a failing first call of the op updates).
+    decoder_reasons: Callable[[], list[str | None]] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record_choice(self, choice: LayerChoice) -> None:
@@ -103,12 +110,26 @@ class KernelReport:
         with self._lock:
             return dict(Counter((f.from_kernel, f.to_kernel) for f in self.fallbacks))
 
+    def decoder_layers(self) -> list[dict[str, object]]:
+        """[{"index": i, "path": "fused" | "python", "reason": str | None}] per decoder
+        layer; empty before a model is attached."""
+        reasons = self.decoder_reasons() if self.decoder_reasons is not None else []
+        return [{"index": i, "path": "fused" if r is None else "python", "reason": r}
+                for i, r in enumerate(reasons)]
+
+    def decoder_counts(self) -> dict[tuple[str, str], int]:
+        """(path, reason or "") -> decoder layers."""
+        return dict(Counter((str(d["path"]), str(d["reason"] or ""))
+                            for d in self.decoder_layers()))
+
     def snapshot(self) -> dict[str, object]:
         with self._lock:
-            return {
+            snap: dict[str, object] = {
                 "layers": [asdict(c) for c in self.choices.values()],
                 "runtime_fallbacks": [asdict(f) for f in self.fallbacks],
             }
+        snap["decoder_layers"] = self.decoder_layers()
+        return snap
 
 
 def exactness_warning(report: KernelReport, overrides: KernelOverrides,

@@ -28,11 +28,15 @@ Shape (every key always present; lists may be empty)::
                   "warning": str | null}],
       "runtime_fallbacks": [{"layer": str, "from_kernel": str, "to_kernel": str,
                              "error": str, "stage": "prepare" | "apply"}],
+      # per decoder layer: one fused C++ op (engine/model/decode_step.py) or the Python
+      # layer, and why (empty without a model):
+      "decoder_layers": [{"index": int, "path": "fused" | "python", "reason": str | null}],
       # the metric series, pre-aggregated:
       "summary": {
         "selected":  [{"kernel": str, "platform": str, "scale_kind": str, "layers": int}],
         "rejections": [{"kernel": str, "reason": str, "layers": int}],
-        "runtime_fallbacks": [{"from_kernel": str, "to_kernel": str, "count": int}]
+        "runtime_fallbacks": [{"from_kernel": str, "to_kernel": str, "count": int}],
+        "decoder_layers": [{"path": str, "reason": str, "layers": int}]  # reason "" if fused
       }
     }
 """
@@ -85,6 +89,8 @@ def summary_dict(report: KernelReport) -> dict[str, list[dict[str, Any]]]:
                        for (k, r), n in sorted(report.rejection_counts().items())],
         "runtime_fallbacks": [{"from_kernel": f, "to_kernel": t, "count": n}
                               for (f, t), n in sorted(report.fallback_counts().items())],
+        "decoder_layers": [{"path": p, "reason": r, "layers": n}
+                           for (p, r), n in sorted(report.decoder_counts().items())],
     }
 
 
@@ -105,5 +111,6 @@ def build_kernel_report(hw: HardwareInfo, overrides: KernelOverrides | None = No
         "tables": tables_list(hw, overrides, catalog),
         "layers": snap["layers"],
         "runtime_fallbacks": snap["runtime_fallbacks"],
+        "decoder_layers": snap["decoder_layers"],
         "summary": summary_dict(report),
     }

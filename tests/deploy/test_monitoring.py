@@ -35,6 +35,9 @@ REPORT = {  # one layer fell back at startup, one at run time: every kernel fami
     "runtime_fallbacks": [{"layer": "model.layers.0.mlp.down_proj",
                            "from_kernel": "avx512_w8a16", "to_kernel": "torch_w8a16",
                            "error": "boom", "stage": "apply"}],
+    "decoder_layers": [{"index": 0, "path": "python",
+                        "reason": "qkv_proj runs torch_w8a16 (w[N,K]), not the AVX-512, "
+                                  "AMX or AVX2 FP8 kernel"}],
 }
 
 
@@ -88,6 +91,7 @@ def test_alerts_cover_kernel_fallbacks_and_load():
     wanted = {"Fp8serveTorchKernel": 'fp8serve_kernel_selected{kernel=~"torch_.*"}',
               "Fp8serveKernelStartupFallback": "fp8serve_kernel_startup_fallbacks",
               "Fp8serveKernelRuntimeFallback": "fp8serve_kernel_runtime_fallbacks_total",
+              "Fp8serveDecoderNotFused": 'fp8serve_decoder_layers{path="python"}',
               "Fp8serveQueueBacklog": "fp8serve_num_requests_waiting",
               "Fp8serveKvCacheFull": "fp8serve_kv_cache_usage_perc"}
     for alert, metric in wanted.items():
@@ -110,6 +114,7 @@ def _datasource_uid() -> str:
     ("Kernel per layer group", ["fp8serve_layer_group_kernel", "layer_group, kernel"]),
     ("Startup fallbacks", ["fp8serve_kernel_startup_fallbacks", "from_kernel, to_kernel"]),
     ("Runtime fallbacks", ["fp8serve_kernel_runtime_fallbacks_total"]),
+    ("Decoder layers off the fused op", ['fp8serve_decoder_layers{path="python"']),
     ("Time to first token", ["histogram_quantile(0.5,", "histogram_quantile(0.99,",
                              "rate(fp8serve_time_to_first_token_seconds_bucket"]),
     ("Inter-token latency", ["histogram_quantile(0.95,",

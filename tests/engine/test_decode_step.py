@@ -210,6 +210,9 @@ def test_fused_layer_failing_on_first_call_falls_back_to_python(weights) -> None
     assert logit_error(fused.run(BatchInputs((chunk,))), py.run(BatchInputs((chunk,)))) < 2e-2
     assert fused.model.fused[1] is None and fused.model.fused[0] is not None
     assert "simulated failure" in str(fused.model.fusion_reasons[1])
+    paths = [(d["path"], d["reason"]) for d in fused.kernel_report.snapshot()["decoder_layers"]]
+    assert paths == [("fused", None), ("python", fused.model.fusion_reasons[1]),
+                     ("fused", None)]  # what /kernels and the metrics show
 
 
 def test_fused_batched_prefill_equals_solo_bitwise(weights) -> None:

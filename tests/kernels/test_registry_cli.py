@@ -51,7 +51,8 @@ def test_report_dict_shape_and_summary() -> None:
     rep = build_kernel_report(hw, KernelOverrides(disabled=frozenset({"avx2_w8a16"})), _report())
     text = json.dumps(rep)  # JSON-able (raises otherwise)
     assert set(rep) == {"schema", "platform", "hardware", "extension", "overrides", "tables",
-                        "layers", "runtime_fallbacks", "summary"}
+                        "layers", "runtime_fallbacks", "decoder_layers", "summary"}
+    assert rep["decoder_layers"] == [] and rep["summary"]["decoder_layers"] == []  # no model
     assert rep["platform"] == "cpu" and rep["hardware"]["features"]["avx2"] is True
     assert rep["hardware"]["cuda"] == {"available": False, "capability": None, "name": None}
     assert rep["extension"]["error"] == "g++: not found"
@@ -100,6 +101,16 @@ def test_kernels_command_with_model_shows_per_layer_choices(tiny_checkpoint, cap
     assert rep["layers"], "the model's FP8 linears are listed"
     assert all(c["kernel_id"] == "torch_w8a16" for c in rep["layers"])
     assert sum(s["layers"] for s in rep["summary"]["selected"]) == len(rep["layers"])
+    # no fused decode op calls torch_w8a16: every decoder layer is on the Python path
+    decoder = rep["decoder_layers"]
+    assert [d["index"] for d in decoder] == list(range(len(decoder))) and decoder
+    assert all(d["path"] == "python" and "runs torch_w8a16" in d["reason"] for d in decoder)
+    assert [s["layers"] for s in rep["summary"]["decoder_layers"]] == [len(decoder)]
+    assert kernels_cli.run(parse("--model", str(model), "--kernel", "torch_w8a16"),
+                           hw=ZEN5) == 0
+    text = capsys.readouterr().out
+    assert f"decoder layers: 0 of {len(decoder)} as one fused C++ op" in text
+    assert f"{len(decoder)} layers on the Python path: qkv_proj runs torch_w8a16" in text
 
 
 def test_kernels_command_with_missing_model_is_a_one_line_error(tmp_path) -> None:

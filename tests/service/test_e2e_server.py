@@ -246,6 +246,28 @@ def test_prometheus_scrapes_kernel_metric(server):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def test_kernels_and_metrics_show_each_decoder_layers_path(server):
+    """/kernels lists every decoder layer's path (the fused C++ op or the Python layers,
+    and why) and fp8serve_decoder_layers counts them; layers whose linears all run one
+    kernel family the op calls are fused."""
+    from engine.model.decode_step import family_of
+
+    kernels = httpx.get(server["url"] + "/kernels",
+                        headers={"Authorization": f"Bearer {KEY}"}).json()
+    decoder = kernels["decoder_layers"]
+    assert [d["index"] for d in decoder] == list(range(len(decoder))) and decoder
+    assert all((d["path"] == "fused") == (d["reason"] is None) for d in decoder)
+    linears = [c["kernel_id"] for c in kernels["layers"] if c["layer"].startswith("layers.")]
+    assert len(linears) == 4 * len(decoder)  # qkv, o, gate_up, down of each layer
+    fusable = all(family_of(k) for k in linears)
+    fused = sum(d["path"] == "fused" for d in decoder)
+    assert fused == (len(decoder) if fusable else 0), decoder
+    assert metric(server, "fp8serve_decoder_layers") == len(decoder)
+    if fused:
+        text = httpx.get(server["url"] + "/metrics").text
+        assert f'fp8serve_decoder_layers{{path="fused",reason=""}} {float(fused)}' in text
+
+
 def test_sigterm_drains_then_exits(server):
     """Last in this module: it stops the shared server."""
     proc, url = server["proc"], server["url"]

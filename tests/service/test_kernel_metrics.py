@@ -89,3 +89,25 @@ def test_empty_report_exports_the_gauges_without_samples():
     for name in ("kernel_selected", "layer_group_kernel", "kernel_startup_fallbacks"):
         assert f"# TYPE fp8serve_{name} " in text
         assert f"\nfp8serve_{name}{{" not in text
+
+
+def test_decoder_layer_paths_are_a_gauge_by_path_and_reason():
+    """Each decoder layer's path, read live from the model's reasons: a fused layer whose
+    op failed at runtime moves to path python with its error; a long reason is cut."""
+    report = KernelReport()
+    reasons: list[str | None] = [None, None, "fusion disabled"]
+    report.decoder_reasons = lambda: reasons
+    text = _scrape(report)
+    assert 'fp8serve_decoder_layers{path="fused",reason=""} 2.0' in text
+    assert 'fp8serve_decoder_layers{path="python",reason="fusion disabled"} 1.0' in text
+    reasons[1] = "runtime error: " + "x" * 400
+    text = _scrape(report)
+    assert 'fp8serve_decoder_layers{path="fused",reason=""} 1.0' in text
+    assert f'reason="runtime error: {"x" * 145}"}} 1.0' in text  # 160 characters
+    assert report.snapshot()["decoder_layers"][1] == {
+        "index": 1, "path": "python", "reason": reasons[1]}
+
+
+def test_no_model_no_decoder_layers():
+    assert KernelReport().snapshot()["decoder_layers"] == []
+    assert "fp8serve_decoder_layers{" not in _scrape(KernelReport())
