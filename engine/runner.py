@@ -54,7 +54,8 @@ class ModelRunner:
         eager = os.environ.get("FP8SERVE_FUSED", "") == "0"
         self.model = Ministral(weights, make, max_positions=engine_config.max_model_len,
                                fuse=False if eager else None,
-                               lm_head_dtype=engine_config.lm_head_dtype)
+                               lm_head_dtype=engine_config.lm_head_dtype,
+                               fuse_off="FP8SERVE_FUSED=0 (the Python reference layers)")
         kv_dtype = kv_torch_dtype(engine_config.kv_cache_dtype)
         fp8 = kv_dtype != KV_DTYPE
         if eager:  # the reference path: Python layers, SDPA attention, Bf16Linear head

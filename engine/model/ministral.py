@@ -91,9 +91,11 @@ class Ministral:
     store and the step's metadata are passed to :meth:`forward`."""
 
     def __init__(self, weights: ModelWeights, make: LinearFactory, max_positions: int,
-                 fuse: bool | None = None, lm_head_dtype: str = "auto") -> None:
+                 fuse: bool | None = None, lm_head_dtype: str = "auto",
+                 fuse_off: str = "fusion disabled") -> None:
         """``fuse``: run eligible layers as one C++ op (None = whenever possible; False =
-        always the Python layers). ``lm_head_dtype``: auto | bf16 | fp8 (lm_head.py)."""
+        always the Python layers, each with the reason ``fuse_off``). ``lm_head_dtype``:
+        auto | bf16 | fp8 (lm_head.py)."""
         c = weights.config
         self.config = c
         self.embed = weights.embed_tokens  # [V, H] bf16
@@ -112,7 +114,7 @@ class Ministral:
         self.rope = RopeTables.build(c.rope, c.head_dim, max_positions)
         self.fused: list[FusedDecodeLayer | None] = []
         self.fusion_reasons: list[str | None] = []
-        self.set_fusion(fuse)
+        self.set_fusion(fuse, fuse_off)
 
     @staticmethod
     def _build_head(weights: ModelWeights, make: LinearFactory, fuse: bool | None,
@@ -132,10 +134,10 @@ class Ministral:
             release_pages(head)
         return packed
 
-    def set_fusion(self, fuse: bool | None) -> None:
-        """(Re)decide which layers run as one C++ op; reasons kept in fusion_reasons."""
-        reasons = [fusion_reason(layer) if fuse is not False else "fusion disabled"
-                   for layer in self.layers]
+    def set_fusion(self, fuse: bool | None, off: str = "fusion disabled") -> None:
+        """(Re)decide which layers run as one C++ op; reasons kept in fusion_reasons
+        (``off`` for every layer when ``fuse`` is False)."""
+        reasons = [fusion_reason(layer) if fuse is not False else off for layer in self.layers]
         if fuse and any(reasons):
             raise ValueError(f"cannot fuse every layer: {next(r for r in reasons if r)}")
         self.fusion_reasons = reasons

@@ -117,3 +117,12 @@ def test_kernels_command_with_missing_model_is_a_one_line_error(tmp_path) -> Non
     args = parse("--model", str(tmp_path / "nope"))
     with pytest.raises(CliError, match="not a directory"):
         kernels_cli.run(args, hw=ZEN5)
+
+
+def test_kernels_command_names_fp8serve_fused_0_as_the_reason(tiny_checkpoint, capsys,
+                                                              monkeypatch) -> None:
+    monkeypatch.setenv("FP8SERVE_FUSED", "0")
+    assert kernels_cli.run(parse("--model", str(tiny_checkpoint()), "--json"), hw=ZEN5) == 0
+    decoder = json.loads(capsys.readouterr().out)["decoder_layers"]
+    assert decoder and all(d["path"] == "python" and d["reason"].startswith("FP8SERVE_FUSED=0")
+                           for d in decoder)
