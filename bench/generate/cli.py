@@ -1,7 +1,8 @@
 """`fp8serve bench generate`: single-stream prefill and decode tokens/s of fp8serve through
 the model runner, against same-run baselines (bench/generate/run.py): the memory
-bandwidth bound, torch bf16 matmul for the same FLOPs, transformers and llama.cpp. Prints a
-table of ratios and writes JSON."""
+bandwidth bound, torch bf16 matmul for the same FLOPs, transformers, llama.cpp and the same
+runner on the Python layers (what the fused C++ op is worth). Prints a table of ratios and
+writes JSON."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gen-len", type=int, default=64)
     p.add_argument("--threads", type=int, default=None,
                    help="threads for every engine (default: torch's default, all cores)")
-    p.add_argument("--baselines", default="transformers,llamacpp",
-                   help="comma list of transformers, llamacpp ('' = none)")
+    p.add_argument("--baselines", default="transformers,llamacpp,python_layers",
+                   help="comma list of transformers, llamacpp, python_layers (the same "
+                        "runner on the Python layers instead of the fused C++ op) "
+                        "('' = none)")
     p.add_argument("--hf-dtype", choices=("float32", "bfloat16"), default="float32",
                    help="dtype transformers dequantizes the FP8 weights into")
     p.add_argument("--gguf", type=Path, default=None,
@@ -104,6 +107,8 @@ def _fmt(v: float | None, spec: str = "{:.1f}") -> str:
 def _label(name: str, b: dict[str, Any]) -> str:
     if name == "transformers":
         return f"transformers ({b.get('dtype')})"
+    if name == "python_layers":
+        return "fp8serve, Python layers"
     parts = Path(b.get("gguf") or "?").name.split(".")  # e.g. SmolLM2-135M.Q4_1.gguf
     return f"llama.cpp ({parts[-2] if len(parts) > 2 else 'GGUF'})"
 

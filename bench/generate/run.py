@@ -7,7 +7,10 @@ model runner (the path the server takes), against baselines measured in the same
   after the timed generation, the former torch-sum figure reported beside it;
 * the prefill compute reference: torch bf16 matmul of the model's own linear shapes at
   M = prompt_len (same FLOPs as fp8serve's linears);
-* Hugging Face transformers and llama.cpp (bench/generate/baselines.py).
+* Hugging Face transformers and llama.cpp (bench/generate/baselines.py);
+* ``python_layers``: the same runner with every decoder layer on the Python path (torch
+  ops, what FP8SERVE_FUSED=0 runs) instead of the fused C++ op, timed in the same
+  interleaved rounds: what the fused op is worth on this host.
 
 Every figure is a ratio against something timed in this run: the machine is shared."""
 
@@ -35,7 +38,8 @@ from bench.generate.refs import (  # noqa: F401 - re-exported for callers
     prefill_linear_shapes,
 )
 
-BASELINES = ("transformers", "llamacpp")
+BASELINES = ("transformers", "llamacpp", "python_layers")
+PYTHON_LAYERS = "python_layers"
 Log = Callable[[str], object]
 
 
@@ -120,6 +124,16 @@ def load_bench_runner(cfg: GenerateBenchConfig) -> tuple[Any, dict[str, Any], An
     hw = probe_hardware()
     runner = ModelRunner(weights, ecfg, hw, KernelOverrides.from_env())
     return runner, bytes_tok, hw
+
+
+def time_python_layers(runner: Any, prompt: list[int], gen_len: int) -> GenTiming:
+    """time_runner with every decoder layer on the Python path; the runner's fusion is
+    restored afterwards (its next fused call checks each layer again, then stacks them)."""
+    runner.model.set_fusion(False, "bench generate: the python_layers round")
+    try:
+        return time_runner(runner, prompt, gen_len)
+    finally:
+        runner.model.set_fusion(None)
 
 
 def load_fp8serve(cfg: GenerateBenchConfig, prompt: list[int], log: Log) -> dict[str, Any]:
@@ -216,6 +230,10 @@ def run_generate_bench(cfg: GenerateBenchConfig, log: Log = print) -> dict[str, 
     loaded = load_fp8serve(cfg, prompt, log)
     engines, base = llamacpp_engines(cfg, prompt, threads, log)
     contenders = [Contender("fp8serve", partial(time_runner, loaded["runner"]))]
+    if PYTHON_LAYERS in cfg.baselines:
+        time_python_layers(loaded["runner"], prompt[: min(16, len(prompt))], 4)  # warm-up
+        contenders.append(Contender(PYTHON_LAYERS, partial(time_python_layers,
+                                                           loaded["runner"])))
     contenders += [Contender(n, e.generate) for n, e in engines.items()]
     timings = run_rounds(contenders, prompt, cfg.gen_len, cfg.rounds, probe, samples, log)
     del contenders  # the runner's last reference is loaded["runner"]
@@ -225,6 +243,10 @@ def run_generate_bench(cfg: GenerateBenchConfig, log: Log = print) -> dict[str, 
         eng.close()
         base[name] = (median_round(timings[name]).to_dict() | eng.info
                       | {"rounds": per_round(timings[name])})
+    if PYTHON_LAYERS in timings:  # same weights and kernels, so the same bytes per token
+        base[PYTHON_LAYERS] = (median_round(timings[PYTHON_LAYERS]).to_dict()
+                               | {"bytes_per_token": bytes_tok["total"],
+                                  "rounds": per_round(timings[PYTHON_LAYERS])})
     if "transformers" in cfg.baselines:
         base |= _run_transformers(cfg, prompt, log, probe, samples)
     timing = median_round(timings["fp8serve"])

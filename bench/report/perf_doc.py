@@ -66,8 +66,8 @@ def summary_table(runs: list[dict[str, Any]]) -> list[str]:
     """One row per generate run: fp8serve's decode and its ratios to llama.cpp,
     transformers, the bandwidth bound and (prefill) torch bf16 matmul."""
     head = ["model", "prompt / generated", "fp8serve decode tok/s", "x llama.cpp (decode)",
-            "x transformers (decode)", "of the bandwidth bound (decode)",
-            "prefill x torch bf16 matmul"]
+            "x transformers (decode)", "x its Python layers (decode)",
+            "of the bandwidth bound (decode)", "prefill x torch bf16 matmul"]
     rows = []
     for g in runs:
         r, lname = g["ratios"], _llamacpp(g)
@@ -79,6 +79,7 @@ def summary_table(runs: list[dict[str, Any]]) -> list[str]:
         rows.append([f"{g['model']['name']} ({g['model']['num_layers']} layers)",
                      f"{g['config']['prompt_len']} / {g['config']['gen_len']}",
                      _tok_s(g["fp8serve"]["decode_tok_s"]), lc, tr,
+                     _fmt(r.get("decode_vs_python_layers")),
                      _fmt(r.get("decode_vs_bandwidth_bound")),
                      _fmt(r.get("prefill_vs_bf16_matmul"))])
     return (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -25,7 +25,7 @@ def generate_section(runs: list[dict[str, Any]]) -> list[str]:
     """One row per model: fp8serve prefill/decode and every ratio measured with it."""
     head = ["model", "threads", "prefill tok/s", "decode tok/s", "decode / bw bound",
             "prefill / bf16 matmul", "transformers decode", "x transformers (dec / pre)",
-            "llama.cpp decode", "x llama.cpp (dec / pre)"]
+            "llama.cpp decode", "x llama.cpp (dec / pre)", "x Python layers (dec / pre)"]
     rows = []
     for g in runs:
         ours, r, b = g["fp8serve"], g["ratios"], g["baselines"]
@@ -42,13 +42,17 @@ def generate_section(runs: list[dict[str, Any]]) -> list[str]:
             f"{_f(r.get('prefill_vs_transformers'), '{:.2f}')}",
             _f(lc.get("decode_tok_s")),
             f"{_f(r.get(f'decode_vs_{lname}'), '{:.2f}')} / "
-            f"{_f(r.get(f'prefill_vs_{lname}'), '{:.2f}')}"])
+            f"{_f(r.get(f'prefill_vs_{lname}'), '{:.2f}')}",
+            f"{_f(r.get('decode_vs_python_layers'), '{:.2f}')} / "
+            f"{_f(r.get('prefill_vs_python_layers'), '{:.2f}')}"])
     c = runs[0]["config"]
     return ([f"### Single stream (`fp8serve bench generate`, prompt {c['prompt_len']}, "
              f"{c['gen_len']} generated tokens, greedy)", ""] + _table(head, rows)
             + ["", "Bandwidth bound = read bandwidth measured in the same process / bytes "
                    "read per decode token (every FP8 weight byte + the lm_head + one "
-                   "embedding row + norms). '-' = baseline skipped or not run."])
+                   "embedding row + norms). Python layers = the same runner with every "
+                   "decoder layer in torch ops instead of the fused C++ op, in the same "
+                   "interleaved rounds. '-' = baseline skipped or not run."])
 
 
 def serve_section(s: dict[str, Any], name: str) -> list[str]:

@@ -19,7 +19,7 @@ from bench.generate.run import (
 from engine.loader import load_weights, read_model_config
 
 
-def _args(model, out, baselines="transformers,llamacpp", **kw):
+def _args(model, out, baselines="transformers,llamacpp,python_layers", **kw):
     base = dict(model=model, prompt_len=24, gen_len=5, threads=1, baselines=baselines,
                 hf_dtype="float32", gguf=None, bandwidth_mib=16, json=out)
     return argparse.Namespace(**(base | kw))
@@ -65,10 +65,17 @@ def test_baselines_and_ratios(result):
     assert r["decode_vs_bandwidth_bound"] == pytest.approx(ours["decode_tok_s"] / bound)
     assert r["prefill_vs_bf16_matmul"] == pytest.approx(
         ours["prefill_tok_s"] / result["bf16_matmul"]["prefill_tok_s"])
+    py = result["baselines"]["python_layers"]  # the same runner, decoder layers in torch
+    assert py["decode_steps"] == 4 and py["prompt_tokens"] == 24 and len(py["output_ids"]) == 5
+    assert py["bytes_per_token"] == result["bytes_per_token"]["total"]
+    assert r["decode_vs_python_layers"] == pytest.approx(
+        ours["decode_tok_s"] / py["decode_tok_s"])
     # Same weights, greedy: both engines start with the same token.
     assert result["agreement_tokens"]["transformers"] >= 1
+    assert result["agreement_tokens"]["python_layers"] >= 1
     text = format_table(result)
     assert "transformers (float32)" in text and "fp8serve: " in text
+    assert "fp8serve, Python layers" in text
 
 
 def test_bytes_per_token_counts_every_weight(tiny_checkpoint):

@@ -58,10 +58,14 @@ def kernel_row(shape: str, m: int, kernel: str, ms: float, bf16_ms: float) -> di
             "vs_scaled_mm": None}
 
 
-def generate_run(name: str, decode: float, llama: float | None, hf: float) -> dict:
+def generate_run(name: str, decode: float, llama: float | None, hf: float,
+                 python_layers: float | None = None) -> dict:
     base = {"transformers": {"decode_tok_s": hf, "dtype": "float32"}}
     ratios = {"decode_vs_bandwidth_bound": decode / 200.0, "prefill_vs_bf16_matmul": 0.7,
               "decode_vs_transformers": decode / hf}
+    if python_layers is not None:
+        base["python_layers"] = {"decode_tok_s": python_layers}
+        ratios["decode_vs_python_layers"] = decode / python_layers
     if llama is not None:
         base["llamacpp_q8_0"] = {"decode_tok_s": llama}
         ratios["decode_vs_llamacpp_q8_0"] = decode / llama
@@ -102,13 +106,13 @@ def test_probe_line_names_cpu_features_and_dispatch(results: Path) -> None:
 
 
 def test_summary_gives_each_ratio_or_says_not_run() -> None:
-    rows = summary_table([generate_run("demo", 150.0, 75.0, 15.0),
+    rows = summary_table([generate_run("demo", 150.0, 75.0, 15.0, python_layers=60.0),
                           generate_run("3b", 6.0, None, 1.5)])
     cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows[2:]]
     assert cells[0] == ["demo (30 layers)", "512 / 64", "150.0", "2.00 (llamacpp_q8_0)",
-                        "10.00 (float32)", "0.75", "0.70"]
+                        "10.00 (float32)", "2.50", "0.75", "0.70"]
     assert cells[1][2] == "6.00" and cells[1][3] == "- (not run)"
-    assert cells[1][4] == "4.00 (float32)"
+    assert cells[1][4] == "4.00 (float32)" and cells[1][5] == "-"
     skipped = generate_run("3b", 6.0, None, 1.5)  # llama-cpp-python missing: recorded, no ratio
     skipped["baselines"]["llamacpp"] = {"skipped": "llama-cpp-python is not installed"}
     skipped["ratios"]["decode_vs_llamacpp"] = None
