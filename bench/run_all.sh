@@ -28,7 +28,7 @@
 #
 # Environment: OUT (results dir), MODELS (where synth checkpoints are written once; about
 # 4 GB for 3B, 9 GB for 8B), THREADS (default: all cores), BASELINES_3B (default
-# transformers; '' = none), RUN_8B=1 to include the 8B-shaped RSS run, SKIP="kernels serve"
+# transformers,python_layers; '' = none), RUN_8B=1 to include the 8B-shaped RSS run, SKIP="kernels serve"
 # to skip steps (names: kernels generate-demo generate-3b lm-head-demo lm-head-3b serve
 # rss-demo rss-3b rss-8b prefix-demo prefix-3b structured structured-spec vision), KERNEL_M
 # (the kernel step's M values, default 1,8,32,128,512).
@@ -44,7 +44,7 @@ done
 OUT=${OUT:-bench/results}
 MODELS=${MODELS:-${FP8SERVE_CACHE_DIR:-$HOME/.cache/fp8serve}/bench-models}
 THREADS=${THREADS:-$(nproc)}
-BASELINES_3B=${BASELINES_3B-transformers}
+BASELINES_3B=${BASELINES_3B-transformers,python_layers}
 RUN_8B=${RUN_8B:-0}
 SKIP=${SKIP:-}
 SERVE_ROUNDS=${SERVE_ROUNDS:-3}
