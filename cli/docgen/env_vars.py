@@ -23,5 +23,7 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      "startup"),
     ("FP8SERVE_FUSED", "engine/runner.py",
      "`0` runs every decoder layer through the Python reference path (torch ops, SDPA) "
-     "instead of the fused C++ layer: for A/B runs and as an escape hatch"),
+     "instead of the fused C++ layer: an escape hatch (GET /kernels `decoder_layers` and "
+     "`fp8serve_decoder_layers` name it as the reason); `fp8serve bench generate`'s "
+     "`python_layers` baseline times that path beside the fused one"),
 )
