@@ -44,8 +44,8 @@ GEMM_AVX2 = -2
 
 @dataclass(frozen=True, slots=True)
 class GemmFamily:
-    """Kernels whose linears one fused op can call, their packed layout, and the lowest
-    dispatch ISAs the op then runs at."""
+    """Kernels whose linears one fused op can call, their packed layout, the dispatch
+    ISAs at which the op runs them (the first is the lowest), and the op's dims[5]."""
 
     name: str
     kernels: frozenset[str]

@@ -60,9 +60,10 @@ void for_rows(int64_t t_n, int64_t row_elems, const F& fn) {
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   const int64_t t_n = x.size(0), h = x.size(1);
   at::Tensor out = at::empty_like(x);
+  const RowOps& ops = row_ops();
   for_rows(t_n, h, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      row_ops().rms_norm_row(bits(x) + t * h, bits(w), h, float(eps), bits(out) + t * h);
+      ops.rms_norm_row(bits(x) + t * h, bits(w), h, float(eps), bits(out) + t * h);
     }
   });
   return out;
@@ -75,12 +76,13 @@ void rope(const at::Tensor& qkv, const std::vector<at::Tensor>& tables, const at
   const int64_t* pp = pos.data_ptr<int64_t>();
   const float *cos = tables[0].data_ptr<float>(), *sin = tables[1].data_ptr<float>();
   const float *qcos = tables[2].data_ptr<float>(), *qsin = tables[3].data_ptr<float>();
+  const RowOps& ops = row_ops();
   for_rows(t_n, (hq + hkv) * d, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       for (int64_t hd = 0; hd < hq + hkv; ++hd) {
         const int64_t off = pp[t] * half;
-        row_ops().rope_row(bits(qkv) + t * ld + hd * d, (hd < hq ? qcos : cos) + off,
-                         (hd < hq ? qsin : sin) + off, half);
+        ops.rope_row(bits(qkv) + t * ld + hd * d, (hd < hq ? qcos : cos) + off,
+                     (hd < hq ? qsin : sin) + off, half);
       }
     }
   });
@@ -90,10 +92,11 @@ void rope(const at::Tensor& qkv, const std::vector<at::Tensor>& tables, const at
 at::Tensor silu_mul(const at::Tensor& gu, int64_t inter) {
   const int64_t t_n = gu.size(0);
   at::Tensor out = at::empty({t_n, inter}, gu.options());
+  const RowOps& ops = row_ops();
   for_rows(t_n, 2 * inter, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const uint16_t* g = bits(gu) + t * 2 * inter;
-      row_ops().silu_mul_row(g, g + inter, inter, bits(out) + t * inter);
+      ops.silu_mul_row(g, g + inter, inter, bits(out) + t * inter);
     }
   });
   return out;
@@ -102,8 +105,9 @@ at::Tensor silu_mul(const at::Tensor& gu, int64_t inter) {
 // h += y (bf16 add, one rounding); both contiguous [T, H]
 void add_into(const at::Tensor& h, const at::Tensor& y) {
   const int64_t cols = h.size(1);
+  const RowOps& ops = row_ops();
   for_rows(h.size(0), cols, [&](int64_t t0, int64_t t1) {
-    row_ops().add_row(bits(h) + t0 * cols, bits(y) + t0 * cols, (t1 - t0) * cols);
+    ops.add_row(bits(h) + t0 * cols, bits(y) + t0 * cols, (t1 - t0) * cols);
   });
 }
 

@@ -55,6 +55,8 @@ struct Shared {
   int64_t nseg;                   // 0: whole (row, KV head) items, else segments per row
   int64_t xld;                    // row stride of the private x buffers: max(H, I)
   TileRange* ranges;              // [n_layers * kPhases], each set to [0, items)
+  const RowOps& ops;              // row_ops() and vector_kernel(), looked up once a step
+  const VectorKernel& kern;
   SpinBarrier barrier;
 };
 
@@ -117,13 +119,12 @@ void gemm_phase(Shared& s, TileRange& range, int tid, const LinearRef& l, const 
                 int64_t ldx, uint16_t* y, bool residual, const Private& p) {
   const int64_t rows = s.step.t_n, cols = tile_cols(l);
   const bool prescaled = l.kind == GemmKind::kAvx2 && widen_rows(x, ldx, rows, l.kp, p.xf);
-  const RowOps& ops = row_ops();
   claim_all(range, tid, gemm_chunk(l, rows), [&](int64_t t0, int64_t t1) {
     gemm_tiles(l, rows, x, ldx, p.xf, prescaled, y, t0, t1);
     if (residual) {
       const int64_t c0 = t0 * cols, c1 = std::min(t1 * cols, l.n);
       for (int64_t r = 0; r < rows; ++r) {
-        ops.add_row(s.h + r * s.step.hid + c0, y + r * l.n + c0, c1 - c0);
+        s.ops.add_row(s.h + r * s.step.hid + c0, y + r * l.n + c0, c1 - c0);
       }
     }
   });
@@ -152,8 +153,8 @@ void rope_and_store(const Shared& s, const LayerRef& l, int tid, int64_t team) {
     const int64_t off = t.positions[r] * half;
     for (int64_t hd = 0; hd < t.hq + t.hkv; ++hd) {
       const bool q = hd < t.hq;
-      row_ops().rope_row(qkv + hd * t.d, (q ? t.q_cos : t.cos) + off,
-                         (q ? t.q_sin : t.sin) + off, half);
+      s.ops.rope_row(qkv + hd * t.d, (q ? t.q_cos : t.cos) + off,
+                     (q ? t.q_sin : t.sin) + off, half);
     }
     const uint16_t* k = qkv + t.hq * t.d;
     const uint16_t* v = qkv + (t.hq + t.hkv) * t.d;
@@ -173,7 +174,7 @@ void rope_and_store(const Shared& s, const LayerRef& l, int tid, int64_t team) {
 void rms_norm_rows(const Shared& s, const uint16_t* w, const Private& p) {
   const StepRef& t = s.step;
   for (int64_t r = 0; r < t.t_n; ++r) {
-    row_ops().rms_norm_row(s.h + r * t.hid, w, t.hid, t.eps, p.x + r * s.xld);
+    s.ops.rms_norm_row(s.h + r * t.hid, w, t.hid, t.eps, p.x + r * s.xld);
   }
 }
 
@@ -183,16 +184,16 @@ const uint16_t* attention(Shared& s, const LayerRef& l, TileRange& range, int ti
                           const Private& p) {
   if (s.nseg == 0) {
     const AttnArgs a = attn_args(s, l, s.attn);
-    claim_all(range, tid, 1, [&](int64_t i0, int64_t i1) { vector_kernel().items(a, i0, i1); });
+    claim_all(range, tid, 1, [&](int64_t i0, int64_t i1) { s.kern.items(a, i0, i1); });
     s.barrier.wait();
     return s.attn;
   }
   const AttnArgs a = attn_args(s, l, p.attn);
   claim_all(range, tid, 1, [&](int64_t i0, int64_t i1) {
-    vector_kernel().segments(a, s.nseg, i0, i1, s.part);
+    s.kern.segments(a, s.nseg, i0, i1, s.part);
   });
   s.barrier.wait();
-  vector_kernel().merge(a, s.nseg, 0, s.step.t_n * s.step.hkv, s.part);
+  s.kern.merge(a, s.nseg, 0, s.step.t_n * s.step.hkv, s.part);
   return p.attn;
 }
 
@@ -212,7 +213,7 @@ void layer(Shared& s, const LayerRef& l, TileRange* ranges, int tid, int64_t tea
   s.barrier.wait();
   for (int64_t r = 0; r < t.t_n; ++r) {
     const uint16_t* g = s.gu + r * 2 * t.inter;
-    row_ops().silu_mul_row(g, g + t.inter, t.inter, p.x + r * s.xld);
+    s.ops.silu_mul_row(g, g + t.inter, t.inter, p.x + r * s.xld);
   }
   gemm_phase(s, ranges[4], tid, l.down, p.x, s.xld, s.down, true, p);
   s.barrier.wait();
@@ -264,7 +265,7 @@ void decode_team(const StepRef& step, const LayerRef* layers, int64_t n_layers, 
   }
   uint16_t* b = buf.data();
   Shared s{step, h, b, nullptr, nullptr, nullptr, nullptr, part.data(), nseg, xld,
-           ranges.get(), {}};
+           ranges.get(), row_ops(), vector_kernel(), {}};
   s.o = s.qkv + rows * qkv_cols(step);
   s.gu = s.o + rows * step.hid;
   s.down = s.gu + rows * 2 * step.inter;
