@@ -8,9 +8,7 @@ the medians over the rounds, the comparison rows)."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,54 +123,11 @@ def report(args: argparse.Namespace, levels: list[dict[str, Any]]) -> dict[str, 
     return {"cache": cache, "servers": servers}
 
 
-@contextlib.contextmanager
-def spec_servers(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
-    """(URL with speculation, URL without): two `fp8serve serve` processes on free ports,
-    the same model and flags but --speculative-config; stopped on exit."""
-    import socket
-    import subprocess
-    import sys
-    import tempfile
-
-    from bench.common.server_process import stop, wait_ready
-    from engine.config import ConfigError
-    from engine.demo_model import ensure_demo_model
-    from engine.spec.config import SpeculativeConfig
-
-    try:
-        spec = SpeculativeConfig.parse(args.speculative_config)
-    except ConfigError as exc:
-        raise BenchError(str(exc)) from exc
-    if spec is None:
-        raise BenchError("--speculative-config: give a config to compare with")
-    model = args.model_dir or ensure_demo_model()
-    common = ["--max-num-seqs", str(max(args.concurrency)), *args.server_arg]
-    procs = []
-    try:
-        urls = []
-        for extra in (["--speculative-config", spec.to_json()], []):
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-            log = Path(tempfile.mkstemp(suffix=".log", prefix="fp8serve-bench-")[1])
-            cmd = [sys.executable, "-m", "cli.main", "--log-level", "WARNING", "serve",
-                   "--model", str(model), "--port", str(port), *common, *extra]
-            proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
-            procs.append(proc)
-            url = f"http://127.0.0.1:{port}"
-            print(f"started {url} ({'speculative' if extra else 'plain'}; log {log})",
-                  flush=True)
-            wait_ready(url, proc, 900.0, log)
-            urls.append(url)
-        yield urls[0], urls[1]
-    finally:
-        for proc in procs:
-            stop(proc)
-
-
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "speculative_config", None) is None:
         return _run(args)
+    from bench.serve.servers import spec_servers
+
     with spec_servers(args) as (on, off):
         args.url, args.compare_url = on, off
         return _run(args)
