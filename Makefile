@@ -56,14 +56,18 @@ bench-generate: ext demo
 	mkdir -p bench/results
 	$(BIN)/fp8serve bench generate --json bench/results/generate-demo.json
 
-# llama.cpp baseline for `fp8serve bench generate` (compiles from source: ~10-30 min).
-bench-llamacpp: setup
-	$(PY) -m pip install --quiet 'llama-cpp-python>=0.3'
+# llama.cpp compiled for this host (-march=native; AMX only where the OS grants it) for the
+# benchmarks: bench generate's llamacpp baseline loads its library, bench serve
+# --llama-server runs its llama-server. Built once per host class under the cache, from
+# the sdist of the llama-cpp-python that llamacpp-ref installs (an hour on 2 cores).
+bench-llamacpp: llamacpp-ref
+	$(BIN)/fp8serve bench llamacpp
 
 # llama.cpp as the tests' reader of fp8serve's GGUF exports (tests/bench/generate): built
-# once from the sdist, about 5 minutes on 2 cores, unless a llama_cpp is installed already
-# (bench-llamacpp's). A portable AVX2 build of the library alone: no -march=native, so no
-# AMX backend (it faults on hosts that report AMX without the OS grant), no tools.
+# once from the sdist, about 5 minutes on 2 cores, unless a llama_cpp is installed already.
+# A portable AVX2 build of the library alone: no -march=native, so no AMX backend (it
+# faults on hosts that report AMX without the OS grant), no tools. The benchmarks load
+# bench-llamacpp's host build into these bindings instead, when it exists.
 LLAMACPP_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
 	-DLLAMA_BUILD_SERVER=OFF -DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF

@@ -5,7 +5,11 @@
 #   generate-3b.json       fp8serve bench generate on a 3B-shaped synth checkpoint
 #   lm-head-{demo,3b}.json fp8serve bench lm-head: FP8 vs bf16 lm_head (KL, top-1, greedy,
 #                          interleaved decode speed) on the demo and 3B-shaped models
+#   llamacpp.json          fp8serve bench llamacpp: llama.cpp built for this host once (the
+#                          baselines' library and llama-server), what it was compiled for
 #   serve-demo.json        fp8serve bench serve at concurrency 1, 4, 16 on the demo model
+#   llama-serve-demo.json  bench serve --llama-server: fp8serve and llama-server on the demo
+#                          model's weights, concurrency 1, 4, 16, interleaved rounds
 #   vision.json            fp8serve bench vision on the 3B-shaped synth checkpoint
 #                          (SERVE_ROUNDS interleaved rounds, default 3: medians per level)
 #   rss-{demo,3b,8b}.json  fp8serve bench rss (server peak RSS vs weights + KV budget)
@@ -29,8 +33,10 @@
 # Environment: OUT (results dir), MODELS (where synth checkpoints are written once; about
 # 4 GB for 3B, 9 GB for 8B), THREADS (default: all cores), BASELINES_3B (default
 # transformers,python_layers; '' = none), RUN_8B=1 to include the 8B-shaped RSS run, SKIP="kernels serve"
-# to skip steps (names: kernels generate-demo generate-3b lm-head-demo lm-head-3b serve
-# rss-demo rss-3b rss-8b prefix-demo prefix-3b structured structured-spec vision), KERNEL_M
+# to skip steps (names: llamacpp kernels generate-demo generate-3b lm-head-demo lm-head-3b
+# serve llama-serve rss-demo rss-3b rss-8b prefix-demo prefix-3b structured structured-spec
+# vision; without the llamacpp step the llama.cpp baselines use a build made earlier, else
+# llama-cpp-python's own library, as the results say), KERNEL_M
 # (the kernel step's M values, default 1,8,32,128,512).
 set -euo pipefail
 shopt -s inherit_errexit
@@ -124,6 +130,10 @@ prefix_3b() {  # 3B: one chat at a time, 4 turns after a 500-id system prompt, o
 
 step "hardware probe"
 "${FP8SERVE[@]}" kernels --json >"$OUT/host.json"
+if want llamacpp; then
+  step "llama.cpp for this host (built once; an hour on 2 cores the first time)"
+  "${FP8SERVE[@]}" bench llamacpp --json "$OUT/llamacpp.json"
+fi
 if want kernels; then
   step "kernel benchmark"
   "${FP8SERVE[@]}" bench kernels --m "$KERNEL_M" --json "$OUT/kernels.json" \
@@ -153,6 +163,12 @@ fi
 if want serve; then
   step "serve: demo model at concurrency 1, 4, 16"
   serve_bench
+fi
+if want llama-serve; then
+  step "serve: demo model, fp8serve vs llama-server at concurrency 1, 4, 16"
+  "${FP8SERVE[@]}" bench serve --llama-server --threads "$THREADS" --concurrency 1 4 16 \
+    --num-prompts 32 --input-len 128 --output-len 64 --rounds "$SERVE_ROUNDS" \
+    --json-out "$OUT/llama-serve-demo.json"
 fi
 if want prefix-demo && has_prefix_caching; then
   step "prefix caching: demo model, shared prefix and no shared prefix"

@@ -1,5 +1,5 @@
 """`fp8serve bench <name>`: each benchmark (kernels, generate, serve, rss, gpu-kernels,
-lm-head, structured, vision, kv-cache) is its own command module under bench/ (its
+lm-head, structured, vision, kv-cache, llamacpp) is its own command module under bench/ (its
 ``register(subparsers)``); this module only gathers them, and turns their BenchError into
 the CliError that `fp8serve` prints as one line."""
 
@@ -15,6 +15,7 @@ from bench.generate import cli as generate
 from bench.kernels import cli as kernels
 from bench.kernels import gpu_cli as gpu_kernels
 from bench.kv_cache import cli as kv_cache
+from bench.llamacpp import cli as llamacpp
 from bench.lm_head import cli as lm_head
 from bench.rss import cli as rss
 from bench.serve import cli as serve
@@ -23,7 +24,7 @@ from bench.vision import cli as vision
 from cli.main import CliError
 
 BENCH_COMMANDS: tuple[ModuleType, ...] = (kernels, generate, serve, rss, gpu_kernels, lm_head,
-                                          structured, vision, kv_cache)
+                                          structured, vision, kv_cache, llamacpp)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -7,6 +7,9 @@ number of generated tokens, same thread count), each in this process:
   the demo model's original Q4_1 file, ``--gguf``, or the checkpoint's own weights
   exported to Q8_0 and BF16 (bench/generate/gguf_export.py), each loaded once as a
   :class:`LlamaCppEngine` and timed in the interleaved rounds (bench/generate/rounds.py).
+  The bindings load this host's llama.cpp build (bench/llamacpp/) when there is one
+  (``llamacpp_lib``: auto, native, installed; :func:`choose_llamacpp_library`); the
+  library and the SIMD levels it reports are in the result.
 
 Results are dicts with ``prefill_s``, ``decode_s``, ``decode_steps``, ``prefill_tok_s``,
 ``decode_tok_s``, ``output_ids`` (or ``{"skipped": reason}`` when the package or file is
@@ -111,7 +114,10 @@ class LlamaCppEngine:
         self.load_s = time.perf_counter() - t0
         self.info = {"engine": f"llama-cpp-python {llama_cpp.__version__}",
                      "gguf": str(gguf), "threads": threads, "load_s": self.load_s,
-                     "bytes_per_token": gguf_bytes_per_token(Path(gguf))}
+                     "bytes_per_token": gguf_bytes_per_token(Path(gguf)),
+                     "library": str(llama_cpp.llama_cpp._lib._name),
+                     "system_info": llama_cpp.llama_print_system_info().decode()
+                     .strip().rstrip(" |")}
 
     def generate(self, prompt: list[int], n: int) -> GenTiming:
         """Greedy; prefill = prompt eval + first token; no prefix reuse between calls."""
@@ -157,6 +163,35 @@ def llamacpp_available() -> str | None:
     return None
 
 
+LIBRARY_CHOICES = ("auto", "native", "installed")
+
+
+def choose_llamacpp_library(choice: str, log: Callable[[str], object]) -> str:
+    """Points llama-cpp-python at a library before its first import; returns which, in
+    words. ``native``: this host's build (bench/llamacpp/build.py), built first if
+    missing; ``auto``: that build when it exists, else the package's own; ``installed``:
+    the package's own (the Makefile's portable AVX2 build)."""
+    import os
+    import sys
+
+    if choice not in LIBRARY_CHOICES:
+        raise ValueError(f"llamacpp_lib must be one of {', '.join(LIBRARY_CHOICES)}")
+    if "llama_cpp" in sys.modules:
+        return "the library already loaded in this process"
+    if choice == "installed":
+        os.environ.pop("LLAMA_CPP_LIB_PATH", None)
+        return "llama-cpp-python's own library"
+    from bench.llamacpp.build import ensure_native, planned
+    from engine.hardware import probe_hardware
+
+    hw = probe_hardware()
+    build = ensure_native(hw, log) if choice == "native" else planned(hw)[0]
+    if not build.is_complete():
+        return "llama-cpp-python's own library (no build for this host: fp8serve bench llamacpp)"
+    os.environ["LLAMA_CPP_LIB_PATH"] = str(build.lib_dir)
+    return f"this host's build ({build.how}), {build.lib_dir}"
+
+
 def llamacpp_ggufs(cfg: Any, log: Callable[[str], object]) -> dict[str, Path | None]:
     """{baseline name: GGUF}: ``cfg.gguf`` as 'llamacpp', else one export per gguf_type
     ('llamacpp_q8_0', 'llamacpp_bf16'), cached beside the checkpoint."""
@@ -182,6 +217,7 @@ def llamacpp_engines(cfg: Any, prompt: list[int], threads: int,
             missing = "the gguf package is not installed (pip install '.[bench]')"
     if missing:
         return {}, {n: {"skipped": missing} for n in names}
+    log(f"llama.cpp library: {choose_llamacpp_library(cfg.llamacpp_lib, log)}")
     engines: dict[str, Any] = {}
     skipped: dict[str, Any] = {}
     for name, path in llamacpp_ggufs(cfg, log).items():

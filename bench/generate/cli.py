@@ -35,6 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "beside it as DIR.Q8_0.gguf / DIR.BF16.gguf)")
     p.add_argument("--gguf-types", default="Q8_0,BF16",
                    help="comma list of Q8_0, BF16: the exports llama.cpp is timed on")
+    p.add_argument("--llamacpp-lib", choices=("auto", "native", "installed"), default="auto",
+                   help="llama.cpp library for the llamacpp baseline: native = this host's "
+                        "build (`fp8serve bench llamacpp`, built first if missing), auto = "
+                        "that build when it exists, installed = llama-cpp-python's own")
     p.add_argument("--rounds", type=int, default=1,
                    help="interleaved timed rounds of fp8serve and each llama.cpp GGUF "
                         "(order reversed every other round), or with --speculative-config of "
@@ -94,6 +98,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
             lm_head_dtype=getattr(args, "lm_head_dtype", None) or "auto",
             kv_cache_dtype=getattr(args, "kv_cache_dtype", None) or "auto",
             rounds=getattr(args, "rounds", 1),
+            llamacpp_lib=getattr(args, "llamacpp_lib", "auto"),
             gguf_types=tuple(t.strip() for t in getattr(args, "gguf_types", "Q8_0,BF16")
                              .split(",") if t.strip()))
     except ValueError as exc:
@@ -150,6 +155,8 @@ def format_table(res: dict[str, Any]) -> str:
                  f"{ours.get('lm_head_kernel')}; extension built: "
                  f"{ext.get('built')}" + (f" ({ext['error']})" if ext.get("error") else ""))
     lines += _bytes_lines(res)
+    lines += [f"{_label(n, b)}: {b['library']} ({b['system_info']})"
+              for n, b in res["baselines"].items() if "system_info" in b]
     lines.append("(vs bandwidth bound: fraction of the bound reached; "
                  "vs bf16 matmul: fraction of torch's bf16 throughput for the same FLOPs)")
     return "\n".join(lines)

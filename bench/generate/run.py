@@ -58,6 +58,7 @@ class GenerateBenchConfig:
     kv_cache_dtype: str = "auto"  # engine/model/kv_store.py
     rounds: int = 1  # interleaved timed rounds of fp8serve and llama.cpp (bench/generate/rounds.py)
     gguf_types: tuple[str, ...] = ("Q8_0", "BF16")  # exports timed when gguf is None
+    llamacpp_lib: str = "auto"  # baselines.choose_llamacpp_library
     gemm_reps: int = 3
     seed: int = 0
 
@@ -73,6 +74,8 @@ class GenerateBenchConfig:
             raise ValueError("the bandwidth probe needs a positive multiple of 64 bytes")
         if self.rounds < 1:
             raise ValueError("need --rounds >= 1")
+        if self.llamacpp_lib not in ("auto", "native", "installed"):
+            raise ValueError("--llamacpp-lib: choose from auto, native, installed")
         bad = sorted(set(self.gguf_types) - {"Q8_0", "BF16"})
         if bad or not self.gguf_types:
             raise ValueError(f"--gguf-types: choose from Q8_0, BF16 (got {bad or 'none'})")

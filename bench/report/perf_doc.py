@@ -21,6 +21,7 @@ from bench.report.results import (
     kernel_section,
     rss_section,
     serve_section,
+    servers_section,
     structured_spec_section,
 )
 
@@ -129,6 +130,8 @@ def section_body(results: Path, cls: str, host: dict[str, Any], command: str, da
         lines += generate_section(gen) + [""]
     for p, s in _load_all(results, "serve-*.json"):
         lines += serve_section(s, p.stem.removeprefix("serve-")) + [""]
+    for p, s in _load_all(results, "llama-serve-*.json"):
+        lines += servers_section(s, p.stem.removeprefix("llama-serve-")) + [""]
     for p, s in _load_all(results, "structured-spec-*.json"):
         lines += structured_spec_section(s, p.stem.removeprefix("structured-spec-")) + [""]
     rss = [r for _, r in _load_all(results, "rss-*.json")]

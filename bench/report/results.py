@@ -1,5 +1,6 @@
 """The README results table: markdown built from the JSON files that bench/run_all.sh
-writes into one directory (kernels.json, generate-*.json, serve-*.json, rss-*.json).
+writes into one directory (kernels.json, generate-*.json, serve-*.json,
+llama-serve-*.json, rss-*.json).
 Missing files are left out. ``python -m bench.report.results DIR`` prints it."""
 
 from __future__ import annotations
@@ -83,6 +84,46 @@ def serve_section(s: dict[str, Any], name: str) -> list[str]:
             + _table(head, rows))
 
 
+def servers_section(s: dict[str, Any], name: str) -> list[str]:
+    """A two-server `bench serve` run (``--llama-server``): per concurrency level each
+    server's output tok/s (medians over the rounds), fp8serve's ratio to the other and
+    that ratio in each round, TTFT and ITL p50 of both; then what the other server ran."""
+    pair = s["comparison"]["servers"]
+    if not pair:
+        return []
+    ours, theirs = pair[0]["url"], pair[0]["compare_url"]
+    info = s.get("servers") or {}
+    label = info.get(theirs, {}).get("name", theirs)
+
+    def level(url: str, conc: int) -> dict[str, Any]:
+        return next(lv for lv in s["levels"]
+                    if lv["config"]["url"] == url and lv["config"]["concurrency"] == conc)
+
+    rows = []
+    for r in pair:
+        conc = r["concurrency"]
+        a, b = level(ours, conc), level(theirs, conc)
+        each = [x / y if y else None for x, y in zip(a["output_token_throughput_rounds"],
+                                                     b["output_token_throughput_rounds"],
+                                                     strict=True)]
+        rows.append([str(conc), _f(r["throughput"]), _f(r["throughput_compare"]),
+                     _f(r["throughput_ratio"], "{:.2f}"),
+                     ", ".join(_f(x, "{:.2f}") for x in each),
+                     f"{a['ttft_s']['p50']:.3f} / {b['ttft_s']['p50']:.3f}",
+                     f"{a['itl_s']['p50'] * 1e3:.1f} / {b['itl_s']['p50'] * 1e3:.1f}",
+                     f"{a['failed']} / {b['failed']}"])
+    c, rounds = s["levels"][0]["config"], s.get("rounds", 1)
+    head = ["concurrency", "fp8serve tok/s", f"{label} tok/s", "x", "x each round",
+            "TTFT p50 (s)", "ITL p50 (ms)", "failed"]
+    other = info.get(theirs, {})
+    note = (f"{label}: llama.cpp {other.get('llama_cpp', '?')} built with "
+            f"{other.get('built', '?')}, `{other.get('system_info') or '?'}`; "
+            f"{other.get('threads', '?')} threads each; pairs are fp8serve / {label}.")
+    return ([f"### Serving `{name}` against {label} (`fp8serve bench serve --llama-server`, "
+             f"{c['num_prompts']} prompts, input {c['input_len']}, output {c['output_len']}, "
+             f"{rounds} interleaved rounds, medians)", ""] + _table(head, rows) + ["", note])
+
+
 def rss_section(runs: list[dict[str, Any]]) -> list[str]:
     head = ["model", "weights (GiB)", "KV budget (GiB)", "peak RSS (GiB)",
             "over weights + KV (GiB)", "anon / file-backed (GiB)", "python+torch alone (GiB)"]
@@ -148,6 +189,9 @@ def build_markdown(results: Path, command: str = "bench/run_all.sh") -> str:
         lines += generate_section(gen) + [""]
     for p in sorted(results.glob("serve-*.json")):
         lines += serve_section(json.loads(p.read_text()), p.stem.removeprefix("serve-")) + [""]
+    for p in sorted(results.glob("llama-serve-*.json")):
+        lines += servers_section(json.loads(p.read_text()),
+                                 p.stem.removeprefix("llama-serve-")) + [""]
     for p in sorted(results.glob("structured-spec-*.json")):
         lines += structured_spec_section(json.loads(p.read_text()),
                                          p.stem.removeprefix("structured-spec-")) + [""]

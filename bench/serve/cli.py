@@ -1,9 +1,10 @@
 """`fp8serve bench serve --url URL --concurrency C [C ...] --num-prompts N --input-len I
 --output-len O [--rounds R] [--workload random|multi-turn|shared-prefix] [--system-len S]
-[--turns T] [--compare-url URL2]`: drive a running server (see bench/serve/run.py and,
-for the workloads and their cache on / off passes, bench/serve/workloads.py); print a
-table per pass, the comparisons (bench/serve/comparison.py), and write JSON (every pass,
-the medians over the rounds, the comparison rows)."""
+[--turns T] [--compare-url URL2 | --speculative-config JSON | --llama-server]`: drive a
+running server (see bench/serve/run.py and, for the workloads and their cache on / off
+passes, bench/serve/workloads.py), or a pair it starts itself (bench/serve/servers.py);
+print a table per pass, the comparisons (bench/serve/comparison.py), and write JSON (every
+pass, the medians over the rounds, the comparison rows)."""
 
 from __future__ import annotations
 
@@ -33,11 +34,25 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="start two servers on --model-dir, one with this speculative config "
                         "(vLLM's JSON) and one without, and drive both interleaved (instead "
                         "of --url / --compare-url); they are stopped at the end")
+    p.add_argument("--llama-server", action="store_true",
+                   help="start fp8serve on --model-dir and llama.cpp's llama-server on the "
+                        "same weights as GGUF (built for this host once, see `fp8serve bench "
+                        "llamacpp`), each with max(--concurrency) sequences at once and "
+                        "--threads threads, and drive both interleaved (random workload)")
+    p.add_argument("--gguf", type=Path, default=None,
+                   help="with --llama-server: llama-server's GGUF (default: the demo model's "
+                        "original with the demo model, else the checkpoint's --gguf-type "
+                        "export, cached beside it)")
+    p.add_argument("--gguf-type", choices=("Q8_0", "BF16"), default="Q8_0",
+                   help="with --llama-server and a checkpoint: the export llama-server reads")
+    p.add_argument("--threads", type=int, default=None,
+                   help="with --llama-server: threads of each server (default: all cores)")
     p.add_argument("--model-dir", type=Path, default=None,
-                   help="with --speculative-config: the checkpoint (default: the demo model)")
+                   help="with --speculative-config or --llama-server: the checkpoint "
+                        "(default: the demo model)")
     p.add_argument("--server-arg", action="append", default=[], metavar="FLAG",
-                   help="with --speculative-config: a `serve` flag for both servers "
-                        "(repeatable; e.g. --server-arg=--kv-cache-gib=2)")
+                   help="with --speculative-config or --llama-server: a `serve` flag for the "
+                        "fp8serve server(s) (repeatable; e.g. --server-arg=--kv-cache-gib=2)")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1],
                    help="in-flight requests (conversations for multi-turn); several values "
                         "run one after another")
@@ -113,7 +128,8 @@ def report(args: argparse.Namespace, levels: list[dict[str, Any]]) -> dict[str, 
                   f"{r['output_token_throughput'] / base:.2f}x concurrency "
                   f"{mine[0]['config']['concurrency']}{how}")
     cache, servers = cache_rows(levels), server_rows(levels)
-    for table in (format_cache_table(cache), format_server_table(servers)):
+    names = {u: s["name"] for u, s in (getattr(args, "servers", None) or {}).items()}
+    for table in (format_cache_table(cache), format_server_table(servers, names)):
         if table:
             print(table, end="\n\n")
     for lv in levels:
@@ -124,13 +140,20 @@ def report(args: argparse.Namespace, levels: list[dict[str, Any]]) -> dict[str, 
 
 
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "speculative_config", None) is None:
-        return _run(args)
-    from bench.serve.servers import spec_servers
+    from bench.serve.servers import llama_servers, spec_servers
 
-    with spec_servers(args) as (on, off):
-        args.url, args.compare_url = on, off
-        return _run(args)
+    if getattr(args, "speculative_config", None) is not None:
+        with spec_servers(args) as (on, off):
+            args.url, args.compare_url = on, off
+            return _run(args)
+    if getattr(args, "llama_server", False):
+        if args.workload != "random":
+            raise BenchError("--llama-server: only the random workload (llama-server has no "
+                             "cache_salt, so its cache-off passes would hit its cache)")
+        with llama_servers(args) as (mine, theirs, info):
+            args.url, args.compare_url, args.servers = mine, theirs, info
+            return _run(args)
+    return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -142,6 +165,8 @@ def _run(args: argparse.Namespace) -> int:
     args.json_out.parent.mkdir(parents=True, exist_ok=True)
     args.json_out.write_text(json.dumps({"runs": runs, "rounds": args.rounds,
                                          "workload": args.workload, "levels": levels,
-                                         "comparison": comparison}, indent=2))
+                                         "comparison": comparison,
+                                         "servers": getattr(args, "servers", None)},
+                                        indent=2))
     print(f"wrote {args.json_out}")
     return 0 if all(r["failed"] == 0 for r in runs) else 1

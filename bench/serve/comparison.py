@@ -92,11 +92,14 @@ def format_cache_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(x for x in lines if x is not None)
 
 
-def format_server_table(rows: list[dict[str, Any]]) -> str:
+def format_server_table(rows: list[dict[str, Any]], names: dict[str, str] | None = None
+                        ) -> str:
+    """Markdown; ``names``: what to call a server instead of its URL."""
     if not rows:
         return ""
-    r0 = rows[0]
-    lines = [f"server vs server: {r0['url']} / {r0['compare_url']}",
+    r0, names = rows[0], names or {}
+    first, second = (names.get(r0[k], r0[k]) for k in ("url", "compare_url"))
+    lines = [f"server vs server: {first} / {second}",
              "| concurrency | pass | output tok/s | compare tok/s | ratio | TTFT p50 (ms) "
              "| compare (ms) | hit rate | compare |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -1,26 +1,57 @@
-"""The servers a serving benchmark starts itself (bench/serve/cli.py): fp8serve with and
-without a speculative config."""
+"""The servers a serving benchmark starts itself (bench/serve/cli.py), each on a free port
+with its own log, all stopped on exit: fp8serve with and without a speculative config
+(``--speculative-config``), or fp8serve and llama.cpp's `llama-server` on the same
+weights (``--llama-server``)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import Iterator
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.common.errors import BenchError
+from bench.common.server_process import free_port, stop, wait_ready
+
+
+@dataclass
+class Started:
+    """Server processes started so far; :meth:`close` stops them all."""
+
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    def start(self, command: Callable[[int], list[str]], label: str) -> tuple[str, Path]:
+        """(URL, log) of ``command(port)`` once its /health answers."""
+        port = free_port()
+        log = Path(tempfile.mkstemp(suffix=".log", prefix="fp8serve-bench-")[1])
+        with log.open("w") as out:
+            proc = subprocess.Popen(command(port), stdout=out, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        print(f"started {url} ({label}; log {log})", flush=True)
+        wait_ready(url, proc, 900.0, log)
+        return url, log
+
+    def close(self) -> None:
+        for proc in self.procs:
+            stop(proc)
+
+
+def fp8serve_command(model: Path, flags: list[str]) -> Callable[[int], list[str]]:
+    return lambda port: [sys.executable, "-m", "cli.main", "--log-level", "WARNING", "serve",
+                         "--model", str(model), "--port", str(port), *flags]
 
 
 @contextlib.contextmanager
 def spec_servers(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     """(URL with speculation, URL without): two `fp8serve serve` processes on free ports,
     the same model and flags but --speculative-config; stopped on exit."""
-    import socket
-    import subprocess
-    import sys
-    import tempfile
-
-    from bench.common.server_process import stop, wait_ready
     from engine.config import ConfigError
     from engine.demo_model import ensure_demo_model
     from engine.spec.config import SpeculativeConfig
@@ -33,24 +64,65 @@ def spec_servers(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
         raise BenchError("--speculative-config: give a config to compare with")
     model = args.model_dir or ensure_demo_model()
     common = ["--max-num-seqs", str(max(args.concurrency)), *args.server_arg]
-    procs = []
+    started = Started()
     try:
-        urls = []
-        for extra in (["--speculative-config", spec.to_json()], []):
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-            log = Path(tempfile.mkstemp(suffix=".log", prefix="fp8serve-bench-")[1])
-            cmd = [sys.executable, "-m", "cli.main", "--log-level", "WARNING", "serve",
-                   "--model", str(model), "--port", str(port), *common, *extra]
-            proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
-            procs.append(proc)
-            url = f"http://127.0.0.1:{port}"
-            print(f"started {url} ({'speculative' if extra else 'plain'}; log {log})",
-                  flush=True)
-            wait_ready(url, proc, 900.0, log)
-            urls.append(url)
-        yield urls[0], urls[1]
+        on, _ = started.start(fp8serve_command(
+            model, [*common, "--speculative-config", spec.to_json()]), "speculative")
+        off, _ = started.start(fp8serve_command(model, common), "plain")
+        yield on, off
     finally:
-        for proc in procs:
-            stop(proc)
+        started.close()
+
+
+def context_per_sequence(args: argparse.Namespace) -> int:
+    """KV tokens one sequence of the workload can reach, plus a margin."""
+    longest = {"multi-turn": args.system_len + args.turns * (args.input_len + args.output_len),
+               "shared-prefix": args.system_len + args.input_len + args.output_len}
+    return longest.get(args.workload, args.input_len + args.output_len) + 64
+
+
+def baseline_gguf(args: argparse.Namespace, model: Path, demo: bool) -> Path:
+    """--gguf, else the demo model's original GGUF (with the demo model), else the
+    checkpoint's --gguf-type export (bench/generate/gguf_export.py, cached beside it)."""
+    if args.gguf is not None:
+        return Path(args.gguf)
+    if demo:
+        from engine.demo_model import find_gguf
+
+        return Path(find_gguf())
+    from bench.generate.gguf_export import ensure_gguf
+
+    return ensure_gguf(model, args.gguf_type, print)
+
+
+@contextlib.contextmanager
+def llama_servers(args: argparse.Namespace) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(fp8serve URL, llama-server URL, what each serves): the checkpoint under fp8serve
+    and its GGUF under this host's llama.cpp build, each with ``max(concurrency)``
+    sequences at once and the same threads; stopped on exit."""
+    from bench.llamacpp.build import ensure_native
+    from bench.llamacpp.server import server_command, system_info
+    from engine.demo_model import ensure_demo_model
+    from engine.hardware import probe_hardware
+
+    model = args.model_dir or ensure_demo_model()
+    gguf = baseline_gguf(args, model, args.model_dir is None)
+    threads = args.threads or os.cpu_count() or 1
+    slots = max(args.concurrency)
+    build = ensure_native(probe_hardware())
+    started = Started()
+    try:
+        mine, _ = started.start(fp8serve_command(model, [
+            "--max-num-seqs", str(slots), "--threads", str(threads), *args.server_arg]),
+            "fp8serve")
+        theirs, log = started.start(lambda port: server_command(
+            build, gguf, port, slots, context_per_sequence(args), threads), "llama-server")
+        info = {mine: {"name": "fp8serve", "model": str(model), "threads": threads},
+                theirs: {"name": f"llama-server ({gguf.name})", "gguf": str(gguf),
+                         "threads": threads, "llama_cpp": build.version, "built": build.how,
+                         "system_info": system_info(log.read_text(errors="replace"))}}
+        print(f"llama-server {build.version} ({build.how}): "
+              f"{info[theirs]['system_info'] or 'system_info not in its log'}", flush=True)
+        yield mine, theirs, info
+    finally:
+        started.close()

@@ -99,3 +99,26 @@ def test_server_rows_divide_the_first_servers_throughput_by_the_seconds() -> Non
     assert "| 2 | uncached | 30.0 | 40.0 | 0.75x |" in format_server_table(rows)
     assert cache_rows(combine_rounds(runs)) == []  # no cached pass to pair
     assert ratio(1.0, 0.0) is None and format_server_table([]) == ""
+    named = format_server_table(rows, {"http://a": "fp8serve", "http://b": "llama-server"})
+    assert named.startswith("server vs server: fp8serve / llama-server\n")
+
+
+def test_servers_section_gives_each_rounds_ratio_and_what_llama_cpp_ran() -> None:
+    from bench.report.results import servers_section
+
+    runs = [_pass("uncached", "http://a", 30.0, [1.0], [0], rnd=0),
+            _pass("uncached", "http://b", 20.0, [1.0], [0], rnd=0),
+            _pass("uncached", "http://b", 40.0, [1.0], [0], rnd=1),
+            _pass("uncached", "http://a", 36.0, [1.0], [0], rnd=1)]
+    levels = combine_rounds(runs)
+    data = {"levels": levels, "rounds": 2, "comparison": {"servers": server_rows(levels)},
+            "servers": {"http://a": {"name": "fp8serve"},
+                        "http://b": {"name": "llama-server (w.Q4_1.gguf)",
+                                     "llama_cpp": "0.3.36", "built": "-march=native",
+                                     "system_info": "CPU : AVX2 = 1", "threads": 2}}}
+    text = "\n".join(servers_section(data, "demo"))
+    assert "### Serving `demo` against llama-server (w.Q4_1.gguf)" in text
+    assert "| 2 | 33.0 | 30.0 | 1.10 | 1.50, 0.90 | 0.500 / 0.500 | 100.0 / 100.0 | 0 / 0 |" \
+        in text
+    assert "llama.cpp 0.3.36 built with -march=native, `CPU : AVX2 = 1`; 2 threads" in text
+    assert servers_section(data | {"comparison": {"servers": []}}, "demo") == []
