@@ -53,7 +53,17 @@ def generate_section(runs: list[dict[str, Any]]) -> list[str]:
                    "read per decode token (every FP8 weight byte + the lm_head + one "
                    "embedding row + norms). Python layers = the same runner with every "
                    "decoder layer in torch ops instead of the fused C++ op, in the same "
-                   "interleaved rounds. '-' = baseline skipped or not run."])
+                   "interleaved rounds. '-' = baseline skipped or not run."]
+            + _llamacpp_libraries(runs))
+
+
+def _llamacpp_libraries(runs: list[dict[str, Any]]) -> list[str]:
+    """One line per llama.cpp library the runs loaded: which, and what it reports."""
+    seen = sorted({("llama-cpp-python's own" if "site-packages" in b["library"] else
+                    "built for this host by `fp8serve bench llamacpp`", b["system_info"])
+                   for g in runs for n, b in g["baselines"].items()
+                   if n.startswith("llamacpp") and "system_info" in b})
+    return [f"llama.cpp library: {which} (`{info}`)." for which, info in seen]
 
 
 def serve_section(s: dict[str, Any], name: str) -> list[str]:

@@ -174,3 +174,19 @@ def test_command_line_errors_name_the_cause(tmp_path: Path, capsys) -> None:
     write_host(tmp_path, *AVX512, isa="avx512")
     assert main([str(tmp_path), "--doc", str(tmp_path / "p.md"), "--date", "2026-12-02"]) == 0
     assert "## AVX-512 hosts" in (tmp_path / "p.md").read_text()
+
+
+def test_generate_tables_say_which_llama_cpp_library_ran() -> None:
+    from bench.report.results import _llamacpp_libraries
+
+    own = {"library": "/v/lib/python3.11/site-packages/llama_cpp/lib/libllama.so",
+           "system_info": "CPU : AVX2 = 1"}
+    host = {"library": "/c/fp8serve/llama.cpp/0.3.36-ab/build/bin/libllama.so",
+            "system_info": "CPU : AVX2 = 1 | AVX512 = 1"}
+    runs = [{"baselines": {"llamacpp": own, "transformers": {"decode_tok_s": 1.0}}},
+            {"baselines": {"llamacpp_q8_0": host, "llamacpp_bf16": host,
+                           "llamacpp_x": {"skipped": "no GGUF"}}}]
+    assert _llamacpp_libraries(runs) == [
+        "llama.cpp library: built for this host by `fp8serve bench llamacpp` "
+        "(`CPU : AVX2 = 1 | AVX512 = 1`).",
+        "llama.cpp library: llama-cpp-python's own (`CPU : AVX2 = 1`)."]
