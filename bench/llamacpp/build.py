@@ -5,7 +5,8 @@ configured with :func:`cmake_args` and built into
 model and flags, so a cache moved to another CPU never runs code compiled for this one.
 
 Layout of a finished build (``NativeBuild``): ``build/bin/llama-server`` and, beside it,
-``libllama.so`` and the ggml libraries (shared, found through the build's RPATH);
+``libllama.so`` and the ggml libraries (shared, found through an ``$ORIGIN`` RPATH, since
+the tree is built under a temporary name and renamed when complete);
 ``build.log`` holds the compiler output, ``.complete`` the CMake arguments."""
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ TARGET = "llama-server"  # and with it libllama, the ggml libraries and libmtmd
 Log = Callable[[str], object]
 
 COMMON = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON",
+          "-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON",  # RPATH $ORIGIN: the tree is renamed when done
           "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_TESTS=OFF",
           "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
           "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF")

@@ -26,11 +26,15 @@ FAKE_CMAKE = """cmake_minimum_required(VERSION 3.13)
 project(fake_llama C)
 set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 set(CMAKE_LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_library(ggml SHARED ggml.c)
 add_library(llama SHARED llama.c)
+target_link_libraries(llama ggml)
 add_executable(llama-server main.c)
 target_link_libraries(llama-server llama)
 """
-FAKE_LIB = 'const char *llama_print_system_info(void) { return "CPU : AVX2 = 1 | FAKE = 1 | "; }\n'
+FAKE_GGML = 'const char *ggml_cpu_info(void) { return "CPU : AVX2 = 1 | FAKE = 1 | "; }\n'
+FAKE_LIB = ("const char *ggml_cpu_info(void);\n"
+            "const char *llama_print_system_info(void) { return ggml_cpu_info(); }\n")
 FAKE_MAIN = "const char *llama_print_system_info(void);\nint main(void) { return 0; }\n"
 
 
@@ -81,7 +85,8 @@ def fake_source(tmp_path, monkeypatch):
         src = dest / "src" / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
         src.mkdir(parents=True)
         (src / "CMakeLists.txt").write_text(FAKE_CMAKE)
-        (src / "llama.c").write_text(FAKE_LIB)
+        (src / "ggml.c").write_text(FAKE_GGML)  # libllama needs it: the RPATH must
+        (src / "llama.c").write_text(FAKE_LIB)  # survive the rename of the finished tree
         (src / "main.c").write_text(FAKE_MAIN)
         return src
 
