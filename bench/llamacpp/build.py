@@ -167,6 +167,21 @@ def compile_tree(src: Path, out: Path, args: list[str], log_path: Path, log: Log
         log_path, "cmake --build")
 
 
+INFO_SCRIPT = ("import ctypes, sys; f = ctypes.CDLL(sys.argv[1]).llama_print_system_info; "
+               "f.restype = ctypes.c_char_p; print(f().decode())")
+
+
+def system_info(lib_dir: Path) -> str:
+    """What ``libllama.so`` in ``lib_dir`` reports as its CPU features
+    (``llama_print_system_info``: "CPU : SSE3 = 1 | AVX2 = 1 | ..."), loaded in a child
+    process so that this one keeps whatever llama.cpp it has."""
+    out = subprocess.run([sys.executable, "-c", INFO_SCRIPT, str(lib_dir / "libllama.so")],
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise BenchError(f"{lib_dir / 'libllama.so'} does not load: {out.stderr.strip()}")
+    return out.stdout.strip().rstrip(" |")
+
+
 def run(cmd: list[str], log_path: Path, what: str) -> None:
     with log_path.open("a") as out:
         out.write("$ " + " ".join(cmd) + "\n")

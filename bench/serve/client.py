@@ -38,27 +38,27 @@ class RequestResult:
     events: int = 0  # token events (chunks); a speculative server may put several tokens in one
 
     def take(self, chunk: dict[str, Any], elapsed: float) -> None:
-        """One stream chunk, ``elapsed`` seconds after the request was sent: the usage
-        chunk (no choices, last) gives the token counts; any other chunk is one token
-        event (one token, or several from a verified speculative draft: the usage chunk's
-        ``completion_tokens`` then corrects the count)."""
+        """One stream chunk, ``elapsed`` seconds after the request was sent. A chunk with
+        text is one token event (one token, or several from a verified speculative draft);
+        a chunk whose every choice only finishes (no text, a finish_reason: llama-server
+        ends that way) is none. The usage chunk (last; llama-server puts it on the
+        finishing chunk) gives the token counts, whatever the chunking."""
+        choices = chunk.get("choices") or []
+        if any(c.get("text") or not c.get("finish_reason") for c in choices):
+            if self.events == 0:
+                self.ttft = elapsed
+            else:
+                self.itl.append(elapsed - self.last_token_s)
+            self.last_token_s = elapsed
+            self.events += 1
+            self.output_tokens += 1
+            self.text += "".join(c.get("text") or "" for c in choices)
         usage = chunk.get("usage")
         if usage:
             self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
             details = usage.get("prompt_tokens_details") or {}
             self.cached_tokens = details.get("cached_tokens", self.cached_tokens)
-            # the usage chunk comes last: its count is the tokens, whatever the chunking
             self.output_tokens = usage.get("completion_tokens", self.output_tokens)
-        if not chunk.get("choices"):
-            return
-        if self.events == 0:
-            self.ttft = elapsed
-        else:
-            self.itl.append(elapsed - self.last_token_s)
-        self.last_token_s = elapsed
-        self.events += 1
-        self.output_tokens += 1
-        self.text += "".join(c.get("text") or "" for c in chunk["choices"])
 
 
 def sse_data(buffered: bytes, received: bytes) -> tuple[list[bytes], bytes]:

@@ -100,8 +100,8 @@ def llama_servers(args: argparse.Namespace) -> Iterator[tuple[str, str, dict[str
     """(fp8serve URL, llama-server URL, what each serves): the checkpoint under fp8serve
     and its GGUF under this host's llama.cpp build, each with ``max(concurrency)``
     sequences at once and the same threads; stopped on exit."""
-    from bench.llamacpp.build import ensure_native
-    from bench.llamacpp.server import server_command, system_info
+    from bench.llamacpp.build import ensure_native, system_info
+    from bench.llamacpp.server import server_command
     from engine.demo_model import ensure_demo_model
     from engine.hardware import probe_hardware
 
@@ -115,14 +115,14 @@ def llama_servers(args: argparse.Namespace) -> Iterator[tuple[str, str, dict[str
         mine, _ = started.start(fp8serve_command(model, [
             "--max-num-seqs", str(slots), "--threads", str(threads), *args.server_arg]),
             "fp8serve")
-        theirs, log = started.start(lambda port: server_command(
+        theirs, _ = started.start(lambda port: server_command(
             build, gguf, port, slots, context_per_sequence(args), threads), "llama-server")
         info = {mine: {"name": "fp8serve", "model": str(model), "threads": threads},
                 theirs: {"name": f"llama-server ({gguf.name})", "gguf": str(gguf),
                          "threads": threads, "llama_cpp": build.version, "built": build.how,
-                         "system_info": system_info(log.read_text(errors="replace"))}}
-        print(f"llama-server {build.version} ({build.how}): "
-              f"{info[theirs]['system_info'] or 'system_info not in its log'}", flush=True)
+                         "system_info": system_info(build.lib_dir)}}
+        print(f"llama-server {build.version} ({build.how}): {info[theirs]['system_info']}",
+              flush=True)
         yield mine, theirs, info
     finally:
         started.close()

@@ -12,8 +12,7 @@ import pytest
 from bench.common.errors import BenchError
 from bench.generate.baselines import choose_llamacpp_library
 from bench.llamacpp import build as llama_build
-from bench.llamacpp.build import cmake_args, ensure_native, host_key, planned
-from bench.llamacpp.cli import library_system_info
+from bench.llamacpp.build import cmake_args, ensure_native, host_key, planned, system_info
 from engine.hardware import HardwareInfo
 
 AVX2 = HardwareInfo.fake("avx2", "fma", "f16c")
@@ -101,7 +100,7 @@ def test_builds_once_into_the_cache_and_reports_what_the_library_says(fake_sourc
     assert (build.root / ".complete").read_text().split() == cmake_args(AVX2)[0]
     assert not list(build.root.parent.glob("*.partial-*"))
     assert ensure_native(AVX2, log=lambda _: None) == build and len(fake_source) == 1
-    assert library_system_info(build.lib_dir) == "CPU : AVX2 = 1 | FAKE = 1"
+    assert system_info(build.lib_dir) == "CPU : AVX2 = 1 | FAKE = 1"
     assert planned(AVX512)[0].root != build.root  # another host class builds its own
 
 

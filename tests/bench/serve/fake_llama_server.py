@@ -1,7 +1,7 @@
 """A stand-in for llama.cpp's `llama-server` binary in tests of `bench serve
---llama-server`: takes its flags, prints a system_info line as llama.cpp's log does, and
-answers GET /health, GET /v1/models and a streamed POST /v1/completions of ``max_tokens``
-chunks (then a usage chunk) that echo the flags it was started with."""
+--llama-server`: takes its flags (and refuses others), answers GET /health, GET /v1/models
+and a streamed POST /v1/completions of ``max_tokens`` text chunks, ended as llama-server
+ends a stream: one chunk with an empty text, the finish_reason and the usage together."""
 
 from __future__ import annotations
 
@@ -9,9 +9,6 @@ import argparse
 import json
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-SYSTEM_INFO = ("system_info: n_threads = {t} (n_threads_batch = {t}) / 2 | CPU : SSE3 = 1 | "
-               "AVX2 = 1 | FAKE = 1 | ")
 
 
 def main() -> None:
@@ -21,7 +18,6 @@ def main() -> None:
         p.add_argument(flag, required=True)
     p.add_argument("--no-webui", action="store_true", required=True)
     args = p.parse_args()
-    print(SYSTEM_INFO.format(t=args.threads), flush=True)
     flags = {"parallel": int(args.parallel), "ctx_size": int(args.ctx_size),
              "threads": int(args.threads), "model": args.model}
 
@@ -53,8 +49,8 @@ def main() -> None:
             for _ in range(n):
                 chunk = {"choices": [{"index": 0, "text": " x"}], "flags": flags}
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            usage = {"choices": [], "usage": {"prompt_tokens": len(req["prompt"]),
-                                              "completion_tokens": n}}
+            usage = {"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+                     "usage": {"prompt_tokens": len(req["prompt"]), "completion_tokens": n}}
             self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
             self.wfile.flush()
             self.close_connection = True

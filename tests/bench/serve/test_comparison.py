@@ -29,6 +29,20 @@ def test_usage_chunk_counts_tokens_but_is_no_token_event() -> None:
     assert (r.output_tokens, r.cached_tokens) == (2, 6)
 
 
+def test_a_chunk_that_only_finishes_is_no_token_event() -> None:
+    """llama-server ends a stream with an empty text, the finish_reason and the usage in
+    one chunk; a chunk with an empty text and no finish_reason still is a token (a token
+    whose bytes end inside a UTF-8 character)."""
+    r = RequestResult(ok=True, prompt_tokens=4)
+    r.take({"choices": [{"index": 0, "text": " a", "finish_reason": None}]}, 0.5)
+    r.take({"choices": [{"index": 0, "text": "", "finish_reason": None}]}, 0.6)
+    r.take({"choices": [{"index": 0, "text": "b", "finish_reason": "length"}]}, 0.7)
+    r.take({"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 4, "completion_tokens": 3}}, 0.9)
+    assert (r.events, r.output_tokens, r.text) == (3, 3, " ab")
+    assert r.itl == pytest.approx([0.1, 0.1])
+
+
 def _res(prompt: int, cached: int | None, ttft: float = 0.1, ok: bool = True
          ) -> RequestResult:
     return RequestResult(ok=ok, ttft=ttft, prompt_tokens=prompt, cached_tokens=cached)

@@ -29,6 +29,7 @@ def fake_build(tmp_path, monkeypatch) -> NativeBuild:
                             + Path(fake_llama_server.__file__).read_text())
     build.server.chmod(0o755)
     monkeypatch.setattr(llama_build, "ensure_native", lambda hw, log=print: build)
+    monkeypatch.setattr(llama_build, "system_info", lambda lib_dir: "CPU : AVX2 = 1 | FAKE = 1")
     return build
 
 
@@ -52,13 +53,13 @@ def test_drives_fp8serve_and_llama_server_and_stops_both(tiny_checkpoint, fake_b
     assert data["servers"][ours]["name"] == "fp8serve"
     other = data["servers"][theirs]
     assert other["name"] == "llama-server (weights.Q8_0.gguf)"
-    assert other["system_info"] == "CPU : SSE3 = 1 | AVX2 = 1 | FAKE = 1"
+    assert other["system_info"] == "CPU : AVX2 = 1 | FAKE = 1"
     assert (other["threads"], other["llama_cpp"], other["gguf"]) == (1, "0.0-test", str(gguf))
     for run in data["runs"]:
         assert (run["completed"], run["failed"], run["total_output_tokens"]) == (2, 0, 8)
     text = capsys.readouterr().out
     assert "server vs server: fp8serve / llama-server (weights.Q8_0.gguf)" in text
-    assert "llama-server 0.0-test (-march=native): CPU : SSE3 = 1 | AVX2 = 1 | FAKE = 1" in text
+    assert "llama-server 0.0-test (-march=native): CPU : AVX2 = 1 | FAKE = 1" in text
     section = "\n".join(servers_section(data, "x"))
     assert "| 1 | " in section and "| 2 | " in section and "FAKE = 1" in section
     for url in (ours, theirs):
