@@ -39,7 +39,9 @@ async def bench_session(cfg: BenchConfig) -> AsyncIterator[tuple[aiohttp.ClientS
     the first of GET /v1/models. Raises aiohttp.ClientError when the server cannot be
     reached or has no model."""
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-    connector = aiohttp.TCPConnector(limit=cfg.concurrency + 2)
+    # a connection per request: a server that closes idle keep-alive connections on its
+    # own clock (llama-server's HTTP library) never races the client's reuse of one
+    connector = aiohttp.TCPConnector(limit=cfg.concurrency + 2, force_close=True)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
     async with aiohttp.ClientSession(headers=headers, connector=connector,
                                      timeout=timeout) as session:

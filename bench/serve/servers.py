@@ -20,6 +20,18 @@ from bench.common.errors import BenchError
 from bench.common.server_process import free_port, stop, wait_ready
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the benchmark dies (Linux), so that a killed
+    benchmark leaves no server behind."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 @dataclass
 class Started:
     """Server processes started so far; :meth:`close` stops them all."""
@@ -31,7 +43,8 @@ class Started:
         port = free_port()
         log = Path(tempfile.mkstemp(suffix=".log", prefix="fp8serve-bench-")[1])
         with log.open("w") as out:
-            proc = subprocess.Popen(command(port), stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(command(port), stdout=out, stderr=subprocess.STDOUT,
+                                    preexec_fn=_die_with_parent)
         self.procs.append(proc)
         url = f"http://127.0.0.1:{port}"
         print(f"started {url} ({label}; log {log})", flush=True)

@@ -80,3 +80,32 @@ def test_each_slot_holds_the_longest_sequence_of_the_workload(workload, want):
     args = argparse.Namespace(workload=workload, system_len=100, turns=3, input_len=8,
                               output_len=4)
     assert context_per_sequence(args) == want
+
+
+def test_a_killed_benchmark_leaves_no_server_behind(tmp_path):
+    """The servers start with PR_SET_PDEATHSIG: SIGKILL the parent, the child goes."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    script = ("import subprocess, sys, time\n"
+              "from bench.serve.servers import _die_with_parent\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+              " preexec_fn=_die_with_parent)\n"
+              "print(child.pid, flush=True)\n"
+              "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                              text=True, cwd=Path(__file__).parents[3])
+    child = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(child, signal.SIGKILL)
+    pytest.fail("the child outlived its killed parent")
