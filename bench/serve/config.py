@@ -23,6 +23,8 @@ class BenchConfig:
     workload: str = "random"  # one of workloads.WORKLOADS
     system_len: int = 500  # multi-turn, shared-prefix: the system prompt's ids
     turns: int = 4  # multi-turn: turns per conversation
+    round: int = 0  # which round of the run (passes.plan); the random workload's prompts
+    # differ per round and concurrency level, so no server finds a prompt it has seen
 
     def endpoint(self, path: str) -> str:
         """The server URL + path ("/v1/...")."""

@@ -120,6 +120,6 @@ def plan(base: BenchConfig, rounds: int, levels: list[int], servers: list[str]
             order, hosts = order[::-1], hosts[::-1]
         for conc in levels:
             for url in hosts:
-                cfg = dataclasses.replace(base, url=url, concurrency=conc)
+                cfg = dataclasses.replace(base, url=url, concurrency=conc, round=rnd)
                 out += [(rnd, cfg, mode) for mode in order]
     return out

@@ -66,13 +66,21 @@ async def gather_limited(concurrency: int, jobs: Sequence[Callable[[], Awaitable
 
 async def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     """The random workload: num_prompts random-token prompts, at most ``concurrency`` in
-    flight, each with its own cache salt (nothing shared, even across rounds).
-    Raises aiohttp.ClientError when the server cannot be reached or has no model."""
+    flight, each with its own cache salt (nothing shared, even across rounds). The
+    prompts are drawn per (seed, round, concurrency): each server of a round and level
+    gets the same ones, and no pass repeats another's, so a server without cache_salt
+    (llama-server) finds nothing either. Raises aiohttp.ClientError when the server
+    cannot be reached or has no model."""
     async with bench_session(cfg) as (session, model):
-        rng = random.Random(cfg.seed)
-        prompts = [random_ids(rng, cfg.input_len, cfg.vocab_lo, cfg.vocab_hi)
-                   for _ in range(cfg.num_prompts)]
+        prompts = random_prompts(cfg)
         return await run_uncached(session, cfg, model, prompts) | {"pass": UNCACHED}
+
+
+def random_prompts(cfg: BenchConfig) -> list[list[int]]:
+    """The random workload's prompts for cfg's seed, round and concurrency level."""
+    rng = random.Random(f"{cfg.seed}/{cfg.round}/{cfg.concurrency}")
+    return [random_ids(rng, cfg.input_len, cfg.vocab_lo, cfg.vocab_hi)
+            for _ in range(cfg.num_prompts)]
 
 
 async def run_uncached(session: aiohttp.ClientSession, cfg: BenchConfig, model: str,

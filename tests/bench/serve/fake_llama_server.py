@@ -1,7 +1,8 @@
 """A stand-in for llama.cpp's `llama-server` binary in tests of `bench serve
 --llama-server`: takes its flags (and refuses others), answers GET /health, GET /v1/models
 and a streamed POST /v1/completions of ``max_tokens`` text chunks, ended as llama-server
-ends a stream: one chunk with an empty text, the finish_reason and the usage together."""
+ends a stream: one chunk with an empty text, the finish_reason and the usage together. Like
+llama-server, it ignores cache_salt and reports a prompt it has seen before as cached."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ def main() -> None:
         p.add_argument(flag, required=True)
     p.add_argument("--no-webui", action="store_true", required=True)
     args = p.parse_args()
+    seen: set[tuple[int, ...]] = set()
     flags = {"parallel": int(args.parallel), "ctx_size": int(args.ctx_size),
              "threads": int(args.threads), "model": args.model}
 
@@ -45,12 +47,15 @@ def main() -> None:
             self.send_header("content-type", "text/event-stream")
             self.send_header("connection", "close")
             self.end_headers()
-            n = int(req["max_tokens"])
+            n, prompt = int(req["max_tokens"]), tuple(req["prompt"])
+            cached = len(prompt) if prompt in seen else 0
+            seen.add(prompt)
             for _ in range(n):
                 chunk = {"choices": [{"index": 0, "text": " x"}], "flags": flags}
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             usage = {"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
-                     "usage": {"prompt_tokens": len(req["prompt"]), "completion_tokens": n}}
+                     "usage": {"prompt_tokens": len(prompt), "completion_tokens": n,
+                               "prompt_tokens_details": {"cached_tokens": cached}}}
             self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
             self.wfile.flush()
             self.close_connection = True

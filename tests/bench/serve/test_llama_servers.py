@@ -44,7 +44,7 @@ def test_drives_fp8serve_and_llama_server_and_stops_both(tiny_checkpoint, fake_b
                str(gguf), "--threads", "1", "--server-arg=--max-model-len=512",
                "--server-arg=--kv-cache-gib=0.05", "--concurrency", "1", "2",
                "--num-prompts", "2", "--input-len", "8", "--output-len", "4",
-               "--json-out", str(out)])
+               "--rounds", "2", "--json-out", str(out)])
     assert rc == 0
     data = json.loads(out.read_text())
     rows = data["comparison"]["servers"]
@@ -57,6 +57,7 @@ def test_drives_fp8serve_and_llama_server_and_stops_both(tiny_checkpoint, fake_b
     assert (other["threads"], other["llama_cpp"], other["gguf"]) == (1, "0.0-test", str(gguf))
     for run in data["runs"]:
         assert (run["completed"], run["failed"], run["total_output_tokens"]) == (2, 0, 8)
+        assert run["cached_tokens"] == 0  # no pass repeats a prompt llama-server has seen
     text = capsys.readouterr().out
     assert "server vs server: fp8serve / llama-server (weights.Q8_0.gguf)" in text
     assert "llama-server 0.0-test (-march=native): CPU : AVX2 = 1 | FAKE = 1" in text

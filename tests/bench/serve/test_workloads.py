@@ -80,3 +80,18 @@ def test_config_rejects_what_cannot_run() -> None:
         BenchConfig("http://a", workload="multi-turn", turns=0)
     with pytest.raises(ValueError, match="num_prompts >= 2"):
         BenchConfig("http://a", workload="shared-prefix", num_prompts=1)
+
+
+def test_random_prompts_differ_per_round_and_level_and_not_per_server() -> None:
+    from bench.serve.run import random_prompts
+
+    steps = plan(BenchConfig("http://a", num_prompts=3, input_len=5), 2, [1, 4],
+                 ["http://a", "http://b"])
+    by_pass: dict[tuple[int, int], list] = {}
+    for rnd, cfg, _ in steps:
+        by_pass.setdefault((rnd, cfg.concurrency), []).append(random_prompts(cfg))
+    assert len(by_pass) == 4
+    for same in by_pass.values():
+        assert len(same) == 2 and same[0] == same[1]  # both servers get the same work
+    prompts = [tuple(p) for same in by_pass.values() for p in same[0]]
+    assert len(set(prompts)) == len(prompts) == 12  # no pass repeats another's
