@@ -9,7 +9,9 @@
 #                          baselines' library and llama-server), what it was compiled for
 #   serve-demo.json        fp8serve bench serve at concurrency 1, 4, 16 on the demo model
 #   llama-serve-demo.json  bench serve --llama-server: fp8serve and llama-server on the demo
-#                          model's weights, concurrency 1, 4, 16, interleaved rounds
+#                          model's weights, concurrency 1, 4, 16, interleaved rounds: the
+#                          original Q4_1 GGUF, and (llama-serve-demo-q8_0.json) the Q8_0
+#                          export of fp8serve's FP8 checkpoint
 #   vision.json            fp8serve bench vision on the 3B-shaped synth checkpoint
 #                          (SERVE_ROUNDS interleaved rounds, default 3: medians per level)
 #   rss-{demo,3b,8b}.json  fp8serve bench rss (server peak RSS vs weights + KV budget)
@@ -165,10 +167,13 @@ if want serve; then
   serve_bench
 fi
 if want llama-serve; then
-  step "serve: demo model, fp8serve vs llama-server at concurrency 1, 4, 16"
-  "${FP8SERVE[@]}" bench serve --llama-server --threads "$THREADS" --concurrency 1 4 16 \
-    --num-prompts 32 --input-len 128 --output-len 64 --rounds "$SERVE_ROUNDS" \
-    --json-out "$OUT/llama-serve-demo.json"
+  step "serve: demo model, fp8serve vs llama-server (Q4_1, Q8_0) at concurrency 1, 4, 16"
+  LLAMA_SERVE=(bench serve --llama-server --threads "$THREADS" --concurrency 1 4 16
+    --num-prompts 32 --input-len 128 --output-len 64 --rounds "$SERVE_ROUNDS")
+  "${FP8SERVE[@]}" "${LLAMA_SERVE[@]}" --json-out "$OUT/llama-serve-demo.json"
+  "${FP8SERVE[@]}" "${LLAMA_SERVE[@]}" --model-dir "$("$PY" -c \
+    'from engine.demo_model import ensure_demo_model; print(ensure_demo_model())')" \
+    --gguf-type Q8_0 --json-out "$OUT/llama-serve-demo-q8_0.json"
 fi
 if want prefix-demo && has_prefix_caching; then
   step "prefix caching: demo model, shared prefix and no shared prefix"
