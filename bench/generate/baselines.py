@@ -209,6 +209,7 @@ def llamacpp_engines(cfg: Any, prompt: list[int], threads: int,
         return {}, {}
     names = ["llamacpp"] if cfg.gguf is not None else \
         [f"llamacpp_{q.lower()}" for q in cfg.gguf_types]
+    library = choose_llamacpp_library(cfg.llamacpp_lib, log)  # before the first import
     missing = llamacpp_available()
     if missing is None and cfg.gguf is None:
         try:
@@ -217,7 +218,7 @@ def llamacpp_engines(cfg: Any, prompt: list[int], threads: int,
             missing = "the gguf package is not installed (pip install '.[bench]')"
     if missing:
         return {}, {n: {"skipped": missing} for n in names}
-    log(f"llama.cpp library: {choose_llamacpp_library(cfg.llamacpp_lib, log)}")
+    log(f"llama.cpp library: {library}")
     engines: dict[str, Any] = {}
     skipped: dict[str, Any] = {}
     for name, path in llamacpp_ggufs(cfg, log).items():

@@ -133,3 +133,18 @@ def test_a_library_already_loaded_stays(monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", object())
     assert choose_llamacpp_library("native", print) == \
         "the library already loaded in this process"
+
+
+def test_bench_generate_chooses_the_library_before_anything_imports_llama_cpp(
+        monkeypatch, tmp_path):
+    from bench.generate import baselines
+
+    monkeypatch.delitem(sys.modules, "llama_cpp", raising=False)
+    seen = []
+    monkeypatch.setattr(baselines, "choose_llamacpp_library",
+                        lambda choice, log: seen.append("llama_cpp" in sys.modules) or "x")
+    cfg = type("Cfg", (), {"baselines": ("llamacpp",), "gguf": tmp_path / "none.gguf",
+                           "gguf_types": (), "llamacpp_lib": "auto"})()
+    engines, skipped = baselines.llamacpp_engines(cfg, [1, 2], 1, lambda _: None)
+    assert seen == [False]
+    assert engines == {} and "no GGUF" in skipped["llamacpp"]["skipped"]
