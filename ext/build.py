@@ -107,13 +107,17 @@ def source_hash(cfg: BuildConfig) -> str:
     return h.hexdigest()[:12]
 
 
-def default_build_dir(cfg: BuildConfig) -> Path:
-    """$FP8SERVE_CACHE_DIR/ext/<torch>-<hash>, the cache root defaulting to
-    $XDG_CACHE_HOME/fp8serve (or ~/.cache/fp8serve), as for the demo model."""
+def cache_root() -> Path:
+    """$FP8SERVE_CACHE_DIR, defaulting to $XDG_CACHE_HOME/fp8serve (or ~/.cache/fp8serve):
+    where built things are kept (this extension, bench/llamacpp's llama.cpp)."""
     env_root = os.environ.get("FP8SERVE_CACHE_DIR")
     xdg = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    root = Path(env_root) if env_root else xdg / "fp8serve"
-    return root / "ext" / f"{torch.__version__}-{source_hash(cfg)}"
+    return Path(env_root) if env_root else xdg / "fp8serve"
+
+
+def default_build_dir(cfg: BuildConfig) -> Path:
+    """cache_root()/ext/<torch>-<hash>."""
+    return cache_root() / "ext" / f"{torch.__version__}-{source_hash(cfg)}"
 
 
 def build_dir_for(cfg: BuildConfig) -> Path:

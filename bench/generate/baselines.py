@@ -163,9 +163,6 @@ def llamacpp_available() -> str | None:
     return None
 
 
-LIBRARY_CHOICES = ("auto", "native", "installed")
-
-
 def choose_llamacpp_library(choice: str, log: Callable[[str], object]) -> str:
     """Points llama-cpp-python at a library before its first import; returns which, in
     words. ``native``: this host's build (bench/llamacpp/build.py), built first if
@@ -174,8 +171,6 @@ def choose_llamacpp_library(choice: str, log: Callable[[str], object]) -> str:
     import os
     import sys
 
-    if choice not in LIBRARY_CHOICES:
-        raise ValueError(f"llamacpp_lib must be one of {', '.join(LIBRARY_CHOICES)}")
     if "llama_cpp" in sys.modules:
         return "the library already loaded in this process"
     if choice == "installed":

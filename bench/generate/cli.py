@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common.errors import BenchError
+from bench.llamacpp.build import LIBRARY_CHOICES
 from engine.config_flags import add_kv_cache_dtype_arg, add_lm_head_arg
 
 
@@ -35,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "beside it as DIR.Q8_0.gguf / DIR.BF16.gguf)")
     p.add_argument("--gguf-types", default="Q8_0,BF16",
                    help="comma list of Q8_0, BF16: the exports llama.cpp is timed on")
-    p.add_argument("--llamacpp-lib", choices=("auto", "native", "installed"), default="auto",
+    p.add_argument("--llamacpp-lib", choices=LIBRARY_CHOICES, default="auto",
                    help="llama.cpp library for the llamacpp baseline: native = this host's "
                         "build (`fp8serve bench llamacpp`, built first if missing), auto = "
                         "that build when it exists, installed = llama-cpp-python's own")

@@ -37,6 +37,7 @@ from bench.generate.refs import (  # noqa: F401 - re-exported for callers
     decode_bytes_per_token,
     prefill_linear_shapes,
 )
+from bench.llamacpp.build import LIBRARY_CHOICES
 
 BASELINES = ("transformers", "llamacpp", "python_layers")
 PYTHON_LAYERS = "python_layers"
@@ -74,8 +75,8 @@ class GenerateBenchConfig:
             raise ValueError("the bandwidth probe needs a positive multiple of 64 bytes")
         if self.rounds < 1:
             raise ValueError("need --rounds >= 1")
-        if self.llamacpp_lib not in ("auto", "native", "installed"):
-            raise ValueError("--llamacpp-lib: choose from auto, native, installed")
+        if self.llamacpp_lib not in LIBRARY_CHOICES:
+            raise ValueError(f"--llamacpp-lib: choose from {', '.join(LIBRARY_CHOICES)}")
         bad = sorted(set(self.gguf_types) - {"Q8_0", "BF16"})
         if bad or not self.gguf_types:
             raise ValueError(f"--gguf-types: choose from Q8_0, BF16 (got {bad or 'none'})")

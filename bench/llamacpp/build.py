@@ -31,6 +31,8 @@ PACKAGE = "llama-cpp-python"
 PINNED = "0.3.36"  # the Makefile's llamacpp-ref pin, when no llama-cpp-python is installed
 MARKER = ".complete"
 TARGET = "llama-server"  # and with it libllama, the ggml libraries and libmtmd
+# which library bench generate's llama.cpp baseline loads (bench/generate/baselines.py)
+LIBRARY_CHOICES = ("auto", "native", "installed")
 Log = Callable[[str], object]
 
 COMMON = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON",
@@ -72,9 +74,11 @@ def installed_version() -> str:
 
 
 def cache_root() -> Path:
-    env = os.environ.get("FP8SERVE_CACHE_DIR")
-    xdg = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return (Path(env) if env else xdg / "fp8serve") / "llama.cpp"
+    """llama.cpp/ under the extension's cache root (ext/build.py; imported here, not at
+    the top, since it brings torch)."""
+    from ext.build import cache_root as fp8serve_cache
+
+    return fp8serve_cache() / "llama.cpp"
 
 
 def host_key(version: str, hw: HardwareInfo, args: list[str]) -> str:
