@@ -48,6 +48,8 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
 SHARED_SERVERS = ("matrix", "spec_servers")
 
 
+# before pytest-xdist's own hook, which reads the xdist_group marks into the node ids
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         # schemathesis names each operation's item (test_contract[POST /v1/...]) but gives
@@ -74,6 +76,20 @@ def pytest_collection_modifyitems(config, items) -> None:
         return (group in slow or group in SHARED_SERVERS or "/test_e2e_" in group
                 or group.startswith("tests/bench/"))
     items.sort(key=lambda i: not long(files[i.nodeid.split("::", 1)[0]]))
+
+
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    """Stop a run that lost the groups above (each shared server would start once per
+    worker, and the suite outgrow its time): pytest-xdist writes a test's group into its
+    node id, which pytest 9.2 ignores (pytest-dev/pytest-xdist#1386; pyproject pins below
+    it). Called on the controller with each worker's collection."""
+    if node.config.getvalue("dist") != "loadgroup":
+        return
+    lost = [nodeid for nodeid in ids if nodeid.rfind("@") <= nodeid.rfind("]")]  # as xdist
+    if lost:
+        pytest.exit(f"--dist loadgroup lost the xdist_group of {len(lost)} of {len(ids)} "
+                    f"tests (first: {lost[0]}): pytest {pytest.__version__} with this "
+                    "pytest-xdist does not group them", returncode=4)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

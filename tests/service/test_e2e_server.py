@@ -272,15 +272,19 @@ def test_sigterm_drains_then_exits(server):
     """Last in this module: it stops the shared server."""
     proc, url = server["proc"], server["url"]
     headers = {"Authorization": f"Bearer {KEY}"}
-    body = {"model": "tiny", "prompt": "drain me", "max_tokens": 3000, "stream": True,
+    # long enough to outlast the checks below by far (they take milliseconds; this tiny
+    # model makes about 100 tokens/s per stream on 2 busy cores, 300 on a fast host)
+    body = {"model": "tiny", "prompt": "drain me", "max_tokens": 800, "stream": True,
             "ignore_eos": True, "temperature": 0}
     with httpx.Client(base_url=url, headers=headers, timeout=60) as hc:
         with hc.stream("POST", "/v1/completions", json=body) as resp:
             lines = resp.iter_lines()
             next(lines)
             proc.send_signal(signal.SIGTERM)
-            time.sleep(0.5)
-            health = httpx.get(url + "/health")
+            deadline = time.monotonic() + 10
+            while (health := httpx.get(url + "/health")).status_code == 200:
+                assert time.monotonic() < deadline, "SIGTERM never started the drain"
+                time.sleep(0.01)
             assert health.status_code == 503 and health.json()["status"] == "draining"
             late = hc.post("/v1/completions", json={"model": "tiny", "prompt": "late"})
             assert late.status_code == 503
