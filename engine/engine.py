@@ -62,7 +62,7 @@ class Engine:
         self.spec = (SpecDecoder(config.speculative_config, config.max_model_len)
                      if config.speculative_config is not None else None)
         self.scheduler = Scheduler(allocator, config.max_num_seqs, config.max_num_batched_tokens,
-                                   config.max_prefill_tokens_with_decodes, cache,
+                                   config.max_prefill_tokens_with_decodes or None, cache,
                                    drafter=None if self.spec is None else self._drafts)
         if self.spec is not None:
             log.info("speculative decoding: %s", config.speculative_config.to_json())
