@@ -12,6 +12,10 @@
 #                          model's weights, concurrency 1, 4, 16, interleaved rounds: the
 #                          original Q4_1 GGUF, and (llama-serve-demo-q8_0.json) the Q8_0
 #                          export of fp8serve's FP8 checkpoint
+#   flags-serve-demo-prefill-cap{,-long}.json  bench serve --compare-server-arg: the demo
+#                          model with the default prefill cap in steps that decode (128)
+#                          against one without (--max-prefill-tokens-with-decodes=0), prompts
+#                          of 128 and 512 ids, concurrency 4 and 16, interleaved rounds
 #   vision.json            fp8serve bench vision on the 3B-shaped synth checkpoint
 #                          (SERVE_ROUNDS interleaved rounds, default 3: medians per level)
 #   rss-{demo,3b,8b}.json  fp8serve bench rss (server peak RSS vs weights + KV budget)
@@ -36,7 +40,7 @@
 # 4 GB for 3B, 9 GB for 8B), THREADS (default: all cores), BASELINES_3B (default
 # transformers,python_layers; '' = none), RUN_8B=1 to include the 8B-shaped RSS run, SKIP="kernels serve"
 # to skip steps (names: llamacpp kernels generate-demo generate-3b lm-head-demo lm-head-3b
-# serve llama-serve rss-demo rss-3b rss-8b prefix-demo prefix-3b structured structured-spec
+# serve prefill-cap llama-serve rss-demo rss-3b rss-8b prefix-demo prefix-3b structured structured-spec
 # vision; without the llamacpp step the llama.cpp baselines use a build made earlier, else
 # llama-cpp-python's own library, as the results say), KERNEL_M
 # (the kernel step's M values, default 1,8,32,128,512).
@@ -165,6 +169,15 @@ fi
 if want serve; then
   step "serve: demo model at concurrency 1, 4, 16"
   serve_bench
+fi
+if want prefill-cap; then
+  step "serve: demo model, prefill cap 128 (default) vs none, prompts of 128 and 512 ids"
+  CAP=(bench serve --compare-server-arg=--max-prefill-tokens-with-decodes=0
+    --concurrency 4 16 --output-len 64 --rounds "$SERVE_ROUNDS")
+  "${FP8SERVE[@]}" "${CAP[@]}" --num-prompts 32 --input-len 128 \
+    --json-out "$OUT/flags-serve-demo-prefill-cap.json"
+  "${FP8SERVE[@]}" "${CAP[@]}" --num-prompts 24 --input-len 512 \
+    --json-out "$OUT/flags-serve-demo-prefill-cap-long.json"
 fi
 if want llama-serve; then
   step "serve: demo model, fp8serve vs llama-server (Q4_1, Q8_0) at concurrency 1, 4, 16"

@@ -130,8 +130,9 @@ def section_body(results: Path, cls: str, host: dict[str, Any], command: str, da
         lines += generate_section(gen) + [""]
     for p, s in _load_all(results, "serve-*.json"):
         lines += serve_section(s, p.stem.removeprefix("serve-")) + [""]
-    for p, s in _load_all(results, "llama-serve-*.json"):
-        lines += servers_section(s, p.stem.removeprefix("llama-serve-")) + [""]
+    for pattern in ("llama-serve-*.json", "flags-serve-*.json"):
+        for p, s in _load_all(results, pattern):
+            lines += servers_section(s, p.stem.split("-serve-", 1)[1]) + [""]
     for p, s in _load_all(results, "structured-spec-*.json"):
         lines += structured_spec_section(s, p.stem.removeprefix("structured-spec-")) + [""]
     rss = [r for _, r in _load_all(results, "rss-*.json")]

@@ -1,6 +1,6 @@
 """The README results table: markdown built from the JSON files that bench/run_all.sh
 writes into one directory (kernels.json, generate-*.json, serve-*.json,
-llama-serve-*.json, rss-*.json).
+llama-serve-*.json, flags-serve-*.json, rss-*.json).
 Missing files are left out. ``python -m bench.report.results DIR`` prints it."""
 
 from __future__ import annotations
@@ -95,19 +95,25 @@ def serve_section(s: dict[str, Any], name: str) -> list[str]:
 
 
 def servers_section(s: dict[str, Any], name: str) -> list[str]:
-    """A two-server `bench serve` run (``--llama-server``): per concurrency level each
-    server's output tok/s (medians over the rounds), fp8serve's ratio to the other and
-    that ratio in each round, TTFT and ITL p50 of both; then what the other server ran."""
+    """A two-server `bench serve` run (``--llama-server`` or ``--compare-server-arg``): per
+    concurrency level each server's output tok/s (medians over the rounds), the first's
+    ratio to the second and that ratio in each round, TTFT and ITL p50 / p99 of both; then
+    what the two servers ran."""
     pair = s["comparison"]["servers"]
     if not pair:
         return []
     ours, theirs = pair[0]["url"], pair[0]["compare_url"]
     info = s.get("servers") or {}
+    first = info.get(ours, {}).get("name", ours)
     label = info.get(theirs, {}).get("name", theirs)
 
     def level(url: str, conc: int) -> dict[str, Any]:
         return next(lv for lv in s["levels"]
                     if lv["config"]["url"] == url and lv["config"]["concurrency"] == conc)
+
+    def both(a: dict[str, Any], b: dict[str, Any], metric: str, q: str, scale: float,
+             spec: str) -> str:
+        return f"{spec.format(a[metric][q] * scale)} / {spec.format(b[metric][q] * scale)}"
 
     rows = []
     for r in pair:
@@ -119,19 +125,28 @@ def servers_section(s: dict[str, Any], name: str) -> list[str]:
         rows.append([str(conc), _f(r["throughput"]), _f(r["throughput_compare"]),
                      _f(r["throughput_ratio"], "{:.2f}"),
                      ", ".join(_f(x, "{:.2f}") for x in each),
-                     f"{a['ttft_s']['p50']:.3f} / {b['ttft_s']['p50']:.3f}",
-                     f"{a['itl_s']['p50'] * 1e3:.1f} / {b['itl_s']['p50'] * 1e3:.1f}",
+                     both(a, b, "ttft_s", "p50", 1, "{:.3f}"),
+                     both(a, b, "ttft_s", "p99", 1, "{:.3f}"),
+                     both(a, b, "itl_s", "p50", 1e3, "{:.1f}"),
+                     both(a, b, "itl_s", "p99", 1e3, "{:.1f}"),
                      f"{a['failed']} / {b['failed']}"])
     c, rounds = s["levels"][0]["config"], s.get("rounds", 1)
-    head = ["concurrency", "fp8serve tok/s", f"{label} tok/s", "x", "x each round",
-            "TTFT p50 (s)", "ITL p50 (ms)", "failed"]
+    head = ["concurrency", f"{first} tok/s", f"{label} tok/s", "x", "x each round",
+            "TTFT p50 (s)", "TTFT p99 (s)", "ITL p50 (ms)", "ITL p99 (ms)", "failed"]
     other = info.get(theirs, {})
-    note = (f"{label}: llama.cpp {other.get('llama_cpp', '?')} built with "
-            f"{other.get('built', '?')}, `{other.get('system_info') or '?'}`; "
-            f"{other.get('threads', '?')} threads each; pairs are fp8serve / {label}.")
-    return ([f"### Serving `{name}` against {label} (`fp8serve bench serve --llama-server`, "
-             f"{c['num_prompts']} prompts, input {c['input_len']}, output {c['output_len']}, "
-             f"{rounds} interleaved rounds, medians)", ""] + _table(head, rows) + ["", note])
+    size = (f"{c['num_prompts']} prompts, input {c['input_len']}, output {c['output_len']}, "
+            f"{rounds} interleaved rounds, medians")
+    if "llama_cpp" in other:
+        title = (f"### Serving `{name}` against {label} (`fp8serve bench serve "
+                 f"--llama-server`, {size})")
+        note = (f"{label}: llama.cpp {other.get('llama_cpp', '?')} built with "
+                f"{other.get('built', '?')}, `{other.get('system_info') or '?'}`; "
+                f"{other.get('threads', '?')} threads each; pairs are {first} / {label}.")
+    else:
+        title = (f"### Serving `{name}`: `{first}` against `{label}` (`fp8serve bench "
+                 f"serve`, {size})")
+        note = f"Both on {other.get('model', '?')}; pairs are `{first}` / `{label}`."
+    return [title, ""] + _table(head, rows) + ["", note]
 
 
 def rss_section(runs: list[dict[str, Any]]) -> list[str]:
@@ -199,9 +214,9 @@ def build_markdown(results: Path, command: str = "bench/run_all.sh") -> str:
         lines += generate_section(gen) + [""]
     for p in sorted(results.glob("serve-*.json")):
         lines += serve_section(json.loads(p.read_text()), p.stem.removeprefix("serve-")) + [""]
-    for p in sorted(results.glob("llama-serve-*.json")):
-        lines += servers_section(json.loads(p.read_text()),
-                                 p.stem.removeprefix("llama-serve-")) + [""]
+    for p in sorted(results.glob("llama-serve-*.json")) + sorted(
+            results.glob("flags-serve-*.json")):
+        lines += servers_section(json.loads(p.read_text()), p.stem.split("-serve-", 1)[1]) + [""]
     for p in sorted(results.glob("structured-spec-*.json")):
         lines += structured_spec_section(json.loads(p.read_text()),
                                          p.stem.removeprefix("structured-spec-")) + [""]

@@ -1,10 +1,11 @@
 """`fp8serve bench serve --url URL --concurrency C [C ...] --num-prompts N --input-len I
 --output-len O [--rounds R] [--workload random|multi-turn|shared-prefix] [--system-len S]
-[--turns T] [--compare-url URL2 | --speculative-config JSON | --llama-server]`: drive a
-running server (see bench/serve/run.py and, for the workloads and their cache on / off
-passes, bench/serve/workloads.py), or a pair it starts itself (bench/serve/servers.py);
-print a table per pass, the comparisons (bench/serve/comparison.py), and write JSON (every
-pass, the medians over the rounds, the comparison rows)."""
+[--turns T] [--compare-url URL2 | --speculative-config JSON | --compare-server-arg FLAG |
+--llama-server]`: drive a running server (see bench/serve/run.py and, for the workloads
+and their cache on / off passes, bench/serve/workloads.py), or a pair it starts itself
+(bench/serve/servers.py); print a table per pass, the comparisons
+(bench/serve/comparison.py), and write JSON (every pass, the medians over the rounds, the
+comparison rows)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="start two servers on --model-dir, one with this speculative config "
                         "(vLLM's JSON) and one without, and drive both interleaved (instead "
                         "of --url / --compare-url); they are stopped at the end")
+    p.add_argument("--compare-server-arg", action="append", default=[], metavar="FLAG",
+                   help="start two fp8serve servers on --model-dir, the second with this "
+                        "`serve` flag added (repeatable; e.g. "
+                        "--compare-server-arg=--max-prefill-tokens-with-decodes=0), and drive "
+                        "both interleaved; they are stopped at the end")
     p.add_argument("--llama-server", action="store_true",
                    help="start fp8serve on --model-dir and llama.cpp's llama-server on the "
                         "same weights as GGUF (built for this host once, see `fp8serve bench "
@@ -48,11 +54,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="with --llama-server: threads of each server (default: all cores)")
     p.add_argument("--model-dir", type=Path, default=None,
-                   help="with --speculative-config or --llama-server: the checkpoint "
-                        "(default: the demo model)")
+                   help="with --speculative-config, --compare-server-arg or "
+                        "--llama-server: the checkpoint (default: the demo model)")
     p.add_argument("--server-arg", action="append", default=[], metavar="FLAG",
-                   help="with --speculative-config or --llama-server: a `serve` flag for the "
-                        "fp8serve server(s) (repeatable; e.g. --server-arg=--kv-cache-gib=2)")
+                   help="with --speculative-config, --compare-server-arg or --llama-server: "
+                        "a `serve` flag for the fp8serve server(s) (repeatable; e.g. "
+                        "--server-arg=--kv-cache-gib=2)")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1],
                    help="in-flight requests (conversations for multi-turn); several values "
                         "run one after another")
@@ -140,8 +147,19 @@ def report(args: argparse.Namespace, levels: list[dict[str, Any]]) -> dict[str, 
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.serve.servers import llama_servers, spec_servers
+    from bench.serve.servers import flag_servers, llama_servers, spec_servers
 
+    pairs = [name for name, given in (
+        ("--compare-url", getattr(args, "compare_url", None) is not None),
+        ("--speculative-config", getattr(args, "speculative_config", None) is not None),
+        ("--compare-server-arg", bool(getattr(args, "compare_server_arg", None))),
+        ("--llama-server", getattr(args, "llama_server", False))) if given]
+    if len(pairs) > 1:
+        raise BenchError(f"{' and '.join(pairs)}: each names the second server; give one")
+    if getattr(args, "compare_server_arg", None):
+        with flag_servers(args) as (first, second, info):
+            args.url, args.compare_url, args.servers = first, second, info
+            return _run(args)
     if getattr(args, "speculative_config", None) is not None:
         with spec_servers(args) as (on, off):
             args.url, args.compare_url = on, off

@@ -1,7 +1,7 @@
 """The serving benchmark's comparisons, from combined levels (report.combine_rounds):
 cache on vs off (the cached and uncached passes of one server: TTFT per turn or per slice,
-the ratio off / on, the hit rates) and server vs server (``--compare-url``: throughput and
-TTFT of each pass on both). Tables are markdown, ready for the README."""
+the ratio off / on, the hit rates) and server vs server (``--compare-url``: throughput,
+TTFT and ITL of each pass on both). Tables are markdown, ready for the README."""
 
 from __future__ import annotations
 
@@ -48,8 +48,8 @@ def cache_rows(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def server_rows(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per pass and concurrency level run on two servers: output throughput and
-    TTFT p50 on each, and the first server's throughput / the second's."""
+    """One row per pass and concurrency level run on two servers: output throughput, TTFT
+    and ITL p50 / p99 on each, and the first server's throughput / the second's."""
     rows = []
     for a, b in _pairs(levels, "url"):
         rows.append({"concurrency": a["config"]["concurrency"], "pass": a.get("pass"),
@@ -58,7 +58,9 @@ def server_rows(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
                      "throughput_compare": b["output_token_throughput"],
                      "throughput_ratio": ratio(a["output_token_throughput"],
                                                b["output_token_throughput"]),
-                     "ttft_p50": a["ttft_s"]["p50"], "ttft_p50_compare": b["ttft_s"]["p50"],
+                     **{f"{m}_{q}{side}": lv[f"{m}_s"][q]
+                        for m in ("ttft", "itl") for q in ("p50", "p99")
+                        for side, lv in (("", a), ("_compare", b))},
                      "hit_rate": a.get("hit_rate", 0.0),
                      "hit_rate_compare": b.get("hit_rate", 0.0),
                      "rounds": a.get("rounds", 1)})
@@ -101,11 +103,12 @@ def format_server_table(rows: list[dict[str, Any]], names: dict[str, str] | None
     first, second = (names.get(r0[k], r0[k]) for k in ("url", "compare_url"))
     lines = [f"server vs server: {first} / {second}",
              "| concurrency | pass | output tok/s | compare tok/s | ratio | TTFT p50 (ms) "
-             "| compare (ms) | hit rate | compare |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| compare (ms) | ITL p99 (ms) | compare (ms) | hit rate | compare |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['concurrency']} | {r['pass']} | {r['throughput']:.1f} | "
                      f"{r['throughput_compare']:.1f} | {_x(r['throughput_ratio'])} | "
                      f"{r['ttft_p50'] * 1e3:.1f} | {r['ttft_p50_compare'] * 1e3:.1f} | "
+                     f"{r['itl_p99'] * 1e3:.1f} | {r['itl_p99_compare'] * 1e3:.1f} | "
                      f"{r['hit_rate']:.1%} | {r['hit_rate_compare']:.1%} |")
     return "\n".join(lines)

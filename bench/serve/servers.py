@@ -1,7 +1,8 @@
 """The servers a serving benchmark starts itself (bench/serve/cli.py), each on a free port
 with its own log, all stopped on exit: fp8serve with and without a speculative config
-(``--speculative-config``), or fp8serve and llama.cpp's `llama-server` on the same
-weights (``--llama-server``)."""
+(``--speculative-config``), fp8serve with and without other serve flags
+(``--compare-server-arg``), or fp8serve and llama.cpp's `llama-server` on the same weights
+(``--llama-server``)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,29 @@ def spec_servers(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
             model, [*common, "--speculative-config", spec.to_json()]), "speculative")
         off, _ = started.start(fp8serve_command(model, common), "plain")
         yield on, off
+    finally:
+        started.close()
+
+
+@contextlib.contextmanager
+def flag_servers(args: argparse.Namespace) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(URL of fp8serve with --server-arg, URL with --compare-server-arg added, what each
+    runs): two `fp8serve serve` processes on the same model; stopped on exit."""
+    from engine.demo_model import ensure_demo_model
+
+    model = args.model_dir or ensure_demo_model()
+    common = ["--max-num-seqs", str(max(args.concurrency)), *args.server_arg]
+    names = (" ".join(["fp8serve", *args.server_arg]),
+             " ".join(["fp8serve", *args.server_arg, *args.compare_server_arg]))
+    started = Started()
+    try:
+        first, _ = started.start(fp8serve_command(model, common), names[0])
+        second, _ = started.start(fp8serve_command(
+            model, [*common, *args.compare_server_arg]), names[1])
+        yield first, second, {
+            first: {"name": names[0], "model": str(model), "flags": common},
+            second: {"name": names[1], "model": str(model),
+                     "flags": [*common, *args.compare_server_arg]}}
     finally:
         started.close()
 

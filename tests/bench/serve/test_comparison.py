@@ -60,7 +60,7 @@ def test_hit_rate_is_cached_over_prompt_tokens_of_completed_requests() -> None:
 
 
 def _pass(mode: str, url: str, tput: float, turn_ttfts: list[float], cached: list[int],
-          rnd: int = 0, conc: int = 2) -> dict:
+          rnd: int = 0, conc: int = 2, itl_p99: float = 0.1) -> dict:
     def pct(x: float) -> dict:
         return {"mean": x, "p50": x, "p99": x}
 
@@ -73,7 +73,7 @@ def _pass(mode: str, url: str, tput: float, turn_ttfts: list[float], cached: lis
             "pass": mode, "round": rnd, "completed": 4, "failed": 0, "errors": [],
             "duration_s": 1.0, "request_throughput": 1.0, "output_token_throughput": tput,
             "total_output_tokens": 16, "ttft_s": pct(0.5), "tpot_s": pct(0.1),
-            "itl_s": pct(0.1), "e2el_s": pct(1.0), "prompt_tokens": 200,
+            "itl_s": pct(0.1) | {"p99": itl_p99}, "e2el_s": pct(1.0), "prompt_tokens": 200,
             "cached_tokens": sum(cached), "cached_reported": 4,
             "hit_rate": sum(cached) / 200, "groups": groups}
 
@@ -103,14 +103,17 @@ def test_rounds_combine_per_turn_then_cache_rows_divide_off_by_on() -> None:
 
 
 def test_server_rows_divide_the_first_servers_throughput_by_the_seconds() -> None:
-    runs = [_pass("uncached", "http://a", 30.0, [1.0], [0]),
-            _pass("uncached", "http://b", 40.0, [1.0], [0]),
+    runs = [_pass("uncached", "http://a", 30.0, [1.0], [0], itl_p99=0.4),
+            _pass("uncached", "http://b", 40.0, [1.0], [0], itl_p99=1.2),
             _pass("uncached", "http://a", 20.0, [1.0], [0], conc=4)]
     rows = server_rows(combine_rounds(runs))
     assert len(rows) == 1  # concurrency 4 ran on one server only
     assert (rows[0]["url"], rows[0]["compare_url"]) == ("http://a", "http://b")
     assert rows[0]["throughput_ratio"] == 0.75
-    assert "| 2 | uncached | 30.0 | 40.0 | 0.75x |" in format_server_table(rows)
+    assert (rows[0]["itl_p99"], rows[0]["itl_p99_compare"]) == (0.4, 1.2)
+    assert (rows[0]["itl_p50"], rows[0]["ttft_p99_compare"]) == (0.1, 0.5)
+    assert "| 2 | uncached | 30.0 | 40.0 | 0.75x | 500.0 | 500.0 | 400.0 | 1200.0 |" \
+        in format_server_table(rows)
     assert cache_rows(combine_rounds(runs)) == []  # no cached pass to pair
     assert ratio(1.0, 0.0) is None and format_server_table([]) == ""
     named = format_server_table(rows, {"http://a": "fp8serve", "http://b": "llama-server"})
@@ -132,7 +135,25 @@ def test_servers_section_gives_each_rounds_ratio_and_what_llama_cpp_ran() -> Non
                                      "system_info": "CPU : AVX2 = 1", "threads": 2}}}
     text = "\n".join(servers_section(data, "demo"))
     assert "### Serving `demo` against llama-server (w.Q4_1.gguf)" in text
-    assert "| 2 | 33.0 | 30.0 | 1.10 | 1.50, 0.90 | 0.500 / 0.500 | 100.0 / 100.0 | 0 / 0 |" \
-        in text
+    assert ("| 2 | 33.0 | 30.0 | 1.10 | 1.50, 0.90 | 0.500 / 0.500 | 0.500 / 0.500 | "
+            "100.0 / 100.0 | 100.0 / 100.0 | 0 / 0 |") in text
     assert "llama.cpp 0.3.36 built with -march=native, `CPU : AVX2 = 1`; 2 threads" in text
     assert servers_section(data | {"comparison": {"servers": []}}, "demo") == []
+
+
+def test_servers_section_names_two_fp8serve_servers_by_their_flags() -> None:
+    from bench.report.results import servers_section
+
+    runs = [_pass("uncached", "http://a", 30.0, [1.0], [0], itl_p99=0.4),
+            _pass("uncached", "http://b", 31.0, [1.0], [0], itl_p99=1.3)]
+    levels = combine_rounds(runs)
+    flags = ["--max-num-seqs", "2"]
+    data = {"levels": levels, "rounds": 1, "comparison": {"servers": server_rows(levels)},
+            "servers": {"http://a": {"name": "fp8serve", "model": "/m", "flags": flags},
+                        "http://b": {"name": "fp8serve --cap=0", "model": "/m",
+                                     "flags": [*flags, "--cap=0"]}}}
+    text = "\n".join(servers_section(data, "demo-cap"))
+    assert text.startswith("### Serving `demo-cap`: `fp8serve` against `fp8serve --cap=0`")
+    assert "| concurrency | fp8serve tok/s | fp8serve --cap=0 tok/s |" in text
+    assert "| 400.0 / 1300.0 | 0 / 0 |" in text and "llama.cpp" not in text
+    assert "Both on /m; pairs are `fp8serve` / `fp8serve --cap=0`." in text
