@@ -13,9 +13,9 @@
 #                          original Q4_1 GGUF, and (llama-serve-demo-q8_0.json) the Q8_0
 #                          export of fp8serve's FP8 checkpoint
 #   flags-serve-demo-prefill-cap{,-long}.json  bench serve --compare-server-arg: the demo
-#                          model with the default prefill cap in steps that decode (128)
-#                          against one without (--max-prefill-tokens-with-decodes=0), prompts
-#                          of 128 and 512 ids, concurrency 4 and 16, interleaved rounds
+#                          model as started by default (no prefill cap in steps that decode)
+#                          against --max-prefill-tokens-with-decodes=128, prompts of 128 and
+#                          512 ids, concurrency 4 and 16, interleaved rounds
 #   vision.json            fp8serve bench vision on the 3B-shaped synth checkpoint
 #                          (SERVE_ROUNDS interleaved rounds, default 3: medians per level)
 #   rss-{demo,3b,8b}.json  fp8serve bench rss (server peak RSS vs weights + KV budget)
@@ -171,8 +171,8 @@ if want serve; then
   serve_bench
 fi
 if want prefill-cap; then
-  step "serve: demo model, prefill cap 128 (default) vs none, prompts of 128 and 512 ids"
-  CAP=(bench serve --compare-server-arg=--max-prefill-tokens-with-decodes=0
+  step "serve: demo model, no prefill cap (default) vs 128, prompts of 128 and 512 ids"
+  CAP=(bench serve --compare-server-arg=--max-prefill-tokens-with-decodes=128
     --concurrency 4 16 --output-len 64 --rounds "$SERVE_ROUNDS")
   "${FP8SERVE[@]}" "${CAP[@]}" --num-prompts 32 --input-len 128 \
     --json-out "$OUT/flags-serve-demo-prefill-cap.json"

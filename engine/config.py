@@ -116,10 +116,10 @@ class EngineConfig:
     kv_cache_gib: float = 1.0
     kv_block_size: int = 16
     max_num_batched_tokens: int = 512  # prefill chunk budget per step
-    # prefill tokens in a step that also carries decodes; 0 = the rest of the budget.
-    # 128: the step budget's 512 stalled every running stream for a whole chunk; 128 cut
-    # the inter-token p99 about 3x at the same throughput (docs/performance.md)
-    max_prefill_tokens_with_decodes: int = 128
+    # prefill tokens in a step that also carries decodes; 0 = the rest of the budget (as
+    # vLLM). A cap trades throughput and ITL p50 for TTFT p50 and ITL p99: measured in
+    # docs/performance.md ("prefill cap"), by `bench serve --compare-server-arg`
+    max_prefill_tokens_with_decodes: int = 0
     # share computed KV blocks between requests with the same leading tokens (engine/kv/)
     enable_prefix_caching: bool = True
     threads: int | None = None  # torch intra-op threads; None = all cores

@@ -16,8 +16,8 @@ Policy, each step, under a token budget of ``max_num_batched_tokens``:
 With ``max_prefill_tokens_with_decodes`` set, a step that carries decodes gives steps 2 and
 3 at most that many tokens: a long prompt then reaches the streams already running as
 several shorter steps instead of one that stalls them all (inter-token latency), while a
-step without decodes still uses the whole budget. The server's default is 128
-(``EngineConfig``); this class's None means no cap.
+step without decodes still uses the whole budget. None (the server's 0) means no cap, as
+in vLLM.
 
 KV exhaustion: when a running sequence needs a block and none is free, the most recently
 admitted running sequence that is not yet scheduled this step is *preempted by

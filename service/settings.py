@@ -28,7 +28,7 @@ class Settings(BaseSettings):
     max_num_seqs: int = Field(16, ge=1)
     max_model_len: int = Field(4096, ge=2)
     max_num_batched_tokens: int = Field(512, ge=1)
-    max_prefill_tokens_with_decodes: int = Field(128, ge=0)  # 0: the rest of the step
+    max_prefill_tokens_with_decodes: int = Field(0, ge=0)  # 0: the rest of the step
     kv_cache_gib: float = Field(1.0, gt=0)
     max_queue: int | None = Field(256, ge=0)  # waiting requests beyond this: 429
     request_timeout: float | None = Field(600.0, gt=0)  # seconds per request

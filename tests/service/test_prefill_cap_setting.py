@@ -19,9 +19,7 @@ def _settings(argv: list[str]):
 
 def test_flag_env_and_default(monkeypatch) -> None:
     monkeypatch.delenv("FP8SERVE_MAX_PREFILL_TOKENS_WITH_DECODES", raising=False)
-    assert _settings([]).max_prefill_tokens_with_decodes == 128
-    assert _settings(["--max-prefill-tokens-with-decodes", "0"]) \
-        .max_prefill_tokens_with_decodes == 0
+    assert _settings([]).max_prefill_tokens_with_decodes == 0
     assert _settings(["--max-prefill-tokens-with-decodes", "64"]) \
         .max_prefill_tokens_with_decodes == 64
     monkeypatch.setenv("FP8SERVE_MAX_PREFILL_TOKENS_WITH_DECODES", "32")
@@ -36,9 +34,6 @@ def test_engine_scheduler_gets_the_cap() -> None:
     assert engine.scheduler.max_prefill_tokens_with_decodes == 48
     runner = CacheCheckingRunner(num_kv_blocks=16, block_size=4)
     default = Engine(runner, FakeTokenizer(), EngineConfig(model_dir="."))
-    assert default.scheduler.max_prefill_tokens_with_decodes == 128
-    off = Engine(runner, FakeTokenizer(),
-                 EngineConfig(model_dir=".", max_prefill_tokens_with_decodes=0))
-    assert off.scheduler.max_prefill_tokens_with_decodes is None  # the rest of the budget
+    assert default.scheduler.max_prefill_tokens_with_decodes is None  # the rest of the budget
     with pytest.raises(ValueError, match="max_prefill_tokens_with_decodes"):
         EngineConfig(model_dir=".", max_prefill_tokens_with_decodes=-1)

@@ -19,7 +19,7 @@ def test_starts_both_servers_with_their_flags_drives_them_and_stops_them(
     out = tmp_path / "flags-serve-x.json"
     rc = main(["bench", "serve", "--model-dir", str(model),
                "--server-arg=--max-model-len=512", "--server-arg=--kv-cache-gib=0.05",
-               "--compare-server-arg=--max-prefill-tokens-with-decodes=0",
+               "--compare-server-arg=--max-prefill-tokens-with-decodes=128",
                "--concurrency", "2", "--num-prompts", "2", "--input-len", "16",
                "--output-len", "6", "--json-out", str(out)])
     assert rc == 0
@@ -28,9 +28,9 @@ def test_starts_both_servers_with_their_flags_drives_them_and_stops_them(
     first, second = data["servers"][row["url"]], data["servers"][row["compare_url"]]
     assert first["flags"] == ["--max-num-seqs", "2", "--max-model-len=512",
                               "--kv-cache-gib=0.05"]
-    assert second["flags"] == first["flags"] + ["--max-prefill-tokens-with-decodes=0"]
+    assert second["flags"] == first["flags"] + ["--max-prefill-tokens-with-decodes=128"]
     assert second["name"] == ("fp8serve --max-model-len=512 --kv-cache-gib=0.05 "
-                              "--max-prefill-tokens-with-decodes=0")
+                              "--max-prefill-tokens-with-decodes=128")
     for run in data["runs"]:
         assert (run["completed"], run["failed"], run["total_output_tokens"]) == (2, 0, 12)
     text = capsys.readouterr().out
