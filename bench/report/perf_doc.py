@@ -21,6 +21,7 @@ from bench.report.results import (
     kernel_section,
     rss_section,
     serve_section,
+    server_pair_files,
     servers_section,
     structured_spec_section,
 )
@@ -130,9 +131,8 @@ def section_body(results: Path, cls: str, host: dict[str, Any], command: str, da
         lines += generate_section(gen) + [""]
     for p, s in _load_all(results, "serve-*.json"):
         lines += serve_section(s, p.stem.removeprefix("serve-")) + [""]
-    for pattern in ("llama-serve-*.json", "flags-serve-*.json"):
-        for p, s in _load_all(results, pattern):
-            lines += servers_section(s, p.stem.split("-serve-", 1)[1]) + [""]
+    for p, name in server_pair_files(results):
+        lines += servers_section(json.loads(p.read_text()), name) + [""]
     for p, s in _load_all(results, "structured-spec-*.json"):
         lines += structured_spec_section(s, p.stem.removeprefix("structured-spec-")) + [""]
     rss = [r for _, r in _load_all(results, "rss-*.json")]

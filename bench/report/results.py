@@ -149,6 +149,16 @@ def servers_section(s: dict[str, Any], name: str) -> list[str]:
     return [title, ""] + _table(head, rows) + ["", note]
 
 
+# two-server `bench serve` runs (servers_section): --llama-server, --compare-server-arg
+SERVER_PAIRS = ("llama-serve-*.json", "flags-serve-*.json")
+
+
+def server_pair_files(results: Path) -> list[tuple[Path, str]]:
+    """(file, the name its section shows) of each two-server run in ``results``."""
+    return [(p, p.stem.split("-serve-", 1)[1])
+            for pattern in SERVER_PAIRS for p in sorted(results.glob(pattern))]
+
+
 def rss_section(runs: list[dict[str, Any]]) -> list[str]:
     head = ["model", "weights (GiB)", "KV budget (GiB)", "peak RSS (GiB)",
             "over weights + KV (GiB)", "anon / file-backed (GiB)", "python+torch alone (GiB)"]
@@ -214,9 +224,8 @@ def build_markdown(results: Path, command: str = "bench/run_all.sh") -> str:
         lines += generate_section(gen) + [""]
     for p in sorted(results.glob("serve-*.json")):
         lines += serve_section(json.loads(p.read_text()), p.stem.removeprefix("serve-")) + [""]
-    for p in sorted(results.glob("llama-serve-*.json")) + sorted(
-            results.glob("flags-serve-*.json")):
-        lines += servers_section(json.loads(p.read_text()), p.stem.split("-serve-", 1)[1]) + [""]
+    for p, name in server_pair_files(results):
+        lines += servers_section(json.loads(p.read_text()), name) + [""]
     for p in sorted(results.glob("structured-spec-*.json")):
         lines += structured_spec_section(json.loads(p.read_text()),
                                          p.stem.removeprefix("structured-spec-")) + [""]

@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare-server-arg", action="append", default=[], metavar="FLAG",
                    help="start two fp8serve servers on --model-dir, the second with this "
                         "`serve` flag added (repeatable; e.g. "
-                        "--compare-server-arg=--max-prefill-tokens-with-decodes=0), and drive "
+                        "--compare-server-arg=--max-prefill-tokens-with-decodes=128), and drive "
                         "both interleaved; they are stopped at the end")
     p.add_argument("--llama-server", action="store_true",
                    help="start fp8serve on --model-dir and llama.cpp's llama-server on the "

@@ -63,11 +63,29 @@ def fp8serve_command(model: Path, flags: list[str]) -> Callable[[int], list[str]
 
 
 @contextlib.contextmanager
+def _fp8serve_pair(args: argparse.Namespace, first: tuple[str, list[str]],
+                   second: tuple[str, list[str]]) -> Iterator[tuple[Path, list[str], str, str]]:
+    """Two `fp8serve serve` processes on --model-dir (default: the demo model), each given
+    max(--concurrency) sequences, --server-arg and then its own (label, flags); yields
+    (model, those common flags, first URL, second URL) and stops both on exit."""
+    from engine.demo_model import ensure_demo_model
+
+    model = args.model_dir or ensure_demo_model()
+    common = ["--max-num-seqs", str(max(args.concurrency)), *args.server_arg]
+    started = Started()
+    try:
+        urls = [started.start(fp8serve_command(model, [*common, *flags]), label)[0]
+                for label, flags in (first, second)]
+        yield model, common, urls[0], urls[1]
+    finally:
+        started.close()
+
+
+@contextlib.contextmanager
 def spec_servers(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     """(URL with speculation, URL without): two `fp8serve serve` processes on free ports,
     the same model and flags but --speculative-config; stopped on exit."""
     from engine.config import ConfigError
-    from engine.demo_model import ensure_demo_model
     from engine.spec.config import SpeculativeConfig
 
     try:
@@ -76,39 +94,21 @@ def spec_servers(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
         raise BenchError(str(exc)) from exc
     if spec is None:
         raise BenchError("--speculative-config: give a config to compare with")
-    model = args.model_dir or ensure_demo_model()
-    common = ["--max-num-seqs", str(max(args.concurrency)), *args.server_arg]
-    started = Started()
-    try:
-        on, _ = started.start(fp8serve_command(
-            model, [*common, "--speculative-config", spec.to_json()]), "speculative")
-        off, _ = started.start(fp8serve_command(model, common), "plain")
+    with _fp8serve_pair(args, ("speculative", ["--speculative-config", spec.to_json()]),
+                        ("plain", [])) as (_, _, on, off):
         yield on, off
-    finally:
-        started.close()
 
 
 @contextlib.contextmanager
 def flag_servers(args: argparse.Namespace) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """(URL of fp8serve with --server-arg, URL with --compare-server-arg added, what each
     runs): two `fp8serve serve` processes on the same model; stopped on exit."""
-    from engine.demo_model import ensure_demo_model
-
-    model = args.model_dir or ensure_demo_model()
-    common = ["--max-num-seqs", str(max(args.concurrency)), *args.server_arg]
+    extra = args.compare_server_arg
     names = (" ".join(["fp8serve", *args.server_arg]),
-             " ".join(["fp8serve", *args.server_arg, *args.compare_server_arg]))
-    started = Started()
-    try:
-        first, _ = started.start(fp8serve_command(model, common), names[0])
-        second, _ = started.start(fp8serve_command(
-            model, [*common, *args.compare_server_arg]), names[1])
-        yield first, second, {
-            first: {"name": names[0], "model": str(model), "flags": common},
-            second: {"name": names[1], "model": str(model),
-                     "flags": [*common, *args.compare_server_arg]}}
-    finally:
-        started.close()
+             " ".join(["fp8serve", *args.server_arg, *extra]))
+    with _fp8serve_pair(args, (names[0], []), (names[1], extra)) as (model, common, a, b):
+        yield a, b, {a: {"name": names[0], "model": str(model), "flags": common},
+                     b: {"name": names[1], "model": str(model), "flags": [*common, *extra]}}
 
 
 def context_per_sequence(args: argparse.Namespace) -> int:
