@@ -59,12 +59,13 @@ class Engine:
         allocator = BlockAllocator(runner.num_kv_blocks, runner.block_size)
         cache = (PrefixCache(allocator, getattr(runner, "kv_dtype", "bfloat16"))
                  if config.enable_prefix_caching else None)
-        self.spec = (SpecDecoder(config.speculative_config, config.max_model_len)
-                     if config.speculative_config is not None else None)
+        # drafts: --speculative-config's for every request, predicted outputs' for those
+        # that bring one (engine/spec/decoder.py)
+        self.spec = SpecDecoder(config.speculative_config, config.max_model_len)
         self.scheduler = Scheduler(allocator, config.max_num_seqs, config.max_num_batched_tokens,
                                    config.max_prefill_tokens_with_decodes or None, cache,
-                                   drafter=None if self.spec is None else self._drafts)
-        if self.spec is not None:
+                                   drafter=self._drafts)
+        if config.speculative_config is not None:
             log.info("speculative decoding: %s", config.speculative_config.to_json())
         log.info("prefix caching %s (%d KV blocks of %d tokens)",
                  "on" if cache is not None else "off", allocator.num_blocks,
@@ -87,15 +88,18 @@ class Engine:
     def add_request(self, request_id: str, prompt_ids: list[int], params: Any,
                     sink: OutputSink, timeout: float | None = None,
                     cache_salt: str | None = None, images: tuple[Any, ...] = (),
-                    tag: str = "") -> None:
+                    tag: str = "", prediction: tuple[int, ...] = ()) -> None:
         """Queue a request. Raises InvalidRequestError, QueueFullError or
         EngineUnavailableError (and the observer counts the rejection). Requests with
         different ``cache_salt`` never share prefix-cache blocks. ``images``: encoded
         engine.vision.prompt_image.PromptImage in prompt order (features [T, H] bf16).
-        ``tag`` comes back to the observer's on_finished (a metrics label)."""
+        ``tag`` comes back to the observer's on_finished (a metrics label).
+        ``prediction``: token ids of the output the client expects (predicted outputs:
+        drafts, engine/spec/prediction.py); it never changes what is generated."""
         try:
             live = self._validate(request_id, prompt_ids, params, sink, timeout, cache_salt,
                                   images, tag)
+            live.req.prediction_ids = tuple(prediction)
             with self._lock:
                 self._check_queue()
                 self._inbox.append(live)
@@ -219,7 +223,7 @@ class Engine:
             t0 = time.perf_counter()
             for req in self.steps.run(out, self._live):
                 self._finish(req)
-            if self.spec is not None and out.num_decodes and not out.num_prefill_tokens:
+            if out.num_decodes and not out.num_prefill_tokens:
                 self.spec.step_timed(out.batch.num_tokens, time.perf_counter() - t0)
         self._publish_stats()
         return 0 if out is None else len(out.requests)
@@ -268,19 +272,20 @@ class Engine:
     def _finish(self, req: Request) -> None:
         self.scheduler.remove(req)
         self._live.pop(req.request_id, None)
-        if self.spec is not None:
-            self.spec.release(req.seq_id)
+        self.spec.release(req.seq_id)
 
     def _drafts(self, reqs: list[Request]) -> list[tuple[int, ...]]:
         """The scheduler's drafter: a proposal for each of this step's decodes."""
-        assert self.spec is not None
+        may = [self.spec.may_draft(bool(r.prediction_ids)) for r in reqs]
+        if not any(may):
+            return [() for _ in reqs]
         limits = []
-        for req in reqs:
+        for req, ok in zip(reqs, may, strict=True):
             lv = self._live[req.request_id]
-            c = draft_constraint(lv.matcher, getattr(req.params, "thinking", None),
-                                 req.output_ids)
+            c = None if not ok else draft_constraint(
+                lv.matcher, getattr(req.params, "thinking", None), req.output_ids)
             limits.append(DraftLimits(req.seq_id, req.prompt_ids, req.output_ids,
-                                      lv.max_tokens, c))
+                                      lv.max_tokens if ok else 0, c, req.prediction_ids))
         return self.spec.drafts(limits, len(self.scheduler.running))
 
     def _publish_stats(self) -> None:

@@ -13,6 +13,7 @@ Speculative verification: engine/spec/verify.py (:class:`DraftVerifier`, a base 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -302,6 +303,11 @@ class StepRunner(DraftVerifier):
 
     @staticmethod
     def _emit(lv: LiveRequest, out: RequestOutput) -> None:
+        req = lv.req
+        if req.prediction_ids:
+            out = dataclasses.replace(
+                out, num_accepted_prediction_tokens=req.num_accepted_prediction_tokens,
+                num_rejected_prediction_tokens=req.num_rejected_prediction_tokens)
         try:
             lv.sink(out)
         except Exception:  # noqa: BLE001 - a broken consumer must not stop the engine

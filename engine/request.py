@@ -71,6 +71,11 @@ class Request:
     # speculative decoding (engine/spec/): the draft tokens the scheduler put after the
     # newest token in this step's chunk; () when the request does not draft this step
     spec_ids: tuple[int, ...] = ()
+    # predicted outputs (engine/spec/prediction.py): the prediction's token ids, and of the
+    # draft tokens taken from it so far, those verification accepted and rejected
+    prediction_ids: tuple[int, ...] = ()
+    num_accepted_prediction_tokens: int = 0
+    num_rejected_prediction_tokens: int = 0
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:

@@ -41,6 +41,10 @@ class RequestOutput:
     # with the first token, when asked: one per prompt token, entry 0 None (no context)
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    # predicted outputs, cumulative: draft tokens taken from the request's prediction that
+    # verification accepted / rejected (OpenAI's completion_tokens_details names)
+    num_accepted_prediction_tokens: int = 0
+    num_rejected_prediction_tokens: int = 0
 
 
 OutputSink = Callable[[RequestOutput], None]
@@ -118,6 +122,10 @@ class EngineObserver:
         """A speculative draft was verified: its length and how many of its tokens were
         kept (they are the first ``num_accepted_tokens``). ``grammar``: what constrained
         the sequence ("none", "thinking", or engine.structured.spec.KINDS)."""
+
+    def on_prediction(self, num_accepted: int, num_rejected: int) -> None:
+        """Of a verified draft's tokens taken from the request's predicted output,
+        ``num_accepted`` were kept and ``num_rejected`` were not."""
 
     def on_finished(self, reason: FinishReason, e2e: float, num_output_tokens: int,
                     tag: str = "") -> None:

@@ -5,6 +5,7 @@ read each choice's output through a ChoiceReader. Each API only formats what com
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from service.deps import check_model
 from service.errors import APIError
 from service.generation import Choice, Submission, collect, submit
 from service.images import encode_chat_prompt
-from service.schemas import ChatCompletionRequest
+from service.schemas import ChatCompletionRequest, PredictionContent
 from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.grammar import compile_plan_grammar
 from service.tool_calls.plan import ChatPlan, plan_chat
@@ -53,13 +54,26 @@ class ChatRun:
     params: SamplingParams
     sub: Submission
     readers: list[ChoiceReader]
+    predicted: bool = False  # the request brought a prediction (its usage reports it)
 
     @property
     def reasoning(self) -> bool:
         return self.plan.reasoning_parser is not None
 
-    def reasoning_tokens(self) -> int | None:
-        return sum(r.reasoning_tokens for r in self.readers) if self.reasoning else None
+    def details(self, choices: Sequence[Choice | RequestOutput]) -> dict[str, int] | None:
+        """OpenAI's usage.completion_tokens_details of the choices (whole, or each
+        choice's latest output): reasoning tokens when a reasoning parser reads the
+        output, accepted / rejected prediction tokens when the request brought a
+        prediction; None when neither."""
+        out = {}
+        if self.reasoning:
+            out["reasoning_tokens"] = sum(r.reasoning_tokens for r in self.readers)
+        if self.predicted:
+            out["accepted_prediction_tokens"] = sum(
+                c.num_accepted_prediction_tokens for c in choices)
+            out["rejected_prediction_tokens"] = sum(
+                c.num_rejected_prediction_tokens for c in choices)
+        return out or None
 
     async def collect(self, request: Request) -> list[Choice]:
         """Every choice, whole, each fed through its reader (non-streaming answers)."""
@@ -68,6 +82,20 @@ class ChatRun:
             r.feed(RequestOutput(self.sub.id, "".join(c.text), tuple(c.token_ids),
                                  finished=True))
         return choices
+
+
+def encode_prediction(state: ServingState, prediction: PredictionContent | None
+                      ) -> tuple[int, ...]:
+    """The predicted output's token ids (no special tokens); a 400 naming ``prediction``
+    when it is longer than any answer can be."""
+    if prediction is None or not prediction.text:
+        return ()
+    ids = state.backend.tokenizer.encode(prediction.text, add_special_tokens=False)
+    limit = state.settings.max_model_len
+    if len(ids) > limit:
+        raise APIError(400, f"prediction: {len(ids)} tokens, longer than max_model_len "
+                       f"({limit})", "prediction")
+    return tuple(ids)
 
 
 async def chat_prompt(state: ServingState, body: ChatCompletionRequest
@@ -91,12 +119,14 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
                                              body.add_generation_prompt, plan)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = make_params(state, body, logprobs, grammar=grammar, thinking=thinking)
+    prediction = await run_in_threadpool(encode_prediction, state, body.prediction)
     try:
-        sub = submit(state, prefix, [prompt], params, body.n, body.cache_salt, images)
+        sub = submit(state, prefix, [prompt], params, body.n, body.cache_salt, images,
+                     prediction)
     except InvalidRequestError as exc:  # the engine's "prompt" is the rendered messages
         if exc.param != "prompt":
             raise
         raise APIError(400, f"messages: {exc}", "messages") from exc
     tok = state.backend.tokenizer
     readers = [ChoiceReader(tok, plan, bool(params.stop)) for _ in sub.ids]
-    return ChatRun(model, prompt, plan, params, sub, readers)
+    return ChatRun(model, prompt, plan, params, sub, readers, body.prediction is not None)

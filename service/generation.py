@@ -41,14 +41,17 @@ class Submission:
         self.open: set[int] = set()
 
     def add(self, prompt_ids: list[int], params: SamplingParams,
-            cache_salt: str | None = None, images: tuple[Any, ...] = ()) -> None:
+            cache_salt: str | None = None, images: tuple[Any, ...] = (),
+            prediction: tuple[int, ...] = ()) -> None:
         index = len(self.ids)
         rid = f"{self.id}-{index}"
 
         def sink(out: RequestOutput) -> None:
             self.dispatcher.put(self.queue, (index, out))
 
-        kw = {"images": images} if images else {}  # fake engines in tests lack it
+        kw: dict[str, Any] = {"images": images} if images else {}  # fake engines lack them
+        if prediction:
+            kw["prediction"] = prediction
         self.engine.add_request(rid, prompt_ids, params, sink, timeout=self.timeout,
                                 cache_salt=cache_salt, tag=self.api, **kw)
         self.ids.append(rid)
@@ -84,15 +87,16 @@ class Submission:
 
 def submit(state: ServingState, prefix: str, prompts: list[list[int]],
            params: SamplingParams, n: int, cache_salt: str | None = None,
-           images: tuple[Any, ...] = ()) -> Submission:
+           images: tuple[Any, ...] = (), prediction: tuple[int, ...] = ()) -> Submission:
     """Queue n choices per prompt (choice index = prompt_index * n + j); seeded choices
-    use seed + j so they differ. On any refusal, what was queued is aborted."""
+    use seed + j so they differ. ``prediction``: every choice's predicted output (token
+    ids). On any refusal, what was queued is aborted."""
     sub = Submission(state, prefix)
     try:
         for ids in prompts:
             for j in range(n):
                 p = params if params.seed is None else replace(params, seed=params.seed + j)
-                sub.add(ids, p, cache_salt, images)
+                sub.add(ids, p, cache_salt, images, prediction)
     except BaseException:
         sub.abort_all()
         raise
@@ -110,6 +114,9 @@ class Choice:
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0  # of those, served from the prefix cache
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None  # when asked
+    # predicted outputs: draft tokens from the prediction accepted / rejected so far
+    num_accepted_prediction_tokens: int = 0
+    num_rejected_prediction_tokens: int = 0
 
     def add(self, out: RequestOutput) -> None:
         if out.prompt_logprobs is not None:
@@ -119,6 +126,8 @@ class Choice:
         self.logprobs += out.logprobs
         self.num_prompt_tokens = out.num_prompt_tokens
         self.num_cached_tokens = out.num_cached_tokens
+        self.num_accepted_prediction_tokens = out.num_accepted_prediction_tokens
+        self.num_rejected_prediction_tokens = out.num_rejected_prediction_tokens
         if out.finished:
             self.finish_reason, self.stop_reason = out.finish_reason, out.stop_reason
             self.error = out.error

@@ -78,6 +78,13 @@ class ServingMetrics(EngineObserver):
                                          "Accepted draft tokens by position in the draft.",
                                          ("position",))
         self._spec_pos_children: dict[int, Any] = {}
+        # predicted outputs: draft tokens taken from requests' predictions, by outcome
+        # (OpenAI's accepted_prediction_tokens / rejected_prediction_tokens, summed)
+        self.prediction_tokens = counter("spec_decode_prediction_tokens",
+                                         "Draft tokens taken from predicted outputs, by "
+                                         "whether verification accepted them.", ("outcome",))
+        self._prediction = {o: self.prediction_tokens.labels(model_name, o)
+                            for o in ("accepted", "rejected")}
         self.ttft = hist("time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS)
         self.itl = hist("inter_token_latency_seconds", "Inter-token latency.", ITL_BUCKETS)
         self.e2e = hist("e2e_request_latency_seconds", "End-to-end latency.", E2E_BUCKETS,
@@ -137,6 +144,10 @@ class ServingMetrics(EngineObserver):
         accepted.inc(num_accepted_tokens)
         for pos in range(num_accepted_tokens):
             self._spec_pos(pos).inc()
+
+    def on_prediction(self, num_accepted: int, num_rejected: int) -> None:
+        self._prediction["accepted"].inc(num_accepted)
+        self._prediction["rejected"].inc(num_rejected)
 
     def _spec_grammar(self, grammar: str) -> tuple[Any, Any, Any]:
         """The spec_decode counters' children of one grammar kind (bound once)."""

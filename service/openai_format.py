@@ -20,16 +20,16 @@ def finish_reason(reason: FinishReason | None) -> str | None:
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
-          reasoning_tokens: int | None = None) -> dict[str, Any]:
+          details: dict[str, int] | None = None) -> dict[str, Any]:
     """OpenAI's usage object; ``cached_tokens``: prompt tokens whose KV came from the
-    prefix cache (``prompt_tokens_details``, as OpenAI and vLLM report it);
-    ``reasoning_tokens`` (when a reasoning parser reads the output): completion tokens
-    inside the reasoning block."""
+    prefix cache (``prompt_tokens_details``, as OpenAI and vLLM report it); ``details``:
+    ``completion_tokens_details`` (service/chat_run.py ChatRun.details: reasoning tokens,
+    accepted / rejected prediction tokens), left out when None."""
     body = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
             "prompt_tokens_details": {"cached_tokens": cached_tokens}}
-    if reasoning_tokens is not None:
-        body["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    if details is not None:
+        body["completion_tokens_details"] = details
     return body
 
 
@@ -148,7 +148,7 @@ class Formatter:
         return {**self._head("text_completion"), "choices": [choice]}
 
     def chat(self, choices: Sequence[Choice], want_logprobs: bool,
-             readers: Sequence[ChoiceReader], reasoning_tokens: int | None = None
+             readers: Sequence[ChoiceReader], details: dict[str, int] | None = None
              ) -> dict[str, Any]:
         """``readers``: each choice's ChoiceReader, fed its whole output."""
         out = [{"index": i, "message": r.message(),
@@ -158,8 +158,8 @@ class Formatter:
                for i, (c, r) in enumerate(zip(choices, readers, strict=True))]
         body = {**self._head("chat.completion"), "choices": out,
                 "usage": choices_usage(choices, len(choices))}
-        if reasoning_tokens is not None:
-            body["usage"]["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+        if details is not None:
+            body["usage"]["completion_tokens_details"] = details
         return body
 
     def chat_chunk(self, index: int, delta: dict[str, Any],
@@ -173,8 +173,7 @@ class Formatter:
         return {**self._head("chat.completion.chunk"), "choices": [choice]}
 
     def usage_chunk(self, obj: str, prompt_tokens: int, completion_tokens: int,
-                    cached_tokens: int = 0, reasoning_tokens: int | None = None
+                    cached_tokens: int = 0, details: dict[str, int] | None = None
                     ) -> dict[str, Any]:
         return {**self._head(obj), "choices": [],
-                "usage": usage(prompt_tokens, completion_tokens, cached_tokens,
-                               reasoning_tokens)}
+                "usage": usage(prompt_tokens, completion_tokens, cached_tokens, details)}

@@ -33,7 +33,10 @@ _ERROR = _obj(("error",), error=_obj(
     code=_NULL_STR))
 _USAGE = _obj(("prompt_tokens", "completion_tokens", "total_tokens"),
               prompt_tokens=_INT, completion_tokens=_INT, total_tokens=_INT,
-              prompt_tokens_details=_obj(("cached_tokens",), cached_tokens=_INT))
+              prompt_tokens_details=_obj(("cached_tokens",), cached_tokens=_INT),
+              completion_tokens_details=_obj((), reasoning_tokens=_INT,
+                                             accepted_prediction_tokens=_INT,
+                                             rejected_prediction_tokens=_INT))
 _HEAD = {"id": _STR, "created": _INT, "model": _STR}
 _COMPLETION_CHOICE = _obj(("index", "text", "logprobs", "finish_reason"), index=_INT,
                           text=_STR, logprobs=_OBJ_OR_NULL, finish_reason=_FINISH)

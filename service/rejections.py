@@ -83,7 +83,9 @@ COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"),
                Rule("prompt", "max_model_len", "the prompt must leave room to generate"),
                Rule("prompt", "prompt is empty", "a text that encodes to no tokens needs a "
                     "tokenizer with a BOS or EOS token to start the document"))
-CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING)
+PREDICTION = (Rule("prediction", "longer than max_model_len",
+                   "a prediction must not exceed max_model_len tokens"),)
+CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDICTION)
 TOKENIZE = (*TOOL_TURNS, *MESSAGES)
 DETOKENIZE = (_vocab("tokens"),)
 

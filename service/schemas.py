@@ -238,6 +238,25 @@ class ChatMessage(_Body):
         return self
 
 
+class PredictionTextPart(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class PredictionContent(_Body):
+    """OpenAI's predicted output: text the answer is expected to copy (much of it), whose
+    tokens are drafted and verified (engine/spec/prediction.py). It never changes the
+    answer, only how fast it comes."""
+
+    type: Literal["content"]
+    content: str | list[PredictionTextPart]
+
+    @property
+    def text(self) -> str:
+        return (self.content if isinstance(self.content, str)
+                else "".join(p.text for p in self.content))
+
+
 class ChatCompletionRequest(_Sampling):
     openai_endpoint: ClassVar[str | None] = unsupported.CHAT
     messages: list[ChatMessage] = Field(min_length=1)
@@ -254,6 +273,7 @@ class ChatCompletionRequest(_Sampling):
     # and OpenAI's effort, of which only "none" has a meaning here
     thinking_token_budget: int | None = Field(None, ge=-1)
     reasoning_effort: ReasoningEffort | None = None
+    prediction: PredictionContent | None = None
 
     def output_limit(self, default: int | None) -> int | None:
         """max_completion_tokens, else max_tokens; neither: the model's default, else

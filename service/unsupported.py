@@ -46,7 +46,7 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
     CHAT: frozenset(_SAMPLING + (
         "messages", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs",
         "tools", "tool_choice", "parallel_tool_calls", "response_format",
-        "reasoning_effort")),
+        "reasoning_effort", "prediction")),
     STREAM_OPTIONS: frozenset({"include_usage"}),
     MESSAGES: frozenset({"model", "max_tokens", "messages", "system", "stop_sequences",
                          "temperature", "top_p", "top_k", "stream", "tools", "tool_choice",
@@ -66,7 +66,6 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
     CHAT: {
         "audio": (None,),
         "modalities": (None, ["text"]),
-        "prediction": (None,),
         "web_search_options": (None,),
         "functions": (None, []),  # deprecated for tools
         "function_call": (None, "none"),  # deprecated for tool_choice

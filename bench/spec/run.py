@@ -140,7 +140,7 @@ def run_pass(runner: Any, tokenizer: Any, cfg: SpecBenchConfig, spec: Speculativ
                         enable_prefix_caching=False, speculative_config=spec)
     steps = _StepCounter()
     eng = Engine(runner, tokenizer, ecfg, observer=steps)
-    if proposer is not None and eng.spec is not None:
+    if proposer is not None and spec is not None:
         eng.spec.proposer = proposer
     outs: list[list[int]] = [[] for _ in prompts]
     done = [False] * c
@@ -165,13 +165,13 @@ def run_pass(runner: Any, tokenizer: Any, cfg: SpecBenchConfig, spec: Speculativ
                            "decode_tokens": made,
                            "tokens_per_seq_step": made / max(1, steps.seq_steps - seq_steps0),
                            "outputs": outs}
-    if eng.spec is not None:
+    if spec is not None:
         s = eng.spec.stats
         res["spec"] = {"num_drafts": s.num_drafts, "num_draft_tokens": s.num_draft_tokens,
                        "num_accepted_tokens": s.num_accepted_tokens,
                        "acceptance_rate": s.acceptance_rate,
                        "mean_accepted_length": s.mean_accepted_length,
-                       "accepted_per_pos": list(s.accepted_per_pos)}
+                       "accepted_per_pos": s.accepted_per_pos[:spec.num_speculative_tokens]}
     return res
 
 

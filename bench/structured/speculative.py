@@ -101,7 +101,8 @@ class _Pass:
                             max_num_batched_tokens=step_budget(prompts),
                             enable_prefix_caching=False, speculative_config=spec)
         self.engine = eng = Engine(runner, tok, ecfg)
-        if proposer is not None and eng.spec is not None:
+        self.speculative = spec is not None
+        if proposer is not None and spec is not None:
             eng.spec.proposer = proposer
         self.outs: list[list[int]] = [[] for _ in prompts]
         self.finished = [False] * len(prompts)
@@ -138,7 +139,7 @@ class _Pass:
                                "tokens": self.tokens, "outputs": self.outs,
                                "mask_fills": self.mask_fills, "mask_s": self.mask_s,
                                "draft_mask_fills": self.engine.steps.draft_mask_fills}
-        if self.engine.spec is not None:
+        if self.speculative:
             s = self.engine.spec.stats
             res["spec"] = {"num_drafts": s.num_drafts, "num_draft_tokens": s.num_draft_tokens,
                            "num_accepted_tokens": s.num_accepted_tokens,

@@ -12,22 +12,35 @@ constraints force, the proposer continues after them, the proposal is cut before
 token the constraints reject, and forced tokens after it fill what room is left. A
 constraint that fails (a matcher in an error state) only costs its sequence the draft: the
 step's sampling then ends that request, as it would without speculation.
+
+Two sources of drafts: ``--speculative-config``'s n-gram lookup (``config``; None: off) for
+every sequence, and a request's predicted output (engine/spec/prediction.py) for the
+sequences that came with one, with or without the config. A sequence with a prediction
+drafts up to PREDICTION_DRAFT_TOKENS from it and falls back to the n-gram lookup (within
+the config's length) where the prediction has nothing to offer. What verification kept of
+the prediction's tokens is counted per request (:meth:`SpecDecoder.verified`; OpenAI's
+``accepted_prediction_tokens`` / ``rejected_prediction_tokens``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from engine.spec.config import SpeculativeConfig
 from engine.spec.constraint import DraftConstraint
 from engine.spec.cost import StepCost
 from engine.spec.ngram import NgramProposer
 from engine.spec.policy import DraftPolicy
+from engine.spec.prediction import PredictionProposer
 from engine.spec.proposer import DraftInput, Proposer
 
 log = logging.getLogger(__name__)
+
+# the most tokens one draft takes from a prediction; the policy (engine/spec/policy.py)
+# drafts fewer where acceptance and the measured row cost say more would not pay
+PREDICTION_DRAFT_TOKENS = 16
 
 
 @dataclass(slots=True)
@@ -41,6 +54,8 @@ class SpecStats:
     accepted_per_pos: list[int] = field(default_factory=list)
     num_forced_tokens: int = 0  # draft tokens a constraint forced (no lookup)
     num_cut_tokens: int = 0  # proposed tokens a constraint cut before verification
+    num_prediction_tokens: int = 0  # draft tokens taken from predictions and verified
+    num_accepted_prediction_tokens: int = 0  # of those, accepted
     # per grammar kind ("none", "thinking", engine.structured.spec.KINDS): [drafts,
     # draft tokens, accepted tokens]
     by_grammar: dict[str, list[int]] = field(default_factory=dict)
@@ -64,50 +79,89 @@ class DraftLimits:
     output_ids: Sequence[int]
     max_tokens: int  # the request's output budget (engine LiveRequest.max_tokens)
     constraint: DraftConstraint | None = None  # its grammar / thinking budget, if any
+    prediction: Sequence[int] = ()  # its predicted output's tokens (Request.prediction_ids)
 
 
 class SpecDecoder:
-    def __init__(self, config: SpeculativeConfig, max_model_len: int,
+    def __init__(self, config: SpeculativeConfig | None, max_model_len: int,
                  proposer: Proposer | None = None) -> None:
         self.config = config
         self.max_model_len = max_model_len
-        self.proposer: Proposer = proposer or NgramProposer(config.prompt_lookup_min,
-                                                            config.prompt_lookup_max)
-        self.stats = SpecStats(accepted_per_pos=[0] * config.num_speculative_tokens)
+        # the n-gram lookup (or a stand-in's) of --speculative-config; None without one
+        self.proposer: Proposer | None = proposer or (
+            None if config is None
+            else NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max))
+        self.predictions = PredictionProposer()
+        self._k = 0 if config is None else config.num_speculative_tokens
+        self.stats = SpecStats(accepted_per_pos=[0] * max(self._k, PREDICTION_DRAFT_TOKENS))
         self._policy: dict[int, DraftPolicy] = {}
         self.cost = StepCost()
         self._share = 0.0  # the row share drafts of the current step were decided with
+        # seq_id -> (first, count): where this step's draft holds its prediction's tokens
+        self._from_prediction: dict[int, tuple[int, int]] = {}
+
+    def may_draft(self, predicted: bool) -> bool:
+        """Whether a sequence (with a prediction or not) can ever draft here."""
+        return predicted or self._k > 0
 
     def room(self, s: DraftLimits) -> int:
         """The most tokens ``s`` may draft now (0: none)."""
         num_out = len(s.output_ids)
         num_tokens = len(s.prompt_ids) + num_out
-        return max(0, min(self.config.num_speculative_tokens, s.max_tokens - num_out - 1,
-                          self.max_model_len - num_tokens))
+        k = max(self._k, PREDICTION_DRAFT_TOKENS if s.prediction else 0)
+        return max(0, min(k, s.max_tokens - num_out - 1, self.max_model_len - num_tokens))
 
     def drafts(self, seqs: Sequence[DraftLimits], num_running: int
                ) -> list[tuple[int, ...]]:
         """One proposal per sequence (possibly empty), within its room."""
         out: list[tuple[int, ...]] = [() for _ in seqs]
-        cap = self.config.disable_by_batch_size
+        self._from_prediction.clear()
+        cap = None if self.config is None else self.config.disable_by_batch_size
         if cap is not None and num_running > cap:
             return out
         self._share = share = self.cost.row_share(len(seqs))
         try:
             asks = self._asks(seqs, share, out)
-            props = self.proposer.propose([a for _, a in asks]) if asks else []
-            for (i, a), p in zip(asks, props, strict=True):
+            for i, a, p, predicted in self._propose(asks):
+                s = seqs[i]
                 try:
-                    out[i] += self._constrained(seqs[i].constraint, tuple(p[:a.max_tokens]),
-                                                a.max_tokens)
+                    kept, tail = self._constrained(s.constraint, tuple(p[:a.max_tokens]),
+                                                   a.max_tokens)
                 except Exception:  # noqa: BLE001 - a failing matcher: no draft (module doc)
                     log.warning("draft constraint failed", exc_info=True)
                     out[i] = ()
+                    continue
+                if predicted and kept:
+                    self._from_prediction[s.seq_id] = (len(out[i]), len(kept))
+                out[i] += kept + tail
         finally:
             for s in seqs:
                 if s.constraint is not None:
                     s.constraint.release()
         return out
+
+    def _propose(self, asks: list[tuple[int, DraftInput]]
+                 ) -> list[tuple[int, DraftInput, tuple[int, ...], bool]]:
+        """(index, ask, proposal, whether it came from the prediction) per ask: the
+        prediction's where it has one, else the n-gram lookup's (within the config's K)."""
+        got: dict[int, tuple[DraftInput, tuple[int, ...], bool]] = {}
+        predicted = [(i, a) for i, a in asks if a.prediction]
+        if predicted:
+            props = self.predictions.propose([a for _, a in predicted])
+            for (i, a), p in zip(predicted, props, strict=True):
+                if p:
+                    got[i] = (a, tuple(p), True)
+        if self.proposer is not None:
+            rest = []
+            for i, a in asks:
+                k = min(a.max_tokens, self._k - len(a.prefix))
+                if i not in got and k > 0:
+                    rest.append((i, a if k == a.max_tokens else replace(a, max_tokens=k)))
+            if rest:
+                props = self.proposer.propose([a for _, a in rest])
+                for (i, a), p in zip(rest, props, strict=True):
+                    got[i] = (a, tuple(p), False)
+        return [(i, *got[i]) for i, _ in asks if i in got]
 
     def _asks(self, seqs: Sequence[DraftLimits], share: float,
               out: list[tuple[int, ...]]) -> list[tuple[int, DraftInput]]:
@@ -128,24 +182,27 @@ class SpecDecoder:
             self.stats.num_forced_tokens += len(head)
             if len(head) < k:
                 asks.append((i, DraftInput(s.seq_id, s.prompt_ids, s.output_ids,
-                                           k - len(head), head)))
+                                           k - len(head), head, s.prediction)))
         return asks
 
     def _constrained(self, c: DraftConstraint | None, proposal: tuple[int, ...],
-                     room: int) -> tuple[int, ...]:
-        """``proposal`` cut where ``c`` rejects it, then forced tokens up to ``room``."""
+                     room: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(``proposal`` cut where ``c`` rejects it, the forced tokens after it up to
+        ``room``)."""
         if c is None:
-            return proposal
+            return proposal, ()
         kept = c.admit(proposal)
         tail = c.forced(room - len(kept))
         self.stats.num_cut_tokens += len(proposal) - len(kept)
         self.stats.num_forced_tokens += len(tail)
-        return kept + tail
+        return kept, tail
 
     def verified(self, seq_id: int, num_drafted: int, num_accepted: int,
-                 grammar: str = "none") -> None:
+                 grammar: str = "none") -> tuple[int, int]:
         """A draft of ``num_drafted`` tokens was verified; its first ``num_accepted``
-        were kept. ``grammar``: the sequence's grammar kind (SpecStats.by_grammar)."""
+        were kept. ``grammar``: the sequence's grammar kind (SpecStats.by_grammar).
+        Returns (accepted, rejected) of the draft's tokens that came from the sequence's
+        prediction (a token past the first rejection counts as rejected)."""
         s = self.stats
         s.num_drafts += 1
         s.num_draft_tokens += num_drafted
@@ -156,6 +213,12 @@ class SpecDecoder:
             s.accepted_per_pos[pos] += 1
         self._policy.setdefault(seq_id, DraftPolicy()).record(num_accepted, num_drafted,
                                                               self._share)
+        first, count = self._from_prediction.pop(seq_id, (0, 0))
+        count = max(0, min(count, num_drafted - first))  # the scheduler may cut a draft
+        accepted = max(0, min(count, num_accepted - first))
+        s.num_prediction_tokens += count
+        s.num_accepted_prediction_tokens += accepted
+        return accepted, count - accepted
 
     def step_timed(self, num_rows: int, seconds: float) -> None:
         """A decode step (no prompt tokens) of ``num_rows`` token rows, drafts included,
@@ -164,4 +227,6 @@ class SpecDecoder:
 
     def release(self, seq_id: int) -> None:
         self._policy.pop(seq_id, None)
-        self.proposer.release(seq_id)
+        self.predictions.release(seq_id)
+        if self.proposer is not None:
+            self.proposer.release(seq_id)

@@ -7,6 +7,8 @@ its own, a draft model would run all of them as one forward pass. A proposer may
 per sequence (``seq_id`` is unique for the engine's lifetime) and drops it in ``release``.
 ``prefix``: draft tokens already decided (forced by the sequence's grammar,
 engine/spec/constraint.py); the proposal continues after them and never holds them.
+``prediction``: the tokens of the text the client predicted (OpenAI's predicted outputs),
+empty for most requests.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class DraftInput:
     output_ids: Sequence[int]  # the sequence so far is prompt_ids + output_ids
     max_tokens: int  # >= 1: the proposal may be shorter, never longer
     prefix: tuple[int, ...] = ()  # the draft so far: the proposal follows output + prefix
+    prediction: Sequence[int] = ()  # the request's predicted output (engine/spec/prediction.py)
 
 
 class Proposer(Protocol):

@@ -85,7 +85,12 @@ class DraftVerifier:
                 lv.req.num_computed = base + len(got)  # the kept tokens' positions
                 kind = self._grammar_kind(lv)
                 if self.spec is not None:
-                    self.spec.verified(lv.req.seq_id, len(drafts), len(got) - 1, kind)
+                    acc, rej = self.spec.verified(lv.req.seq_id, len(drafts), len(got) - 1,
+                                                  kind)
+                    if acc or rej:
+                        lv.req.num_accepted_prediction_tokens += acc
+                        lv.req.num_rejected_prediction_tokens += rej
+                        self.observer.on_prediction(acc, rej)
                 if lv.matcher is not None:  # masks of draft positions (rows 1..)
                     self.draft_mask_fills += len(drafts) if id(lv) in argmax else len(got) - 1
                 self.observer.on_spec_decode(len(drafts), len(got) - 1, kind)

@@ -96,13 +96,15 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     fmt = Formatter(sub.id, run.model, token_text(state), token_bytes(state))
     if not body.stream:
         choices = await run.collect(request)
-        return fmt.chat(choices, body.logprobs, readers, run.reasoning_tokens())
+        return fmt.chat(choices, body.logprobs, readers, run.details(choices))
     counts = {"completion": 0, "cached": 0}
+    latest: dict[int, RequestOutput] = {}  # each choice's latest output (its usage counts)
     first = [fmt.chat_chunk(i, {"role": "assistant", "content": ""})
              for i in range(len(sub.ids))]
 
     def chunk(i: int, out: RequestOutput) -> dict[str, Any] | None:
         counts["completion"] += len(out.token_ids)
+        latest[i] = out
         if i == 0:
             counts["cached"] = out.num_cached_tokens
         delta = readers[i].feed(out).to_openai()
@@ -115,7 +117,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
         if not body.include_usage:
             return []
         return [fmt.usage_chunk("chat.completion.chunk", len(run.prompt), counts["completion"],
-                                counts["cached"], run.reasoning_tokens())]
+                                counts["cached"], run.details(list(latest.values())))]
 
     return StreamingResponse(stream_events(sub, first, chunk, last),
                              media_type="text/event-stream", headers=SSE_HEADERS)

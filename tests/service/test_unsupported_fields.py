@@ -78,7 +78,6 @@ REJECTED = [
     (unsupported.CHAT, "modalities", ["audio"]), (unsupported.CHAT, "service_tier", "flex"),
     (unsupported.CHAT, "reasoning_effort", "low"), (unsupported.CHAT, "verbosity", "low"),
     (unsupported.CHAT, "audio", {"voice": "alloy", "format": "wav"}),
-    (unsupported.CHAT, "prediction", {"type": "content", "content": "x"}),
     (unsupported.CHAT, "web_search_options", {}),
     (unsupported.CHAT, "functions", [{"name": "f"}]),
     (unsupported.CHAT, "function_call", "auto"), (unsupported.CHAT, "store", 0),
