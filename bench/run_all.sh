@@ -28,6 +28,12 @@
 #                          (the prefix-* steps need a server with --enable-prefix-caching)
 #   structured-demo.json   fp8serve bench structured on the demo model: json_schema-
 #                          constrained vs unconstrained decode at concurrency 1 and 16
+#   spec-{ngram,prediction-text,prediction-answer}-demo.json  bench generate with drafts vs
+#                          plain decoding on the demo model (grounded, code-edit; story too for
+#                          ngram and answer), concurrency 1 and 16, 2 interleaved rounds: the
+#                          n-gram lookup (k=8), predicted outputs (the text the prompt quotes or
+#                          edits, as a client sends it), and the plain pass's own output as the
+#                          prediction (every drafted token right: the ceiling)
 #   structured-spec-{demo,3b}.json  bench structured --speculative-config: speculative vs
 #                          plain constrained decoding (extraction, tool-args, free-json) at
 #                          concurrency 1; the 3B-shaped model drafts with --spec-oracle right
@@ -40,7 +46,7 @@
 # 4 GB for 3B, 9 GB for 8B), THREADS (default: all cores), BASELINES_3B (default
 # transformers,python_layers; '' = none), RUN_8B=1 to include the 8B-shaped RSS run, SKIP="kernels serve"
 # to skip steps (names: llamacpp kernels generate-demo generate-3b lm-head-demo lm-head-3b
-# serve prefill-cap llama-serve rss-demo rss-3b rss-8b prefix-demo prefix-3b structured structured-spec
+# serve prefill-cap llama-serve rss-demo rss-3b rss-8b prefix-demo prefix-3b spec structured structured-spec
 # vision; without the llamacpp step the llama.cpp baselines use a build made earlier, else
 # llama-cpp-python's own library, as the results say), KERNEL_M
 # (the kernel step's M values, default 1,8,32,128,512).
@@ -200,6 +206,17 @@ if want structured; then
   step "structured: json_schema-constrained vs unconstrained decode, demo model"
   "${FP8SERVE[@]}" bench structured --threads "$THREADS" --rounds 5 --gen-len 32 \
     --json "$OUT/structured-demo.json"
+fi
+if want spec; then
+  step "spec: n-gram drafts and predicted outputs vs plain decoding, demo model"
+  NGRAM='{"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
+  SPEC_ARGS=(--threads "$THREADS" --rounds 2 --gen-len 128 --concurrency 1 16)
+  "${FP8SERVE[@]}" bench generate "${SPEC_ARGS[@]}" --speculative-config "$NGRAM" \
+    --json "$OUT/spec-ngram-demo.json"
+  "${FP8SERVE[@]}" bench generate "${SPEC_ARGS[@]}" --prediction text \
+    --json "$OUT/spec-prediction-text-demo.json"
+  "${FP8SERVE[@]}" bench generate "${SPEC_ARGS[@]}" --prediction answer \
+    --json "$OUT/spec-prediction-answer-demo.json"
 fi
 if want structured-spec; then
   step "structured-spec: speculative vs plain constrained decoding, demo and 3B-shaped"

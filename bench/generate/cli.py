@@ -54,10 +54,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="compare plain decoding with this speculative config (vLLM's "
                         "JSON) on the grounded / code-edit / story chat workloads, through "
                         "the engine, interleaved; replaces the baseline comparison")
-    p.add_argument("--workloads", default="grounded,code-edit,story",
-                   help="with --speculative-config: comma list of workloads")
+    p.add_argument("--prediction", choices=("text", "answer"), default=None,
+                   help="compare plain decoding with decoding given each request's predicted "
+                        "output (OpenAI's prediction; with --speculative-config as well, "
+                        "else alone): text = the passage or function the prompt quotes or "
+                        "edits (what a client would send), answer = the plain pass's own "
+                        "output (every prediction token right: the ceiling)")
+    p.add_argument("--workloads", default=None,
+                   help="with --speculative-config or --prediction: comma list of "
+                        "workloads (default grounded,code-edit,story; grounded,code-edit "
+                        "with --prediction text)")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16],
-                   help="with --speculative-config: concurrent requests per pass")
+                   help="with --speculative-config or --prediction: concurrent requests per "
+                        "pass")
     p.add_argument("--spec-oracle", choices=("right", "wrong"), default=None,
                    help="with --speculative-config: draft from the plain pass's output, "
                         "every token right (the ceiling verify steps allow on this host and "
@@ -65,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "for checkpoints whose text means nothing")
     p.add_argument("--json", type=Path, default=None,
                    help="default bench/results/generate.json (spec.json with "
-                        "--speculative-config)")
+                        "--speculative-config, prediction.json with --prediction alone)")
     p.set_defaults(func=run)
 
 
@@ -188,34 +197,42 @@ def _bytes_lines(res: dict[str, Any]) -> list[str]:
 
 def spec_config_from_args(args: argparse.Namespace) -> Any:
     from bench.spec.run import SpecBenchConfig
+    from bench.spec.workloads import PREDICTIONS, WORKLOADS
     from engine.config import ConfigError
     from engine.demo_model import ensure_demo_model
     from engine.spec.config import SpeculativeConfig
 
+    prediction = getattr(args, "prediction", None)
     try:
         spec = SpeculativeConfig.parse(args.speculative_config)
-        if spec is None:
+        if spec is None and prediction is None:
             raise BenchError("--speculative-config: give a config to compare with")
         if args.model is not None and not args.model.is_dir():
             raise BenchError(f"--model {args.model}: not a directory")
+        workloads = args.workloads
+        if workloads is None:
+            workloads = ",".join(PREDICTIONS if prediction == "text" else WORKLOADS)
         return SpecBenchConfig(
             model_dir=ensure_demo_model() if args.model is None else args.model, spec=spec,
-            workloads=tuple(w.strip() for w in args.workloads.split(",") if w.strip()),
+            workloads=tuple(w.strip() for w in workloads.split(",") if w.strip()),
             concurrency=tuple(args.concurrency), gen_len=args.gen_len, rounds=args.rounds,
-            threads=args.threads, oracle=getattr(args, "spec_oracle", None))
+            threads=args.threads, oracle=getattr(args, "spec_oracle", None),
+            prediction=prediction)
     except (ConfigError, ValueError) as exc:
         raise BenchError(str(exc)) from exc
 
 
 def run(args: argparse.Namespace) -> int:
     log = lambda s: print(s, flush=True)  # noqa: E731
-    if getattr(args, "speculative_config", None) is not None:
+    spec = getattr(args, "speculative_config", None)
+    if spec is not None or getattr(args, "prediction", None) is not None:
         from bench.spec.run import format_table as spec_table
         from bench.spec.run import run_spec_bench
 
         res = run_spec_bench(spec_config_from_args(args), log=log)
         table = spec_table(res)
-        out = getattr(args, "json", None) or Path("bench/results/spec.json")
+        out = getattr(args, "json", None) or Path(
+            "bench/results/" + ("spec.json" if spec is not None else "prediction.json"))
     else:
         from bench.generate.run import run_generate_bench
 

@@ -23,6 +23,7 @@ from bench.report.results import (
     serve_section,
     server_pair_files,
     servers_section,
+    spec_section,
     structured_spec_section,
 )
 
@@ -133,6 +134,8 @@ def section_body(results: Path, cls: str, host: dict[str, Any], command: str, da
         lines += serve_section(s, p.stem.removeprefix("serve-")) + [""]
     for p, name in server_pair_files(results):
         lines += servers_section(json.loads(p.read_text()), name) + [""]
+    for p, s in _load_all(results, "spec-*.json"):
+        lines += spec_section(s, p.stem.removeprefix("spec-")) + [""]
     for p, s in _load_all(results, "structured-spec-*.json"):
         lines += structured_spec_section(s, p.stem.removeprefix("structured-spec-")) + [""]
     rss = [r for _, r in _load_all(results, "rss-*.json")]

@@ -194,6 +194,36 @@ def structured_spec_section(s: dict[str, Any], name: str) -> list[str]:
             + _table(head, rows))
 
 
+def spec_section(s: dict[str, Any], name: str) -> list[str]:
+    """``bench generate --speculative-config`` / ``--prediction``: decoding with drafts
+    against plain decoding per workload and concurrency (medians of interleaved rounds)."""
+    c = s["config"]
+    what = []
+    if c.get("spec"):
+        what.append(f"`--speculative-config` {c['spec']['method']} "
+                    f"k={c['spec']['num_speculative_tokens']}")
+    if c.get("prediction"):
+        what.append(f"`--prediction {c['prediction']}`")
+    if c.get("oracle"):
+        what.append(f"drafts from `--spec-oracle {c['oracle']}`")
+    head = ["workload", "concurrency", "plain tok/s", "with drafts tok/s", "x plain",
+            "each round", "tokens per sequence step", "acceptance", "outputs identical"]
+    rows = []
+    for r in s["rows"]:
+        rounds = [on["decode_tok_s"] / off["decode_tok_s"]
+                  for off, on in zip(r["passes"]["off"], r["passes"]["on"], strict=True)
+                  if on["decode_tok_s"] and off["decode_tok_s"]]
+        rows.append([r["workload"], str(r["concurrency"]), _f(r["plain_decode_tok_s"]),
+                     _f(r["spec_decode_tok_s"]), _f(r["speedup"], "{:.2f}"),
+                     ", ".join(f"{x:.2f}" for x in rounds),
+                     _f(r["tokens_per_seq_step"], "{:.2f}"),
+                     _f((r["spec"] or {}).get("acceptance_rate"), "{:.2f}"),
+                     "yes" if r["outputs_identical"] else "NO"])
+    return ([f"### Drafts, `{name}` (`fp8serve bench generate`, {' + '.join(what)}, "
+             f"{c['gen_len']} tokens, {c['rounds']} interleaved "
+             f"round{'s' if c['rounds'] > 1 else ''})", ""] + _table(head, rows))
+
+
 def kernel_section(k: dict[str, Any]) -> list[str]:
     """Fastest FP8 kernel per (shape, M) against torch bf16 and the bandwidth bound."""
     best: dict[tuple[str, int], dict[str, Any]] = {}
@@ -226,6 +256,8 @@ def build_markdown(results: Path, command: str = "bench/run_all.sh") -> str:
         lines += serve_section(json.loads(p.read_text()), p.stem.removeprefix("serve-")) + [""]
     for p, name in server_pair_files(results):
         lines += servers_section(json.loads(p.read_text()), name) + [""]
+    for p in sorted(results.glob("spec-*.json")):
+        lines += spec_section(json.loads(p.read_text()), p.stem.removeprefix("spec-")) + [""]
     for p in sorted(results.glob("structured-spec-*.json")):
         lines += structured_spec_section(json.loads(p.read_text()),
                                          p.stem.removeprefix("structured-spec-")) + [""]

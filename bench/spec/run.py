@@ -18,7 +18,14 @@ on this host and model, whatever the text. "wrong" drafts a different token (the
 its lowest bit flipped) at every position, so every draft is rejected at once: the ratio
 is the floor the draft policy's backoff and waste budget leave. The draft lengths still
 come from the policy. (For random-weight checkpoints, whose text says nothing about real
-acceptance.)"""
+acceptance.)
+
+``prediction`` (``--prediction``): the second passes give each request a predicted output
+(OpenAI's ``prediction``, engine/spec/prediction.py), with the speculative config's n-gram
+lookup as well when one is given, else alone. "text": the workload's text the prompt asks
+to quote or edit (bench/spec/workloads.py PREDICTIONS), what a client would send; "answer":
+the plain pass's own output, so every prediction token is right (the ceiling of predicted
+outputs on this host and model)."""
 
 from __future__ import annotations
 
@@ -29,8 +36,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.spec.workloads import WORKLOADS, workload_messages
+from bench.spec.workloads import PREDICTIONS, WORKLOADS, workload_messages
 from engine.spec.config import SpeculativeConfig
+from engine.spec.decoder import PREDICTION_DRAFT_TOKENS
 from engine.spec.proposer import DraftInput, Proposer
 from engine.stream import EngineObserver
 
@@ -49,19 +57,35 @@ def check_spec_bench(cfg: Any, known: tuple[str, ...]) -> None:
         raise ValueError("need gen_len >= 2, rounds >= 1 and concurrency >= 1")
 
 
+PREDICTION_MODES = ("text", "answer")
+
+
 @dataclass(frozen=True)
 class SpecBenchConfig:
     model_dir: Path
-    spec: SpeculativeConfig
+    spec: SpeculativeConfig | None  # None: predictions alone (``prediction`` set)
     workloads: tuple[str, ...] = WORKLOADS
     concurrency: tuple[int, ...] = (1, 16)
     gen_len: int = 128
     rounds: int = 2
     threads: int | None = None
     oracle: str | None = None  # None | "right" | "wrong"
+    prediction: str | None = None  # None | "text" | "answer" (module docstring)
 
     def __post_init__(self) -> None:
         check_spec_bench(self, WORKLOADS)
+        if self.prediction not in (None, *PREDICTION_MODES):
+            raise ValueError(f"prediction must be one of {', '.join(PREDICTION_MODES)}, "
+                             f"got {self.prediction!r}")
+        if self.spec is None and self.prediction is None:
+            raise ValueError("give a speculative config or a prediction mode to compare with")
+        if self.prediction is not None and self.oracle is not None:
+            raise ValueError("an oracle replaces the drafts' source: not with a prediction")
+        if self.prediction == "text":
+            missing = [w for w in self.workloads if w not in PREDICTIONS]
+            if missing:
+                raise ValueError(f"workload(s) {missing} have no text to predict; with "
+                                 f"--prediction text choose from {list(PREDICTIONS)}")
 
 
 class ReplayProposer:
@@ -126,9 +150,11 @@ def load(cfg: SpecBenchConfig, max_prompt: int) -> tuple[Any, Any]:
 
 
 def run_pass(runner: Any, tokenizer: Any, cfg: SpecBenchConfig, spec: SpeculativeConfig | None,
-             prompts: list[list[int]], proposer: Proposer | None = None) -> dict[str, Any]:
+             prompts: list[list[int]], proposer: Proposer | None = None,
+             predictions: list[list[int]] | None = None) -> dict[str, Any]:
     """One pass: C requests to completion; the decode phase timed. ``proposer`` replaces
-    the engine's drafts' source (with ``spec``)."""
+    the engine's drafts' source (with ``spec``); ``predictions``: each request's predicted
+    output."""
     from engine.config import EngineConfig
     from engine.engine import Engine
     from engine.sampling_params import SamplingParams
@@ -149,7 +175,7 @@ def run_pass(runner: Any, tokenizer: Any, cfg: SpecBenchConfig, spec: Speculativ
             outs[i].extend(o.token_ids)
             done[i] = done[i] or o.finished
         eng.add_request(f"r{i}", p, SamplingParams(max_tokens=cfg.gen_len, temperature=0.0),
-                        sink)
+                        sink, prediction=tuple(predictions[i]) if predictions else ())
     while not all(outs[i] or done[i] for i in range(c)):
         eng.step()
     first = sum(map(len, outs))
@@ -165,13 +191,17 @@ def run_pass(runner: Any, tokenizer: Any, cfg: SpecBenchConfig, spec: Speculativ
                            "decode_tokens": made,
                            "tokens_per_seq_step": made / max(1, steps.seq_steps - seq_steps0),
                            "outputs": outs}
-    if spec is not None:
+    if spec is not None or predictions:
         s = eng.spec.stats
+        k = max(spec.num_speculative_tokens if spec else 0,
+                PREDICTION_DRAFT_TOKENS if predictions else 0)
         res["spec"] = {"num_drafts": s.num_drafts, "num_draft_tokens": s.num_draft_tokens,
                        "num_accepted_tokens": s.num_accepted_tokens,
                        "acceptance_rate": s.acceptance_rate,
                        "mean_accepted_length": s.mean_accepted_length,
-                       "accepted_per_pos": s.accepted_per_pos[:spec.num_speculative_tokens]}
+                       "accepted_per_pos": s.accepted_per_pos[:k],
+                       "num_prediction_tokens": s.num_prediction_tokens,
+                       "num_accepted_prediction_tokens": s.num_accepted_prediction_tokens}
     return res
 
 
@@ -192,6 +222,8 @@ def run_spec_bench(cfg: SpecBenchConfig, log: Log = print) -> dict[str, Any]:
                for w in cfg.workloads for c in cfg.concurrency}
     log(f"loading {cfg.model_dir}")
     runner, tokenizer = load(cfg, max(len(p) for ps in prompts.values() for p in ps))
+    texts = {w: tok.encode(PREDICTIONS[w], add_special_tokens=False)
+             for w in cfg.workloads if cfg.prediction == "text"}
     rows = []
     for w in cfg.workloads:
         for c in cfg.concurrency:
@@ -205,8 +237,12 @@ def run_spec_bench(cfg: SpecBenchConfig, log: Log = print) -> dict[str, Any]:
                                                  for p, o in zip(prompts[(w, c)], off,
                                                                  strict=True)},
                                                 wrong=cfg.oracle == "wrong")
+                    predicted = None
+                    if mode == "on" and cfg.prediction is not None:
+                        predicted = ([texts[w]] * c if cfg.prediction == "text"
+                                     else passes["off"][-1]["outputs"])
                     res = run_pass(runner, tokenizer, cfg, cfg.spec if mode == "on" else None,
-                                   prompts[(w, c)], replay)
+                                   prompts[(w, c)], replay, predicted)
                     passes[mode].append(res)
                     log(f"{w} c={c} round {r + 1} {mode}: "
                         f"{res['decode_tok_s'] or 0:.1f} decode tok/s, "
@@ -218,10 +254,10 @@ def run_spec_bench(cfg: SpecBenchConfig, log: Log = print) -> dict[str, Any]:
             "threads": torch.get_num_threads(), "rows": rows}
 
 
-def json_spec(spec: SpeculativeConfig) -> dict[str, Any]:
+def json_spec(spec: SpeculativeConfig | None) -> dict[str, Any] | None:
     import json
 
-    return json.loads(spec.to_json())
+    return None if spec is None else json.loads(spec.to_json())
 
 
 def _row(w: str, c: int, passes: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -240,9 +276,15 @@ def _row(w: str, c: int, passes: dict[str, list[dict[str, Any]]]) -> dict[str, A
 
 
 def format_table(res: dict[str, Any]) -> str:
-    oracle = (f", drafts from the plain pass's output, all {res['config']['oracle']} "
-              f"(--spec-oracle)" if res["config"].get("oracle") else "")
-    lines = [f"speculative decoding {res['config']['spec']}{oracle}, {res['threads']} threads, "
+    cfg = res["config"]
+    oracle = (f", drafts from the plain pass's output, all {cfg['oracle']} "
+              f"(--spec-oracle)" if cfg.get("oracle") else "")
+    what = [f"speculative decoding {cfg['spec']}"] if cfg["spec"] else []
+    if cfg.get("prediction"):
+        what.append(f"predicted outputs ({cfg['prediction']}: " + (
+            "the text the prompt quotes or edits)" if cfg["prediction"] == "text"
+            else "the plain pass's output)"))
+    lines = [f"{' + '.join(what)}{oracle}, {res['threads']} threads, "
              f"gen_len {res['config']['gen_len']}, median of {res['config']['rounds']} "
              f"interleaved rounds",
              f"{'workload':<11}{'C':>4}{'plain tok/s':>13}{'spec tok/s':>12}{'x':>7}"

@@ -5,6 +5,9 @@
 * code-edit: return a given function with one change;
 * story: open-ended writing, nothing in the prompt to copy.
 
+``PREDICTIONS``: each workload's predicted output for ``--prediction text`` (the passage,
+the function as given).
+
 ``workload_messages(name, i)`` varies request ``i`` by a leading line, so concurrent
 requests are distinct prompts (no prefix-cache sharing between them)."""
 
@@ -57,6 +60,9 @@ PROMPTS = {
               "strange machine washed up on the rocks."),
 }
 WORKLOADS = tuple(PROMPTS)
+# what a client would send as the predicted output (OpenAI's ``prediction``): the text the
+# answer is asked to quote or edit; the story has none
+PREDICTIONS = {"grounded": PASSAGE, "code-edit": FUNCTION}
 
 
 def workload_messages(name: str, i: int = 0) -> list[dict[str, str]]:

@@ -11,6 +11,13 @@ forward through the text) or, when there is none, the last occurrence before it.
 prediction's draft is verified like any other (engine/spec/verify.py), so it only changes
 how many tokens a step yields, never which.
 
+Drafts grow with the evidence (a slow start): a draft is at most as long as the run of
+output tokens that have followed the prediction since the position was last found (the
+re-anchoring n-gram counts; the output's start counts as N_MIN). A short n-gram that also
+occurs in other places (", and the") can anchor in the wrong one; it then costs a draft of
+N_MIN tokens, not a full one, and a run that holds doubles the length each step (2, 5, 11,
+...).
+
 The prediction is tokenized on its own, so its first token (and a token that straddles an
 edit) may split differently from the same text inside the answer; the re-anchoring covers
 that as it covers an edit.
@@ -34,6 +41,7 @@ class PredictionTracker:
         self.pred = tuple(prediction)
         self.pos: int | None = 0  # index of the prediction token the output continues at
         self.anchor = 0  # the last position the output was aligned at
+        self.run = N_MIN  # output tokens that followed the prediction since pos was found
         self.seen = 0  # output tokens the position accounts for
         self._ends: list[dict[tuple[int, ...], list[int]]] | None = None  # built on demand
 
@@ -48,45 +56,49 @@ class PredictionTracker:
                     ends.setdefault(p[e - n:e], []).append(e)
         return self._ends
 
-    def _step(self, pos: int | None, anchor: int, token: int) -> tuple[int | None, int]:
-        if pos is not None and pos < len(self.pred) and self.pred[pos] == token:
-            return pos + 1, pos + 1
-        return None, anchor
+    def _walk(self, pos: int | None, anchor: int, run: int, tokens: Sequence[int],
+              tail: Sequence[int]) -> tuple[int | None, int, int]:
+        """(pos, anchor, run) after ``tokens``; ``tail``: the output's last tokens
+        after them (for re-anchoring when they leave the prediction)."""
+        for t in tokens:
+            if pos is not None and pos < len(self.pred) and self.pred[pos] == t:
+                pos, anchor, run = pos + 1, pos + 1, run + 1
+            else:
+                pos = None
+        if pos is None and tokens:
+            pos, run = self._resync(tail, anchor)
+            if pos is not None:
+                anchor = pos
+        return pos, anchor, run
 
-    def _resync(self, tail: Sequence[int], anchor: int) -> int | None:
-        """Where the prediction continues after ``tail`` (the output's last tokens)."""
+    def _resync(self, tail: Sequence[int], anchor: int) -> tuple[int | None, int]:
+        """(where the prediction continues after ``tail``, the n-gram length that found
+        it); (None, 0) when no suffix of ``tail`` occurs in the prediction."""
         index = self._index()
         for n in range(min(N_MAX, len(tail)), N_MIN - 1, -1):
             ends = index[n - N_MIN].get(tuple(tail[len(tail) - n:]))
             if ends:
                 i = bisect_left(ends, anchor)
-                return ends[i] if i < len(ends) else ends[-1]
-        return None
+                return (ends[i] if i < len(ends) else ends[-1]), n
+        return None, 0
 
     def follow(self, output_ids: Sequence[int]) -> None:
         """Account for the output tokens that arrived since the last call."""
-        pos, anchor = self.pos, self.anchor
-        for t in output_ids[self.seen:]:
-            pos, anchor = self._step(pos, anchor, t)
-        if pos is None and len(output_ids) > self.seen:
-            pos = self._resync(output_ids[-N_MAX:], anchor)
-            if pos is not None:
-                anchor = pos
-        self.pos, self.anchor, self.seen = pos, anchor, len(output_ids)
+        self.pos, self.anchor, self.run = self._walk(
+            self.pos, self.anchor, self.run, output_ids[self.seen:], output_ids[-N_MAX:])
+        self.seen = len(output_ids)
 
     def propose(self, output_ids: Sequence[int], k: int, prefix: Sequence[int] = ()
                 ) -> tuple[int, ...]:
         """Up to ``k`` prediction tokens after ``output_ids`` + ``prefix`` (the prefix:
-        draft tokens already decided, looked through without moving the position)."""
+        draft tokens already decided, looked through without moving the position), at
+        most as many as the current run (module docstring)."""
         self.follow(output_ids)
-        pos, anchor = self.pos, self.anchor
-        for t in prefix:
-            pos, anchor = self._step(pos, anchor, t)
-        if pos is None and prefix:
-            pos = self._resync((list(output_ids[-N_MAX:]) + list(prefix))[-N_MAX:], anchor)
+        tail = (list(output_ids[-N_MAX:]) + list(prefix))[-N_MAX:]
+        pos, _, run = self._walk(self.pos, self.anchor, self.run, prefix, tail)
         if pos is None:
             return ()
-        return self.pred[pos:pos + k]
+        return self.pred[pos:pos + min(k, run)]
 
 
 class PredictionProposer:

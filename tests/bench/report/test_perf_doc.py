@@ -85,7 +85,19 @@ def results(tmp_path: Path) -> Path:
         {"schema": 1, "read_bandwidth_gbps": 27.5, "rows": rows, "host": {}}))
     (out / "generate-demo.json").write_text(json.dumps(generate_run("demo", 150.0, 85.0, 15.0)))
     (out / "structured-spec-demo.json").write_text(json.dumps(structured_spec_run()))
+    (out / "spec-prediction-text-demo.json").write_text(json.dumps(spec_run()))
     return out
+
+
+def spec_run() -> dict:
+    """bench generate --prediction text's JSON, one workload at one concurrency."""
+    passes = {"off": [{"decode_tok_s": 60.0}, {"decode_tok_s": 50.0}],
+              "on": [{"decode_tok_s": 120.0}, {"decode_tok_s": 90.0}]}
+    row = {"workload": "code-edit", "concurrency": 1, "plain_decode_tok_s": 55.0,
+           "spec_decode_tok_s": 105.0, "speedup": 105 / 55, "outputs_identical": True,
+           "tokens_per_seq_step": 3.26, "spec": {"acceptance_rate": 0.88}, "passes": passes}
+    return {"schema": 1, "threads": 2, "rows": [row], "config": {
+        "spec": None, "prediction": "text", "gen_len": 128, "rounds": 2, "oracle": None}}
 
 
 def structured_spec_run() -> dict:
@@ -136,6 +148,9 @@ def test_a_run_rewrites_only_its_own_section(results: Path, tmp_path: Path) -> N
     assert "| q_proj (64 x 128) | 1 | avx2_w8a16 | 0.100 | 4.00 |" in section
     assert ("| extraction | 1 | 30.0 | 66.0 | 2.20 | 2.20, 2.10 | 2.90 | 0.81 | 19 | 0.27% | "
             "yes |") in section
+    assert ("### Drafts, `prediction-text-demo` (`fp8serve bench generate`, `--prediction "
+            "text`, 128 tokens, 2 interleaved rounds)") in section
+    assert "| code-edit | 1 | 55.0 | 105.0 | 1.91 | 2.00, 1.80 | 3.26 | 0.88 | yes |" in section
     # a second run replaces the section between the markers, nothing else
     hand = text.replace("## AVX2 hosts (AVX2, FMA, F16C; no AVX-512)\n",
                         "## AVX2 hosts (AVX2, FMA, F16C; no AVX-512)\n\nnote by hand\n")

@@ -21,7 +21,7 @@ SPEC = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
 
 def _args(out, **kw):
     base = dict(model=None, gen_len=32, threads=None, speculative_config=SPEC,
-                workloads="code-edit", concurrency=[1, 2], rounds=1, json=out)
+                workloads="code-edit", concurrency=[1, 2], rounds=1, json=out, prediction=None)
     return argparse.Namespace(**(base | kw))
 
 
@@ -94,3 +94,31 @@ def test_oracle_passes_keep_every_draft_or_none(tmp_path):
 def test_bad_speculative_config_is_a_cli_error(bad, tmp_path):
     with pytest.raises(BenchError):
         run(_args(tmp_path / "x.json", speculative_config=bad))
+
+
+def test_prediction_passes_keep_outputs_and_count_prediction_tokens(tmp_path, capsys):
+    out = tmp_path / "prediction.json"
+    assert run(_args(out, speculative_config=None, prediction="answer", concurrency=[2],
+                     workloads="code-edit")) == 0
+    row, = json.loads(out.read_text())["rows"]
+    s = row["spec"]
+    assert row["outputs_identical"] is True
+    # the plain pass's own output: every drafted prediction token is kept
+    assert s["num_prediction_tokens"] == s["num_draft_tokens"] > 0
+    assert s["num_accepted_prediction_tokens"] == s["num_prediction_tokens"]
+    assert row["tokens_per_seq_step"] > 2
+    assert "predicted outputs (answer" in capsys.readouterr().out
+
+
+def test_prediction_config_checks():
+    model = ensure_demo_model()
+    with pytest.raises(ValueError, match="no text to predict"):
+        SpecBenchConfig(model_dir=model, spec=None, workloads=("story",), prediction="text")
+    with pytest.raises(ValueError, match="speculative config or a prediction"):
+        SpecBenchConfig(model_dir=model, spec=None)
+    with pytest.raises(ValueError, match="oracle"):
+        SpecBenchConfig(model_dir=model, spec=None, prediction="answer", oracle="right")
+    args = argparse.Namespace(model=None, gen_len=8, threads=None, speculative_config=None,
+                              workloads=None, concurrency=[1], rounds=1, prediction="text")
+    from bench.generate.cli import spec_config_from_args
+    assert spec_config_from_args(args).workloads == ("grounded", "code-edit")

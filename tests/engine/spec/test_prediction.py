@@ -14,10 +14,11 @@ from tests.engine.spec.test_spec_engine import SPEC, SpecCounter, flat, make, pr
 PRED = list(range(10, 40))  # no token repeats: every n-gram is unique
 
 
-def test_a_copying_output_is_offered_the_next_tokens():
+def test_a_copying_output_is_offered_the_next_tokens_as_many_as_have_held():
     t = PredictionTracker(PRED)
-    assert t.propose([], 4) == (10, 11, 12, 13)
-    assert t.propose([10, 11], 3) == (12, 13, 14)
+    assert t.propose([], 4) == (10, 11)  # the start counts as N_MIN tokens
+    assert t.propose([10, 11], 9) == (12, 13, 14, 15)  # 2 + 2 held
+    assert t.propose(PRED[:5], 9) == (15, 16, 17, 18, 19, 20, 21)
     assert t.propose(PRED[:28], 5) == (38, 39)  # shorter at the end
     assert t.propose(PRED, 5) == ()
 
@@ -38,7 +39,9 @@ def test_an_insertion_loses_the_position_until_the_output_returns():
     out += [13]  # one token back in the text is not enough to re-anchor
     assert N_MIN == 2 and t.propose(out, 3) == ()
     out += [14]
-    assert t.propose(out, 3) == (15, 16, 17)
+    assert t.propose(out, 3) == (15, 16)  # a 2-gram re-anchored: a draft of 2
+    out += [15, 16, 17]
+    assert t.propose(out, 9) == (18, 19, 20, 21, 22)
 
 
 def test_a_deletion_and_a_replacement_re_anchor_after_them():
