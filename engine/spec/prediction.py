@@ -32,29 +32,56 @@ from engine.spec.proposer import DraftInput
 
 N_MIN = 2  # the shortest output suffix that re-anchors a lost position
 N_MAX = 8  # the longest one looked up (longer suffixes are more likely unique)
+WINDOW = 32  # occurrences looked at on each side of the last alignment
+
+
+class PredictionIndex:
+    """A prediction's tokens and where each pair of tokens occurs in them, shared by the
+    sequences of one request (its n choices). Memory and lookups stay linear in the
+    prediction however repetitive it is: one list of ends per distinct pair, and a lookup
+    compares at most 2 * WINDOW occurrences, N_MAX tokens each."""
+
+    def __init__(self, prediction: tuple[int, ...]) -> None:
+        self.pred = prediction
+        self._ends: dict[tuple[int, int], list[int]] | None = None  # built on demand
+
+    def find(self, tail: Sequence[int], anchor: int) -> tuple[int | None, int]:
+        """(where the prediction continues after ``tail``, the length of the suffix of
+        ``tail`` found there); (None, 0) when no N_MIN-token suffix occurs. The longest
+        suffix wins; among equals, the first occurrence at or after ``anchor``, else the
+        last before it; only the WINDOW occurrences on each side of ``anchor`` are
+        compared."""
+        if len(tail) < N_MIN:
+            return None, 0
+        if self._ends is None:
+            p, self._ends = self.pred, {}
+            for e in range(N_MIN, len(p)):  # ends with a token after them
+                self._ends.setdefault((p[e - 2], p[e - 1]), []).append(e)
+        ends = self._ends.get((tail[-2], tail[-1]))
+        if not ends:
+            return None, 0
+        i = bisect_left(ends, anchor)
+        best, best_n = None, 0
+        for e in [*ends[i:i + WINDOW], *reversed(ends[max(0, i - WINDOW):i])]:
+            n = N_MIN
+            while n < min(N_MAX, len(tail), e) and self.pred[e - n - 1] == tail[-n - 1]:
+                n += 1
+            if n > best_n:  # the first seen of each length: forward of anchor first
+                best, best_n = e, n
+        return best, best_n
 
 
 class PredictionTracker:
     """One sequence's position in its prediction (module docstring)."""
 
-    def __init__(self, prediction: Sequence[int]) -> None:
-        self.pred = tuple(prediction)
+    def __init__(self, prediction: Sequence[int] | PredictionIndex) -> None:
+        self.index = (prediction if isinstance(prediction, PredictionIndex)
+                      else PredictionIndex(tuple(prediction)))
+        self.pred = self.index.pred
         self.pos: int | None = 0  # index of the prediction token the output continues at
         self.anchor = 0  # the last position the output was aligned at
         self.run = N_MIN  # output tokens that followed the prediction since pos was found
         self.seen = 0  # output tokens the position accounts for
-        self._ends: list[dict[tuple[int, ...], list[int]]] | None = None  # built on demand
-
-    def _index(self) -> list[dict[tuple[int, ...], list[int]]]:
-        """For n = N_MIN..N_MAX: n-gram -> the ends (exclusive, ascending) of its
-        occurrences in the prediction that have a token after them."""
-        if self._ends is None:
-            p = self.pred
-            self._ends = [{} for _ in range(N_MIN, N_MAX + 1)]
-            for n, ends in zip(range(N_MIN, N_MAX + 1), self._ends, strict=True):
-                for e in range(n, len(p)):
-                    ends.setdefault(p[e - n:e], []).append(e)
-        return self._ends
 
     def _walk(self, pos: int | None, anchor: int, run: int, tokens: Sequence[int],
               tail: Sequence[int]) -> tuple[int | None, int, int]:
@@ -66,21 +93,10 @@ class PredictionTracker:
             else:
                 pos = None
         if pos is None and tokens:
-            pos, run = self._resync(tail, anchor)
+            pos, run = self.index.find(tail, anchor)
             if pos is not None:
                 anchor = pos
         return pos, anchor, run
-
-    def _resync(self, tail: Sequence[int], anchor: int) -> tuple[int | None, int]:
-        """(where the prediction continues after ``tail``, the n-gram length that found
-        it); (None, 0) when no suffix of ``tail`` occurs in the prediction."""
-        index = self._index()
-        for n in range(min(N_MAX, len(tail)), N_MIN - 1, -1):
-            ends = index[n - N_MIN].get(tuple(tail[len(tail) - n:]))
-            if ends:
-                i = bisect_left(ends, anchor)
-                return (ends[i] if i < len(ends) else ends[-1]), n
-        return None, 0
 
     def follow(self, output_ids: Sequence[int]) -> None:
         """Account for the output tokens that arrived since the last call."""
@@ -103,10 +119,12 @@ class PredictionTracker:
 
 class PredictionProposer:
     """The :class:`engine.spec.proposer.Proposer` of predicted outputs: one tracker per
-    sequence that came with a prediction (``DraftInput.prediction``)."""
+    sequence that came with a prediction (``DraftInput.prediction``); sequences with equal
+    predictions (a request's n choices) share one index."""
 
     def __init__(self) -> None:
         self._trackers: dict[int, PredictionTracker] = {}
+        self._indexes: dict[tuple[int, ...], tuple[PredictionIndex, int]] = {}  # + users
 
     def propose(self, seqs: Sequence[DraftInput]) -> list[tuple[int, ...]]:
         return [self._one(s) for s in seqs]
@@ -116,8 +134,20 @@ class PredictionProposer:
             return ()
         t = self._trackers.get(s.seq_id)
         if t is None:
-            t = self._trackers[s.seq_id] = PredictionTracker(s.prediction)
+            key = tuple(s.prediction)
+            index, users = self._indexes.get(key, (None, 0))
+            if index is None:
+                index = PredictionIndex(key)
+            self._indexes[key] = (index, users + 1)
+            t = self._trackers[s.seq_id] = PredictionTracker(index)
         return t.propose(s.output_ids, s.max_tokens, s.prefix)
 
     def release(self, seq_id: int) -> None:
-        self._trackers.pop(seq_id, None)
+        t = self._trackers.pop(seq_id, None)
+        if t is None:
+            return
+        index, users = self._indexes[t.pred]
+        if users > 1:
+            self._indexes[t.pred] = (index, users - 1)
+        else:
+            del self._indexes[t.pred]

@@ -41,9 +41,11 @@ def test_engine_gets_the_parsed_config() -> None:
     eng = Engine(CacheCheckingRunner(), FakeTokenizer(),
                  EngineConfig(model_dir=".", speculative_config=spec))
     assert eng.spec is not None and eng.spec.config.num_speculative_tokens == 3
-    assert eng.scheduler.drafter is not None
-    assert Engine(CacheCheckingRunner(), FakeTokenizer(),
-                  EngineConfig(model_dir=".")).scheduler.drafter is None
+    assert eng.spec.proposer is not None and eng.spec.may_draft(False)
+    # without the config only requests with a predicted output draft
+    plain = Engine(CacheCheckingRunner(), FakeTokenizer(), EngineConfig(model_dir="."))
+    assert plain.spec.config is None and plain.spec.proposer is None
+    assert not plain.spec.may_draft(False) and plain.spec.may_draft(True)
 
 
 def test_backend_passes_it_to_the_engine_config(monkeypatch, tmp_path) -> None:

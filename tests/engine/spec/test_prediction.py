@@ -6,7 +6,13 @@ while the accepted and rejected prediction tokens it reports add up."""
 
 from engine.sampling_params import SamplingParams
 from engine.spec.decoder import PREDICTION_DRAFT_TOKENS
-from engine.spec.prediction import N_MIN, PredictionProposer, PredictionTracker
+from engine.spec.prediction import (
+    N_MIN,
+    WINDOW,
+    PredictionIndex,
+    PredictionProposer,
+    PredictionTracker,
+)
 from engine.spec.proposer import DraftInput
 from tests.engine.fake_runner import CacheCheckingRunner
 from tests.engine.spec.test_spec_engine import SPEC, SpecCounter, flat, make, prompts, run
@@ -62,13 +68,27 @@ def test_a_repeated_passage_re_anchors_forward_of_the_last_alignment():
     assert t.propose(out, 2) == (80,)  # past the end: the last occurrence
 
 
-def test_the_proposer_keeps_a_tracker_per_prediction_and_releases_it():
+def test_the_proposer_keeps_a_tracker_per_sequence_and_an_index_per_prediction():
     p = PredictionProposer()
-    asks = [DraftInput(1, [5], [10, 11], 2, (), PRED), DraftInput(2, [5], [1], 2)]
-    assert p.propose(asks) == [(12, 13), ()]
-    assert set(p._trackers) == {1}
+    asks = [DraftInput(1, [5], [10, 11], 2, (), PRED), DraftInput(2, [5], [1], 2),
+            DraftInput(3, [5], [10], 2, (), list(PRED))]  # a second choice, same prediction
+    assert p.propose(asks) == [(12, 13), (), (11, 12)]
+    assert set(p._trackers) == {1, 3} and len(p._indexes) == 1
+    assert p._trackers[1].index is p._trackers[3].index
     p.release(1)
-    assert not p._trackers
+    assert set(p._indexes) == {tuple(PRED)}
+    p.release(3)
+    p.release(2)
+    assert not p._trackers and not p._indexes
+
+
+def test_a_lookup_compares_only_the_occurrences_near_the_last_alignment():
+    pred = (7, 1, 2) + (0, 1, 2) * 100 + (5,)
+    index = PredictionIndex(pred)
+    assert index.find([7, 1, 2], 0) == (3, 3)  # the whole suffix, at the start
+    # from the end, the start's occurrence is more than WINDOW pairs away: a pair is all
+    # that is found, at the last occurrence before the anchor
+    assert WINDOW < 100 and index.find([7, 1, 2], len(pred)) == (len(pred) - 1, 2)
 
 
 def hashed(seq):
