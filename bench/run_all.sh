@@ -34,6 +34,10 @@
 #                          n-gram lookup (k=8), predicted outputs (the text the prompt quotes or
 #                          edits, as a client sends it), and the plain pass's own output as the
 #                          prediction (every drafted token right: the ceiling)
+#   prediction-serve-demo-{code-edit,grounded}.json  bench serve --prediction: two demo servers
+#                          with the same flags driven interleaved with the workload's chat
+#                          requests, the second's carrying the function or passage as their
+#                          prediction (concurrency 1, 4, 16; closed-loop clients, 128 tokens)
 #   structured-spec-{demo,3b}.json  bench structured --speculative-config: speculative vs
 #                          plain constrained decoding (extraction, tool-args, free-json) at
 #                          concurrency 1; the 3B-shaped model drafts with --spec-oracle right
@@ -217,6 +221,11 @@ if want spec; then
     --json "$OUT/spec-prediction-text-demo.json"
   "${FP8SERVE[@]}" bench generate "${SPEC_ARGS[@]}" --prediction answer \
     --json "$OUT/spec-prediction-answer-demo.json"
+  for w in code-edit grounded; do
+    "${FP8SERVE[@]}" bench serve --prediction --workload "$w" --concurrency 1 4 16 \
+      --num-prompts 16 --output-len 128 --rounds 2 --server-arg="--threads=$THREADS" \
+      --json-out "$OUT/prediction-serve-demo-$w.json"
+  done
 fi
 if want structured-spec; then
   step "structured-spec: speculative vs plain constrained decoding, demo and 3B-shaped"

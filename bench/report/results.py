@@ -150,7 +150,7 @@ def servers_section(s: dict[str, Any], name: str) -> list[str]:
 
 
 # two-server `bench serve` runs (servers_section): --llama-server, --compare-server-arg
-SERVER_PAIRS = ("llama-serve-*.json", "flags-serve-*.json")
+SERVER_PAIRS = ("llama-serve-*.json", "flags-serve-*.json", "prediction-serve-*.json")
 
 
 def server_pair_files(results: Path) -> list[tuple[Path, str]]:

@@ -1,8 +1,9 @@
 """`fp8serve bench serve --url URL --concurrency C [C ...] --num-prompts N --input-len I
 --output-len O [--rounds R] [--workload random|multi-turn|shared-prefix] [--system-len S]
 [--turns T] [--compare-url URL2 | --speculative-config JSON | --compare-server-arg FLAG |
---llama-server]`: drive a running server (see bench/serve/run.py and, for the workloads
-and their cache on / off passes, bench/serve/workloads.py), or a pair it starts itself
+--prediction | --llama-server]`: drive a running server (see bench/serve/run.py and, for
+the workloads and their cache on / off passes, bench/serve/workloads.py), or a pair it
+starts itself
 (bench/serve/servers.py); print a table per pass, the comparisons
 (bench/serve/comparison.py), and write JSON (every pass, the medians over the rounds, the
 comparison rows)."""
@@ -40,6 +41,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "`serve` flag added (repeatable; e.g. "
                         "--compare-server-arg=--max-prefill-tokens-with-decodes=128), and drive "
                         "both interleaved; they are stopped at the end")
+    p.add_argument("--prediction", action="store_true",
+                   help="with --workload grounded or code-edit: start two fp8serve servers on "
+                        "--model-dir with the same flags, send both the workload as chat "
+                        "requests, those to the second with the passage or function as their "
+                        "prediction (OpenAI's predicted outputs, as a client sends them), and "
+                        "drive both interleaved; they are stopped at the end")
     p.add_argument("--llama-server", action="store_true",
                    help="start fp8serve on --model-dir and llama.cpp's llama-server on the "
                         "same weights as GGUF (built for this host once, see `fp8serve bench "
@@ -54,10 +61,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="with --llama-server: threads of each server (default: all cores)")
     p.add_argument("--model-dir", type=Path, default=None,
-                   help="with --speculative-config, --compare-server-arg or "
+                   help="with --speculative-config, --compare-server-arg, --prediction or "
                         "--llama-server: the checkpoint (default: the demo model)")
     p.add_argument("--server-arg", action="append", default=[], metavar="FLAG",
-                   help="with --speculative-config, --compare-server-arg or --llama-server: "
+                   help="with --speculative-config, --compare-server-arg, --prediction or "
+                        "--llama-server: "
                         "a `serve` flag for the fp8serve server(s) (repeatable; e.g. "
                         "--server-arg=--kv-cache-gib=2)")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1],
@@ -99,7 +107,8 @@ def run_passes(args: argparse.Namespace) -> list[dict[str, Any]]:
         base = BenchConfig(args.url, 1, args.num_prompts, args.input_len, args.output_len,
                            args.model, args.api_key, args.seed, workload=args.workload,
                            system_len=args.system_len, turns=args.turns)
-        steps = plan(base, args.rounds, args.concurrency, servers)
+        steps = plan(base, args.rounds, args.concurrency, servers,
+                     getattr(args, "per_server", None))
     except ValueError as exc:
         raise BenchError(str(exc)) from exc
     runs = []
@@ -147,15 +156,26 @@ def report(args: argparse.Namespace, levels: list[dict[str, Any]]) -> dict[str, 
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.serve.servers import flag_servers, llama_servers, spec_servers
+    from bench.serve.servers import (
+        flag_servers,
+        llama_servers,
+        prediction_servers,
+        spec_servers,
+    )
 
     pairs = [name for name, given in (
         ("--compare-url", getattr(args, "compare_url", None) is not None),
         ("--speculative-config", getattr(args, "speculative_config", None) is not None),
         ("--compare-server-arg", bool(getattr(args, "compare_server_arg", None))),
+        ("--prediction", getattr(args, "prediction", False)),
         ("--llama-server", getattr(args, "llama_server", False))) if given]
     if len(pairs) > 1:
         raise BenchError(f"{' and '.join(pairs)}: each names the second server; give one")
+    if getattr(args, "prediction", False):
+        with prediction_servers(args) as (plain, predicted, info, per_server):
+            args.url, args.compare_url, args.servers = plain, predicted, info
+            args.per_server = per_server
+            return _run(args)
     if getattr(args, "compare_server_arg", None):
         with flag_servers(args) as (first, second, info):
             args.url, args.compare_url, args.servers = first, second, info

@@ -44,7 +44,14 @@ class RequestResult:
         ends that way) is none. The usage chunk (last; llama-server puts it on the
         finishing chunk) gives the token counts, whatever the chunking."""
         choices = chunk.get("choices") or []
-        if any(c.get("text") or not c.get("finish_reason") for c in choices):
+        if choices and "delta" in choices[0]:  # a chat chunk: an event when it has text
+            texts = [(c.get("delta") or {}).get("content") or "" for c in choices]
+            event = any(texts)
+        else:
+            texts = [c.get("text") or "" for c in choices]
+            event = any(t or not c.get("finish_reason") for t, c in zip(texts, choices,
+                                                                         strict=True))
+        if event:
             if self.events == 0:
                 self.ttft = elapsed
             else:
@@ -52,7 +59,7 @@ class RequestResult:
             self.last_token_s = elapsed
             self.events += 1
             self.output_tokens += 1
-            self.text += "".join(c.get("text") or "" for c in choices)
+            self.text += "".join(texts)
         usage = chunk.get("usage")
         if usage:
             self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
@@ -78,18 +85,28 @@ def sse_data(buffered: bytes, received: bytes) -> tuple[list[bytes], bytes]:
 
 
 async def one_request(session: aiohttp.ClientSession, cfg: BenchConfig, model: str,
-                      prompt: list[int], salt: str | None = None) -> RequestResult:
+                      prompt: list[int], salt: str | None = None,
+                      messages: list[dict[str, str]] | None = None) -> RequestResult:
     """One streamed completion: TTFT at the first token's event, then one inter-token
     latency per event. Events that arrive in one read share that read's time. ``salt``:
-    the request's ``cache_salt`` (None: none sent)."""
-    body = {"model": model, "prompt": prompt, "max_tokens": cfg.output_len, "stream": True,
-            "temperature": 0.0, "ignore_eos": True, "stream_options": {"include_usage": True}}
+    the request's ``cache_salt`` (None: none sent). ``messages``: a chat request of them
+    instead (``prompt``: their ids, for the count), with ``cfg.prediction`` if any."""
+    body: dict[str, Any] = {"model": model, "max_tokens": cfg.output_len, "stream": True,
+                            "temperature": 0.0, "ignore_eos": True,
+                            "stream_options": {"include_usage": True}}
+    path = "/v1/completions"
+    if messages is None:
+        body["prompt"] = prompt
+    else:
+        path, body["messages"] = "/v1/chat/completions", messages
+        if cfg.prediction is not None:
+            body["prediction"] = {"type": "content", "content": cfg.prediction}
     if salt is not None:
         body["cache_salt"] = salt
     start = time.perf_counter()
     res = RequestResult(ok=False, prompt_tokens=len(prompt))
     try:
-        async with session.post(cfg.endpoint("/v1/completions"), json=body) as r:
+        async with session.post(cfg.endpoint(path), json=body) as r:
             if r.status != 200:
                 return RequestResult(False, error=f"HTTP {r.status}: {await r.read()!r}")
             buffered = b""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.serve.workloads import WORKLOADS
+from bench.serve.workloads import TEXT_WORKLOADS, WORKLOADS
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,8 @@ class BenchConfig:
     turns: int = 4  # multi-turn: turns per conversation
     round: int = 0  # which round of the run (passes.plan); the random workload's prompts
     # differ per round and concurrency level, so no server finds a prompt it has seen
+    chat: bool = False  # text workloads: /v1/chat/completions with the messages
+    prediction: str | None = None  # with chat: every request's predicted output
 
     def endpoint(self, path: str) -> str:
         """The server URL + path ("/v1/...")."""
@@ -37,5 +39,9 @@ class BenchConfig:
                 raise ValueError(f"{name} must be >= 1")
         if self.workload not in WORKLOADS:
             raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}")
+        if self.chat and self.workload not in TEXT_WORKLOADS:
+            raise ValueError("chat requests need a text workload (grounded, code-edit, story)")
+        if self.prediction is not None and not self.chat:
+            raise ValueError("a prediction rides on chat requests")
         if self.workload == "shared-prefix" and self.num_prompts < 2:
             raise ValueError("shared-prefix needs num_prompts >= 2 (one warms the cache)")

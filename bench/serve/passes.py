@@ -89,13 +89,14 @@ async def run_shared_prefix(cfg: BenchConfig, mode: str) -> dict[str, Any]:
 
 async def run_text(cfg: BenchConfig) -> dict[str, Any]:
     """A text workload: request i is workload_messages(workload, i), tokenized by the
-    server; each request has its own cache salt."""
+    server and sent as ids (or, with ``cfg.chat``, sent as the messages); each request has
+    its own cache salt."""
     from bench.spec.workloads import workload_messages
 
+    chats = [workload_messages(cfg.workload, i) for i in range(cfg.num_prompts)]
     async with bench_session(cfg) as (session, model):
-        prompts = [await tokenize_chat(session, cfg, model, workload_messages(cfg.workload, i))
-                   for i in range(cfg.num_prompts)]
-        return await run_uncached(session, cfg, model, prompts)
+        prompts = [await tokenize_chat(session, cfg, model, m) for m in chats]
+        return await run_uncached(session, cfg, model, prompts, chats if cfg.chat else None)
 
 
 async def run_pass(cfg: BenchConfig, mode: str) -> dict[str, Any]:
@@ -110,9 +111,11 @@ async def run_pass(cfg: BenchConfig, mode: str) -> dict[str, Any]:
     return await run(cfg, mode) | {"pass": mode}
 
 
-def plan(base: BenchConfig, rounds: int, levels: list[int], servers: list[str]
+def plan(base: BenchConfig, rounds: int, levels: list[int], servers: list[str],
+         per_server: dict[str, dict[str, Any]] | None = None
          ) -> list[tuple[int, BenchConfig, str]]:
-    """(round, config, pass) of every pass of a run, in the order they run."""
+    """(round, config, pass) of every pass of a run, in the order they run;
+    ``per_server``: config fields that differ by server URL."""
     out = []
     for rnd in range(rounds):
         order, hosts = passes(base.workload), servers
@@ -120,6 +123,7 @@ def plan(base: BenchConfig, rounds: int, levels: list[int], servers: list[str]
             order, hosts = order[::-1], hosts[::-1]
         for conc in levels:
             for url in hosts:
-                cfg = dataclasses.replace(base, url=url, concurrency=conc, round=rnd)
+                cfg = dataclasses.replace(base, url=url, concurrency=conc, round=rnd,
+                                          **(per_server or {}).get(url, {}))
                 out += [(rnd, cfg, mode) for mode in order]
     return out

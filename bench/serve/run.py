@@ -84,12 +84,15 @@ def random_prompts(cfg: BenchConfig) -> list[list[int]]:
 
 
 async def run_uncached(session: aiohttp.ClientSession, cfg: BenchConfig, model: str,
-                       prompts: list[list[int]]) -> dict[str, Any]:
+                       prompts: list[list[int]],
+                       messages: list[list[dict[str, str]]] | None = None) -> dict[str, Any]:
     """``prompts`` at most ``concurrency`` in flight, each with its own cache salt; the
-    summary of the timed requests."""
+    summary of the timed requests. ``messages``: sent as chat requests (bench/serve/
+    client.py one_request), ``prompts`` being their ids."""
     salts = pass_salts(UNCACHED, len(prompts))
-    jobs = [lambda p=p, s=s: one_request(session, cfg, model, p, s[0])
-            for p, s in zip(prompts, salts, strict=True)]
+    chats = messages if messages is not None else [None] * len(prompts)
+    jobs = [lambda p=p, s=s, m=m: one_request(session, cfg, model, p, s[0], m)
+            for p, s, m in zip(prompts, salts, chats, strict=True)]
     start = time.perf_counter()
     results = await gather_limited(cfg.concurrency, jobs)
     return summarize(cfg, results, time.perf_counter() - start)

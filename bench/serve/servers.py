@@ -111,6 +111,26 @@ def flag_servers(args: argparse.Namespace) -> Iterator[tuple[str, str, dict[str,
                      b: {"name": names[1], "model": str(model), "flags": [*common, *extra]}}
 
 
+@contextlib.contextmanager
+def prediction_servers(args: argparse.Namespace
+                       ) -> Iterator[tuple[str, str, dict[str, Any], dict[str, dict[str, Any]]]]:
+    """(URL driven with plain chat requests, URL driven with the same chat requests each
+    carrying the workload's text as its ``prediction``, what each runs, the config fields
+    of each): two `fp8serve serve` processes with the same flags, so the two sides differ
+    only in the requests; stopped on exit."""
+    from bench.spec.workloads import PREDICTIONS
+
+    if args.workload not in PREDICTIONS:
+        raise BenchError(f"--prediction: the workload has no text to predict; choose from "
+                         f"{', '.join(PREDICTIONS)}")
+    names = ("fp8serve, chat requests", "fp8serve, chat requests with a prediction")
+    with _fp8serve_pair(args, (names[0], []), (names[1], [])) as (model, common, a, b):
+        info = {u: {"name": n, "model": str(model), "flags": common}
+                for u, n in ((a, names[0]), (b, names[1]))}
+        yield a, b, info, {a: {"chat": True},
+                           b: {"chat": True, "prediction": PREDICTIONS[args.workload]}}
+
+
 def context_per_sequence(args: argparse.Namespace) -> int:
     """KV tokens one sequence of the workload can reach, plus a margin."""
     longest = {"multi-turn": args.system_len + args.turns * (args.input_len + args.output_len),
