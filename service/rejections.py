@@ -71,6 +71,24 @@ TOOLS = (
     Rule("response_format", "as a grammar", "the format's schema must compile to a grammar "
          "over the model's vocabulary"),
 )
+
+def _constraint(param: str) -> tuple[Rule, ...]:
+    """vLLM's structured_outputs (and its older guided_* / structural_tag fields)."""
+    return (
+        Rule(param, "invalid constraint", "exactly one of json, regex, choice, grammar, "
+             "json_object, each well formed (a JSON schema, a regex, a non-empty list of "
+             "strings, a Lark or GBNF grammar); structural_tag is not served"),
+        Rule(param, "cannot be combined", "the constraint goes alone: not with "
+             "response_format, tools the model may call, or its other form"),
+        Rule(param, "as a grammar", "the constraint must compile to a grammar for the "
+             "model's tokenizer (llguidance)"),
+    )
+
+
+STRUCTURED = (*_constraint("structured_outputs"), *_constraint("guided_"),
+              *_constraint("structural_tag"),
+              Rule("guided_decoding_backend", "is not available",
+                   "the one backend is llguidance (auto, guidance or llguidance)"))
 REASONING = (
     Rule("thinking_token_budget", "no reasoning format",
          "a reasoning budget needs a model with a reasoning parser (--reasoning-parser)"),
@@ -79,13 +97,16 @@ REASONING = (
     Rule("reasoning_effort", "is not supported", "of the efforts only none is served"),
 )
 
-COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"),
+COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
+               Rule("response_format", "as a grammar", "the format's schema must compile "
+                    "to a grammar for the model's tokenizer (llguidance)"),
                Rule("prompt", "max_model_len", "the prompt must leave room to generate"),
                Rule("prompt", "prompt is empty", "a text that encodes to no tokens needs a "
                     "tokenizer with a BOS or EOS token to start the document"))
 PREDICTION = (Rule("prediction", "longer than max_model_len",
                    "a prediction must not exceed max_model_len tokens"),)
-CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDICTION)
+CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDICTION,
+        *STRUCTURED)
 TOKENIZE = (*TOOL_TURNS, *MESSAGES)
 DETOKENIZE = (_vocab("tokens"),)
 

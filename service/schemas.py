@@ -79,6 +79,35 @@ class StreamOptions(_Body):
     include_usage: bool = False
 
 
+# a declared field the server refuses when set (the published schema says so, and the
+# 400 names the field): the request model reads it so that it is never ignored
+HANDLING_KEY = "x-fp8serve-handling"
+REFUSED_UNLESS_NULL: JsonDict = {HANDLING_KEY: "not implemented: 400 unless `null`"}
+
+
+class StructuredOutputs(_Body):
+    """vLLM's ``structured_outputs`` (``StructuredOutputsParams``): exactly one constraint
+    (json, regex, choice, grammar, json_object; structural_tag is refused) and the JSON
+    options (engine/structured/outputs.py). Unknown keys are a 400, not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+    json_: dict[str, Any] | str | None = Field(None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    structural_tag: str | dict[str, Any] | None = Field(
+        None, json_schema_extra=REFUSED_UNLESS_NULL)
+    whitespace_pattern: str | None = None
+    disable_any_whitespace: bool = False
+    disable_additional_properties: bool = False
+    disable_fallback: bool = False
+
+    def as_params(self) -> dict[str, Any]:
+        """The fields that were set, by their JSON names."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
 # Request fields a model's generation_config.json can give defaults for.
 DISTRIBUTION_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 NO_DEFAULTS = SamplingDefaults()
@@ -109,6 +138,16 @@ class _Sampling(_Body):
     user: str | None = None
     # vLLM's: requests with different salts never share prefix-cache blocks
     cache_salt: str | None = Field(None, min_length=1)
+    # vLLM's output constraint (service/structured_outputs.py), and the fields it replaced
+    structured_outputs: StructuredOutputs | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    guided_whitespace_pattern: str | None = None
+    guided_decoding_backend: str | None = None
+    structural_tag: str | dict[str, Any] | None = Field(
+        None, json_schema_extra=REFUSED_UNLESS_NULL)
 
     def sampling_kwargs(self, defaults: SamplingDefaults = NO_DEFAULTS) -> dict[str, Any]:
         """SamplingParams keyword arguments. A distribution field the request leaves out
@@ -132,46 +171,8 @@ class _Sampling(_Body):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
-class CompletionRequest(_Sampling):
-    openai_endpoint: ClassVar[str | None] = unsupported.COMPLETIONS
-    # text may be empty, as in OpenAI's API: it prompts with the start of a document
-    # (service/prompts.py)
-    prompt: (str | Annotated[list[str], Field(min_length=1)] | TokenIds
-             | Annotated[list[TokenIds], Field(min_length=1)])
-    max_tokens: int | None = Field(16, ge=1)
-    logprobs: int | None = Field(None, ge=0, le=20)
-    echo: bool = False
-
-    def output_limit(self, default: int | None) -> int | None:
-        """max_tokens as sent; left out: the model's default, else OpenAI's 16."""
-        if "max_tokens" in self.model_fields_set or default is None:
-            return self.max_tokens
-        return default
-
-
 # OpenAI's rule for function and response-format names
 NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
-
-
-class FunctionDefinition(_Body):
-    name: str = Field(pattern=NAME_PATTERN)
-    description: str | None = None
-    parameters: dict[str, Any] | None = None  # a JSON schema; None: no arguments
-    strict: bool | None = None
-
-
-class ToolDefinition(_Body):
-    type: Literal["function"]
-    function: FunctionDefinition
-
-
-class FunctionName(_Body):
-    name: str
-
-
-class NamedToolChoice(_Body):
-    type: Literal["function"]
-    function: FunctionName
 
 
 class JsonSchemaFormat(_Body):
@@ -196,6 +197,47 @@ class JsonSchemaResponseFormat(_Body):
 
 ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaResponseFormat,
                            Field(discriminator="type")]
+
+
+class CompletionRequest(_Sampling):
+    openai_endpoint: ClassVar[str | None] = unsupported.COMPLETIONS
+    # text may be empty, as in OpenAI's API: it prompts with the start of a document
+    # (service/prompts.py)
+    prompt: (str | Annotated[list[str], Field(min_length=1)] | TokenIds
+             | Annotated[list[TokenIds], Field(min_length=1)])
+    max_tokens: int | None = Field(16, ge=1)
+    logprobs: int | None = Field(None, ge=0, le=20)
+    echo: bool = False
+    # vLLM's extension: the output as JSON (service/structured_outputs.py)
+    response_format: ResponseFormat | None = None
+
+    def output_limit(self, default: int | None) -> int | None:
+        """max_tokens as sent; left out: the model's default, else OpenAI's 16."""
+        if "max_tokens" in self.model_fields_set or default is None:
+            return self.max_tokens
+        return default
+
+
+class FunctionDefinition(_Body):
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema; None: no arguments
+    strict: bool | None = None
+
+
+class ToolDefinition(_Body):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class FunctionName(_Body):
+    name: str
+
+
+class NamedToolChoice(_Body):
+    type: Literal["function"]
+    function: FunctionName
+
 
 
 class FunctionCall(_Body):

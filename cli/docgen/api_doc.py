@@ -105,9 +105,13 @@ def _limits(s: dict[str, Any]) -> list[str]:
     return out
 
 
-def _handling(name: str, declared: set[str], endpoint: str | None) -> str:
+def _handling(name: str, declared: set[str], endpoint: str | None,
+              prop: dict[str, Any]) -> str:
     from service import unsupported
+    from service.schemas import HANDLING_KEY
 
+    if HANDLING_KEY in prop:
+        return prop[HANDLING_KEY]
     if name in declared:
         return "implemented"
     accepted = unsupported.NOOP.get(endpoint or "", {}).get(name)
@@ -130,7 +134,7 @@ def field_rows(cls: type[BaseModel]) -> list[tuple[str, ...]]:
                    else _fmt(prop["default"]) if "default" in prop else "-")
         kind = _type(prop, names) if name in declared else "any"
         rows.append((f"`{name}`", kind, default, ", ".join(_limits(prop)),
-                     _handling(name, declared, endpoint)))
+                     _handling(name, declared, endpoint, prop)))
     return rows
 
 

@@ -7,6 +7,7 @@ Entry points for the HTTP layer (all raise :class:`GrammarError` -> HTTP 400)::
 
     # 1. a spec (pure data) from the request
     spec = spec_from_response_format(body.response_format)      # GrammarSpec | None
+    spec = spec_from_structured_outputs(params)  # vLLM's structured_outputs (a dict)
     spec = tool_call_grammar(tools, tool_choice, parallel_tool_calls,   # GrammarSpec | None
                              style="mistral" | "hermes", vocab=tokenizer,
                              response_format=body.response_format)
@@ -22,6 +23,9 @@ Entry points for the HTTP layer (all raise :class:`GrammarError` -> HTTP 400)::
 Signatures:
 
 * ``spec_from_response_format(response_format: Mapping | None) -> GrammarSpec | None``
+* ``spec_from_structured_outputs(params: Mapping | None) -> GrammarSpec | None``
+  (engine/structured/outputs.py: json, regex, choice, grammar (Lark or GBNF),
+  json_object, and the JSON options)
 * ``json_object_spec() -> GrammarSpec``;
   ``json_schema_spec(schema: Mapping, name="schema", strict=True) -> GrammarSpec``
 * ``tool_call_grammar(tools, tool_choice="auto", parallel_tool_calls=True,
@@ -39,6 +43,7 @@ needs ``skip_special_tokens=False``.
 
 from engine.structured.compiler import CompiledGrammar, GrammarCompiler, compiler_for
 from engine.structured.matcher import GrammarMatcher, GrammarMatchError, fill_token_mask
+from engine.structured.outputs import spec_from_structured_outputs
 from engine.structured.spec import (
     GrammarError,
     GrammarSpec,
@@ -52,4 +57,4 @@ from engine.structured.tool_grammar import tool_call_grammar
 __all__ = ["CompiledGrammar", "GrammarCompiler", "GrammarError", "GrammarMatchError",
            "GrammarMatcher", "GrammarSpec", "TokenMask", "apply_token_mask", "compiler_for",
            "fill_token_mask", "json_object_spec", "json_schema_spec",
-           "spec_from_response_format", "tool_call_grammar"]
+           "spec_from_response_format", "spec_from_structured_outputs", "tool_call_grammar"]

@@ -20,7 +20,8 @@ from typing import Any
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 # GrammarSpec.kind: what built the grammar (a small, fixed set of metric label values)
-KINDS = ("grammar", "json_object", "json_schema", "tool_mistral", "tool_hermes")
+KINDS = ("grammar", "json_object", "json_schema", "regex", "choice", "tool_mistral",
+         "tool_hermes")
 
 
 class GrammarError(ValueError):

@@ -18,6 +18,7 @@ from service.openai_format import Formatter
 from service.openapi import errors, ok
 from service.prompts import encode_prompts
 from service.schemas import ChatCompletionRequest, CompletionRequest
+from service.structured_outputs import compile_spec, completion_constraint
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -48,9 +49,13 @@ async def models(state: ReadyStateDep) -> dict[str, Any]:
     **errors(400, 401, 404, 408, 429, 503, rules=rejections.COMPLETIONS)})
 async def completions(body: CompletionRequest, request: Request, state: ReadyStateDep):
     model = check_model(state, body.model)
+    constraint = completion_constraint(body)
+    grammar = (None if constraint is None
+               else await run_in_threadpool(compile_spec, state.backend, *constraint))
     prompts, texts = await run_in_threadpool(encode_prompts, state, body.prompt)
     echo_lps = body.echo and body.logprobs is not None  # prompt logprobs are computed
-    params = make_params(state, body, body.logprobs, body.logprobs if echo_lps else None)
+    params = make_params(state, body, body.logprobs, body.logprobs if echo_lps else None,
+                         grammar=grammar)
     sub = submit(state, "cmpl", prompts, params, body.n, body.cache_salt)
     fmt = Formatter(sub.id, model, token_text(state))
     echo = texts if body.echo else []

@@ -2,8 +2,9 @@
 through a thread pool; the compiler caches by spec). Tools with a tool parser get the
 model's native call syntax (engine.structured.tool_call_grammar: required / named force
 calls, auto constrains a call once the model starts one); otherwise a json_object /
-json_schema response_format alone. A constraint that cannot be compiled is a 400 naming
-the parameter (the offending tool's parameters when one tool is at fault)."""
+json_schema response_format, or vLLM's structured_outputs, alone. A constraint that
+cannot be compiled is a 400 naming the parameter (the offending tool's parameters when
+one tool is at fault)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from engine.structured import (
     tool_call_grammar,
 )
 from service.errors import APIError
+from service.structured_outputs import compile_spec
 from service.tool_calls.plan import ChatPlan
 
 
@@ -43,6 +45,8 @@ def _spec(tok: Any, plan: ChatPlan) -> Any:
 def compile_plan_grammar(backend: Any, plan: ChatPlan) -> Any:
     """``backend``: service.backend.ModelBackend -> engine.structured.CompiledGrammar or
     None (nothing constrained)."""
+    if plan.structured is not None:
+        return compile_spec(backend, *plan.structured)
     try:
         spec = _spec(backend.tokenizer, plan)
         if spec is None:

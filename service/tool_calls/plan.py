@@ -7,7 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from engine.structured import GrammarSpec
 from service.errors import APIError
+from service.structured_outputs import structured_spec
 from service.tool_calls.select import ParserChoice
 
 
@@ -19,6 +21,8 @@ class ChatPlan:
     tool_parser: str | None  # None: the output is never read as tool calls
     reasoning_parser: str | None
     response_format: dict[str, Any] | None  # json_object / json_schema; None: free text
+    # vLLM's structured_outputs (or a guided_* field): (the field, its constraint)
+    structured: tuple[str, GrammarSpec] | None = None
 
     @property
     def forced_function(self) -> str | None:
@@ -63,13 +67,32 @@ def _response_format(body: Any, choice: str | dict[str, Any]) -> dict[str, Any] 
     return rf.model_dump(by_alias=True, exclude_none=True)
 
 
+def _structured(body: Any, choice: str | dict[str, Any],
+                fmt: dict[str, Any] | None) -> tuple[str, GrammarSpec] | None:
+    """structured_outputs constrains the whole output, so it goes with no other format
+    and no tool the model may call."""
+    got = structured_spec(body)
+    if got is None:
+        return None
+    param = got[0]
+    if fmt is not None:
+        raise APIError(400, f"{param}: cannot be combined with response_format (both "
+                       "constrain the whole output; send one)", param)
+    if choice != "none":
+        raise APIError(400, f"{param}: cannot be combined with tools the model may call "
+                       "(the output must follow the constraint; send tool_choice none, "
+                       "or no tools)", param)
+    return got
+
+
 def plan_chat(body: Any, parsers: ParserChoice) -> ChatPlan:
     """``body``: service.schemas.ChatCompletionRequest."""
     choice = _tool_choice(body)
     _check_tools(body, choice, parsers)
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+    fmt = _response_format(body, choice)
     return ChatPlan(tools=tools, tool_choice=choice,
                     parallel_tool_calls=body.parallel_tool_calls,
                     tool_parser=parsers.tool_parser if choice != "none" else None,
                     reasoning_parser=parsers.reasoning_parser,
-                    response_format=_response_format(body, choice))
+                    response_format=fmt, structured=_structured(body, choice, fmt))

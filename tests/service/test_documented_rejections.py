@@ -71,6 +71,15 @@ REFUSED = [
      "messages.0.content.0.tool_use_id"),
     ("/v1/messages", {"messages": [{"role": "user", "content": "3"}], "max_tokens": 64},
      "max_tokens"),
+    # vLLM's structured_outputs and the fields it replaced
+    ("/v1/completions", {"prompt": "3", "structured_outputs": {}}, "structured_outputs"),
+    ("/v1/chat/completions", {"messages": CALL, "structured_outputs": {
+        "structural_tag": "{}"}}, "structured_outputs"),
+    ("/v1/chat/completions", {"messages": CALL, "guided_choice": ["a"],
+                              "guided_decoding_backend": "outlines"},
+     "guided_decoding_backend"),
+    ("/v1/completions", {"prompt": "3", "guided_regex": "a", "response_format": {
+        "type": "json_object"}}, "guided_regex"),
 ]
 
 

@@ -1,0 +1,135 @@
+"""vLLM's ``structured_outputs`` (and the guided_* fields it replaced) end to end, sent as
+the openai SDK sends them (``extra_body``), on the demo model: a server with n-gram
+speculation against the plain one. Every answer follows its constraint, and the two
+servers answer alike (speculation under the constraint changes nothing). Refusals are 400s
+naming the field the client sent."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import jsonschema
+import pytest
+
+from tests.service.test_e2e_spec import PASSAGE
+from tests.service.test_e2e_spec_grammar import _answer, sdk
+
+POINT = {"type": "object", "properties": {"day": {"type": "string", "maxLength": 12},
+                                          "approved": {"type": "string", "maxLength": 40}},
+         "required": ["day", "approved"]}
+CLOSED = {**POINT, "additionalProperties": False}
+WORDS = r"[A-Z][a-z]+( [a-z]+){2,12}\."
+GBNF = 'root ::= "The " noun " was " verb "."\nnoun ::= "committee" | "library" | ' \
+       '"bridge"\nverb ::= "approved" | "delayed" | "reviewed"'
+SENTENCE = re.compile(r"The (committee|library|bridge) was (approved|delayed|reviewed)\.")
+ASK = f"Text: {PASSAGE}\n\nWhat did the committee approve? Answer from the text."
+
+
+def check_json(text: str, schema: dict) -> None:
+    jsonschema.validate(json.loads(text), schema)
+
+
+# name -> (extra_body, a check of the answer's text)
+CASES = {
+    "choice": ({"structured_outputs": {"choice": ["the library", "the bridge"]}},
+               lambda t: t in ("the library", "the bridge")),
+    "regex": ({"structured_outputs": {"regex": WORDS}}, lambda t: re.fullmatch(WORDS, t)),
+    "json": ({"structured_outputs": {"json": POINT, "disable_additional_properties": True}},
+             lambda t: check_json(t, CLOSED) or True),
+    "json_text": ({"structured_outputs": {"json": json.dumps(POINT)}},
+                  lambda t: check_json(t, POINT) or True),
+    "gbnf": ({"structured_outputs": {"grammar": GBNF}}, lambda t: SENTENCE.fullmatch(t)),
+    "json_object": ({"structured_outputs": {"json_object": True}},
+                    lambda t: isinstance(json.loads(t), dict)),
+    "guided_regex": ({"guided_regex": WORDS, "guided_decoding_backend": "guidance"},
+                     lambda t: re.fullmatch(WORDS, t)),
+    "guided_choice": ({"guided_choice": ["yes", "no"]}, lambda t: t in ("yes", "no")),
+    "guided_json_ws": ({"guided_json": POINT, "guided_whitespace_pattern": r"[ ]?"},
+                       lambda t: check_json(t, POINT) or True),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_chat_answers_follow_the_constraint_and_equal_plain(spec_servers, case):
+    extra, ok = CASES[case]
+    got = []
+    for srv in spec_servers:
+        r = sdk(srv).chat.completions.create(
+            model="demo", messages=[{"role": "user", "content": ASK}], temperature=0,
+            max_tokens=80, extra_body=extra)
+        choice = r.choices[0]
+        assert choice.finish_reason == "stop", choice  # the constraint ended it
+        assert ok(choice.message.content), choice.message.content
+        got.append(_answer(r))
+    assert got[0] == got[1]
+
+
+def test_completions_stream_and_sample_under_the_constraint(spec_servers):
+    on, off = spec_servers
+    body = {"model": "demo", "prompt": [f"{PASSAGE}\nIn one sentence:", "Name a day:"],
+            "max_tokens": 40, "n": 2, "temperature": 0.9, "seed": 11,
+            "structured_outputs": {"regex": WORDS}}
+    answers = []
+    for srv in (on, off):
+        r = httpx.post(srv["url"] + "/v1/completions", json=body, timeout=600).json()
+        texts = [c["text"] for c in sorted(r["choices"], key=lambda c: c["index"])]
+        assert len(texts) == 4 and all(re.fullmatch(WORDS, t) for t in texts), texts
+        answers.append(texts)
+    assert answers[0] == answers[1]  # seeded sampling is speculated exactly too
+    stream = sdk(on).completions.create(
+        model="demo", prompt="Yes or no?", max_tokens=20, temperature=0, stream=True,
+        extra_body={"guided_choice": ["yes", "no"]})
+    assert "".join(c.choices[0].text for c in stream if c.choices) in ("yes", "no")
+
+
+def test_completions_take_response_format(spec_servers):
+    r = sdk(spec_servers[1]).completions.create(
+        model="demo", prompt="A JSON object about Paris:", max_tokens=60, temperature=0,
+        extra_body={"response_format": {"type": "json_schema", "json_schema": {
+            "name": "city", "schema": {**POINT, "additionalProperties": False}}}})
+    assert r.choices[0].finish_reason == "stop"
+    check_json(r.choices[0].text, CLOSED)
+
+
+MSG = [{"role": "user", "content": "hi"}]
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+# (path, extra fields, the field the 400 names, words of its message)
+REFUSED = [
+    ("chat", {"structured_outputs": {"regex": "a", "choice": ["b"]}}, "structured_outputs",
+     "exactly one of"),
+    ("chat", {"structured_outputs": {}}, "structured_outputs", "exactly one of"),
+    ("chat", {"structured_outputs": {"structural_tag": "{}"}}, "structured_outputs",
+     "structural_tag: not supported"),
+    ("chat", {"structured_outputs": {"regex": "(a"}}, "structured_outputs",
+     "cannot be enforced as a grammar"),
+    ("chat", {"structured_outputs": {"grammar": "root ::= ::="}}, "structured_outputs",
+     "not Lark, and not GBNF"),
+    ("chat", {"structured_outputs": {"choice": ["a"], "backend": "x"}},
+     "structured_outputs.backend", "Extra inputs"),
+    ("chat", {"structured_outputs": {"choice": ["a"]},
+              "response_format": {"type": "json_object"}}, "structured_outputs",
+     "cannot be combined with response_format"),
+    ("chat", {"structured_outputs": {"choice": ["a"]}, "tools": [TOOL]},
+     "structured_outputs", "cannot be combined with tools"),
+    ("chat", {"guided_choice": ["a"], "structured_outputs": {"choice": ["b"]}},
+     "guided_choice", "cannot be combined with structured_outputs"),
+    ("chat", {"guided_regex": "a", "guided_choice": ["a"]}, "guided_regex", "exactly one"),
+    ("chat", {"guided_choice": ["a"], "guided_decoding_backend": "xgrammar"},
+     "guided_decoding_backend", "is not available"),
+    ("chat", {"structural_tag": "{}"}, "structural_tag", "not supported"),
+    ("completions", {"guided_json": "{oops"}, "guided_json", "not JSON"),
+    ("completions", {"guided_choice": ["a"], "response_format": {"type": "json_object"}},
+     "guided_choice", "cannot be combined with response_format"),
+]
+
+
+@pytest.mark.parametrize("path,extra,param,words", REFUSED)
+def test_refusals_name_the_field_sent(spec_servers, path, extra, param, words):
+    base = ({"messages": MSG} if path == "chat" else {"prompt": "hi"})
+    r = httpx.post(f"{spec_servers[1]['url']}/v1/{'chat/' if path == 'chat' else ''}"
+                   "completions", json={"model": "demo", **base, **extra}, timeout=60)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and words in err["message"], err
