@@ -47,7 +47,9 @@
 # docs/img/ (python -m bench.report.perf_doc; the other host classes' sections stay).
 #
 # Environment: OUT (results dir), MODELS (where synth checkpoints are written once; about
-# 4 GB for 3B, 9 GB for 8B), THREADS (default: all cores), BASELINES_3B (default
+# 4 GB for 3B, 9 GB for 8B), THREADS (default: all cores), GEN_ROUNDS (interleaved rounds
+# of the generate steps, default 3: one round on a shared host can read a ratio 20% off),
+# BASELINES_3B (default
 # transformers,python_layers; '' = none), RUN_8B=1 to include the 8B-shaped RSS run, SKIP="kernels serve"
 # to skip steps (names: llamacpp kernels generate-demo generate-3b lm-head-demo lm-head-3b
 # serve prefill-cap llama-serve rss-demo rss-3b rss-8b prefix-demo prefix-3b spec structured structured-spec
@@ -60,7 +62,7 @@ cd "$(dirname "$0")/.."
 
 # the settings this run was given, for the command docs/performance.md shows
 GIVEN=""
-for v in THREADS BASELINES_3B RUN_8B SKIP SERVE_ROUNDS KERNEL_M; do
+for v in THREADS BASELINES_3B RUN_8B SKIP SERVE_ROUNDS GEN_ROUNDS KERNEL_M; do
   if [[ -v $v ]]; then GIVEN+="$v=\"${!v}\" "; fi
 done
 OUT=${OUT:-bench/results}
@@ -70,6 +72,7 @@ BASELINES_3B=${BASELINES_3B-transformers,python_layers}
 RUN_8B=${RUN_8B:-0}
 SKIP=${SKIP:-}
 SERVE_ROUNDS=${SERVE_ROUNDS:-3}
+GEN_ROUNDS=${GEN_ROUNDS:-3}
 KERNEL_M=${KERNEL_M:-1,8,32,128,512}
 PY=${PYTHON:-python}
 FP8SERVE=("$PY" -m cli.main --log-level WARNING)
@@ -157,13 +160,14 @@ if want kernels; then
 fi
 if want generate-demo; then
   step "generate: demo model"
-  "${FP8SERVE[@]}" bench generate --threads "$THREADS" --json "$OUT/generate-demo.json"
+  "${FP8SERVE[@]}" bench generate --threads "$THREADS" --rounds "$GEN_ROUNDS" \
+    --json "$OUT/generate-demo.json"
 fi
 if want generate-3b; then
   step "generate: 3B-shaped synth model"
   "${FP8SERVE[@]}" bench generate --model "$(synth ministral-3-3b)" \
     --threads "$THREADS" --baselines "$BASELINES_3B" --hf-dtype bfloat16 \
-    --json "$OUT/generate-3b.json"
+    --rounds "$GEN_ROUNDS" --json "$OUT/generate-3b.json"
 fi
 if want lm-head-demo; then
   step "lm-head: FP8 vs bf16 head, demo model"

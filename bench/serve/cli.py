@@ -172,8 +172,8 @@ def run(args: argparse.Namespace) -> int:
     if len(pairs) > 1:
         raise BenchError(f"{' and '.join(pairs)}: each names the second server; give one")
     if getattr(args, "prediction", False):
-        with prediction_servers(args) as (plain, predicted, info, per_server):
-            args.url, args.compare_url, args.servers = plain, predicted, info
+        with prediction_servers(args) as (predicted, plain, info, per_server):
+            args.url, args.compare_url, args.servers = predicted, plain, info
             args.per_server = per_server
             return _run(args)
     if getattr(args, "compare_server_arg", None):

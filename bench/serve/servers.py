@@ -114,21 +114,22 @@ def flag_servers(args: argparse.Namespace) -> Iterator[tuple[str, str, dict[str,
 @contextlib.contextmanager
 def prediction_servers(args: argparse.Namespace
                        ) -> Iterator[tuple[str, str, dict[str, Any], dict[str, dict[str, Any]]]]:
-    """(URL driven with plain chat requests, URL driven with the same chat requests each
-    carrying the workload's text as its ``prediction``, what each runs, the config fields
-    of each): two `fp8serve serve` processes with the same flags, so the two sides differ
-    only in the requests; stopped on exit."""
+    """(URL driven with chat requests each carrying the workload's text as its
+    ``prediction``, URL driven with the same chat requests without it, what each runs, the
+    config fields of each): two `fp8serve serve` processes with the same flags, so the two
+    sides differ only in the requests (the first over the second is what the prediction
+    is worth, as with speculation on over off); stopped on exit."""
     from bench.spec.workloads import PREDICTIONS
 
     if args.workload not in PREDICTIONS:
         raise BenchError(f"--prediction: the workload has no text to predict; choose from "
                          f"{', '.join(PREDICTIONS)}")
-    names = ("fp8serve, chat requests", "fp8serve, chat requests with a prediction")
+    names = ("fp8serve, chat requests with a prediction", "fp8serve, chat requests")
     with _fp8serve_pair(args, (names[0], []), (names[1], [])) as (model, common, a, b):
         info = {u: {"name": n, "model": str(model), "flags": common}
                 for u, n in ((a, names[0]), (b, names[1]))}
-        yield a, b, info, {a: {"chat": True},
-                           b: {"chat": True, "prediction": PREDICTIONS[args.workload]}}
+        yield a, b, info, {a: {"chat": True, "prediction": PREDICTIONS[args.workload]},
+                           b: {"chat": True}}
 
 
 def context_per_sequence(args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
 """`fp8serve bench serve --prediction --workload code-edit --model-dir DIR`: starts two
-fp8serve servers with the same flags, sends both the workload as chat requests and the
-second's with the function as their prediction, reports the pair, stops both; the chat
+fp8serve servers with the same flags, sends both the workload as chat requests, the
+first's with the function as their prediction, reports the pair (the first over the
+second), stops both; the chat
 stream's chunks are read as token events; the checks of what can be combined."""
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ def test_predicted_and_plain_chat_requests_on_two_servers(tiny_checkpoint, tmp_p
     (row,) = data["comparison"]["servers"]
     first, second = data["servers"][row["url"]], data["servers"][row["compare_url"]]
     assert first["flags"] == second["flags"]  # the requests differ, not the servers
-    assert second["name"] == "fp8serve, chat requests with a prediction"
+    assert first["name"] == "fp8serve, chat requests with a prediction"
+    assert second["name"] == "fp8serve, chat requests"
     for run in data["runs"]:
         assert (run["completed"], run["failed"], run["total_output_tokens"]) == (2, 0, 12)
         assert run["prompt_tokens"] > 100  # the chat template's prompt, counted by usage
-    assert "server vs server: fp8serve, chat requests /" in capsys.readouterr().out
+    assert ("server vs server: fp8serve, chat requests with a prediction / fp8serve, chat "
+            "requests") in capsys.readouterr().out
     for url in (row["url"], row["compare_url"]):
         with pytest.raises(httpx.HTTPError):
             httpx.get(url + "/health", timeout=2)
