@@ -36,10 +36,23 @@ def _document_start(tok: Any) -> list[int]:
     return sorted(getattr(tok, "eos_token_ids", ()) or ())[:1]
 
 
-def encode_prompts(state: ServingState, prompt: Any) -> tuple[list[list[int]], list[str]]:
+def _truncate(state: ServingState, ids: list[int], keep: int | None) -> list[int]:
+    """The last ``keep`` ids (vLLM's truncate_prompt_tokens; -1: max_model_len)."""
+    if keep is None:
+        return ids
+    if keep == 0:
+        raise APIError(400, "truncate_prompt_tokens: keep at least 1 token (or -1 for "
+                       "max_model_len)", "truncate_prompt_tokens")
+    keep = state.settings.max_model_len if keep == -1 else keep
+    return ids[-keep:]
+
+
+def encode_prompts(state: ServingState, prompt: Any, add_special_tokens: bool = True,
+                   truncate: int | None = None) -> tuple[list[list[int]], list[str]]:
     """/v1/completions ``prompt`` (str | list[str] | list[int] | list[list[int]]) ->
     (token ids per prompt, text per prompt for echo). An empty text prompts with the start
-    of a document (_document_start)."""
+    of a document (_document_start). ``truncate``: keep each prompt's last ids only (the
+    echoed text is then the kept ids' text)."""
     tok = state.backend.tokenizer
     if isinstance(prompt, str):
         prompt = [prompt]
@@ -51,12 +64,16 @@ def encode_prompts(state: ServingState, prompt: Any) -> tuple[list[list[int]], l
     for i, p in enumerate(prompt):
         param = f"prompt[{i}]" if len(prompt) > 1 else "prompt"
         if isinstance(p, str):
-            encoded = tok.encode(p, add_special_tokens=True) or _document_start(tok)
-            ids.append(_check_ids(state, encoded, param))
-            texts.append(p)
+            encoded = tok.encode(p, add_special_tokens=add_special_tokens)
+            encoded = encoded or _document_start(tok)
+            kept = _truncate(state, encoded, truncate)
+            ids.append(_check_ids(state, kept, param))
+            texts.append(p if len(kept) == len(encoded)
+                         else tok.decode(kept, skip_special_tokens=False))
         else:
-            ids.append(_check_ids(state, p, param))
-            texts.append(tok.decode(p, skip_special_tokens=False))
+            kept = _truncate(state, list(p), truncate)
+            ids.append(_check_ids(state, kept, param))
+            texts.append(tok.decode(kept, skip_special_tokens=False))
     return ids, texts
 
 

@@ -101,6 +101,8 @@ COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
                Rule("response_format", "as a grammar", "the format's schema must compile "
                     "to a grammar for the model's tokenizer (llguidance)"),
                Rule("prompt", "max_model_len", "the prompt must leave room to generate"),
+               Rule("truncate_prompt_tokens", "keep at least 1",
+                    "truncate_prompt_tokens keeps 1 or more tokens, or -1 (max_model_len)"),
                Rule("prompt", "prompt is empty", "a text that encodes to no tokens needs a "
                     "tokenizer with a BOS or EOS token to start the document"))
 PREDICTION = (Rule("prediction", "longer than max_model_len",

@@ -210,6 +210,10 @@ class CompletionRequest(_Sampling):
     echo: bool = False
     # vLLM's extension: the output as JSON (service/structured_outputs.py)
     response_format: ResponseFormat | None = None
+    # vLLM's: BOS (and the like) before a text prompt; the last N prompt tokens only
+    # (-1: the last max_model_len)
+    add_special_tokens: bool = True
+    truncate_prompt_tokens: int | None = Field(None, ge=-1)
 
     def output_limit(self, default: int | None) -> int | None:
         """max_tokens as sent; left out: the model's default, else OpenAI's 16."""

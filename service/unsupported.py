@@ -11,12 +11,15 @@
   cache only ever changes latency, never the text. ``include_obfuscation``: padding
   against length side channels, which carries no content.
 
-Any other field the request model does not declare (a vLLM or other extension this server
-lacks, or an IMPLEMENTED field whose model field has not landed yet) is ignored and named
-in a debug log, as vLLM does. tests/service/test_unsupported_fields.py walks the
-installed openai SDK's request TypedDicts and fails on a field in none of the classes.
+VLLM_NOOP and VLLM_HINTS classify vLLM's request extensions the same way (clients written
+for vLLM send them as extra_body). Any other field the request model does not declare (an
+extension of another server, or an IMPLEMENTED field whose model field has not landed
+yet) is ignored and named in a debug log, as vLLM does.
+tests/service/test_unsupported_fields.py walks the installed openai SDK's request
+TypedDicts and fails on a field in none of the classes.
 
-Accepted values are compared as JSON (``true`` is not ``1``), see :func:`is_noop`.
+Accepted values are compared as JSON (``true`` is not ``1``; ``1.0`` is ``1``), see
+:func:`is_noop`.
 """
 
 from __future__ import annotations
@@ -102,6 +105,45 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
     },
 }
 
+# vLLM's request extensions this server does not implement: a 400 naming the field unless
+# the value is vLLM's default (what happens here anyway). Clients written for vLLM send
+# them as extra_body; ignoring one would answer something other than what was asked.
+_VLLM_SAMPLING_NOOP: dict[str, tuple[Any, ...]] = {
+    "use_beam_search": (None, False),
+    "length_penalty": (None, 1),
+    "truncate_prompt_tokens": (None,),
+    "prompt_logprobs": (None,),
+    "allowed_token_ids": (None,),
+    "bad_words": (None, []),
+    "spaces_between_special_tokens": (None, True),
+    "logits_processors": (None, []),
+    "priority": (None, 0),  # vLLM too refuses a priority without priority scheduling
+    "stream_interval": (None, 1),
+    "kv_transfer_params": (None,),
+    "ec_transfer_params": (None,),
+    "return_tokens_as_token_ids": (None, False),
+    "return_token_ids": (None, False),
+    "return_token_offsets": (None, False),
+    "return_prompt_text": (None, False),
+    "repetition_detection": (None,),
+    "vllm_xargs": (None, {}),
+    "mm_processor_kwargs": (None, {}),
+    "media_io_kwargs": (None, {}),
+}
+VLLM_NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
+    COMPLETIONS: {k: v for k, v in (*_VLLM_SAMPLING_NOOP.items(), ("prompt_embeds", (None,)))
+                  if k != "truncate_prompt_tokens"},  # implemented there
+    CHAT: {**_VLLM_SAMPLING_NOOP, "add_special_tokens": (None, False),
+           "echo": (None, False), "continue_final_message": (None, False),
+           "chat_template": (None,),  # vLLM also refuses it unless told to trust it
+           "chat_template_kwargs": (None, {}), "documents": (None, [])},
+}
+# vLLM's request and session ids name the request in its logs; the output never changes
+VLLM_HINTS: Mapping[str, frozenset[str]] = {
+    COMPLETIONS: frozenset({"request_id", "session_id"}),
+    CHAT: frozenset({"request_id", "session_id"}),
+}
+
 _CACHE_HINTS = ("prompt_cache_key", "prompt_cache_retention", "prompt_cache_options")
 HINTS: Mapping[str, frozenset[str]] = {
     COMPLETIONS: frozenset({"user"}),
@@ -117,8 +159,19 @@ HINTS: Mapping[str, frozenset[str]] = {
 }
 
 
+def _whole(value: Any) -> Any:
+    """JSON has one number type: 1.0 is 1 (bools stay bools)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    return value
+
+
 def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True)
+    return json.dumps(_whole(value), sort_keys=True)
 
 
 def is_noop(value: Any, accepted: Iterable[Any]) -> bool:
@@ -143,8 +196,8 @@ def check_fields(endpoint: str, data: Mapping[str, Any], known: Iterable[str]
                  ) -> Unsupported | None:
     """The first field of ``data`` the server does not implement (None: all fine).
     Fields the request model does not know and OpenAI does not define are logged."""
-    noop = NOOP.get(endpoint, {})
-    hints = HINTS.get(endpoint, frozenset())
+    noop = {**VLLM_NOOP.get(endpoint, {}), **NOOP.get(endpoint, {})}
+    hints = HINTS.get(endpoint, frozenset()) | VLLM_HINTS.get(endpoint, frozenset())
     unknown = []
     for name in data.keys() - set(known):
         if name in noop:
@@ -162,10 +215,11 @@ def schema_properties(endpoint: str) -> dict[str, dict[str, Any]]:
     """OpenAPI properties for the fields the request model does not declare, so the
     published contract says what the server takes: each no-op field's accepted values (an
     enum), and the hints (any value)."""
+    hints = HINTS.get(endpoint, frozenset()) | VLLM_HINTS.get(endpoint, frozenset())
     props: dict[str, dict[str, Any]] = {
-        name: {"description": "accepted and ignored (a hint)"}
-        for name in sorted(HINTS.get(endpoint, ()))}
+        name: {"description": "accepted and ignored (a hint)"} for name in sorted(hints)}
+    noop = {**VLLM_NOOP.get(endpoint, {}), **NOOP.get(endpoint, {})}
     props.update({name: {"enum": list(values), "description": "not implemented; only "
                          "these values (no-ops) are accepted, anything else is a 400"}
-                  for name, values in NOOP.get(endpoint, {}).items()})
+                  for name, values in noop.items()})
     return props

@@ -114,7 +114,8 @@ def _handling(name: str, declared: set[str], endpoint: str | None,
         return prop[HANDLING_KEY]
     if name in declared:
         return "implemented"
-    accepted = unsupported.NOOP.get(endpoint or "", {}).get(name)
+    accepted = {**unsupported.VLLM_NOOP.get(endpoint or "", {}),
+                **unsupported.NOOP.get(endpoint or "", {})}.get(name)
     if accepted is not None:
         return "not implemented: 400 unless " + " or ".join(_fmt(v) for v in accepted)
     return "accepted and ignored"

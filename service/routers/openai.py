@@ -52,7 +52,9 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
     constraint = completion_constraint(body)
     grammar = (None if constraint is None
                else await run_in_threadpool(compile_spec, state.backend, *constraint))
-    prompts, texts = await run_in_threadpool(encode_prompts, state, body.prompt)
+    prompts, texts = await run_in_threadpool(encode_prompts, state, body.prompt,
+                                             body.add_special_tokens,
+                                             body.truncate_prompt_tokens)
     echo_lps = body.echo and body.logprobs is not None  # prompt logprobs are computed
     params = make_params(state, body, body.logprobs, body.logprobs if echo_lps else None,
                          grammar=grammar)

@@ -71,6 +71,7 @@ REFUSED = [
      "messages.0.content.0.tool_use_id"),
     ("/v1/messages", {"messages": [{"role": "user", "content": "3"}], "max_tokens": 64},
      "max_tokens"),
+    ("/v1/completions", {"prompt": "3", "truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
     # vLLM's structured_outputs and the fields it replaced
     ("/v1/completions", {"prompt": "3", "structured_outputs": {}}, "structured_outputs"),
     ("/v1/chat/completions", {"messages": CALL, "structured_outputs": {

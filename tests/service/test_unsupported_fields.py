@@ -138,3 +138,49 @@ def test_openapi_documents_the_noop_values(c):
     assert props["service_tier"]["enum"] == [None, "auto", "default"]
     assert "metadata" in props and "type" not in props["metadata"]  # a hint: any value
     assert props["user"]["anyOf"] == [{"type": "string"}, {"type": "null"}]  # declared
+
+
+# vLLM's request extensions (clients send them as extra_body): its default is accepted,
+# anything else names the field; its request and session ids are hints
+VLLM_REJECTED = [
+    (unsupported.CHAT, "chat_template_kwargs", {"enable_thinking": False}),
+    (unsupported.CHAT, "continue_final_message", True),
+    (unsupported.CHAT, "chat_template", "{{ messages }}"),
+    (unsupported.CHAT, "add_special_tokens", True),
+    (unsupported.CHAT, "priority", 5), (unsupported.CHAT, "bad_words", ["x"]),
+    (unsupported.CHAT, "use_beam_search", True),
+    (unsupported.COMPLETIONS, "length_penalty", 0.5),
+    (unsupported.CHAT, "truncate_prompt_tokens", 8),  # on completions only
+    (unsupported.COMPLETIONS, "prompt_logprobs", 2),
+    (unsupported.COMPLETIONS, "allowed_token_ids", [1, 2]),
+    (unsupported.COMPLETIONS, "return_token_ids", True),
+]
+
+
+@pytest.mark.parametrize("endpoint,name,value", VLLM_REJECTED)
+def test_a_vllm_extension_this_server_lacks_is_a_400_naming_it(c, endpoint, name, value):
+    err = error_of(c.post(endpoint, json={**BASE[endpoint], name: value}), 400)
+    assert err["param"] == name and "not supported" in err["message"]
+
+
+def test_every_vllm_default_and_hint_is_accepted(c):
+    for endpoint, table in unsupported.VLLM_NOOP.items():
+        for name, values in table.items():
+            for value in values:
+                r = c.post(endpoint, json={**BASE[endpoint], name: value})
+                assert r.status_code == 200, (endpoint, name, value, r.text)
+        for name in unsupported.VLLM_HINTS[endpoint]:
+            r = c.post(endpoint, json={**BASE[endpoint], name: "abc-1"})
+            assert r.status_code == 200, (endpoint, name, r.text)
+    # JSON has one number type: 1.0 is vLLM's default length penalty as much as 1 is
+    r = c.post(unsupported.CHAT, json={**CHAT_BASE, "length_penalty": 1.0})
+    assert r.status_code == 200, r.text
+
+
+def test_vllm_extensions_are_classified_apart_from_the_sdk_fields():
+    for endpoint, table in unsupported.VLLM_NOOP.items():
+        model = SDK[endpoint][0]
+        sdk = sdk_fields(SDK[endpoint][1])
+        for name in set(table) | unsupported.VLLM_HINTS[endpoint]:
+            assert name not in sdk, (endpoint, name)  # an OpenAI field goes in NOOP
+            assert name not in model.model_fields, (endpoint, name)  # implemented: declared
