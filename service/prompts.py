@@ -153,6 +153,12 @@ def encode_chat(state: ServingState, messages: Sequence[ChatMessage],
     dicts = message_dicts(messages, CallIdMap() if mistral_ids else None, images)
     tok = state.backend.tokenizer
     extra = {"tools": plan.tools} if plan is not None and plan.tools else {}
+    if plan is not None and plan.template_kwargs:
+        if getattr(tok, "chat_template", None) is None:
+            raise APIError(400, "chat_template_kwargs: this model has no chat template to "
+                           "pass them to (its chat encoding is mistral-common's)",
+                           "chat_template_kwargs")
+        extra.update(plan.template_kwargs)
     try:
         ids = tok.encode_chat(dicts, add_generation_prompt=add_generation_prompt, **extra)
     except (ValueError, TypeError) as exc:  # ChatTemplateError is a ValueError

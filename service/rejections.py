@@ -49,6 +49,13 @@ IMAGES = (
          "(--allowed-media-domains, --allowed-local-media-path, size limits) and decode; "
          "at most --limit-mm-per-prompt images; image parts in user messages only"),
 )
+TEMPLATE = (
+    Rule("chat_template_kwargs", "template variable itself", "chat_template_kwargs may not "
+         "set the variables the server gives the template (messages, tools, "
+         "add_generation_prompt, documents, special tokens)"),
+    Rule("chat_template_kwargs", "no chat template", "chat_template_kwargs needs a model "
+         "whose chat encoding is a Jinja template"),
+)
 TOOL_TURNS = (Rule("messages", "answers no tool call",
                    "a tool message's tool_call_id names a call of an earlier assistant message"),)
 MESSAGES = (
@@ -108,7 +115,7 @@ COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
 PREDICTION = (Rule("prediction", "longer than max_model_len",
                    "a prediction must not exceed max_model_len tokens"),)
 CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDICTION,
-        *STRUCTURED)
+        *STRUCTURED, *TEMPLATE)
 TOKENIZE = (*TOOL_TURNS, *MESSAGES)
 DETOKENIZE = (_vocab("tokens"),)
 

@@ -320,6 +320,9 @@ class ChatCompletionRequest(_Sampling):
     thinking_token_budget: int | None = Field(None, ge=-1)
     reasoning_effort: ReasoningEffort | None = None
     prediction: PredictionContent | None = None
+    # vLLM's: more variables for the chat template (enable_thinking, ...); see
+    # service/tool_calls/plan.py for the names it may not set
+    chat_template_kwargs: dict[str, Any] | None = None
 
     def output_limit(self, default: int | None) -> int | None:
         """max_completion_tokens, else max_tokens; neither: the model's default, else

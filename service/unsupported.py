@@ -136,7 +136,7 @@ VLLM_NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
     CHAT: {**_VLLM_SAMPLING_NOOP, "add_special_tokens": (None, False),
            "echo": (None, False), "continue_final_message": (None, False),
            "chat_template": (None,),  # vLLM also refuses it unless told to trust it
-           "chat_template_kwargs": (None, {}), "documents": (None, [])},
+           "documents": (None, [])},
 }
 # vLLM's request and session ids name the request in its logs; the output never changes
 VLLM_HINTS: Mapping[str, frozenset[str]] = {

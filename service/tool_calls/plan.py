@@ -4,7 +4,7 @@ Every refusal is an APIError(400) naming the parameter."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.structured import GrammarSpec
@@ -23,6 +23,8 @@ class ChatPlan:
     response_format: dict[str, Any] | None  # json_object / json_schema; None: free text
     # vLLM's structured_outputs (or a guided_* field): (the field, its constraint)
     structured: tuple[str, GrammarSpec] | None = None
+    # vLLM's chat_template_kwargs: more variables for the chat template
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def forced_function(self) -> str | None:
@@ -85,6 +87,22 @@ def _structured(body: Any, choice: str | dict[str, Any],
     return got
 
 
+# what the server itself gives the template: a chat_template_kwargs entry may not replace it
+RESERVED_TEMPLATE_VARIABLES = frozenset({
+    "messages", "tools", "add_generation_prompt", "documents", "bos_token", "eos_token",
+    "unk_token", "pad_token", "raise_exception", "strftime_now"})
+
+
+def _template_kwargs(body: Any) -> dict[str, Any]:
+    kwargs = getattr(body, "chat_template_kwargs", None) or {}
+    taken = sorted(RESERVED_TEMPLATE_VARIABLES & set(kwargs))
+    if taken:
+        raise APIError(400, f"chat_template_kwargs.{taken[0]}: the server sets this "
+                       "template variable itself (from the request's own fields)",
+                       f"chat_template_kwargs.{taken[0]}")
+    return dict(kwargs)
+
+
 def plan_chat(body: Any, parsers: ParserChoice) -> ChatPlan:
     """``body``: service.schemas.ChatCompletionRequest."""
     choice = _tool_choice(body)
@@ -95,4 +113,5 @@ def plan_chat(body: Any, parsers: ParserChoice) -> ChatPlan:
                     parallel_tool_calls=body.parallel_tool_calls,
                     tool_parser=parsers.tool_parser if choice != "none" else None,
                     reasoning_parser=parsers.reasoning_parser,
-                    response_format=fmt, structured=_structured(body, choice, fmt))
+                    response_format=fmt, structured=_structured(body, choice, fmt),
+                    template_kwargs=_template_kwargs(body))

@@ -143,7 +143,7 @@ def test_openapi_documents_the_noop_values(c):
 # vLLM's request extensions (clients send them as extra_body): its default is accepted,
 # anything else names the field; its request and session ids are hints
 VLLM_REJECTED = [
-    (unsupported.CHAT, "chat_template_kwargs", {"enable_thinking": False}),
+    (unsupported.CHAT, "documents", [{"title": "t", "text": "x"}]),
     (unsupported.CHAT, "continue_final_message", True),
     (unsupported.CHAT, "chat_template", "{{ messages }}"),
     (unsupported.CHAT, "add_special_tokens", True),
