@@ -159,6 +159,8 @@ def encode_chat(state: ServingState, messages: Sequence[ChatMessage],
                            "pass them to (its chat encoding is mistral-common's)",
                            "chat_template_kwargs")
         extra.update(plan.template_kwargs)
+    if plan is not None and plan.continue_final:
+        extra["continue_final_message"] = True
     try:
         ids = tok.encode_chat(dicts, add_generation_prompt=add_generation_prompt, **extra)
     except (ValueError, TypeError) as exc:  # ChatTemplateError is a ValueError

@@ -56,6 +56,14 @@ TEMPLATE = (
     Rule("chat_template_kwargs", "no chat template", "chat_template_kwargs needs a model "
          "whose chat encoding is a Jinja template"),
 )
+CONTINUE = (
+    Rule("continue_final_message", "add_generation_prompt", "continue_final_message needs "
+         "add_generation_prompt false"),
+    Rule("continue_final_message", "final message must be", "continue_final_message needs "
+         "a final assistant message with text and no tool calls"),
+    Rule("messages", "continue", "the final message to continue has text the chat template "
+         "renders as it was sent"),
+)
 TOOL_TURNS = (Rule("messages", "answers no tool call",
                    "a tool message's tool_call_id names a call of an earlier assistant message"),)
 MESSAGES = (
@@ -115,7 +123,7 @@ COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
 PREDICTION = (Rule("prediction", "longer than max_model_len",
                    "a prediction must not exceed max_model_len tokens"),)
 CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDICTION,
-        *STRUCTURED, *TEMPLATE)
+        *STRUCTURED, *TEMPLATE, *CONTINUE)
 TOKENIZE = (*TOOL_TURNS, *MESSAGES)
 DETOKENIZE = (_vocab("tokens"),)
 

@@ -323,6 +323,8 @@ class ChatCompletionRequest(_Sampling):
     # vLLM's: more variables for the chat template (enable_thinking, ...); see
     # service/tool_calls/plan.py for the names it may not set
     chat_template_kwargs: dict[str, Any] | None = None
+    # vLLM's: the answer continues the final (assistant) message instead of starting one
+    continue_final_message: bool = False
 
     def output_limit(self, default: int | None) -> int | None:
         """max_completion_tokens, else max_tokens; neither: the model's default, else

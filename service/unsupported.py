@@ -134,7 +134,7 @@ VLLM_NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
     COMPLETIONS: {k: v for k, v in (*_VLLM_SAMPLING_NOOP.items(), ("prompt_embeds", (None,)))
                   if k != "truncate_prompt_tokens"},  # implemented there
     CHAT: {**_VLLM_SAMPLING_NOOP, "add_special_tokens": (None, False),
-           "echo": (None, False), "continue_final_message": (None, False),
+           "echo": (None, False),
            "chat_template": (None,),  # vLLM also refuses it unless told to trust it
            "documents": (None, [])},
 }

@@ -163,6 +163,34 @@ def _arguments_as_objects(messages: list[dict[str, Any]]) -> list[dict[str, Any]
     return messages
 
 
+def _final_text(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content or () if isinstance(p, Mapping)
+                   and p.get("type") == "text")
+
+
+def cut_after_final_message(rendered: str, messages: Sequence[Mapping[str, Any]]) -> str:
+    """``rendered`` (a prompt rendered without a generation prompt) cut right after the
+    final message's text, so that the model continues that message rather than starting
+    another (vLLM's ``continue_final_message``, as transformers does it: the last place the
+    text, or the text without surrounding whitespace when the template strips it, occurs)."""
+    if not messages or messages[-1].get("role") != "assistant":
+        raise ChatTemplateError("continue_final_message: the final message must be the "
+                                "assistant's")
+    text = _final_text(messages[-1])
+    if not text.strip():
+        raise ChatTemplateError("continue_final_message: the final assistant message has no "
+                                "text to continue")
+    for needle in (text, text.strip()):
+        at = rendered.rfind(needle)
+        if at >= 0:
+            return rendered[:at + len(needle)]
+    raise ChatTemplateError("continue_final_message: the chat template does not render the "
+                            "final message's text as it was sent")
+
+
 def render_chat_template(
     source: str,
     messages: Sequence[Mapping[str, Any]],

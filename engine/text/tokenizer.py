@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from engine.text.chat_template import (
     ChatTemplateError,
+    cut_after_final_message,
     load_chat_template,
     normalize_messages,
     render_chat_template,
@@ -218,24 +219,36 @@ class Tokenizer:
 
     # -- chat ------------------------------------------------------------------------
     def apply_chat_template(self, messages: Sequence[Mapping[str, Any]],
-                            add_generation_prompt: bool = True, **kwargs: Any) -> str:
-        """The prompt text for ``messages`` (ChatTemplateError on bad input)."""
+                            add_generation_prompt: bool = True,
+                            continue_final_message: bool = False, **kwargs: Any) -> str:
+        """The prompt text for ``messages`` (ChatTemplateError on bad input).
+        ``continue_final_message``: the prompt ends inside the final (assistant) message,
+        which the model then continues (no generation prompt is added)."""
         if self.chat_template is None:
             if self._chat_encoder is not None:
-                return self._mistral_common(messages, kwargs.get("tools"))[1]
+                return self._mistral_common(messages, kwargs.get("tools"),
+                                            continue_final_message)[1]
             raise ChatTemplateError("this model has no chat template")
         specials = {"bos_token": self.bos_token, "eos_token": self.eos_token}
-        return render_chat_template(self.chat_template, messages, add_generation_prompt,
+        text = render_chat_template(self.chat_template, messages,
+                                    add_generation_prompt and not continue_final_message,
                                     specials, self.content_format, **kwargs)
+        return cut_after_final_message(text, messages) if continue_final_message else text
 
-    def _mistral_common(self, messages: Sequence[Mapping[str, Any]],
-                        tools: Any) -> tuple[list[int], str]:
-        return self._chat_encoder(normalize_messages(messages, self.content_format), tools)
+    def _mistral_common(self, messages: Sequence[Mapping[str, Any]], tools: Any,
+                        continue_final_message: bool = False) -> tuple[list[int], str]:
+        msgs = normalize_messages(messages, self.content_format)
+        if continue_final_message:
+            return self._chat_encoder(msgs, tools, continue_final_message=True)
+        return self._chat_encoder(msgs, tools)
 
     def encode_chat(self, messages: Sequence[Mapping[str, Any]],
-                    add_generation_prompt: bool = True, **kwargs: Any) -> list[int]:
+                    add_generation_prompt: bool = True, continue_final_message: bool = False,
+                    **kwargs: Any) -> list[int]:
         """Prompt ids for ``messages``; BOS comes from the template only (never doubled)."""
         if self.chat_template is None and self._chat_encoder is not None:
-            return self._mistral_common(messages, kwargs.get("tools"))[0]
-        text = self.apply_chat_template(messages, add_generation_prompt, **kwargs)
+            return self._mistral_common(messages, kwargs.get("tools"),
+                                        continue_final_message)[0]
+        text = self.apply_chat_template(messages, add_generation_prompt,
+                                        continue_final_message, **kwargs)
         return self.encode(text, add_special_tokens=False)

@@ -88,17 +88,20 @@ class TekkenBackend:
         return tok
 
     def chat_encoder(self, messages: list[dict[str, Any]],
-                     tools: list[dict[str, Any]] | None = None) -> tuple[list[int], str]:
+                     tools: list[dict[str, Any]] | None = None,
+                     continue_final_message: bool = False) -> tuple[list[int], str]:
         """mistral-common's own request encoding: OpenAI-format messages (tool calls with
         JSON-text arguments, tool results with ``tool_call_id``) and tools -> (ids, text).
         A v13 tekken.json (Ministral-3) puts the tools before the first user message as
-        ``[AVAILABLE_TOOLS]...[/AVAILABLE_TOOLS]``."""
+        ``[AVAILABLE_TOOLS]...[/AVAILABLE_TOOLS]``. ``continue_final_message``: the final
+        assistant message is a prefix the model continues (mistral-common's ``prefix``)."""
         from mistral_common.exceptions import MistralCommonException
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
         from pydantic import ValidationError
 
         try:
-            request = ChatCompletionRequest.from_openai(messages, tools or None)
+            request = ChatCompletionRequest.from_openai(
+                messages, tools or None, continue_final_message=continue_final_message)
             out = self._mistral.encode_chat_completion(request)
         except (MistralCommonException, ValidationError, ValueError) as exc:
             raise ChatTemplateError(f"invalid chat messages: {exc}") from exc

@@ -25,6 +25,8 @@ class ChatPlan:
     structured: tuple[str, GrammarSpec] | None = None
     # vLLM's chat_template_kwargs: more variables for the chat template
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # vLLM's continue_final_message: the prompt ends inside the final assistant message
+    continue_final: bool = False
 
     @property
     def forced_function(self) -> str | None:
@@ -103,6 +105,23 @@ def _template_kwargs(body: Any) -> dict[str, Any]:
     return dict(kwargs)
 
 
+def _continue_final(body: Any) -> bool:
+    """continue_final_message, checked: the final message is an assistant's text, and no
+    generation prompt is asked for too (vLLM's rule)."""
+    if not getattr(body, "continue_final_message", False):
+        return False
+    param = "continue_final_message"
+    if body.add_generation_prompt:
+        raise APIError(400, f"{param}: cannot be combined with add_generation_prompt true "
+                       "(send add_generation_prompt: false to continue the final message)",
+                       param)
+    last = body.messages[-1]
+    if last.role != "assistant" or last.tool_calls:
+        raise APIError(400, f"{param}: the final message must be an assistant message "
+                       "with text and no tool calls", param)
+    return True
+
+
 def plan_chat(body: Any, parsers: ParserChoice) -> ChatPlan:
     """``body``: service.schemas.ChatCompletionRequest."""
     choice = _tool_choice(body)
@@ -114,4 +133,5 @@ def plan_chat(body: Any, parsers: ParserChoice) -> ChatPlan:
                     tool_parser=parsers.tool_parser if choice != "none" else None,
                     reasoning_parser=parsers.reasoning_parser,
                     response_format=fmt, structured=_structured(body, choice, fmt),
-                    template_kwargs=_template_kwargs(body))
+                    template_kwargs=_template_kwargs(body),
+                    continue_final=_continue_final(body))

@@ -17,6 +17,8 @@ ChatCompletionRequest it means, and a finished choice becomes Anthropic's messag
   model's reasoning markers are not single tokens. ``{type: disabled}`` is a budget of 0
   on a model that reasons (a section it opens is closed at once); left out, the model
   reasons as it does by default;
+- a final assistant message with text is a prefill: the answer continues it (chat's
+  ``continue_final_message``) and holds only what follows;
 - ``output_config.format`` (structured outputs, a JSON schema) is chat's ``json_schema``
   response format (grammar-constrained); ``output_config.effort`` other than null is a 400.
 """
@@ -166,8 +168,12 @@ def to_chat(body: CountTokensRequest | MessagesRequest, parsers: ParserChoice, t
             ) -> ChatCompletionRequest:
     """The chat request ``body`` means (sampling fields left out take the model's
     defaults, as on the chat route); ``tok``: the model's tokenizer."""
-    data: dict[str, Any] = {"model": body.model, "messages": _messages(body),
-                            **_tool_fields(body)}
+    messages = _messages(body)
+    data: dict[str, Any] = {"model": body.model, "messages": messages, **_tool_fields(body)}
+    last = messages[-1] if messages else {}
+    if last.get("role") == "assistant" and last.get("content") and "tool_calls" not in last:
+        # a prefill: the answer continues the final assistant message
+        data.update(continue_final_message=True, add_generation_prompt=False)
     budget = _thinking(body, parsers, tok)
     if budget is not None:
         data["thinking_token_budget"] = budget

@@ -112,8 +112,8 @@ class FakeTokenizer:
     def token_to_text(self, token_id: int) -> str:
         return f" {token_id}"
 
-    def encode_chat(self, messages, add_generation_prompt: bool = True, tools=None
-                    ) -> list[int]:
+    def encode_chat(self, messages, add_generation_prompt: bool = True, tools=None,
+                    continue_final_message: bool = False) -> list[int]:
         """[1] + the words of every message (content normalized as for a "string"
         template); a role named "bad" raises like a template. ``tools`` (what the
         template gets with tool_choice none) are not rendered."""

@@ -76,6 +76,10 @@ REFUSED = [
      "chat_template_kwargs"),
     ("/v1/chat/completions", {"messages": CALL, "chat_template_kwargs": {"tools": 1}},
      "chat_template_kwargs.tools"),
+    ("/v1/chat/completions", {"messages": CALL, "continue_final_message": True,
+                              "add_generation_prompt": False}, "continue_final_message"),
+    ("/v1/chat/completions", {"messages": STRAY[:1], "continue_final_message": True},
+     "continue_final_message"),
     # vLLM's structured_outputs and the fields it replaced
     ("/v1/completions", {"prompt": "3", "structured_outputs": {}}, "structured_outputs"),
     ("/v1/chat/completions", {"messages": CALL, "structured_outputs": {

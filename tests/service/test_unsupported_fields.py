@@ -144,7 +144,7 @@ def test_openapi_documents_the_noop_values(c):
 # anything else names the field; its request and session ids are hints
 VLLM_REJECTED = [
     (unsupported.CHAT, "documents", [{"title": "t", "text": "x"}]),
-    (unsupported.CHAT, "continue_final_message", True),
+    (unsupported.CHAT, "echo", True),
     (unsupported.CHAT, "chat_template", "{{ messages }}"),
     (unsupported.CHAT, "add_special_tokens", True),
     (unsupported.CHAT, "priority", 5), (unsupported.CHAT, "bad_words", ["x"]),

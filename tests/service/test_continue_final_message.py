@@ -1,0 +1,95 @@
+"""vLLM's ``continue_final_message`` on /v1/chat/completions and Anthropic's prefill on
+/v1/messages (a final assistant message with text): the prompt ends inside that message,
+so the answer continues it. On the demo model (a Jinja ChatML template) and a tiny
+tekken.json checkpoint (mistral-common's ``prefix`` messages)."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from engine.demo_model import ensure_demo_model
+from engine.text.chat_template import ChatTemplateError, cut_after_final_message
+from engine.text.tokenizer import Tokenizer
+from service.app import create_app
+from service.settings import Settings
+
+ASK = {"role": "user", "content": "What is the capital of France? Answer in JSON."}
+PREFILL = {"role": "assistant", "content": '{"capital": "'}
+CONTINUE = {"continue_final_message": True, "add_generation_prompt": False}
+
+
+@pytest.fixture(scope="module", params=["demo", "tekken"])
+def served(request, tiny_checkpoint):
+    model = (ensure_demo_model() if request.param == "demo"
+             else tiny_checkpoint(tokenizer="tekken"))
+    with TestClient(create_app(Settings(model=model, max_model_len=512,
+                                        kv_cache_gib=0.05))) as c:
+        yield c, Tokenizer.from_dir(model), c.get("/v1/models").json()["data"][0]["id"]
+
+
+def chat(c, **kw):
+    return c.post("/v1/chat/completions", json={
+        "messages": [ASK, PREFILL], "max_tokens": 8, "temperature": 0, **kw})
+
+
+def test_the_prompt_ends_inside_the_final_message(served):
+    c, tok, _ = served
+    ids = tok.encode_chat([ASK, PREFILL], add_generation_prompt=False,
+                          continue_final_message=True)
+    if tok.chat_template is not None:
+        closed = tok.encode_chat([ASK, PREFILL], add_generation_prompt=False)
+        assert len(ids) < len(closed)  # the turn's end (and anything after) is gone
+    else:  # mistral-common serves a final assistant message only as a prefix
+        with pytest.raises(ChatTemplateError, match="prefix"):
+            tok.encode_chat([ASK, PREFILL], add_generation_prompt=False)
+    assert tok.decode(ids, skip_special_tokens=False).endswith(PREFILL["content"])
+    r = chat(c, **CONTINUE)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == len(ids)
+    # the answer is what the same ids get on /v1/completions
+    plain = c.post("/v1/completions", json={"prompt": ids, "max_tokens": 8,
+                                            "temperature": 0}).json()
+    assert r.json()["choices"][0]["message"]["content"] == plain["choices"][0]["text"]
+
+
+def test_an_anthropic_prefill_is_continued(served):
+    c, tok, name = served
+    body = {"model": name, "max_tokens": 8, "temperature": 0, "messages": [ASK, PREFILL]}
+    r = c.post("/v1/messages", json=body)
+    assert r.status_code == 200, r.text
+    ours = chat(c, **CONTINUE).json()
+    assert r.json()["content"][0]["text"] == ours["choices"][0]["message"]["content"]
+    usage = r.json()["usage"]  # Anthropic's input_tokens leaves out the cached ones
+    assert usage["input_tokens"] + usage["cache_read_input_tokens"] == ours["usage"][
+        "prompt_tokens"]
+    counted = c.post("/v1/messages/count_tokens", json={"model": name,
+                                                       "messages": [ASK, PREFILL]})
+    assert counted.json()["input_tokens"] == ours["usage"]["prompt_tokens"]
+
+
+@pytest.mark.parametrize("extra, messages", [
+    ({"continue_final_message": True}, [ASK, PREFILL]),  # a generation prompt too
+    (CONTINUE, [ASK]),
+    (CONTINUE, [ASK, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]),
+])
+def test_what_cannot_be_continued_is_a_400(served, extra, messages):
+    r = chat(served[0], messages=messages, **extra)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] in ("continue_final_message", "messages")
+
+
+def test_cut_after_final_message():
+    msgs = [ASK, {"role": "assistant", "content": " Paris is "}]
+    assert cut_after_final_message("u: x\na:  Paris is <end>\n", msgs) == "u: x\na:  Paris is "
+    # a template that strips the content: the stripped text is found
+    assert cut_after_final_message("a: Paris is<end>", msgs) == "a: Paris is"
+    parts = [ASK, {"role": "assistant", "content": [{"type": "text", "text": "ab"},
+                                                    {"type": "text", "text": "cd"}]}]
+    assert cut_after_final_message("x abcd</s>", parts) == "x abcd"
+    for bad in ([ASK], [ASK, {"role": "assistant", "content": "  "}]):
+        with pytest.raises(ChatTemplateError):
+            cut_after_final_message("anything", bad)
+    with pytest.raises(ChatTemplateError, match="as it was sent"):
+        cut_after_final_message("a: something else", msgs)
