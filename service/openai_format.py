@@ -102,10 +102,12 @@ class Formatter:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
     def completion(self, choices: Sequence[Choice], n: int, echo: Sequence[str],
-                   want_logprobs: bool, prompt_ids: Sequence[Sequence[int]] = ()
-                   ) -> dict[str, Any]:
+                   want_logprobs: bool, prompt_ids: Sequence[Sequence[int]] = (),
+                   token_ids: bool = False) -> dict[str, Any]:
         """``echo``: each prompt's text (empty: no echo); with logprobs, ``prompt_ids``
-        gives each prompt's tokens and each choice carries its prompt logprobs."""
+        gives each prompt's tokens and each choice carries its prompt logprobs.
+        ``token_ids`` (vLLM's return_token_ids): each choice carries its prompt's ids and
+        its own."""
         out = []
         for i, c in enumerate(choices):
             prefix = echo[i // n] if echo else ""
@@ -116,6 +118,9 @@ class Formatter:
                             c.prompt_logprobs) if want_logprobs else None,
                         "finish_reason": finish_reason(c.finish_reason),
                         "stop_reason": c.stop_reason})
+            if token_ids:
+                out[-1].update(prompt_token_ids=list(prompt_ids[i // n]),
+                               token_ids=list(c.token_ids))
         return {**self._head("text_completion"), "choices": out,
                 "usage": choices_usage(choices, n)}
 
@@ -148,16 +153,22 @@ class Formatter:
         return {**self._head("text_completion"), "choices": [choice]}
 
     def chat(self, choices: Sequence[Choice], want_logprobs: bool,
-             readers: Sequence[ChoiceReader], details: dict[str, int] | None = None
-             ) -> dict[str, Any]:
-        """``readers``: each choice's ChoiceReader, fed its whole output."""
+             readers: Sequence[ChoiceReader], details: dict[str, int] | None = None,
+             prompt_ids: Sequence[int] | None = None) -> dict[str, Any]:
+        """``readers``: each choice's ChoiceReader, fed its whole output. ``prompt_ids``
+        (vLLM's return_token_ids): the answer carries them and each choice its ids."""
         out = [{"index": i, "message": r.message(),
                 "logprobs": chat_logprobs(c.logprobs, self.text_of, self.bytes_of)
                 if want_logprobs else None,
                 "finish_reason": r.finish_reason(c.finish_reason), "stop_reason": c.stop_reason}
                for i, (c, r) in enumerate(zip(choices, readers, strict=True))]
+        if prompt_ids is not None:
+            for o, c in zip(out, choices, strict=True):
+                o["token_ids"] = list(c.token_ids)
         body = {**self._head("chat.completion"), "choices": out,
                 "usage": choices_usage(choices, len(choices))}
+        if prompt_ids is not None:
+            body["prompt_token_ids"] = list(prompt_ids)
         if details is not None:
             body["usage"]["completion_tokens_details"] = details
         return body

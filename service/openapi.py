@@ -38,24 +38,28 @@ _USAGE = _obj(("prompt_tokens", "completion_tokens", "total_tokens"),
                                              accepted_prediction_tokens=_INT,
                                              rejected_prediction_tokens=_INT))
 _HEAD = {"id": _STR, "created": _INT, "model": _STR}
+# vLLM's return_token_ids: the prompt's ids, and each choice's (or chunk's) generated ids
+_IDS = {"type": "array", "items": _INT}
 _COMPLETION_CHOICE = _obj(("index", "text", "logprobs", "finish_reason"), index=_INT,
-                          text=_STR, logprobs=_OBJ_OR_NULL, finish_reason=_FINISH)
+                          text=_STR, logprobs=_OBJ_OR_NULL, finish_reason=_FINISH,
+                          prompt_token_ids=_IDS, token_ids=_IDS)
 _MESSAGE = _obj(("role",), role={"const": "assistant"}, content=_NULL_STR)
 _CHAT_CHOICE = _obj(("index", "message", "finish_reason"), index=_INT, message=_MESSAGE,
-                    logprobs=_OBJ_OR_NULL, finish_reason=_FINISH)
+                    logprobs=_OBJ_OR_NULL, finish_reason=_FINISH, token_ids=_IDS)
 _MODEL = _obj(("id", "object", "created", "owned_by"), id=_STR,
               object={"const": "model"}, created=_INT, owned_by=_STR, max_model_len=_INT)
 _DELTA = {"type": "object", "properties": {"role": {"const": "assistant"}, "content": _STR}}
 _CHUNK_CHOICE = _obj(("index", "text", "finish_reason"), index=_INT, text=_STR,
-                     logprobs=_OBJ_OR_NULL, finish_reason=_FINISH)
+                     logprobs=_OBJ_OR_NULL, finish_reason=_FINISH, prompt_token_ids=_IDS,
+                     token_ids=_IDS)
 _CHAT_CHUNK_CHOICE = _obj(("index", "delta", "finish_reason"), index=_INT, delta=_DELTA,
-                          logprobs=_OBJ_OR_NULL, finish_reason=_FINISH)
+                          logprobs=_OBJ_OR_NULL, finish_reason=_FINISH, token_ids=_IDS)
 
 
-def _chunk(obj: str, choice: dict[str, Any]) -> dict[str, Any]:
+def _chunk(obj: str, choice: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """A stream chunk; the last before [DONE] may carry usage and no choices."""
     return _obj(("id", "object", "created", "model", "choices"), **_HEAD, object={"const": obj},
-                choices={"type": "array", "items": choice}, usage=_ref("Usage"))
+                choices={"type": "array", "items": choice}, usage=_ref("Usage"), **extra)
 
 
 def _sse_event(chunk: str) -> dict[str, Any]:
@@ -92,9 +96,10 @@ COMPONENTS: dict[str, dict[str, Any]] = {
     "ChatCompletion": _obj(("id", "object", "created", "model", "choices", "usage"), **_HEAD,
                            object={"const": "chat.completion"},
                            choices={"type": "array", "items": _CHAT_CHOICE},
-                           usage=_ref("Usage")),
+                           usage=_ref("Usage"), prompt_token_ids=_IDS),
     "CompletionChunk": _chunk("text_completion", _CHUNK_CHOICE),
-    "ChatCompletionChunk": _chunk("chat.completion.chunk", _CHAT_CHUNK_CHOICE),
+    "ChatCompletionChunk": _chunk("chat.completion.chunk", _CHAT_CHUNK_CHOICE,
+                                  prompt_token_ids=_IDS),
     "ModelList": _obj(("object", "data"), object={"const": "list"},
                       data={"type": "array", "items": _MODEL}),
     "Tokens": _obj(("tokens", "count", "max_model_len"),

@@ -138,6 +138,8 @@ class _Sampling(_Body):
     user: str | None = None
     # vLLM's: requests with different salts never share prefix-cache blocks
     cache_salt: str | None = Field(None, min_length=1)
+    # vLLM's: the prompt's and each choice's token ids in the answer (and its chunks)
+    return_token_ids: bool = False
     # vLLM's output constraint (service/structured_outputs.py), and the fields it replaced
     structured_outputs: StructuredOutputs | None = None
     guided_json: dict[str, Any] | str | None = None

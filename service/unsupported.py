@@ -122,7 +122,6 @@ _VLLM_SAMPLING_NOOP: dict[str, tuple[Any, ...]] = {
     "kv_transfer_params": (None,),
     "ec_transfer_params": (None,),
     "return_tokens_as_token_ids": (None, False),
-    "return_token_ids": (None, False),
     "return_token_offsets": (None, False),
     "return_prompt_text": (None, False),
     "repetition_detection": (None,),

@@ -63,13 +63,20 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
     echo = texts if body.echo else []
     if not body.stream:
         choices = await collect(sub, request)
-        return fmt.completion(choices, body.n, echo, body.logprobs is not None, prompts)
+        return fmt.completion(choices, body.n, echo, body.logprobs is not None, prompts,
+                              body.return_token_ids)
     counts = {"completion": 0}
     cached: dict[int, int] = {}  # first choice of each prompt -> its cached tokens
     # echo alone goes out at once; with logprobs it rides on each choice's first chunk,
     # which carries the prompt logprobs
     first = [fmt.completion_chunk(i, echo[i // body.n], None, None)
              for i in range(len(sub.ids))] if echo and not echo_lps else []
+    ids_sent: set[int] = set()  # choices whose prompt ids went out (return_token_ids)
+    if body.return_token_ids:
+        for c in first:
+            c["choices"][0].update(prompt_token_ids=prompts[c["choices"][0]["index"] // body.n],
+                                   token_ids=[])
+            ids_sent.add(c["choices"][0]["index"])
 
     def chunk(i: int, out: RequestOutput) -> dict[str, Any] | None:
         counts["completion"] += len(out.token_ids)
@@ -79,8 +86,14 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
         head = None
         if echo_lps and out.prompt_logprobs is not None:
             head = (echo[i // body.n], prompts[i // body.n], out.prompt_logprobs)
-        return fmt.completion_chunk(i, out.text, lps, out.finish_reason, out.stop_reason,
-                                    head)
+        got = fmt.completion_chunk(i, out.text, lps, out.finish_reason, out.stop_reason,
+                                   head)
+        if body.return_token_ids:
+            if i not in ids_sent:
+                got["choices"][0]["prompt_token_ids"] = prompts[i // body.n]
+                ids_sent.add(i)
+            got["choices"][0]["token_ids"] = list(out.token_ids)
+        return got
 
     def last() -> list[dict[str, Any]]:
         if not body.include_usage:
@@ -103,22 +116,35 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     fmt = Formatter(sub.id, run.model, token_text(state), token_bytes(state))
     if not body.stream:
         choices = await run.collect(request)
-        return fmt.chat(choices, body.logprobs, readers, run.details(choices))
+        return fmt.chat(choices, body.logprobs, readers, run.details(choices),
+                        run.prompt if body.return_token_ids else None)
     counts = {"completion": 0, "cached": 0}
     latest: dict[int, RequestOutput] = {}  # each choice's latest output (its usage counts)
     first = [fmt.chat_chunk(i, {"role": "assistant", "content": ""})
              for i in range(len(sub.ids))]
+    # return_token_ids: the prompt's ids on each choice's first chunk, and each chunk the
+    # ids it carries (ids of outputs held back ride on the next chunk sent)
+    pending: dict[int, list[int]] = {}
+    if body.return_token_ids:
+        for c in first:
+            c["prompt_token_ids"] = list(run.prompt)
+            c["choices"][0]["token_ids"] = []
 
     def chunk(i: int, out: RequestOutput) -> dict[str, Any] | None:
         counts["completion"] += len(out.token_ids)
         latest[i] = out
         if i == 0:
             counts["cached"] = out.num_cached_tokens
+        pending.setdefault(i, []).extend(out.token_ids)
         delta = readers[i].feed(out).to_openai()
         if not delta and not out.finished and not body.logprobs:
             return None  # held back (a tag or a call's name in progress): nothing to send
         lps = out.logprobs if body.logprobs else None
-        return fmt.chat_chunk(i, delta, lps, readers[i].finish_reason(out.finish_reason))
+        got = fmt.chat_chunk(i, delta, lps, readers[i].finish_reason(out.finish_reason))
+        ids = pending.pop(i)
+        if body.return_token_ids:
+            got["choices"][0]["token_ids"] = ids
+        return got
 
     def last() -> list[dict[str, Any]]:
         if not body.include_usage:

@@ -224,3 +224,16 @@ def test_tools_without_a_parser_are_400():
         r = chat(c, 0, tools=TOOLS)
         assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
         assert chat(c, 0, tools=TOOLS, tool_choice="none").status_code == 200
+
+
+def test_return_token_ids_keeps_the_ids_of_held_back_outputs():
+    """vLLM's return_token_ids while a call's tags are held back: no id is lost or sent
+    twice, so the chunks' ids join into the whole answer's."""
+    with make_client() as c:
+        whole = chat(c, 0, tools=TOOLS, return_token_ids=True).json()
+        chunks = stream(c, 0, tools=TOOLS, return_token_ids=True)
+    ids = sum((ch["choices"][0].get("token_ids", []) for ch in chunks if ch["choices"]), [])
+    assert ids == whole["choices"][0]["token_ids"] and len(ids) > 5
+    assert chunks[0]["prompt_token_ids"] == whole["prompt_token_ids"]
+    sent = [ch for ch in chunks if ch["choices"]]
+    assert len(sent) - 1 < len(ids)  # some outputs were held back (a tag in progress)

@@ -153,7 +153,7 @@ VLLM_REJECTED = [
     (unsupported.CHAT, "truncate_prompt_tokens", 8),  # on completions only
     (unsupported.COMPLETIONS, "prompt_logprobs", 2),
     (unsupported.COMPLETIONS, "allowed_token_ids", [1, 2]),
-    (unsupported.COMPLETIONS, "return_token_ids", True),
+    (unsupported.COMPLETIONS, "return_tokens_as_token_ids", True),
 ]
 
 
