@@ -20,17 +20,6 @@ def _document_unsupported(schema: dict[str, Any], cls: type) -> None:
         props.setdefault(name, prop)  # a declared field (user) keeps its own
 
 
-def _whole_numbers(value: Any) -> Any:
-    """JSON has one number type: 2.0 is the integer 2 (JSON Schema's rule), 2.5 is not."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, list):
-        return [_whole_numbers(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _whole_numbers(v) for k, v in value.items()}
-    return value
-
-
 class _Body(BaseModel):
     """Strict JSON types (``"5"`` is not an integer, ``1`` not a boolean, as OpenAI
     answers; ``5.0`` is an integer, as in JSON Schema); fields outside the model go through
@@ -52,7 +41,7 @@ class _Body(BaseModel):
         if bad is not None:
             raise _field_error(cls.__name__, bad.field, "unsupported_value", bad.message(),
                                bad.value)
-        return _whole_numbers(data)
+        return unsupported.whole_numbers(data)
 
 
 def _field_error(model: str, field: str, kind: str, message: str, value: Any

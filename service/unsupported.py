@@ -158,19 +158,20 @@ HINTS: Mapping[str, frozenset[str]] = {
 }
 
 
-def _whole(value: Any) -> Any:
-    """JSON has one number type: 1.0 is 1 (bools stay bools)."""
+def whole_numbers(value: Any) -> Any:
+    """JSON has one number type: 2.0 is the integer 2 (JSON Schema's rule), 2.5 is not;
+    bools stay bools."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, list):
-        return [_whole(v) for v in value]
+        return [whole_numbers(v) for v in value]
     if isinstance(value, dict):
-        return {k: _whole(v) for k, v in value.items()}
+        return {k: whole_numbers(v) for k, v in value.items()}
     return value
 
 
 def _json(value: Any) -> str:
-    return json.dumps(_whole(value), sort_keys=True)
+    return json.dumps(whole_numbers(value), sort_keys=True)
 
 
 def is_noop(value: Any, accepted: Iterable[Any]) -> bool:
