@@ -149,10 +149,10 @@ class StepRunner(DraftVerifier):
             if begin < end:
                 lo = begin - 1 - chunk.start_pos
                 targets = req.prompt_ids[begin:end]
-                vals, tops = token_logprobs(rows[lo:lo + len(targets)], targets,
-                                           req.params.prompt_logprobs)
-                got += [TokenLogprob(t, v, tuple(zip(*top, strict=True)))
-                        for t, v, top in zip(targets, vals, tops, strict=True)]
+                vals, tops, ranks = token_logprobs(rows[lo:lo + len(targets)], targets,
+                                                   req.params.prompt_logprobs)
+                got += [TokenLogprob(t, v, tuple(zip(*top, strict=True)), r)
+                        for t, v, top, r in zip(targets, vals, tops, ranks, strict=True)]
         except Exception as exc:  # noqa: BLE001 - this request only
             self.end(lv, FinishReason.ERROR,
                      f"prompt logprobs failed: {type(exc).__name__}: {exc}")

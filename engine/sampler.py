@@ -330,10 +330,13 @@ def make_generator(seed: int | None) -> torch.Generator | None:
 
 def token_logprobs(
     logits: torch.Tensor, target_ids: Sequence[int], k: int
-) -> tuple[list[float], list[TopLogprobs]]:
+) -> tuple[list[float], list[TopLogprobs], list[int]]:
     """Prompt logprobs: logits [T, V] fp32 where row t predicts target_ids[t] -> the logprob
-    of each target (raw log_softmax, no penalties) and its k best alternatives."""
+    of each target (raw log_softmax, no penalties), its k best alternatives, and its rank
+    (1 + the number of ids strictly likelier, vLLM's meaning)."""
     lp = torch.log_softmax(logits.to(torch.float32), dim=-1)
     tgt = torch.as_tensor(list(target_ids), dtype=torch.long)
-    chosen = lp.gather(1, tgt[:, None])[:, 0].tolist()
-    return chosen, [top_logprobs(lp[t], k) for t in range(lp.shape[0])]
+    chosen = lp.gather(1, tgt[:, None])
+    ranks = ((lp > chosen).sum(dim=1) + 1).tolist()
+    return (chosen[:, 0].tolist(), [top_logprobs(lp[t], k) for t in range(lp.shape[0])],
+            ranks)

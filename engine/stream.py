@@ -22,6 +22,7 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: tuple[tuple[int, float], ...] = ()  # (token_id, logprob), best first
+    rank: int | None = None  # 1 + how many ids were likelier (prompt logprobs only)
 
 
 @dataclass(frozen=True, slots=True)

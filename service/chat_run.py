@@ -118,7 +118,8 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
     prompt, images = await run_in_threadpool(encode_chat_prompt, state, body.messages,
                                              body.add_generation_prompt, plan)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    params = make_params(state, body, logprobs, grammar=grammar, thinking=thinking)
+    params = make_params(state, body, logprobs, body.prompt_logprobs, grammar=grammar,
+                         thinking=thinking)
     prediction = await run_in_threadpool(encode_prediction, state, body.prediction)
     try:
         sub = submit(state, prefix, [prompt], params, body.n, body.cache_salt, images,

@@ -77,6 +77,33 @@ def echo_logprobs(prompt_ids: Sequence[int], prompt_lps: Sequence[TokenLogprob |
     }
 
 
+def _top_cut(lps: Sequence[TokenLogprob | None] | None, k: int | None
+             ) -> Sequence[TokenLogprob | None] | None:
+    """Prompt logprobs with at most ``k`` alternatives each (None: as they are)."""
+    if lps is None or k is None:
+        return lps
+    return [None if lp is None else TokenLogprob(lp.token_id, lp.logprob, lp.top[:k],
+                                                 lp.rank) for lp in lps]
+
+
+def prompt_logprobs(lps: Sequence[TokenLogprob | None], k: int, text_of: TokenText
+                    ) -> list[dict[str, dict[str, Any]] | None]:
+    """vLLM's prompt_logprobs: per prompt token (the first null), its own id and its ``k``
+    likeliest alternatives, each id (a JSON key) -> logprob, rank and decoded_token."""
+    out: list[dict[str, dict[str, Any]] | None] = []
+    for lp in lps:
+        if lp is None:
+            out.append(None)
+            continue
+        entry = {str(lp.token_id): {"logprob": lp.logprob, "rank": lp.rank,
+                                    "decoded_token": text_of(lp.token_id)}}
+        for rank, (tid, value) in enumerate(lp.top[:k], 1):
+            entry.setdefault(str(tid), {"logprob": value, "rank": rank,
+                                        "decoded_token": text_of(tid)})
+        out.append(entry)
+    return out
+
+
 def chat_logprobs(lps: Sequence[TokenLogprob], text_of: TokenText,
                   bytes_of: TokenBytes | None = None) -> dict[str, Any]:
     """OpenAI's chat logprobs; ``bytes`` is each token's own bytes (``bytes_of``; the
@@ -102,12 +129,12 @@ class Formatter:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
     def completion(self, choices: Sequence[Choice], n: int, echo: Sequence[str],
-                   want_logprobs: bool, prompt_ids: Sequence[Sequence[int]] = (),
-                   token_ids: bool = False) -> dict[str, Any]:
-        """``echo``: each prompt's text (empty: no echo); with logprobs, ``prompt_ids``
-        gives each prompt's tokens and each choice carries its prompt logprobs.
-        ``token_ids`` (vLLM's return_token_ids): each choice carries its prompt's ids and
-        its own."""
+                   logprobs: int | None, prompt_ids: Sequence[Sequence[int]] = (),
+                   token_ids: bool = False, prompt_k: int | None = None) -> dict[str, Any]:
+        """``echo``: each prompt's text (empty: no echo); with ``logprobs`` (top-k),
+        ``prompt_ids`` gives each prompt's tokens and each choice carries its prompt
+        logprobs. ``token_ids`` (vLLM's return_token_ids): each choice carries its prompt's
+        ids and its own. ``prompt_k`` (vLLM's prompt_logprobs): each choice carries them."""
         out = []
         for i, c in enumerate(choices):
             prefix = echo[i // n] if echo else ""
@@ -115,9 +142,13 @@ class Formatter:
                         "logprobs": self.completion_logprobs(
                             c.logprobs, len(prefix),
                             prompt_ids[i // n] if echo and prompt_ids else None,
-                            c.prompt_logprobs) if want_logprobs else None,
+                            _top_cut(c.prompt_logprobs, logprobs))
+                        if logprobs is not None else None,
                         "finish_reason": finish_reason(c.finish_reason),
                         "stop_reason": c.stop_reason})
+            if prompt_k is not None:
+                out[-1]["prompt_logprobs"] = prompt_logprobs(c.prompt_logprobs or (),
+                                                             prompt_k, self.text_of)
             if token_ids:
                 out[-1].update(prompt_token_ids=list(prompt_ids[i // n]),
                                token_ids=list(c.token_ids))
@@ -154,9 +185,11 @@ class Formatter:
 
     def chat(self, choices: Sequence[Choice], want_logprobs: bool,
              readers: Sequence[ChoiceReader], details: dict[str, int] | None = None,
-             prompt_ids: Sequence[int] | None = None) -> dict[str, Any]:
+             prompt_ids: Sequence[int] | None = None, prompt_k: int | None = None
+             ) -> dict[str, Any]:
         """``readers``: each choice's ChoiceReader, fed its whole output. ``prompt_ids``
-        (vLLM's return_token_ids): the answer carries them and each choice its ids."""
+        (vLLM's return_token_ids): the answer carries them and each choice its ids.
+        ``prompt_k`` (vLLM's prompt_logprobs): the answer carries the prompt's."""
         out = [{"index": i, "message": r.message(),
                 "logprobs": chat_logprobs(c.logprobs, self.text_of, self.bytes_of)
                 if want_logprobs else None,
@@ -169,6 +202,9 @@ class Formatter:
                 "usage": choices_usage(choices, len(choices))}
         if prompt_ids is not None:
             body["prompt_token_ids"] = list(prompt_ids)
+        if prompt_k is not None:
+            body["prompt_logprobs"] = prompt_logprobs(choices[0].prompt_logprobs or (),
+                                                      prompt_k, self.text_of)
         if details is not None:
             body["usage"]["completion_tokens_details"] = details
         return body

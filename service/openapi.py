@@ -40,9 +40,11 @@ _USAGE = _obj(("prompt_tokens", "completion_tokens", "total_tokens"),
 _HEAD = {"id": _STR, "created": _INT, "model": _STR}
 # vLLM's return_token_ids: the prompt's ids, and each choice's (or chunk's) generated ids
 _IDS = {"type": "array", "items": _INT}
+# vLLM's prompt_logprobs: per prompt token null (the first) or id -> logprob, rank, text
+_PROMPT_LPS = {"type": "array", "items": {"type": ["object", "null"]}}
 _COMPLETION_CHOICE = _obj(("index", "text", "logprobs", "finish_reason"), index=_INT,
                           text=_STR, logprobs=_OBJ_OR_NULL, finish_reason=_FINISH,
-                          prompt_token_ids=_IDS, token_ids=_IDS)
+                          prompt_token_ids=_IDS, token_ids=_IDS, prompt_logprobs=_PROMPT_LPS)
 _MESSAGE = _obj(("role",), role={"const": "assistant"}, content=_NULL_STR)
 _CHAT_CHOICE = _obj(("index", "message", "finish_reason"), index=_INT, message=_MESSAGE,
                     logprobs=_OBJ_OR_NULL, finish_reason=_FINISH, token_ids=_IDS)
@@ -96,7 +98,8 @@ COMPONENTS: dict[str, dict[str, Any]] = {
     "ChatCompletion": _obj(("id", "object", "created", "model", "choices", "usage"), **_HEAD,
                            object={"const": "chat.completion"},
                            choices={"type": "array", "items": _CHAT_CHOICE},
-                           usage=_ref("Usage"), prompt_token_ids=_IDS),
+                           usage=_ref("Usage"), prompt_token_ids=_IDS,
+                           prompt_logprobs=_PROMPT_LPS),
     "CompletionChunk": _chunk("text_completion", _CHUNK_CHOICE),
     "ChatCompletionChunk": _chunk("chat.completion.chunk", _CHAT_CHUNK_CHOICE,
                                   prompt_token_ids=_IDS),

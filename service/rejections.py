@@ -40,6 +40,8 @@ CONTEXT = (
     Rule("messages", "max_model_len", "the rendered prompt must leave room to generate"),
 )
 SAMPLING = (
+    Rule("prompt_logprobs", "stream is true", "prompt_logprobs come with a whole answer, "
+         "not a stream"),
     Rule("min_tokens", "exceeds max_tokens", "min_tokens must not exceed max_tokens"),
     _vocab("logit_bias"), _vocab("stop_token_ids"),
 )

@@ -129,6 +129,8 @@ class _Sampling(_Body):
     cache_salt: str | None = Field(None, min_length=1)
     # vLLM's: the prompt's and each choice's token ids in the answer (and its chunks)
     return_token_ids: bool = False
+    # vLLM's: each prompt token's logprob and rank, with this many alternatives
+    prompt_logprobs: int | None = Field(None, ge=0, le=20)
     # vLLM's output constraint (service/structured_outputs.py), and the fields it replaced
     structured_outputs: StructuredOutputs | None = None
     guided_json: dict[str, Any] | str | None = None

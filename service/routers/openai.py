@@ -13,6 +13,7 @@ from service import rejections
 from service.backend import ServingState
 from service.chat_run import make_params, start_chat
 from service.deps import ReadyStateDep, check_model, require_api_key
+from service.errors import APIError
 from service.generation import collect, stream_events, submit
 from service.openai_format import Formatter
 from service.openapi import errors, ok
@@ -32,6 +33,13 @@ def token_text(state: ServingState):
 def token_bytes(state: ServingState):
     """The tokenizer's token_bytes (None: the token text's UTF-8, for tokenizers without)."""
     return getattr(state.backend.tokenizer, "token_bytes", None)
+
+
+def check_prompt_logprobs(body: CompletionRequest | ChatCompletionRequest) -> None:
+    """vLLM's prompt_logprobs come with the whole answer only, as vLLM's do."""
+    if body.stream and body.prompt_logprobs is not None:
+        raise APIError(400, "prompt_logprobs: not available when stream is true (send the "
+                       "request without streaming)", "prompt_logprobs")
 
 
 @router.get("/v1/models", response_model=None,
@@ -56,15 +64,18 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
                                              body.add_special_tokens,
                                              body.truncate_prompt_tokens)
     echo_lps = body.echo and body.logprobs is not None  # prompt logprobs are computed
-    params = make_params(state, body, body.logprobs, body.logprobs if echo_lps else None,
+    check_prompt_logprobs(body)
+    wanted = [k for k in (body.logprobs if echo_lps else None, body.prompt_logprobs)
+              if k is not None]
+    params = make_params(state, body, body.logprobs, max(wanted) if wanted else None,
                          grammar=grammar)
     sub = submit(state, "cmpl", prompts, params, body.n, body.cache_salt)
     fmt = Formatter(sub.id, model, token_text(state))
     echo = texts if body.echo else []
     if not body.stream:
         choices = await collect(sub, request)
-        return fmt.completion(choices, body.n, echo, body.logprobs is not None, prompts,
-                              body.return_token_ids)
+        return fmt.completion(choices, body.n, echo, body.logprobs, prompts,
+                              body.return_token_ids, body.prompt_logprobs)
     counts = {"completion": 0}
     cached: dict[int, int] = {}  # first choice of each prompt -> its cached tokens
     # echo alone goes out at once; with logprobs it rides on each choice's first chunk,
@@ -111,13 +122,14 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
     **errors(400, 401, 404, 408, 429, 503, rules=rejections.CHAT)})
 async def chat_completions(body: ChatCompletionRequest, request: Request,
                            state: ReadyStateDep):
+    check_prompt_logprobs(body)
     run = await start_chat(state, body)
     sub, readers = run.sub, run.readers
     fmt = Formatter(sub.id, run.model, token_text(state), token_bytes(state))
     if not body.stream:
         choices = await run.collect(request)
         return fmt.chat(choices, body.logprobs, readers, run.details(choices),
-                        run.prompt if body.return_token_ids else None)
+                        run.prompt if body.return_token_ids else None, body.prompt_logprobs)
     counts = {"completion": 0, "cached": 0}
     latest: dict[int, RequestOutput] = {}  # each choice's latest output (its usage counts)
     first = [fmt.chat_chunk(i, {"role": "assistant", "content": ""})

@@ -148,9 +148,14 @@ def test_sampler_class_and_prompt_logprobs():
     logits = torch.tensor([[0.0, 0, 0, 5.0]])
     out = s(logits, [SamplingParams(temperature=0, min_tokens=1)], [[]], [[]], [None])
     assert out.token_ids.item() != 3
-    lps, tops = token_logprobs(torch.randn(3, V), [1, 2, 3], 2)
+    lps, tops, ranks = token_logprobs(torch.randn(3, V), [1, 2, 3], 2)
     assert len(lps) == 3 and all(len(t[0]) == 2 for t in tops)
     assert all(lp <= 0 for lp in lps)
+    assert all(1 <= r <= V for r in ranks)
+    logits = torch.tensor([[0.0, 3.0, 1.0, 3.0], [5.0, 0.0, 0.0, 0.0]])
+    _, tops, ranks = token_logprobs(logits, [2, 0], 1)
+    assert ranks == [3, 1]  # two ids likelier than id 2; id 0 is the best
+    assert tops[1][0] == [0]
 
 
 def test_batch_size_mismatch_raises():

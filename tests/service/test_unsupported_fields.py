@@ -151,7 +151,7 @@ VLLM_REJECTED = [
     (unsupported.CHAT, "use_beam_search", True),
     (unsupported.COMPLETIONS, "length_penalty", 0.5),
     (unsupported.CHAT, "truncate_prompt_tokens", 8),  # on completions only
-    (unsupported.COMPLETIONS, "prompt_logprobs", 2),
+    (unsupported.COMPLETIONS, "bad_words", ["x"]),
     (unsupported.COMPLETIONS, "allowed_token_ids", [1, 2]),
     (unsupported.COMPLETIONS, "return_tokens_as_token_ids", True),
 ]

@@ -1,0 +1,56 @@
+"""vLLM's ``prompt_logprobs`` on /v1/completions and /v1/chat/completions (fake model: it
+predicts (sum + len) % 50, so after [2] the likeliest id is 3 and after [2, 3] it is 7):
+per prompt token its own logprob and rank and the k likeliest ids, the first null."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.service.test_api import client
+
+BASE = {"max_tokens": 2, "temperature": 0, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def c():
+    with client() as cl:
+        yield cl
+
+
+def test_completions_carry_each_prompt_tokens_logprob_and_rank(c):
+    r = c.post("/v1/completions", json={**BASE, "prompt": "2 3 5", "prompt_logprobs": 2})
+    assert r.status_code == 200, r.text
+    first, hit, miss = r.json()["choices"][0]["prompt_logprobs"]
+    assert first is None  # the first token has no context
+    assert hit["3"]["rank"] == 1 and hit["3"]["logprob"] == pytest.approx(0.0, abs=1e-3)
+    assert hit["3"]["decoded_token"] == " 3" and len(hit) == 2  # itself, and one more
+    assert miss["5"]["rank"] > 1 and miss["5"]["logprob"] < -5
+    assert miss["7"]["rank"] == 1 and len(miss) == 3  # itself and the 2 likeliest
+    assert [e["rank"] for k, e in miss.items() if k != "5"] == [1, 2]
+
+
+def test_echo_logprobs_keep_their_own_k_beside_prompt_logprobs(c):
+    r = c.post("/v1/completions", json={**BASE, "prompt": "2 3 5", "echo": True,
+                                        "logprobs": 1, "prompt_logprobs": 3}).json()
+    choice = r["choices"][0]
+    assert [len(t) for t in choice["logprobs"]["top_logprobs"][1:3]] == [1, 1]
+    assert len(choice["prompt_logprobs"][2]) == 4  # the token and 3 alternatives
+
+
+def test_chat_carries_the_prompts_logprobs(c):
+    r = c.post("/v1/chat/completions", json={
+        **BASE, "messages": [{"role": "user", "content": "3 4"}], "prompt_logprobs": 0})
+    body = r.json()
+    lps = body["prompt_logprobs"]
+    assert len(lps) == body["usage"]["prompt_tokens"] and lps[0] is None
+    assert all(len(e) == 1 and e[k]["rank"] >= 1 for e in lps[1:] for k in e)
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/completions", {"prompt": "2 3"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "3"}]}),
+])
+def test_prompt_logprobs_are_not_streamed(c, path, body):
+    r = c.post(path, json={**BASE, **body, "stream": True, "prompt_logprobs": 1})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "prompt_logprobs"
