@@ -8,7 +8,9 @@ Processing order per row (OpenAI / vLLM definitions):
      by r, negative ones multiplied by r;
   2. frequency_penalty f and presence_penalty p over output tokens:
      logit[t] -= f * count[t] + p * (count[t] > 0);
-  3. logit_bias added;
+  3. logit_bias added; then allowed_token_ids (every other id set to -inf) and bad_words
+     (a banned sequence's last token set to -inf where the output ends with the rest of
+     it; a one-token word always), vLLM's;
   4. min_tokens: while fewer than min_tokens outputs exist, stop_token_ids (and the EOS ids
      unless ignore_eos) are set to -inf;
   5. the thinking budget (SamplingParams.thinking): when the output is inside a reasoning
@@ -123,17 +125,37 @@ def apply_bias_and_min_tokens(
     output_ids: Sequence[Sequence[int]],
     eos_token_ids: frozenset[int],
 ) -> None:
-    """In place on x [B, V] fp32: logit_bias, then the min_tokens stop-token mask."""
+    """In place on x [B, V] fp32: logit_bias, the token filters (allowed_token_ids,
+    bad_words), then the min_tokens stop-token mask."""
     v = x.shape[1]
     for i, p in enumerate(params):
         if p.logit_bias:
             ids = torch.as_tensor(list(p.logit_bias.keys()), dtype=torch.long)
             x[i, ids] += torch.as_tensor(list(p.logit_bias.values()), dtype=torch.float32)
+        if p.allowed_token_ids is not None:
+            keep = torch.as_tensor([t for t in p.allowed_token_ids if t < v], dtype=torch.long)
+            row = torch.full((v,), float("-inf"))
+            row[keep] = x[i, keep]
+            x[i] = row
+        banned = _bad_word_ends(p.bad_words_ids, output_ids[i], v)
+        if banned:
+            x[i, torch.as_tensor(banned, dtype=torch.long)] = float("-inf")
         if len(output_ids[i]) < p.min_tokens:
             banned = set(p.stop_token_ids) | (set() if p.ignore_eos else set(eos_token_ids))
             banned_ids = [t for t in banned if t < v]
             if banned_ids:
                 x[i, torch.as_tensor(banned_ids, dtype=torch.long)] = float("-inf")
+
+
+def _bad_word_ends(words: Sequence[Sequence[int]], out: Sequence[int], v: int) -> list[int]:
+    """The last token of each banned sequence whose other tokens end the output."""
+    banned = []
+    for w in words:
+        head = len(w) - 1
+        if w[-1] < v and (head == 0 or (len(out) >= head
+                                        and list(out[len(out) - head:]) == list(w[:-1]))):
+            banned.append(w[-1])
+    return banned
 
 
 def _index(ids: list[int], token: int, start: int) -> int:
@@ -252,7 +274,7 @@ def top_logprobs(logprobs: torch.Tensor, k: int) -> TopLogprobs:
 def needs_processing(params: Sequence[SamplingParams],
                      output_ids: Sequence[Sequence[int]]) -> bool:
     """True when some row's logits change before sampling (penalties, bias, min_tokens)."""
-    return any(p.has_penalties or p.logit_bias or len(out) < p.min_tokens
+    return any(p.has_penalties or p.logit_bias or p.filters_tokens or len(out) < p.min_tokens
                for p, out in zip(params, output_ids, strict=True))
 
 

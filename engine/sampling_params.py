@@ -94,10 +94,18 @@ class SamplingParams:
     skip_special_tokens: bool = True
     grammar: CompiledGrammar | None = field(default=None, compare=False)
     thinking: ThinkingBudget | None = None
+    # vLLM's allowed_token_ids (None: every id) and bad_words as token sequences: a
+    # sequence's last token is banned where the output ends with the rest of it
+    allowed_token_ids: tuple[int, ...] | None = None
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", _as_tuple(self.stop))
         object.__setattr__(self, "stop_token_ids", tuple(_as_tuple(self.stop_token_ids)))
+        if self.allowed_token_ids is not None:
+            object.__setattr__(self, "allowed_token_ids", tuple(self.allowed_token_ids))
+        object.__setattr__(self, "bad_words_ids",
+                           tuple(tuple(w) for w in self.bad_words_ids))
         bias = {int(k): float(v) for k, v in dict(self.logit_bias or {}).items()}
         object.__setattr__(self, "logit_bias", MappingProxyType(bias))
         self._validate_lengths()
@@ -146,6 +154,12 @@ class SamplingParams:
             _check(isinstance(s, str) and s != "", "stop", "stop strings must be non-empty str")
         for t in self.stop_token_ids:
             _check(isinstance(t, int) and t >= 0, "stop_token_ids", f"bad token id {t!r}")
+        allowed = self.allowed_token_ids
+        _check(allowed is None or (len(allowed) > 0 and all(
+            isinstance(t, int) and t >= 0 for t in allowed)), "allowed_token_ids",
+               "must be a non-empty list of token ids >= 0")
+        _check(all(len(w) > 0 and all(isinstance(t, int) and t >= 0 for t in w)
+                   for w in self.bad_words_ids), "bad_words", "every word needs token ids")
         _check(self.grammar is None or hasattr(self.grammar, "new_matcher"), "grammar",
                f"must be a CompiledGrammar, got {type(self.grammar).__name__}")
         _check(self.thinking is None or isinstance(self.thinking, ThinkingBudget), "thinking",
@@ -164,12 +178,18 @@ class SamplingParams:
         return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
                 or self.frequency_penalty != 0.0)
 
+    @property
+    def filters_tokens(self) -> bool:
+        """allowed_token_ids or bad_words mask the logits."""
+        return self.allowed_token_ids is not None or bool(self.bad_words_ids)
+
     def validate_for_vocab(self, vocab_size: int) -> None:
         """Token ids named by the request must exist in the model's vocabulary."""
         tb = self.thinking
         marks = (tb.start_token_id, tb.end_token_id) if tb is not None else ()
         for name, ids in (("logit_bias", self.logit_bias.keys()),
-                          ("stop_token_ids", self.stop_token_ids), ("thinking", marks)):
+                          ("stop_token_ids", self.stop_token_ids), ("thinking", marks),
+                          ("allowed_token_ids", self.allowed_token_ids or ())):
             bad = [t for t in ids if t >= vocab_size]
             _check(not bad, name, f"token ids {bad[:5]} out of range for vocab {vocab_size}")
         g = self.grammar

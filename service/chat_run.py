@@ -33,15 +33,35 @@ def make_params(state: ServingState, body: Any, logprobs: int | None,
     """The request's sampling parameters; fields it leaves out take the model's
     generation_config.json defaults where the server applies them."""
     defaults = state.backend.sampling_defaults
+    if body.allowed_token_ids is not None and grammar is not None:
+        raise APIError(400, "allowed_token_ids: cannot be combined with a grammar "
+                       "(structured outputs, response_format, tools): the two masks could "
+                       "leave no token", "allowed_token_ids")
     try:
         params = SamplingParams(max_tokens=body.output_limit(defaults.max_tokens),
                                 seed=body.seed, logprobs=logprobs,
                                 prompt_logprobs=prompt_logprobs, grammar=grammar,
-                                thinking=thinking, **body.sampling_kwargs(defaults))
+                                thinking=thinking,
+                                bad_words_ids=bad_words_ids(state, body.bad_words),
+                                **body.sampling_kwargs(defaults))
         params.validate_for_vocab(state.backend.tokenizer.vocab_size)
     except SamplingParamsError as exc:
         raise APIError(400, str(exc), str(exc).split(":", 1)[0]) from exc
     return params
+
+
+def bad_words_ids(state: ServingState, words: Sequence[str] | None
+                  ) -> tuple[tuple[int, ...], ...]:
+    """vLLM's bad_words as token sequences: each word as written and after a space (where
+    that spells it with other tokens), without special tokens."""
+    tok = state.backend.tokenizer
+    out: dict[tuple[int, ...], None] = {}
+    for word in words or ():
+        for text in (word.lstrip(), " " + word.lstrip()):
+            ids = tuple(tok.encode(text, add_special_tokens=False))
+            if ids:
+                out.setdefault(ids)
+    return tuple(out)
 
 
 @dataclass

@@ -131,6 +131,9 @@ class _Sampling(_Body):
     return_token_ids: bool = False
     # vLLM's: each prompt token's logprob and rank, with this many alternatives
     prompt_logprobs: int | None = Field(None, ge=0, le=20)
+    # vLLM's token filters: sample only these ids; never complete these words
+    allowed_token_ids: list[TokenId] | None = Field(None, min_length=1)
+    bad_words: list[NonEmptyStr] | None = None
     # vLLM's output constraint (service/structured_outputs.py), and the fields it replaced
     structured_outputs: StructuredOutputs | None = None
     guided_json: dict[str, Any] | str | None = None
@@ -157,6 +160,7 @@ class _Sampling(_Body):
             logit_bias={int(k): v for k, v in (self.logit_bias or {}).items()},
             include_stop_str_in_output=self.include_stop_str_in_output,
             skip_special_tokens=self.skip_special_tokens,
+            allowed_token_ids=self.allowed_token_ids,
         )
 
     @property

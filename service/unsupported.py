@@ -112,8 +112,6 @@ _VLLM_SAMPLING_NOOP: dict[str, tuple[Any, ...]] = {
     "use_beam_search": (None, False),
     "length_penalty": (None, 1),
     "truncate_prompt_tokens": (None,),
-    "allowed_token_ids": (None,),
-    "bad_words": (None, []),
     "spaces_between_special_tokens": (None, True),
     "logits_processors": (None, []),
     "priority": (None, 0),  # vLLM too refuses a priority without priority scheduling

@@ -110,7 +110,7 @@ class DraftVerifier:
         ``masked``: of its logits under its grammar's masks."""
         p = lv.req.params
         return (isinstance(self.sampler, Sampler) and p.greedy and p.logprobs is None
-                and not p.has_penalties and not p.logit_bias
+                and not p.has_penalties and not p.logit_bias and not p.filters_tokens
                 and (lv.matcher is None or masked)
                 and getattr(p, "thinking", None) is None
                 and len(lv.req.output_ids) >= p.min_tokens)

@@ -128,6 +128,6 @@ def test_the_400_description_names_each_rule(doc):
         for r in rules(doc, path):
             assert f"- `{r.param}`: {r.why}" in bad["description"], (path, r)
     vocab = [r.param for r in rules(doc, "/v1/completions") if "vocabulary" in r.why]
-    assert set(vocab) == {"prompt", "logit_bias", "stop_token_ids"}
+    assert set(vocab) == {"prompt", "logit_bias", "stop_token_ids", "allowed_token_ids"}
     assert any("signature" in r.why for r in rules(doc, "/v1/messages"))
     assert not any("signature" in r.why for r in rules(doc, "/v1/chat/completions"))

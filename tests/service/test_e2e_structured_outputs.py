@@ -133,3 +133,35 @@ def test_refusals_name_the_field_sent(spec_servers, path, extra, param, words):
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["param"] == param and words in err["message"], err
+
+
+def _ids(srv, text: str) -> list[int]:
+    r = httpx.post(srv["url"] + "/tokenize", json={"prompt": text, "add_special_tokens": False})
+    return r.json()["tokens"]
+
+
+def _contains(seq: list[int], sub: list[int]) -> bool:
+    return any(seq[i:i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1))
+
+
+def test_token_filters_hold_under_speculation_and_equal_plain(spec_servers):
+    """The passage invites n-gram drafts of the banned word; the verifier must mask them as
+    plain decoding does."""
+    on, off = spec_servers
+    banned = [_ids(off, w) for w in ("committee", " committee", " budget")]
+    digits = sorted({t for d in "0123456789" for t in _ids(off, d)})
+    cases = [({"bad_words": ["committee", "budget"]},
+              lambda ids: not any(_contains(ids, b) for b in banned)),
+             ({"allowed_token_ids": digits}, lambda ids: set(ids) <= set(digits))]
+    for extra, ok in cases:
+        got = []
+        for srv in (on, off):
+            r = httpx.post(srv["url"] + "/v1/chat/completions", timeout=600, json={
+                "model": "demo", "temperature": 0, "max_tokens": 40, "return_token_ids": True,
+                "messages": [{"role": "user", "content": f"Text: {PASSAGE}\n\nCopy the "
+                              "first sentence of the text exactly."}], **extra})
+            assert r.status_code == 200, r.text
+            ids = r.json()["choices"][0]["token_ids"]
+            assert ok(ids), (extra, ids)
+            got.append(ids)
+        assert got[0] == got[1], extra

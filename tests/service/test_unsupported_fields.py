@@ -147,12 +147,12 @@ VLLM_REJECTED = [
     (unsupported.CHAT, "echo", True),
     (unsupported.CHAT, "chat_template", "{{ messages }}"),
     (unsupported.CHAT, "add_special_tokens", True),
-    (unsupported.CHAT, "priority", 5), (unsupported.CHAT, "bad_words", ["x"]),
+    (unsupported.CHAT, "priority", 5), (unsupported.CHAT, "logits_processors", ["x"]),
     (unsupported.CHAT, "use_beam_search", True),
     (unsupported.COMPLETIONS, "length_penalty", 0.5),
     (unsupported.CHAT, "truncate_prompt_tokens", 8),  # on completions only
-    (unsupported.COMPLETIONS, "bad_words", ["x"]),
-    (unsupported.COMPLETIONS, "allowed_token_ids", [1, 2]),
+    (unsupported.COMPLETIONS, "spaces_between_special_tokens", False),
+    (unsupported.COMPLETIONS, "kv_transfer_params", {"do_remote_prefill": True}),
     (unsupported.COMPLETIONS, "return_tokens_as_token_ids", True),
 ]
 
