@@ -109,3 +109,29 @@ def test_image_part(matrix):
         model=matrix.model, messages=[{"role": "user", "content": content[:1]}],
         max_tokens=1, temperature=0))
     assert whole.usage.prompt_tokens > text_only.usage.prompt_tokens  # the image's tokens
+
+
+def test_structured_outputs(matrix):
+    """vLLM's structured_outputs through the SDK's extra_body, streamed and not."""
+    _, answer = _both(matrix, max_tokens=20,
+                      extra_body={"structured_outputs": {"choice": ["Paris", "Rome"]}})
+    assert answer["finish_reason"] == "stop" and answer["content"] in ("Paris", "Rome")
+
+
+PREFILL = {"role": "assistant", "content": '{"city": "'}
+
+
+def test_continue_final_message(matrix):
+    """The prompt ends inside the final assistant message on every file set (the published
+    template renders it and closes the turn; mistral-common takes it as a prefix)."""
+    msgs = [*USER, PREFILL]
+    ids = matrix.tokenizer.encode_chat(msgs, add_generation_prompt=False,
+                                       continue_final_message=True)
+    assert matrix.tokenizer.decode(ids, skip_special_tokens=False).endswith(
+        PREFILL["content"])
+    whole, answer = _both(matrix, messages=msgs, extra_body={
+        "continue_final_message": True, "add_generation_prompt": False})
+    assert whole.usage.prompt_tokens == len(ids)
+    plain = matrix.openai.completions.create(model=matrix.model, prompt=ids, max_tokens=12,
+                                             temperature=0)
+    assert answer["content"] == plain.choices[0].text

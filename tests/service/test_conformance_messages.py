@@ -125,3 +125,18 @@ def test_image_block(matrix):
     # the image's tokens; input_tokens leaves out what the prefix cache served
     # (cache_read_input_tokens), and the earlier identical request may have filled it
     assert prompt_tokens(m.usage) > prompt_tokens(text_only.usage)
+
+
+def test_prefill_is_continued(matrix):
+    """A final assistant message (Anthropic's prefill, as the SDK sends it) is continued:
+    the answer is what chat's continue_final_message gives, on every file set."""
+    prefill = {"role": "assistant", "content": '{"city": "'}
+    m = _both(matrix, messages=[*USER, prefill])
+    chat = matrix.openai.chat.completions.create(
+        model=matrix.model, messages=[*USER, prefill], max_tokens=12, temperature=0,
+        extra_body={"continue_final_message": True, "add_generation_prompt": False})
+    assert "".join(b.text for b in m.content if b.type == "text") == \
+        (chat.choices[0].message.content or "")
+    counted = matrix.anthropic.messages.count_tokens(model=matrix.model,
+                                                    messages=[*USER, prefill])
+    assert counted.input_tokens == chat.usage.prompt_tokens
