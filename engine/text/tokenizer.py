@@ -237,10 +237,8 @@ class Tokenizer:
 
     def _mistral_common(self, messages: Sequence[Mapping[str, Any]], tools: Any,
                         continue_final_message: bool = False) -> tuple[list[int], str]:
-        msgs = normalize_messages(messages, self.content_format)
-        if continue_final_message:
-            return self._chat_encoder(msgs, tools, continue_final_message=True)
-        return self._chat_encoder(msgs, tools)
+        return self._chat_encoder(normalize_messages(messages, self.content_format), tools,
+                                  continue_final_message=continue_final_message)
 
     def encode_chat(self, messages: Sequence[Mapping[str, Any]],
                     add_generation_prompt: bool = True, continue_final_message: bool = False,

@@ -57,6 +57,7 @@ async def models(state: ReadyStateDep) -> dict[str, Any]:
     **errors(400, 401, 404, 408, 429, 503, rules=rejections.COMPLETIONS)})
 async def completions(body: CompletionRequest, request: Request, state: ReadyStateDep):
     model = check_model(state, body.model)
+    check_prompt_logprobs(body)
     constraint = completion_constraint(body)
     grammar = (None if constraint is None
                else await run_in_threadpool(compile_spec, state.backend, *constraint))
@@ -64,7 +65,6 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
                                              body.add_special_tokens,
                                              body.truncate_prompt_tokens)
     echo_lps = body.echo and body.logprobs is not None  # prompt logprobs are computed
-    check_prompt_logprobs(body)
     wanted = [k for k in (body.logprobs if echo_lps else None, body.prompt_logprobs)
               if k is not None]
     params = make_params(state, body, body.logprobs, max(wanted) if wanted else None,
