@@ -45,6 +45,9 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
     ("--allowed-local-media-path", Path, "directory file:// image URLs may read (default: "
                                          "file:// refused)"),
     ("--image-cache-mib", int, "encoded images kept for reuse, LRU (default 512)"),
+    ("--responses-store-mib", int, "/v1/responses kept for previous_response_id and GET, "
+                                   "LRU, per API key, in this process (default 256; 0: "
+                                   "store nothing)"),
     ("--speculative-config", str, "speculative decoding, vLLM's JSON: '{\"method\": "
                                   "\"ngram\", \"num_speculative_tokens\": 4, "
                                   "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' "

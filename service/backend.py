@@ -26,6 +26,7 @@ from engine.spec.config import SpeculativeConfig
 from engine.stream import LoopDispatcher
 from service.metrics import ServingMetrics, build_registry
 from service.settings import Settings
+from service.store.responses import ResponseStore
 from service.tool_calls.select import ParserChoice, choose_parsers
 from service.translate.signature import ThinkingSigner
 
@@ -112,6 +113,8 @@ class ServingState:
         self.parsers: ParserChoice = ParserChoice(None, None, "")  # set by attach
         key = settings.thinking_signature_key
         self.signer = ThinkingSigner(key.get_secret_value().encode() if key else None)
+        mib = settings.responses_store_mib
+        self.responses: ResponseStore | None = ResponseStore(mib * 2**20) if mib else None
 
     def attach(self, backend: ModelBackend) -> None:
         """Start serving ``backend``; called on the event loop (the lifespan)."""

@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 
 from service.backend import ServingState
 from service.errors import APIError
+from service.store.responses import tenant_of
 
 
 def get_state(request: Request) -> ServingState:
@@ -35,11 +36,7 @@ def require_api_key(request: Request) -> None:
     keys = request.app.state.serving.settings.api_keys
     if not keys:
         return
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    given = token.strip().encode() if scheme.lower() == "bearer" else b""
-    if not given:
-        given = request.headers.get("x-api-key", "").strip().encode()
+    given = presented_key(request).encode()
     ok = False
     for key in keys:
         ok |= hmac.compare_digest(given, key.encode())
@@ -47,6 +44,21 @@ def require_api_key(request: Request) -> None:
         raise APIError(401, "invalid or missing API key (Authorization: Bearer <key>, "
                        "or x-api-key: <key>)", code="invalid_api_key",
                        headers={"WWW-Authenticate": "Bearer"})
+
+
+def presented_key(request: Request) -> str:
+    """The key the request presents ("" for none): ``Authorization: Bearer <key>``, else
+    ``x-api-key``."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    given = token.strip() if scheme.lower() == "bearer" else ""
+    return given or request.headers.get("x-api-key", "").strip()
+
+
+def store_tenant(request: Request) -> str:
+    """The response store's namespace of an authenticated request: its API key's, or the
+    one namespace of a server that takes no keys."""
+    keys = request.app.state.serving.settings.api_keys
+    return tenant_of(presented_key(request) if keys else None)
 
 
 def check_model(state: ServingState, model: str | None) -> str:

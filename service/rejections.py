@@ -178,6 +178,28 @@ RESPONSES = (
     Rule("reasoning.summary", "is not supported", "reasoning summaries are not written"),
     Rule("reasoning.generate_summary", "is not supported",
          "reasoning summaries are not written"),
+    Rule("previous_response_id", "not found", "previous_response_id names a response this "
+         "server stored for the same API key and still keeps"),
+    Rule("store", "stores no responses", "store true needs a server that keeps responses "
+         "(--responses-store-mib above 0)"),
+)
+
+
+_UNSERVED_QUERY = "stored responses are returned whole, with what their request included"
+STORED_QUERY = (
+    Rule("stream", "is not supported here", "a stored response is not streamed again "
+         "(stream=false is accepted); " + _UNSERVED_QUERY),
+    Rule("include", "is not supported here", _UNSERVED_QUERY),
+    Rule("starting_after", "is not supported here", "a stored response is not streamed "
+         "again"),
+)
+INPUT_ITEMS = (
+    Rule("after", "is no input item", "after names an input item of the response"),
+    Rule("include", "is not supported here", _UNSERVED_QUERY),
+)
+CANCEL = (
+    Rule("response_id", "only background responses", "only background responses can be "
+         "cancelled, and background is not served: a stored response is complete"),
 )
 
 

@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     max_media_bytes: int = Field(20 * 2**20, ge=1)
     allowed_local_media_path: Path | None = None
     image_cache_mib: int = Field(512, ge=0)  # encoded images kept for reuse (LRU)
+    # the Responses API's stored responses (service/store/responses.py), LRU, per API
+    # key, in this process's memory; 0: nothing is stored (store: true is a 400)
+    responses_store_mib: int = Field(256, ge=0)
     # speculative decoding (engine/spec/config.py): vLLM's JSON object; None = off
     speculative_config: str | None = None
     # the HMAC key of Anthropic thinking-block signatures (service/translate/signature.py);

@@ -58,7 +58,8 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
                              "thinking"}),
     RESPONSES: frozenset({"model", "input", "instructions", "tools", "tool_choice",
                           "parallel_tool_calls", "text", "max_output_tokens", "temperature",
-                          "top_p", "stream", "reasoning", "include", "top_logprobs"}),
+                          "top_p", "stream", "reasoning", "include", "top_logprobs",
+                          "store", "previous_response_id", "metadata"}),
 }
 
 NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
@@ -88,10 +89,7 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
     COUNT_TOKENS: {"mcp_servers": (None, []), "context_management": (None,),
                    "output_config": (None,), "speed": (None, "standard")},
     RESPONSES: {
-        # stateless: nothing is stored, so nothing can be continued or fetched later
-        "store": (None, False),
-        "previous_response_id": (None,),
-        "conversation": (None,),
+        "conversation": (None,),  # the Conversations API: not served
         "background": (None, False),
         "prompt": (None,),  # stored prompt templates
         "max_tool_calls": (None,),
@@ -150,7 +148,7 @@ HINTS: Mapping[str, frozenset[str]] = {
     MESSAGES: frozenset({"metadata", "cache_control", "inference_geo", "diagnostics",
                          "user_profile_id", "workspace_id"}),
     COUNT_TOKENS: frozenset({"cache_control", "user_profile_id", "workspace_id"}),
-    RESPONSES: frozenset(("user", "safety_identifier", "metadata", "stream_options")
+    RESPONSES: frozenset(("user", "safety_identifier", "stream_options")
                          + _CACHE_HINTS),
 }
 

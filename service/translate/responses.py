@@ -1,5 +1,5 @@
-"""OpenAI's Responses API (the stateless subset, as vLLM serves it) onto the chat run: a
-ResponsesRequest becomes the ChatCompletionRequest it means.
+"""OpenAI's Responses API onto the chat run: a ResponsesRequest becomes the
+ChatCompletionRequest it means.
 
 - ``instructions`` is a system message first; ``input`` a string (one user message) or
   items: ``message`` items (``input_text`` / ``output_text`` parts are text parts,
@@ -20,11 +20,20 @@ ResponsesRequest becomes the ChatCompletionRequest it means.
 
 The output (service/translate/responses_stream.py) is built by one encoder for both
 modes: the non-streaming body is the stream's last snapshot.
+
+``previous_response_id`` continues a stored response (service/store/responses.py): the
+prompt is built from its context, its output items read back as input items (as a
+client sending the whole history would), then this request's input; ``instructions``
+are this request's only.
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
 from typing import Any
+
+from pydantic import TypeAdapter
 
 from service.errors import APIError
 from service.schemas import ChatCompletionRequest
@@ -34,10 +43,40 @@ from service.translate.anthropic import validated
 from service.translate.schemas import (
     FunctionCallItem,
     FunctionCallOutputItem,
+    InputItem,
     InputText,
     MessageItem,
     ResponsesRequest,
 )
+
+_ITEMS: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
+_ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco",
+              "reasoning": "rs"}
+
+
+def own_items(body: ResponsesRequest) -> list[InputItem]:
+    """The request's input as items (a string is one user message)."""
+    if isinstance(body.input, str):
+        return [MessageItem(role="user", content=body.input)]
+    return list(body.input)
+
+
+def output_items(output: list[dict[str, Any]]) -> list[InputItem]:
+    """A response's output items as the input items a client would send back."""
+    return _ITEMS.validate_python(output)
+
+
+def items_json(items: Sequence[InputItem]) -> list[dict[str, Any]]:
+    """Input items as ``GET /v1/responses/{id}/input_items`` lists them: each with an id,
+    a message's string content as one text part."""
+    out = []
+    for item in items:
+        data = item.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if isinstance(item, MessageItem) and isinstance(item.content, str):
+            kind = "output_text" if item.role == "assistant" else "input_text"
+            data["content"] = [{"type": kind, "text": item.content}]
+        out.append({"id": f"{_ID_PREFIX[item.type]}_{uuid.uuid4().hex}", **data})
+    return out
 
 
 def _parts(content: Any) -> Any:
@@ -53,13 +92,11 @@ def _call(item: FunctionCallItem) -> dict[str, Any]:
             "function": {"name": item.name, "arguments": item.arguments}}
 
 
-def _messages(body: ResponsesRequest) -> list[dict[str, Any]]:
+def _messages(body: ResponsesRequest, context: Sequence[InputItem]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if body.instructions:
         out.append({"role": "system", "content": body.instructions})
-    if isinstance(body.input, str):
-        return out + [{"role": "user", "content": body.input}]
-    for item in body.input:
+    for item in context:
         last = out[-1] if out else None
         if isinstance(item, MessageItem):
             out.append({"role": item.role, "content": _parts(item.content)})
@@ -134,9 +171,12 @@ def _logprobs(body: ResponsesRequest, parsers: ParserChoice) -> int | None:
     return body.top_logprobs or 0
 
 
-def to_chat(body: ResponsesRequest, parsers: ParserChoice, tok: Any) -> ChatCompletionRequest:
-    """The chat request ``body`` means; ``tok``: the model's tokenizer."""
-    data: dict[str, Any] = {"model": body.model, "messages": _messages(body),
+def to_chat(body: ResponsesRequest, parsers: ParserChoice, tok: Any,
+            context: Sequence[InputItem] | None = None) -> ChatCompletionRequest:
+    """The chat request ``body`` means; ``tok``: the model's tokenizer; ``context``: the
+    input items the prompt is built from (default: the request's own)."""
+    items = own_items(body) if context is None else context
+    data: dict[str, Any] = {"model": body.model, "messages": _messages(body, items),
                             "parallel_tool_calls": body.parallel_tool_calls,
                             "stream": body.stream}
     top = _logprobs(body, parsers)

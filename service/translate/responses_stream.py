@@ -32,15 +32,17 @@ def _new_id(prefix: str) -> str:
 class ResponseStream:
     def __init__(self, resp_id: str, head: dict[str, Any], reader: ChoiceReader,
                  prompt_tokens: int, reasoning: bool,
-                 entries: Callable[[Sequence[TokenLogprob]], list[dict[str, Any]]] | None = None
-                 ) -> None:
+                 entries: Callable[[Sequence[TokenLogprob]], list[dict[str, Any]]] | None = None,
+                 on_done: Callable[[dict[str, Any]], None] | None = None) -> None:
         """``head``: the request's echoed fields (model, tools, tool_choice, ...).
         ``entries``: the logprob entries of generated tokens (include
         message.output_text.logprobs; the output is read as plain text, so each token is
         the message's): a text delta carries those of the tokens fed since the last one, and
-        the ones left at the end (text held back, the end token) go to the message's part."""
+        the ones left at the end (text held back, the end token) go to the message's part.
+        ``on_done``: called with the finished response (completed or incomplete; not on an
+        error or a client that left)."""
         self.reader, self.prompt_tokens, self.reasoning = reader, prompt_tokens, reasoning
-        self.entries = entries
+        self.entries, self.on_done = entries, on_done
         self.pending: list[dict[str, Any]] = []  # entries no text delta has carried yet
         self.response = {"id": resp_id, "object": "response", "created_at": int(time.time()),
                          "status": "in_progress", "error": None, "incomplete_details": None,
@@ -160,6 +162,8 @@ class ResponseStream:
                       "output_tokens": self.output_tokens,
                       "output_tokens_details": {"reasoning_tokens": reasoning},
                       "total_tokens": self.prompt_tokens + self.output_tokens}
+        if self.on_done is not None:
+            self.on_done(r)
         return events + [self._ev("response.completed", response=r)]
 
     def chunk(self, out: RequestOutput) -> list[Event]:

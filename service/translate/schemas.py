@@ -138,7 +138,7 @@ class CountTokensRequest(_AnthropicBody):
     openai_endpoint: ClassVar[str | None] = unsupported.COUNT_TOKENS
 
 
-# --- /v1/responses (OpenAI's Responses API, the stateless subset) ---
+# --- /v1/responses (OpenAI's Responses API) ---
 
 class InputText(_Body):
     type: Literal["input_text", "output_text"]  # output_text: an earlier answer's text
@@ -248,3 +248,11 @@ class ResponsesRequest(_Body):
     # of OpenAI's include values, "message.output_text.logprobs" is served
     include: list[str] | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    # kept for previous_response_id and GET (service/store/responses.py); null: stored
+    # when the server keeps responses (--responses-store-mib), as OpenAI's default
+    store: bool | None = None
+    previous_response_id: Annotated[str, Field(min_length=1)] | None = None
+    # echoed and stored: at most 16 pairs, keys up to 64 characters, values up to 512
+    metadata: Annotated[dict[Annotated[str, Field(max_length=64)],
+                             Annotated[str, Field(max_length=512)]],
+                        Field(max_length=16)] | None = None

@@ -2,7 +2,8 @@
 conformance.py: one server per checkpoint). Each request: HTTP 200, a result valid for
 its schema, and the SDK's stream accumulator (``responses.stream``) ends with the
 response the non-streamed request gave (greedy). The agent loop sends the returned
-output items back as the SDK serializes them (``model_dump()``)."""
+output items back as the SDK serializes them (``model_dump()``), or continues the stored
+response by ``previous_response_id``."""
 
 from __future__ import annotations
 
@@ -94,6 +95,39 @@ def test_agent_loop(matrix):
     # the answer's items go back too, then the user's next turn
     nxt = [*history, *(o.model_dump() for o in r.output), {"role": "user", "content": "Thanks"}]
     _both(matrix, input=nxt, tools=TOOLS, tool_choice="none", max_output_tokens=4)
+
+
+def test_agent_loop_by_previous_response_id(matrix):
+    """The same loop, each turn sending only its new items and the previous response's
+    id: every turn answers exactly what the whole history sent again answers (greedy,
+    the same prompt), streamed or not, and the stored response reads back unchanged."""
+    sdk, kw = matrix.openai, {"model": matrix.model, "temperature": 0, "tools": TOOLS}
+    first = ok(sdk.responses.with_raw_response.create(
+        input=USER, tool_choice="required", parallel_tool_calls=False,
+        max_output_tokens=60, **kw))
+    assert _calls(first) and first.store
+    outputs = [{"type": "function_call_output", "call_id": c.call_id, "output": RESULT}
+               for c in _calls(first)]
+    history = [*USER, *(o.model_dump() for o in first.output), *outputs]
+    chained = ok(sdk.responses.with_raw_response.create(
+        input=outputs, previous_response_id=first.id, max_output_tokens=24, **kw))
+    with sdk.responses.stream(input=outputs, previous_response_id=first.id,
+                              max_output_tokens=24, **kw) as stream:
+        streamed = stream.get_final_response()
+    replayed = _both(matrix, input=history, tools=TOOLS, max_output_tokens=24)
+    for r in (chained, streamed):
+        assert response_items(r) == response_items(replayed)
+        assert (r.usage.input_tokens, r.usage.output_tokens) == (
+            replayed.usage.input_tokens, replayed.usage.output_tokens)
+    assert response_items(sdk.responses.retrieve(chained.id)) == response_items(chained)
+    nxt = {"role": "user", "content": "Thanks"}
+    third = ok(sdk.responses.with_raw_response.create(
+        input=[nxt], previous_response_id=chained.id, tool_choice="none",
+        max_output_tokens=4, **kw))
+    again = _both(matrix, input=[*history, *(o.model_dump() for o in chained.output), nxt],
+                  tools=TOOLS, tool_choice="none", max_output_tokens=4)
+    assert response_items(third) == response_items(again)
+    assert third.usage.input_tokens == again.usage.input_tokens
 
 
 # Block order is output order in both modes: on the demo model max_tokens can cut a

@@ -1,7 +1,7 @@
 """/v1/responses on the scripted model (tests/service/scripted_backend.py): the exact
 event sequences for text, reasoning and function calls, the non-streaming body equal to
 the stream's final response, input items (function_call, function_call_output), the
-stateless refusals, and the openai SDK's stream helper reassembling the events."""
+refusals, and the openai SDK's stream helper reassembling the events."""
 
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def test_input_items_with_a_call_and_its_output(client):
 
 
 @pytest.mark.parametrize("extra, param", [
-    ({"store": True}, "store"), ({"previous_response_id": "resp_1"}, "previous_response_id"),
+    ({"previous_response_id": "resp_1"}, "previous_response_id"),
     ({"tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
     ({"input": [{"type": "input_file", "file_id": "f"}]}, "input"),
 ])

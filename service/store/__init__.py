@@ -1,0 +1,1 @@
+"""State kept between requests: the Responses API's stored responses (responses.py)."""
