@@ -72,6 +72,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
                    default=None, help="reuse the KV blocks of prompt prefixes earlier "
                    "requests computed (default on; FP8SERVE_ENABLE_PREFIX_CACHING)")
+    p.add_argument("--scheduling-policy", choices=("fcfs", "priority"), default=None,
+                   help="fcfs (default): first come, first served; priority: a request's "
+                   "priority field (lower first, then arrival) orders the queue and which "
+                   "sequence is preempted when the KV cache runs out (vLLM's)")
     p.add_argument("--tool-call-parser", choices=("auto", "mistral", "hermes", "none"),
                    default=None, help="how chat outputs become tool_calls (default auto: "
                    "mistral for [TOOL_CALLS] tokenizers, hermes for <tool_call> templates)")
@@ -99,7 +103,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     given: dict[str, Any] = {}
     for name in (["model", "generation_config", "enable_prefix_caching", "tool_call_parser",
                   "reasoning_parser", "lm_head_dtype", "limit_mm_per_prompt",
-                  "kv_cache_dtype"]
+                  "kv_cache_dtype", "scheduling_policy"]
                  + [f[0][2:].replace("-", "_") for f in FLAGS]):
         if getattr(args, name, None) is not None:
             given[name] = getattr(args, name)

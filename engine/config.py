@@ -122,6 +122,9 @@ class EngineConfig:
     max_prefill_tokens_with_decodes: int = 0
     # share computed KV blocks between requests with the same leading tokens (engine/kv/)
     enable_prefix_caching: bool = True
+    # fcfs, or priority: requests' priority orders the queue and preemption
+    # (engine/scheduler.py SCHEDULING_POLICIES)
+    scheduling_policy: str = "fcfs"
     threads: int | None = None  # torch intra-op threads; None = all cores
     # freed step buffers the malloc heap keeps for the next step (engine/memory.py
     # retain_heap); 0 = the C library's defaults
@@ -141,6 +144,8 @@ class EngineConfig:
         _require(self.max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1")
         _require(self.max_prefill_tokens_with_decodes >= 0,
                  "max_prefill_tokens_with_decodes must be >= 0 (0: no cap)")
+        _require(self.scheduling_policy in ("fcfs", "priority"),
+                 f"scheduling_policy {self.scheduling_policy!r} is not fcfs or priority")
         _require(self.threads is None or self.threads >= 1, "threads must be >= 1")
         _require(self.heap_retain_mib >= 0, "heap_retain_mib must be >= 0")
         _require(self.lm_head_dtype in LM_HEAD_DTYPES,

@@ -64,7 +64,7 @@ class Engine:
         self.spec = SpecDecoder(config.speculative_config, config.max_model_len)
         self.scheduler = Scheduler(allocator, config.max_num_seqs, config.max_num_batched_tokens,
                                    config.max_prefill_tokens_with_decodes or None, cache,
-                                   drafter=self._drafts)
+                                   drafter=self._drafts, policy=config.scheduling_policy)
         if config.speculative_config is not None:
             log.info("speculative decoding: %s", config.speculative_config.to_json())
         log.info("prefix caching %s (%d KV blocks of %d tokens)",
@@ -88,18 +88,27 @@ class Engine:
     def add_request(self, request_id: str, prompt_ids: list[int], params: Any,
                     sink: OutputSink, timeout: float | None = None,
                     cache_salt: str | None = None, images: tuple[Any, ...] = (),
-                    tag: str = "", prediction: tuple[int, ...] = ()) -> None:
+                    tag: str = "", prediction: tuple[int, ...] = (),
+                    priority: int = 0) -> None:
         """Queue a request. Raises InvalidRequestError, QueueFullError or
         EngineUnavailableError (and the observer counts the rejection). Requests with
         different ``cache_salt`` never share prefix-cache blocks. ``images``: encoded
         engine.vision.prompt_image.PromptImage in prompt order (features [T, H] bf16).
         ``tag`` comes back to the observer's on_finished (a metrics label).
         ``prediction``: token ids of the output the client expects (predicted outputs:
-        drafts, engine/spec/prediction.py); it never changes what is generated."""
+        drafts, engine/spec/prediction.py); it never changes what is generated.
+        ``priority``: lower runs first under priority scheduling; it must be 0 under FCFS
+        (InvalidRequestError naming ``priority``)."""
         try:
+            if priority and not self.scheduler.by_priority:
+                raise InvalidRequestError(
+                    f"priority {priority} needs priority scheduling, and this server "
+                    "schedules first come, first served (--scheduling-policy priority)",
+                    "priority")
             live = self._validate(request_id, prompt_ids, params, sink, timeout, cache_salt,
                                   images, tag)
             live.req.prediction_ids = tuple(prediction)
+            live.req.priority = priority
             with self._lock:
                 self._check_queue()
                 self._inbox.append(live)

@@ -42,6 +42,8 @@ class Request:
     arrival_time: float
     deadline: float | None = None  # engine clock; None = no timeout
     tag: str = ""  # a label for its metrics: the API it came through (service/metrics.py)
+    # priority scheduling (engine/scheduler.py): lower runs first; 0 under FCFS
+    priority: int = 0
     seq_id: int = -1
     status: RequestStatus = RequestStatus.WAITING
     output_ids: list[int] = field(default_factory=list)

@@ -13,6 +13,15 @@ Policy, each step, under a token budget of ``max_num_batched_tokens``:
    match its leading tokens and starts computing after them: the budget and the free
    blocks it needs count only the tokens still to compute.
 
+Priority scheduling (``policy="priority"``, vLLM's ``--scheduling-policy priority``):
+every order above is by (``priority``, arrival) instead, lower values first: the waiting
+queue (a preempted request goes back to its place in it), admission and decodes (at most
+one prompt is mid-prefill at a time, the last one admitted); and the sequence preempted
+on KV exhaustion is the running one with the largest (priority, arrival) not yet
+scheduled this step. A waiting request never preempts a running one to be admitted (as
+vLLM). Under ``"fcfs"`` every request's priority is 0 and the orders are the arrival
+orders above.
+
 With ``max_prefill_tokens_with_decodes`` set, a step that carries decodes gives steps 2 and
 3 at most that many tokens: a long prompt then reaches the streams already running as
 several shorter steps instead of one that stalls them all (inter-token latency), while a
@@ -46,6 +55,13 @@ from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.kv.block_allocator import BlockAllocator
 from engine.kv.prefix_cache import PrefixCache
 from engine.request import Request, RequestStatus
+
+SCHEDULING_POLICIES = ("fcfs", "priority")
+
+
+def _rank(req: Request) -> tuple[int, int]:
+    """A request's place under priority scheduling: lower first."""
+    return req.priority, req.seq_id
 
 
 class KvCapacityError(ValueError):
@@ -87,9 +103,13 @@ class Scheduler:
                  max_num_batched_tokens: int,
                  max_prefill_tokens_with_decodes: int | None = None,
                  prefix_cache: PrefixCache | None = None,
-                 drafter: Callable[[list[Request]], list[tuple[int, ...]]] | None = None
-                 ) -> None:
+                 drafter: Callable[[list[Request]], list[tuple[int, ...]]] | None = None,
+                 policy: str = "fcfs") -> None:
+        if policy not in SCHEDULING_POLICIES:
+            raise ValueError(f"scheduling policy {policy!r} is not one of "
+                             f"{', '.join(SCHEDULING_POLICIES)}")
         self.allocator = allocator
+        self.by_priority = policy == "priority"
         # decodes -> one proposal each (engine/spec/decoder.py); None = no speculation
         self.drafter = drafter
         self.prefix_cache = prefix_cache
@@ -112,7 +132,18 @@ class Scheduler:
 
     def add(self, req: Request) -> None:
         req.status = RequestStatus.WAITING
-        self.waiting.append(req)
+        self._enqueue(req, front=False)
+
+    def _enqueue(self, req: Request, front: bool) -> None:
+        """FCFS: a new request goes last, a preempted one first (it arrived before every
+        waiting one); priority: both go to their rank's place."""
+        if not self.by_priority:
+            (self.waiting.appendleft if front else self.waiting.append)(req)
+            return
+        at = len(self.waiting)
+        while at > 0 and _rank(self.waiting[at - 1]) > _rank(req):
+            at -= 1
+        self.waiting.insert(at, req)
 
     def remove(self, req: Request) -> None:
         """Drop a request (finished, aborted or failed) and free its KV blocks."""
@@ -146,6 +177,8 @@ class Scheduler:
                 self.prefix_cache.commit(req)
         decodes = [r for r in self.running if r.is_decoding]
         prefills = [r for r in self.running if not r.is_decoding]
+        if self.by_priority:
+            decodes.sort(key=_rank)
         budget = self._pick(decodes, budget, picked, preempted)
         num_decodes = len(picked)
         num_drafts = 0
@@ -211,7 +244,8 @@ class Scheduler:
         scheduled = {id(r) for r, _ in picked}
         while not self.allocator.grow(req.block_table, req.num_computed + n):
             victims = [r for r in self.running if id(r) not in scheduled]
-            victim = victims[-1]  # req itself is in victims, so this is never empty
+            # req itself is in victims, so this is never empty
+            victim = max(victims, key=_rank) if self.by_priority else victims[-1]
             self._preempt(victim)
             preempted.append(victim)
             if victim is req:
@@ -224,7 +258,7 @@ class Scheduler:
         req.num_computed = 0
         req.num_preemptions += 1
         req.status = RequestStatus.WAITING
-        self.waiting.appendleft(req)
+        self._enqueue(req, front=True)
 
     def _admit(self, budget: int, picked: list[tuple[Request, int]]) -> tuple[int, int]:
         """Admit waiting requests in order; returns the prefix cache's (tokens looked up,

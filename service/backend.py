@@ -72,6 +72,7 @@ def load_backend(settings: Settings) -> ModelBackend:
                        max_prefill_tokens_with_decodes=settings.max_prefill_tokens_with_decodes,
                        threads=settings.threads, heap_retain_mib=settings.heap_retain_mib,
                        enable_prefix_caching=settings.enable_prefix_caching,
+                       scheduling_policy=settings.scheduling_policy,
                        kernel=settings.kernel,
                        disabled_kernels=tuple(settings.disabled_kernels),
                        lm_head_dtype=settings.lm_head_dtype,

@@ -42,7 +42,7 @@ class Submission:
 
     def add(self, prompt_ids: list[int], params: SamplingParams,
             cache_salt: str | None = None, images: tuple[Any, ...] = (),
-            prediction: tuple[int, ...] = ()) -> None:
+            prediction: tuple[int, ...] = (), priority: int = 0) -> None:
         index = len(self.ids)
         rid = f"{self.id}-{index}"
 
@@ -52,6 +52,8 @@ class Submission:
         kw: dict[str, Any] = {"images": images} if images else {}  # fake engines lack them
         if prediction:
             kw["prediction"] = prediction
+        if priority:
+            kw["priority"] = priority
         self.engine.add_request(rid, prompt_ids, params, sink, timeout=self.timeout,
                                 cache_salt=cache_salt, tag=self.api, **kw)
         self.ids.append(rid)
@@ -87,16 +89,22 @@ class Submission:
 
 def submit(state: ServingState, prefix: str, prompts: list[list[int]],
            params: SamplingParams, n: int, cache_salt: str | None = None,
-           images: tuple[Any, ...] = (), prediction: tuple[int, ...] = ()) -> Submission:
+           images: tuple[Any, ...] = (), prediction: tuple[int, ...] = (),
+           priority: int = 0) -> Submission:
     """Queue n choices per prompt (choice index = prompt_index * n + j); seeded choices
     use seed + j so they differ. ``prediction``: every choice's predicted output (token
-    ids). On any refusal, what was queued is aborted."""
+    ids). ``priority``: vLLM's, lower first; a 400 naming it unless the server schedules
+    by priority. On any refusal, what was queued is aborted."""
+    if priority and state.settings.scheduling_policy != "priority":
+        raise APIError(400, f"priority: {priority} needs priority scheduling, and this "
+                       "server schedules first come, first served "
+                       "(--scheduling-policy priority)", "priority")
     sub = Submission(state, prefix)
     try:
         for ids in prompts:
             for j in range(n):
                 p = params if params.seed is None else replace(params, seed=params.seed + j)
-                sub.add(ids, p, cache_salt, images, prediction)
+                sub.add(ids, p, cache_salt, images, prediction, priority)
     except BaseException:
         sub.abort_all()
         raise

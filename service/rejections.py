@@ -46,6 +46,8 @@ SAMPLING = (
     _vocab("logit_bias"), _vocab("stop_token_ids"), _vocab("allowed_token_ids"),
     Rule("allowed_token_ids", "combined with a grammar", "allowed_token_ids goes without "
          "a grammar (structured outputs, response_format, tools)"),
+    Rule("priority", "needs priority scheduling", "a priority other than 0 needs a server "
+         "started with --scheduling-policy priority"),
 )
 IMAGES = (
     Rule("messages", "does not take images", "image parts need a model with a vision tower"),

@@ -127,6 +127,8 @@ class _Sampling(_Body):
     user: str | None = None
     # vLLM's: requests with different salts never share prefix-cache blocks
     cache_salt: str | None = Field(None, min_length=1)
+    # vLLM's: lower is served first under --scheduling-policy priority; 0 otherwise
+    priority: int = 0
     # vLLM's: the prompt's and each choice's token ids in the answer (and its chunks)
     return_token_ids: bool = False
     # vLLM's: each prompt token's logprob and rank, with this many alternatives

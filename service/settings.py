@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     threads: int | None = Field(None, ge=1)
     heap_retain_mib: int = Field(256, ge=0)  # freed step buffers kept; 0 = libc defaults
     enable_prefix_caching: bool = True  # share computed KV blocks of common prefixes
+    # fcfs; priority: a request's priority (lower first) orders the queue and preemption
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     kernel: str | None = None
     disabled_kernels: Annotated[tuple[str, ...], NoDecode] = ()
     # the lm_head's dtype: auto = the checkpoint's; fp8 quantizes a bf16 head at load

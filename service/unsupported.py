@@ -112,7 +112,6 @@ _VLLM_SAMPLING_NOOP: dict[str, tuple[Any, ...]] = {
     "truncate_prompt_tokens": (None,),
     "spaces_between_special_tokens": (None, True),
     "logits_processors": (None, []),
-    "priority": (None, 0),  # vLLM too refuses a priority without priority scheduling
     "stream_interval": (None, 1),
     "kv_transfer_params": (None,),
     "ec_transfer_params": (None,),

@@ -69,7 +69,8 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
               if k is not None]
     params = make_params(state, body, body.logprobs, max(wanted) if wanted else None,
                          grammar=grammar)
-    sub = submit(state, "cmpl", prompts, params, body.n, body.cache_salt)
+    sub = submit(state, "cmpl", prompts, params, body.n, body.cache_salt,
+                 priority=body.priority)
     fmt = Formatter(sub.id, model, token_text(state))
     echo = texts if body.echo else []
     if not body.stream:

@@ -43,7 +43,8 @@ class Recorder(EngineObserver):
 def make_engine(runner=None, clock=time.monotonic, **kw):
     cfg = EngineConfig(model_dir=".", max_num_seqs=kw.pop("max_num_seqs", 4),
                        max_model_len=kw.pop("max_model_len", 64),
-                       max_num_batched_tokens=kw.pop("budget", 16))
+                       max_num_batched_tokens=kw.pop("budget", 16),
+                       scheduling_policy=kw.pop("scheduling_policy", "fcfs"))
     return Engine(runner or CacheCheckingRunner(), FakeTokenizer(), cfg,
                   detokenizer=FakeDetokenizer, clock=clock, **kw)
 
@@ -137,6 +138,28 @@ def test_validation_queue_limit_and_rejection_counting():
     assert [e[0] for e in rec.events] == ["rejected"] * 3
     run_all(eng)
     collect(eng, "c", [1], SamplingParams(max_tokens=2))  # room again once drained
+
+
+def test_priority_needs_priority_scheduling_and_orders_the_queue():
+    rec = Recorder()
+    fcfs = make_engine(observer=rec)
+    with pytest.raises(InvalidRequestError) as ei:
+        collect(fcfs, "x", [1, 2], SamplingParams(max_tokens=2), priority=1)
+    assert ei.value.param == "priority" and "--scheduling-policy" in str(ei.value)
+    assert rec.events == [("rejected", "InvalidRequestError")]  # counted like any refusal
+    eng = make_engine(max_num_seqs=1, scheduling_policy="priority")
+    done = []
+    outs = {}
+    for rid, prio in [("a", 3), ("b", 0), ("c", 1), ("d", -1)]:
+        outs[rid] = []
+        eng.add_request(rid, [ord(rid), 2], SamplingParams(max_tokens=3, **GREEDY),
+                        lambda o, rid=rid: (outs[rid].append(o),
+                                            o.finished and done.append(rid)),
+                        priority=prio)
+    run_all(eng)
+    assert done == ["d", "b", "c", "a"]  # all waited for the one slot: lowest first
+    for rid, got in outs.items():
+        assert [o.token_ids[0] for o in got] == expected_tokens([ord(rid), 2], 3)
 
 
 def test_abort_and_timeout_free_kv():

@@ -39,17 +39,26 @@ def drive(sched: Scheduler, runner: CacheCheckingRunner, reqs: list[Request], *,
         used = sum(len(r.block_table) for r in sched.running)
         assert used == round(sched.allocator.usage * sched.allocator.num_blocks)
         log.append(out)
-        logits = runner.run(batch)
-        spans = out.logit_spans()
-        for req, chunk, (first, n) in zip(out.requests, batch.chunks, spans, strict=True):
-            assert chunk.start_pos == req.num_computed
-            req.num_computed += chunk.num_tokens
-            if n:
-                req.output_ids.append(int(logits[first + n - 1].argmax()))
-                if len(req.output_ids) == req.params.max_tokens:
-                    req.status = RequestStatus.FINISHED
-                    sched.remove(req)
+        advance(sched, runner, out)
+        # a prompt is left mid-prefill only when the budget ran out on it, so the next
+        # step continues it before admitting another (priority scheduling relies on it)
+        assert sum(0 < r.num_computed < len(r.prompt_ids) for r in sched.running) <= 1
     raise AssertionError("did not finish")
+
+
+def advance(sched: Scheduler, runner: CacheCheckingRunner, out) -> None:
+    """Play the engine's part for one scheduled step: run it, append each sampled token
+    and drop the requests that reached max_tokens."""
+    logits = runner.run(out.batch)
+    spans = out.logit_spans()
+    for req, chunk, (first, n) in zip(out.requests, out.batch.chunks, spans, strict=True):
+        assert chunk.start_pos == req.num_computed
+        req.num_computed += chunk.num_tokens
+        if n:
+            req.output_ids.append(int(logits[first + n - 1].argmax()))
+            if len(req.output_ids) == req.params.max_tokens:
+                req.status = RequestStatus.FINISHED
+                sched.remove(req)
 
 
 def test_decodes_are_never_stalled_by_a_long_prompt():

@@ -27,7 +27,8 @@ def fake_loader(delay_s: float = 0.0, num_kv_blocks: int = 64, fail_on_token=Non
                            max_model_len=settings.max_model_len,
                            max_num_batched_tokens=settings.max_num_batched_tokens,
                            max_prefill_tokens_with_decodes=(
-                               settings.max_prefill_tokens_with_decodes))
+                               settings.max_prefill_tokens_with_decodes),
+                           scheduling_policy=settings.scheduling_policy)
         hw = HardwareInfo.fake("avx2", "fma")
         return ModelBackend(runner, FakeTokenizer(), MODEL, hw, cfg, FakeDetokenizer,
                             sampling_defaults=sampling_defaults or SamplingDefaults())

@@ -152,7 +152,7 @@ VLLM_REJECTED = [
     (unsupported.CHAT, "echo", True),
     (unsupported.CHAT, "chat_template", "{{ messages }}"),
     (unsupported.CHAT, "add_special_tokens", True),
-    (unsupported.CHAT, "priority", 5), (unsupported.CHAT, "logits_processors", ["x"]),
+    (unsupported.CHAT, "logits_processors", ["x"]),
     (unsupported.CHAT, "use_beam_search", True),
     (unsupported.COMPLETIONS, "length_penalty", 0.5),
     (unsupported.CHAT, "truncate_prompt_tokens", 8),  # on completions only
