@@ -20,6 +20,7 @@ from service.deps import check_model
 from service.errors import APIError
 from service.generation import Choice, Submission, collect, submit
 from service.images import encode_chat_prompt
+from service.prompts import truncate_prompt
 from service.schemas import ChatCompletionRequest, PredictionContent
 from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.grammar import compile_plan_grammar
@@ -118,6 +119,17 @@ def encode_prediction(state: ServingState, prediction: PredictionContent | None
     return tuple(ids)
 
 
+def truncate_chat(state: ServingState, prompt: list[int], images: Sequence[Any],
+                  keep: int | None) -> list[int]:
+    """The rendered prompt's last ``keep`` ids (vLLM's truncate_prompt_tokens); a 400 when
+    that would cut a prompt with images (their places are counted from its start)."""
+    kept = truncate_prompt(state, prompt, keep)
+    if images and len(kept) < len(prompt):
+        raise APIError(400, "truncate_prompt_tokens: a prompt with images is never cut "
+                       f"({len(prompt)} tokens, {len(kept)} kept)", "truncate_prompt_tokens")
+    return kept
+
+
 async def chat_prompt(state: ServingState, body: ChatCompletionRequest
                       ) -> tuple[str, ChatPlan, list[int]]:
     """The served model name, the plan and the prompt ids (what count_tokens needs)."""
@@ -137,6 +149,7 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
     grammar = await run_in_threadpool(compile_plan_grammar, state.backend, plan)
     prompt, images = await run_in_threadpool(encode_chat_prompt, state, body.messages,
                                              body.add_generation_prompt, plan)
+    prompt = truncate_chat(state, prompt, images, body.truncate_prompt_tokens)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = make_params(state, body, logprobs, body.prompt_logprobs, grammar=grammar,
                          thinking=thinking)

@@ -52,21 +52,25 @@ def text_offsets(tokens: Sequence[str], start: int = 0) -> list[int]:
 
 
 def completion_logprobs(lps: Sequence[TokenLogprob], text_of: TokenText,
-                        offset: int = 0) -> dict[str, Any]:
+                        offset: int = 0, real_text: TokenText | None = None
+                        ) -> dict[str, Any]:
+    """``text_of`` names the tokens; text_offset counts ``real_text`` (default
+    ``text_of``): offsets stay offsets into the answer's text when tokens are named by id."""
     tokens = [text_of(lp.token_id) for lp in lps]
-    offsets = text_offsets(tokens, offset)
+    offsets = text_offsets([(real_text or text_of)(lp.token_id) for lp in lps], offset)
     return {"tokens": tokens, "token_logprobs": [lp.logprob for lp in lps],
             "top_logprobs": [{text_of(t): v for t, v in lp.top} for lp in lps],
             "text_offset": offsets}
 
 
 def echo_logprobs(prompt_ids: Sequence[int], prompt_lps: Sequence[TokenLogprob | None],
-                  generated: dict[str, Any], text_of: TokenText) -> dict[str, Any]:
+                  generated: dict[str, Any], text_of: TokenText,
+                  real_text: TokenText | None = None) -> dict[str, Any]:
     """Completion logprobs with the echoed prompt in front (OpenAI's echo + logprobs): one
     entry per prompt token, the first with null logprobs (it has no context), offsets from
     0; ``generated`` (completion_logprobs with the prompt text's length as offset) follows."""
     tokens = [text_of(t) for t in prompt_ids]
-    offsets = text_offsets(tokens)
+    offsets = text_offsets([(real_text or text_of)(t) for t in prompt_ids])
     return {
         "tokens": tokens + generated["tokens"],
         "token_logprobs": [None if lp is None else lp.logprob for lp in prompt_lps]
@@ -121,8 +125,13 @@ class Formatter:
     """Builds bodies for one HTTP request (fixed id, created time and model name)."""
 
     def __init__(self, rid: str, model: str, text_of: TokenText,
-                 bytes_of: TokenBytes | None = None) -> None:
+                 bytes_of: TokenBytes | None = None,
+                 decoded_of: TokenText | None = None) -> None:
+        """``text_of`` / ``bytes_of`` name tokens in logprobs; ``decoded_of`` (default
+        ``text_of``) is each token's text: prompt_logprobs' decoded_token and what
+        text_offset counts."""
         self.id, self.model, self.text_of, self.bytes_of = rid, model, text_of, bytes_of
+        self.decoded_of = text_of if decoded_of is None else decoded_of
         self.created = int(time.time())
 
     def _head(self, obj: str) -> dict[str, Any]:
@@ -148,7 +157,7 @@ class Formatter:
                         "stop_reason": c.stop_reason})
             if prompt_k is not None:
                 out[-1]["prompt_logprobs"] = prompt_logprobs(c.prompt_logprobs or (),
-                                                             prompt_k, self.text_of)
+                                                             prompt_k, self.decoded_of)
             if token_ids:
                 out[-1].update(prompt_token_ids=list(prompt_ids[i // n]),
                                token_ids=list(c.token_ids))
@@ -161,10 +170,11 @@ class Formatter:
                             ) -> dict[str, Any]:
         """Generated tokens' logprobs; with ``prompt_ids`` and ``prompt_lps`` (echo), the
         prompt's in front."""
-        generated = completion_logprobs(lps, self.text_of, offset)
+        generated = completion_logprobs(lps, self.text_of, offset, self.decoded_of)
         if prompt_ids is None or prompt_lps is None:
             return generated
-        return echo_logprobs(prompt_ids, prompt_lps, generated, self.text_of)
+        return echo_logprobs(prompt_ids, prompt_lps, generated, self.text_of,
+                             self.decoded_of)
 
     def completion_chunk(self, index: int, text: str, lps: Sequence[TokenLogprob] | None,
                          reason: FinishReason | None, stop_reason: Any = None,
@@ -176,7 +186,7 @@ class Formatter:
         logprobs = None
         if lps is not None:
             logprobs = (self.completion_logprobs(lps, len(prefix), echo[1], echo[2])
-                        if echo is not None else completion_logprobs(lps, self.text_of))
+                        if echo is not None else self.completion_logprobs(lps, 0))
         choice = {"index": index, "text": prefix + text, "logprobs": logprobs,
                   "finish_reason": finish_reason(reason)}
         if reason is not None:
@@ -204,7 +214,7 @@ class Formatter:
             body["prompt_token_ids"] = list(prompt_ids)
         if prompt_k is not None:
             body["prompt_logprobs"] = prompt_logprobs(choices[0].prompt_logprobs or (),
-                                                      prompt_k, self.text_of)
+                                                      prompt_k, self.decoded_of)
         if details is not None:
             body["usage"]["completion_tokens_details"] = details
         return body

@@ -36,7 +36,7 @@ def _document_start(tok: Any) -> list[int]:
     return sorted(getattr(tok, "eos_token_ids", ()) or ())[:1]
 
 
-def _truncate(state: ServingState, ids: list[int], keep: int | None) -> list[int]:
+def truncate_prompt(state: ServingState, ids: list[int], keep: int | None) -> list[int]:
     """The last ``keep`` ids (vLLM's truncate_prompt_tokens; -1: max_model_len)."""
     if keep is None:
         return ids
@@ -66,12 +66,12 @@ def encode_prompts(state: ServingState, prompt: Any, add_special_tokens: bool = 
         if isinstance(p, str):
             encoded = tok.encode(p, add_special_tokens=add_special_tokens)
             encoded = encoded or _document_start(tok)
-            kept = _truncate(state, encoded, truncate)
+            kept = truncate_prompt(state, encoded, truncate)
             ids.append(_check_ids(state, kept, param))
             texts.append(p if len(kept) == len(encoded)
                          else tok.decode(kept, skip_special_tokens=False))
         else:
-            kept = _truncate(state, list(p), truncate)
+            kept = truncate_prompt(state, list(p), truncate)
             ids.append(_check_ids(state, kept, param))
             texts.append(tok.decode(kept, skip_special_tokens=False))
     return ids, texts

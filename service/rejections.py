@@ -118,18 +118,21 @@ REASONING = (
     Rule("reasoning_effort", "is not supported", "of the efforts only none is served"),
 )
 
+TRUNCATE = Rule("truncate_prompt_tokens", "keep at least 1",
+                "truncate_prompt_tokens keeps 1 or more tokens, or -1 (max_model_len)")
 COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
                Rule("response_format", "as a grammar", "the format's schema must compile "
                     "to a grammar for the model's tokenizer (llguidance)"),
                Rule("prompt", "max_model_len", "the prompt must leave room to generate"),
-               Rule("truncate_prompt_tokens", "keep at least 1",
-                    "truncate_prompt_tokens keeps 1 or more tokens, or -1 (max_model_len)"),
+               TRUNCATE,
                Rule("prompt", "prompt is empty", "a text that encodes to no tokens needs a "
                     "tokenizer with a BOS or EOS token to start the document"))
 PREDICTION = (Rule("prediction", "longer than max_model_len",
                    "a prediction must not exceed max_model_len tokens"),)
 CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDICTION,
-        *STRUCTURED, *TEMPLATE, *CONTINUE)
+        *STRUCTURED, *TEMPLATE, *CONTINUE, TRUNCATE,
+        Rule("truncate_prompt_tokens", "with images is never cut",
+             "truncate_prompt_tokens must keep the whole of a prompt with images"))
 TOKENIZE = (*TOOL_TURNS, *MESSAGES)
 DETOKENIZE = (_vocab("tokens"),)
 

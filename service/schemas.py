@@ -131,6 +131,10 @@ class _Sampling(_Body):
     priority: int = 0
     # vLLM's: the prompt's and each choice's token ids in the answer (and its chunks)
     return_token_ids: bool = False
+    # vLLM's: logprobs name each token "token_id:<id>" (ids a client can map back)
+    return_tokens_as_token_ids: bool = False
+    # vLLM's: the last N prompt tokens only (-1: the last max_model_len)
+    truncate_prompt_tokens: int | None = Field(None, ge=-1)
     # vLLM's: each prompt token's logprob and rank, with this many alternatives
     prompt_logprobs: int | None = Field(None, ge=0, le=20)
     # vLLM's token filters: sample only these ids; never complete these words
@@ -209,10 +213,8 @@ class CompletionRequest(_Sampling):
     echo: bool = False
     # vLLM's extension: the output as JSON (service/structured_outputs.py)
     response_format: ResponseFormat | None = None
-    # vLLM's: BOS (and the like) before a text prompt; the last N prompt tokens only
-    # (-1: the last max_model_len)
+    # vLLM's: BOS (and the like) before a text prompt
     add_special_tokens: bool = True
-    truncate_prompt_tokens: int | None = Field(None, ge=-1)
 
     def output_limit(self, default: int | None) -> int | None:
         """max_tokens as sent; left out: the model's default, else OpenAI's 16."""

@@ -109,13 +109,11 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
 _VLLM_SAMPLING_NOOP: dict[str, tuple[Any, ...]] = {
     "use_beam_search": (None, False),
     "length_penalty": (None, 1),
-    "truncate_prompt_tokens": (None,),
     "spaces_between_special_tokens": (None, True),
     "logits_processors": (None, []),
     "stream_interval": (None, 1),
     "kv_transfer_params": (None,),
     "ec_transfer_params": (None,),
-    "return_tokens_as_token_ids": (None, False),
     "return_token_offsets": (None, False),
     "return_prompt_text": (None, False),
     "repetition_detection": (None,),
@@ -124,8 +122,7 @@ _VLLM_SAMPLING_NOOP: dict[str, tuple[Any, ...]] = {
     "media_io_kwargs": (None, {}),
 }
 VLLM_NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
-    COMPLETIONS: {k: v for k, v in (*_VLLM_SAMPLING_NOOP.items(), ("prompt_embeds", (None,)))
-                  if k != "truncate_prompt_tokens"},  # implemented there
+    COMPLETIONS: {**_VLLM_SAMPLING_NOOP, "prompt_embeds": (None,)},
     CHAT: {**_VLLM_SAMPLING_NOOP, "add_special_tokens": (None, False),
            "echo": (None, False),
            "chat_template": (None,),  # vLLM also refuses it unless told to trust it

@@ -35,6 +35,22 @@ def token_bytes(state: ServingState):
     return getattr(state.backend.tokenizer, "token_bytes", None)
 
 
+def token_id_text(token_id: int) -> str:
+    """vLLM's return_tokens_as_token_ids: a token named by its id."""
+    return f"token_id:{token_id}"
+
+
+def formatter(state: ServingState, rid: str, model: str,
+              body: CompletionRequest | ChatCompletionRequest) -> Formatter:
+    """The request's Formatter: logprobs name tokens by their text and bytes, or with
+    return_tokens_as_token_ids as "token_id:<id>" (bytes: that name's UTF-8, as vLLM's);
+    prompt_logprobs' decoded_token is the text either way."""
+    text = token_text(state)
+    if body.return_tokens_as_token_ids:
+        return Formatter(rid, model, token_id_text, None, decoded_of=text)
+    return Formatter(rid, model, text, token_bytes(state))
+
+
 def check_prompt_logprobs(body: CompletionRequest | ChatCompletionRequest) -> None:
     """vLLM's prompt_logprobs come with the whole answer only, as vLLM's do."""
     if body.stream and body.prompt_logprobs is not None:
@@ -71,7 +87,7 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
                          grammar=grammar)
     sub = submit(state, "cmpl", prompts, params, body.n, body.cache_salt,
                  priority=body.priority)
-    fmt = Formatter(sub.id, model, token_text(state))
+    fmt = formatter(state, sub.id, model, body)
     echo = texts if body.echo else []
     if not body.stream:
         choices = await collect(sub, request)
@@ -126,7 +142,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     check_prompt_logprobs(body)
     run = await start_chat(state, body)
     sub, readers = run.sub, run.readers
-    fmt = Formatter(sub.id, run.model, token_text(state), token_bytes(state))
+    fmt = formatter(state, sub.id, run.model, body)
     if not body.stream:
         choices = await run.collect(request)
         return fmt.chat(choices, body.logprobs, readers, run.details(choices),

@@ -72,6 +72,8 @@ REFUSED = [
     ("/v1/messages", {"messages": [{"role": "user", "content": "3"}], "max_tokens": 64},
      "max_tokens"),
     ("/v1/completions", {"prompt": "3", "truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
+    ("/v1/chat/completions", {"messages": CALL, "truncate_prompt_tokens": 0},
+     "truncate_prompt_tokens"),
     ("/v1/chat/completions", {"messages": CALL, "chat_template_kwargs": {"x": 1}},
      "chat_template_kwargs"),
     ("/v1/chat/completions", {"messages": CALL, "chat_template_kwargs": {"tools": 1}},

@@ -177,6 +177,19 @@ def test_images_outside_user_messages_are_400(client, role: str) -> None:
     assert "user messages only" in r.json()["error"]["message"]
 
 
+def test_truncating_a_prompt_with_an_image_is_a_400(client) -> None:
+    content = [{"type": "text", "text": "describe"}, part(data_url(png(28, 28)))]
+    whole = chat(client, content)
+    n = whole.json()["usage"]["prompt_tokens"]
+    # a bound the prompt does not reach cuts nothing: served as without it
+    assert chat(client, content, truncate_prompt_tokens=n).json()["choices"] == (
+        whole.json()["choices"])
+    r = chat(client, content, truncate_prompt_tokens=n - 1)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "truncate_prompt_tokens" and "images" in err["message"]
+
+
 def test_completions_stay_text_only(client) -> None:
     r = client.post("/v1/completions", json={"prompt": "hello", "max_tokens": 2})
     assert r.status_code == 200

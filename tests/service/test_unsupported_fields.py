@@ -155,10 +155,8 @@ VLLM_REJECTED = [
     (unsupported.CHAT, "logits_processors", ["x"]),
     (unsupported.CHAT, "use_beam_search", True),
     (unsupported.COMPLETIONS, "length_penalty", 0.5),
-    (unsupported.CHAT, "truncate_prompt_tokens", 8),  # on completions only
     (unsupported.COMPLETIONS, "spaces_between_special_tokens", False),
     (unsupported.COMPLETIONS, "kv_transfer_params", {"do_remote_prefill": True}),
-    (unsupported.COMPLETIONS, "return_tokens_as_token_ids", True),
 ]
 
 
