@@ -26,6 +26,7 @@ from engine.spec.config import SpeculativeConfig
 from engine.stream import LoopDispatcher
 from service.metrics import ServingMetrics, build_registry
 from service.settings import Settings
+from service.store.background import BackgroundJobs
 from service.store.responses import ResponseStore
 from service.tool_calls.select import ParserChoice, choose_parsers
 from service.translate.signature import ThinkingSigner
@@ -116,6 +117,7 @@ class ServingState:
         self.signer = ThinkingSigner(key.get_secret_value().encode() if key else None)
         mib = settings.responses_store_mib
         self.responses: ResponseStore | None = ResponseStore(mib * 2**20) if mib else None
+        self.jobs = BackgroundJobs()  # running background responses
 
     def attach(self, backend: ModelBackend) -> None:
         """Start serving ``backend``; called on the event loop (the lifespan)."""
@@ -188,6 +190,9 @@ class ServingState:
         return True
 
     def close(self) -> None:
+        """Stop serving: running background responses end cancelled, then the engine
+        stops. Called on the event loop (the lifespan)."""
+        self.jobs.cancel_all()
         if self.engine is not None:
             self.engine.shutdown()
 

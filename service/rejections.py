@@ -187,16 +187,21 @@ RESPONSES = (
          "server stored for the same API key and still keeps"),
     Rule("store", "stores no responses", "store true needs a server that keeps responses "
          "(--responses-store-mib above 0)"),
+    Rule("background", "needs the response stored", "background true needs the response "
+         "stored (store true or left out, on a server that keeps responses)"),
+    Rule("previous_response_id", "is still running", "previous_response_id names a "
+         "response that has finished (not a running background one)"),
 )
 
 
 _UNSERVED_QUERY = "stored responses are returned whole, with what their request included"
 STORED_QUERY = (
-    Rule("stream", "is not supported here", "a stored response is not streamed again "
-         "(stream=false is accepted); " + _UNSERVED_QUERY),
+    Rule("stream", "is streamed again", "stream=true streams a background response created "
+         "with stream (stream=false returns any response whole)"),
+    Rule("starting_after", "is not an event sequence number",
+         "starting_after is an integer, 0 or more"),
+    Rule("starting_after", "takes effect with stream", "starting_after needs stream=true"),
     Rule("include", "is not supported here", _UNSERVED_QUERY),
-    Rule("starting_after", "is not supported here", "a stored response is not streamed "
-         "again"),
 )
 INPUT_ITEMS = (
     Rule("after", "is no input item", "after names an input item of the response"),
@@ -204,7 +209,9 @@ INPUT_ITEMS = (
 )
 CANCEL = (
     Rule("response_id", "only background responses", "only background responses can be "
-         "cancelled, and background is not served: a stored response is complete"),
+         "cancelled"),
+    Rule("response_id", "has already ended", "a background response that has completed, "
+         "failed or ended incomplete is not cancelled (a cancelled one is returned as is)"),
 )
 
 

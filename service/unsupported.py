@@ -59,7 +59,7 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
     RESPONSES: frozenset({"model", "input", "instructions", "tools", "tool_choice",
                           "parallel_tool_calls", "text", "max_output_tokens", "temperature",
                           "top_p", "stream", "reasoning", "include", "top_logprobs",
-                          "store", "previous_response_id", "metadata"}),
+                          "store", "previous_response_id", "metadata", "background"}),
 }
 
 NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
@@ -90,7 +90,6 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
                    "output_config": (None,), "speed": (None, "standard")},
     RESPONSES: {
         "conversation": (None,),  # the Conversations API: not served
-        "background": (None, False),
         "prompt": (None,),  # stored prompt templates
         "max_tool_calls": (None,),
         "truncation": (None, "disabled"),

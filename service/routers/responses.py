@@ -1,11 +1,14 @@
 """OpenAI's Responses API: ``POST /v1/responses`` translated onto the chat run
 (service/translate/responses.py), and the stored responses (service/store/responses.py):
 ``previous_response_id`` continues one, ``GET`` / ``DELETE /v1/responses/{id}`` and
-``GET /v1/responses/{id}/input_items`` read and forget them. ``POST .../cancel`` is for
-background responses, which are not served: a 400 for a stored one."""
+``GET /v1/responses/{id}/input_items`` read and forget them. ``background: true`` runs a
+response past its request (service/store/background.py): ``GET`` polls it or, for one
+created with ``stream``, follows its events (``?stream=true&starting_after=N``), and
+``POST .../cancel`` stops it."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -21,6 +24,7 @@ from service.generation import NamedStream, stream_named
 from service.openai_format import chat_logprobs
 from service.openapi import errors, ok, ok_events
 from service.routers.openai import SSE_HEADERS, token_bytes, token_text
+from service.store.background import BackgroundJob
 from service.store.responses import StoredResponse, json_bytes
 from service.translate.refusals import check_function_outputs, in_responses
 from service.translate.responses import items_json, output_items, own_items, to_chat
@@ -44,7 +48,8 @@ def _head(model: str, body: ResponsesRequest, store: bool) -> dict[str, Any]:
                                 if body.text and body.text.format else {"type": "text"})},
             "reasoning": {"effort": body.reasoning.effort if body.reasoning else None,
                           "summary": None},
-            "store": store, "previous_response_id": body.previous_response_id,
+            "store": store, "background": bool(body.background),
+            "previous_response_id": body.previous_response_id,
             "metadata": body.metadata or {}, "top_logprobs": body.top_logprobs}
 
 
@@ -62,6 +67,10 @@ def _previous(state: ServingState, tenant: str, body: ResponsesRequest
     rid = body.previous_response_id
     if rid is None:
         return None
+    if state.jobs.get(tenant, rid) is not None:
+        raise APIError(400, f"Previous response with id {rid!r} is still running (a "
+                       "background response): continue it once it has finished.",
+                       "previous_response_id")
     found = state.responses.get(tenant, rid) if state.responses is not None else None
     if found is None:
         why = ("" if state.responses is not None else
@@ -78,6 +87,9 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
     tenant = store_tenant(request)
     try:
         store = _stores(state, body)
+        if body.background and not store:
+            raise APIError(400, "background: true needs the response stored (store true "
+                           "or left out, on a server that keeps responses)", "background")
         prev = _previous(state, tenant, body)
         own = own_items(body)
         earlier = [*prev.context, *output_items(prev.response["output"])] if prev else []
@@ -100,7 +112,21 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
         def on_done(response: dict[str, Any]) -> None:
             state.responses.put(tenant, response, context, context_bytes, listed)
     enc = ResponseStream(run.sub.id.replace("-", "_", 1), _head(run.model, body, store),
-                         run.readers[0], len(run.prompt), run.reasoning, entries, on_done)
+                         run.readers[0], len(run.prompt), run.reasoning, entries,
+                         None if body.background else on_done)
+    if body.background:
+        def on_end(job: BackgroundJob) -> None:
+            state.jobs.drop(job)
+            state.responses.put(tenant, job.enc.response, context, context_bytes, listed,
+                                job.frames if job.keep_events else ())
+
+        job = BackgroundJob(tenant, enc, run.sub, body.stream, on_end)
+        state.jobs.add(job)
+        job.start()
+        if not body.stream:
+            return job.snapshot()
+        return StreamingResponse(job.follow(), media_type="text/event-stream",
+                                 headers=SSE_HEADERS)
     if not body.stream:
         choice = (await run.collect(request))[0]
         return enc.whole(choice.finish_reason, len(choice.token_ids), choice.num_cached_tokens,
@@ -121,11 +147,12 @@ def _stored_errors(*statuses: int, rules: tuple[rejections.Rule, ...] = ()
     return out
 
 
-def _no_query(request: Request, allowed: dict[str, tuple[str, ...]]) -> None:
+def _no_query(request: Request, allowed: dict[str, tuple[str, ...] | None]) -> None:
     """Query parameters of OpenAI's retrieval routes this server does not serve: a 400
-    naming the parameter unless its value is one ``allowed`` lists (what happens here)."""
+    naming the parameter unless its value is one ``allowed`` lists (None: any value, the
+    route checks it)."""
     for name, value in request.query_params.multi_items():
-        if name in allowed and value in allowed[name]:
+        if name in allowed and (allowed[name] is None or value in allowed[name]):
             continue
         if name in ("limit", "order", "after"):
             continue  # declared, validated by the route
@@ -141,34 +168,93 @@ def _lookup(state: ServingState, request: Request, response_id: str) -> StoredRe
     return found
 
 
-_RETRIEVE_QUERY = {"stream": ("false",), "include_obfuscation": ("true", "false")}
+_RETRIEVE_QUERY = {"stream": ("true", "false"), "include_obfuscation": ("true", "false"),
+                   "starting_after": None}
+
+
+def _starting_after(request: Request) -> int:
+    """``starting_after``: replay events whose sequence_number is above it (-1: all)."""
+    raw = request.query_params.get("starting_after")
+    if raw is None:
+        return -1
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -2
+    if value < -1:
+        raise APIError(400, f"starting_after: {raw!r} is not an event sequence number "
+                       "(an integer, 0 or more)", "starting_after")
+    return value
+
+
+async def _replay(frames: tuple[str, ...], after: int) -> AsyncIterator[str]:
+    yield "".join(frames[after + 1:])
 
 
 @router.get("/v1/responses/{response_id}", response_model=None, responses={
-    **ok("Response", description="the stored response, as it was answered"),
+    **ok_events("Response", "the response: as it was answered, or as it stands while a "
+                "background response runs; with stream=true (a background response "
+                "created with stream), its events after starting_after"),
     **_stored_errors(400, 401, 404, rules=rejections.STORED_QUERY)})
-async def get_response(response_id: str, request: Request, state: StateDep) -> dict[str, Any]:
+async def get_response(response_id: str, request: Request, state: StateDep):
     _no_query(request, _RETRIEVE_QUERY)
-    return _lookup(state, request, response_id).response
+    stream = request.query_params.get("stream") == "true"
+    after = _starting_after(request)
+    if after >= 0 and not stream:
+        raise APIError(400, "starting_after: takes effect with stream=true",
+                       "starting_after")
+    job = state.jobs.get(store_tenant(request), response_id)
+    if job is None:
+        found = _lookup(state, request, response_id)
+        if not stream:
+            return found.response
+        if not found.frames:
+            raise APIError(400, "stream: only a background response created with stream "
+                           "is streamed again (stream=false returns it whole)", "stream")
+        events = _replay(found.frames, after)
+    elif not stream:
+        return job.snapshot()
+    elif not job.keep_events:
+        raise APIError(400, "stream: only a background response created with stream is "
+                       "streamed again (stream=false returns it as it stands)", "stream")
+    else:
+        events = job.follow(after)
+    return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 @router.delete("/v1/responses/{response_id}", response_model=None, responses={
-    **ok("ResponseDeleted", description="the response is forgotten"),
+    **ok("ResponseDeleted", description="the response is forgotten (a running background "
+         "response is cancelled first)"),
     **_stored_errors(401, 404)})
 async def delete_response(response_id: str, request: Request, state: StateDep
                           ) -> dict[str, Any]:
+    tenant = store_tenant(request)
+    job = state.jobs.get(tenant, response_id)
+    if job is not None:
+        job.cancel()
     _lookup(state, request, response_id)
-    state.responses.delete(store_tenant(request), response_id)
+    state.responses.delete(tenant, response_id)
     return {"id": response_id, "object": "response", "deleted": True}
 
 
 @router.post("/v1/responses/{response_id}/cancel", response_model=None, responses={
+    **ok("Response", description="the background response, cancelled (again: as it is)"),
     **_stored_errors(400, 401, 404, rules=rejections.CANCEL)})
-async def cancel_response(response_id: str, request: Request, state: StateDep) -> None:
-    _lookup(state, request, response_id)
-    raise APIError(400, "response_id: only background responses can be cancelled, and "
-                   "background is not served here: this response is complete",
-                   "response_id")
+async def cancel_response(response_id: str, request: Request, state: StateDep
+                          ) -> dict[str, Any]:
+    job = state.jobs.get(store_tenant(request), response_id)
+    if job is not None:
+        job.cancel()
+        return job.snapshot()
+    response = _lookup(state, request, response_id).response
+    if not response.get("background"):
+        raise APIError(400, "response_id: only background responses can be cancelled",
+                       "response_id")
+    if response["status"] != "cancelled":
+        raise APIError(400, f"response_id: the background response has already ended "
+                       f"({response['status']}); only a running one can be cancelled",
+                       "response_id")
+    return response
 
 
 @router.get("/v1/responses/{response_id}/input_items", response_model=None, responses={

@@ -13,7 +13,9 @@ Each entry holds:
   response's context and output, then the request's own input (a continuation is the
   same prompt as the whole history sent again); instructions are not items, and are not
   carried to a continuation (as OpenAI's);
-- ``input_items``: the request's own input items as JSON, each with an ``id``.
+- ``input_items``: the request's own input items as JSON, each with an ``id``;
+- ``frames``: a background response created with ``stream``: its events as sent
+  (service/store/background.py), for ``GET ?stream=true``.
 
 Items are shared between the entries of one conversation, not copied. The budget counts
 each entry's whole context, shared items as often as entries hold them, so the bytes the
@@ -38,7 +40,10 @@ class StoredResponse:
     response: dict[str, Any]
     context: tuple[Any, ...]  # validated input items (service.translate.schemas.InputItem)
     input_items: tuple[dict[str, Any], ...]
-    nbytes: int  # the context's and the response's JSON bytes
+    nbytes: int  # the context's and the response's JSON bytes, and the frames'
+    # a background response created with stream: its events' SSE frames, in order
+    # (GET ?stream=true replays them)
+    frames: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -79,10 +84,12 @@ class ResponseStore:
         return entry
 
     def put(self, tenant: str, response: dict[str, Any], context: Sequence[Any],
-            context_bytes: int, input_items: Sequence[dict[str, Any]]) -> bool:
-        """Keep ``response`` (``context_bytes``: its context's JSON bytes); False when it
-        alone is over the budget (then nothing is evicted for it)."""
-        nbytes = context_bytes + json_bytes(response)
+            context_bytes: int, input_items: Sequence[dict[str, Any]],
+            frames: Sequence[str] = ()) -> bool:
+        """Keep ``response`` (``context_bytes``: its context's JSON bytes; ``frames``: a
+        background stream's events); False when it alone is over the budget (then
+        nothing is evicted for it)."""
+        nbytes = context_bytes + json_bytes(response) + sum(len(f) for f in frames)
         if nbytes > self.budget:
             log.warning("response %s not stored: %d bytes of context and output, over the "
                         "store's budget of %d (--responses-store-mib)", response["id"],
@@ -93,7 +100,7 @@ class ResponseStore:
             _, old = self._entries.popitem(last=False)
             self.used -= old.nbytes
         self._entries[(tenant, response["id"])] = StoredResponse(
-            response, tuple(context), tuple(input_items), nbytes)
+            response, tuple(context), tuple(input_items), nbytes, tuple(frames))
         self.used += nbytes
         return True
 

@@ -52,14 +52,15 @@ class ResponseStream:
         self.calls: dict[int, int] = {}  # call index -> its item's output_index
         self.output_tokens = self.cached = 0
 
-    def _ev(self, kind: str, **data: Any) -> Event:
+    def ev(self, kind: str, **data: Any) -> Event:
+        """The next event (its sequence_number is the count of events before it)."""
         self.seq += 1
         return (kind, {"type": kind, "sequence_number": self.seq - 1, **data})
 
     def first(self) -> list[Event]:
         snap = {**self.response, "output": []}
-        return [self._ev("response.created", response=snap),
-                self._ev("response.in_progress", response=snap)]
+        return [self.ev("response.created", response=snap),
+                self.ev("response.in_progress", response=snap)]
 
     @property
     def _item(self) -> dict[str, Any]:
@@ -74,14 +75,14 @@ class ResponseStream:
         events = self._close()
         self.open = (kind, call)
         self.response["output"].append(item)
-        events.append(self._ev("response.output_item.added", output_index=len(
+        events.append(self.ev("response.output_item.added", output_index=len(
             self.response["output"]) - 1, item={**item, "content": []} if "content" in item
             else dict(item)))
         if kind in _PART:
             part = {**item["content"][0], "text": ""}  # as it starts: empty
             if "logprobs" in part:
                 part["logprobs"] = []
-            events.append(self._ev("response.content_part.added", **self._where(),
+            events.append(self.ev("response.content_part.added", **self._where(),
                                    content_index=0, part=part))
         return events
 
@@ -98,13 +99,13 @@ class ResponseStream:
             name = "response.output_text.done" if kind == "message" else \
                 "response.reasoning_text.done"
             extra = {"logprobs": list(part["logprobs"])} if kind == "message" else {}
-            events += [self._ev(name, **where, content_index=0, text=part["text"], **extra),
-                       self._ev("response.content_part.done", **where, content_index=0,
+            events += [self.ev(name, **where, content_index=0, text=part["text"], **extra),
+                       self.ev("response.content_part.done", **where, content_index=0,
                                 part=dict(part))]
         else:
-            events.append(self._ev("response.function_call_arguments.done", **where,
+            events.append(self.ev("response.function_call_arguments.done", **where,
                                    arguments=item["arguments"]))
-        return events + [self._ev("response.output_item.done", output_index=where[
+        return events + [self.ev("response.output_item.done", output_index=where[
             "output_index"], item=dict(item))]
 
     def _text(self, kind: str, text: str) -> list[Event]:
@@ -122,7 +123,7 @@ class ResponseStream:
         if kind == "message":
             extra, self.pending = {"logprobs": self.pending}, []
             self._item["content"][0]["logprobs"] += extra["logprobs"]
-        return events + [self._ev(name, **self._where(), content_index=0, delta=text,
+        return events + [self.ev(name, **self._where(), content_index=0, delta=text,
                                   **extra)]
 
     def feed(self, d: DeltaMessage) -> list[Event]:
@@ -141,7 +142,7 @@ class ResponseStream:
                 at = self.calls[e.index]
                 item = self.response["output"][at]
                 item["arguments"] += e.text
-                events.append(self._ev("response.function_call_arguments.delta",
+                events.append(self.ev("response.function_call_arguments.delta",
                                        item_id=item["id"], output_index=at, delta=e.text))
         return events
 
@@ -164,7 +165,7 @@ class ResponseStream:
                       "total_tokens": self.prompt_tokens + self.output_tokens}
         if self.on_done is not None:
             self.on_done(r)
-        return events + [self._ev("response.completed", response=r)]
+        return events + [self.ev("response.completed", response=r)]
 
     def chunk(self, out: RequestOutput) -> list[Event]:
         self.output_tokens += len(out.token_ids)
@@ -187,4 +188,4 @@ class ResponseStream:
 
     def error(self, status: int, message: str) -> list[Event]:
         err = error_body(status, message)["error"]
-        return [self._ev("error", code=err["type"], message=message, param=None)]
+        return [self.ev("error", code=err["type"], message=message, param=None)]

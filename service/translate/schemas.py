@@ -252,6 +252,8 @@ class ResponsesRequest(_Body):
     # when the server keeps responses (--responses-store-mib), as OpenAI's default
     store: bool | None = None
     previous_response_id: Annotated[str, Field(min_length=1)] | None = None
+    # run on after the request returns (service/store/background.py); needs store
+    background: bool | None = None
     # echoed and stored: at most 16 pairs, keys up to 64 characters, values up to 512
     metadata: Annotated[dict[Annotated[str, Field(max_length=64)],
                              Annotated[str, Field(max_length=512)]],

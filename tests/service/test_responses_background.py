@@ -1,0 +1,202 @@
+"""Background responses on the scripted model (tests/service/scripted_backend.py): a
+background run answers what the same request answers in the foreground (both modes),
+GET polls it and follows its events from any sequence number, cancel and DELETE stop it
+and free its engine request, a client that leaves a background stream leaves the run
+going, every refusal names its field, and the openai SDK's calls."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import openai
+import pytest
+
+from tests.service.test_chat_tools_api import make_client
+from tests.service.test_responses_api import TOOLS, events
+from tests.service.test_responses_store import plain, post
+
+SLOW_S = 0.04  # per engine step, so that a run is seen in flight
+
+
+@pytest.fixture
+def client():
+    with make_client() as c:
+        yield c
+
+
+def slow(client, on: bool = True) -> None:
+    client.app.state.serving.backend.runner.delay_s = SLOW_S if on else 0.0
+
+
+def parse(text: str) -> list[dict]:
+    out = []
+    for block in text.strip().split("\n\n"):
+        name, data = block.split("\n")
+        out.append(json.loads(data[6:]))
+        assert name == f"event: {out[-1]['type']}"
+    return out
+
+
+def wait(client, rid: str, timeout: float = 20.0) -> dict:
+    end = time.monotonic() + timeout
+    while True:
+        body = client.get(f"/v1/responses/{rid}").json()
+        if body["status"] not in ("queued", "in_progress") or time.monotonic() > end:
+            return body
+        time.sleep(0.02)
+
+
+def idle(client, timeout: float = 5.0) -> bool:
+    engine = client.app.state.serving.engine
+    end = time.monotonic() + timeout
+    while engine.num_unfinished and time.monotonic() < end:
+        time.sleep(0.02)
+    return engine.num_unfinished == 0
+
+
+@pytest.mark.parametrize("script", ["<script0>", "<script1>"])
+def test_a_background_run_answers_what_the_foreground_answers(client, script):
+    fg = post(client, input=script, tools=TOOLS)
+    bg = post(client, input=script, tools=TOOLS, background=True)
+    assert bg["status"] == "queued" and bg["background"] is True and bg["output"] == []
+    done = wait(client, bg["id"])
+    assert done["status"] == "completed" and fg["background"] is False
+    assert plain(done["output"]) == plain(fg["output"])
+    assert done["usage"] == fg["usage"]
+    assert {k: v for k, v in done.items() if k not in ("id", "created_at", "output",
+                                                         "background")} == {
+        k: v for k, v in fg.items() if k not in ("id", "created_at", "output", "background")}
+
+
+def test_a_background_stream_replays_from_any_sequence_number(client):
+    r = client.post("/v1/responses", json={"input": "<script0>", "tools": TOOLS,
+                                           "temperature": 0, "background": True,
+                                           "stream": True})
+    assert r.status_code == 200, r.text
+    got = parse(r.text)
+    assert [e["sequence_number"] for e in got] == list(range(len(got)))
+    assert [e["type"] for e in got[:3]] == ["response.created", "response.queued",
+                                           "response.in_progress"]
+    assert got[0]["response"]["status"] == "queued"
+    assert got[-1]["type"] == "response.completed"
+    fg = events(client, {"input": "<script0>", "tools": TOOLS, "temperature": 0})
+    # the same events after the start as a foreground stream's (ids aside)
+    assert [e["type"] for e in got[3:]] == [e["type"] for e in fg[2:]]
+    assert plain(got[-1]["response"]["output"]) == plain(fg[-1]["response"]["output"])
+    rid = got[0]["response"]["id"]
+    assert client.get(f"/v1/responses/{rid}").json() == got[-1]["response"]
+    for after in (-1, 0, 5, len(got) - 2, len(got) - 1):
+        again = client.get(f"/v1/responses/{rid}", params={
+            "stream": "true", "starting_after": str(after)})
+        assert again.status_code == 200
+        assert (parse(again.text) if again.text else []) == got[after + 1:]
+
+
+def test_get_follows_a_run_in_flight(client):
+    slow(client)
+    bg = post(client, input="<script0>", tools=TOOLS, background=True, stream=False)
+    assert client.get(f"/v1/responses/{bg['id']}").json()["status"] in (
+        "queued", "in_progress")
+    r = client.post("/v1/responses", json={"input": "<script0>", "background": True,
+                                           "stream": True, "tools": TOOLS})
+    rid = parse(r.text)[0]["response"]["id"]
+    whole = parse(r.text)
+    # a late reader gets every event after its place, in order, up to the end
+    late = client.get(f"/v1/responses/{rid}", params={"stream": "true",
+                                                      "starting_after": "2"})
+    assert parse(late.text) == whole[3:]
+    assert wait(client, bg["id"])["status"] == "completed"
+
+
+def test_cancel_stops_the_run_and_frees_its_engine_request(client):
+    slow(client)
+    bg = post(client, input="<script0>", tools=TOOLS, background=True)
+    time.sleep(5 * SLOW_S)
+    r = client.post(f"/v1/responses/{bg['id']}/cancel")
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] == "cancelled"
+    assert idle(client)
+    kept = client.get(f"/v1/responses/{bg['id']}").json()
+    assert kept["status"] == "cancelled" and kept == r.json()
+    # again: the same answer; a finished background or a foreground response: a 400
+    assert client.post(f"/v1/responses/{bg['id']}/cancel").json() == kept
+    slow(client, False)
+    done = post(client, input="<script5>", background=True)
+    wait(client, done["id"])
+    r = client.post(f"/v1/responses/{done['id']}/cancel")
+    assert r.status_code == 400 and "already ended (completed)" in r.json()["error"]["message"]
+    fg = post(client, input="<script5>")
+    r = client.post(f"/v1/responses/{fg['id']}/cancel")
+    assert r.status_code == 400 and "only background" in r.json()["error"]["message"]
+
+
+def test_a_cancelled_stream_ends_with_response_cancelled(client):
+    slow(client)
+    with client.stream("POST", "/v1/responses", json={
+            "input": "<script0>", "tools": TOOLS, "background": True,
+            "stream": True}) as r:
+        data = (json.loads(line[6:]) for line in r.iter_lines()
+                if line.startswith("data: "))
+        rid = next(data)["response"]["id"]
+        assert client.post(f"/v1/responses/{rid}/cancel").status_code == 200
+        rest = list(data)  # the stream ends by itself
+    assert rest[-1]["type"] == "response.cancelled"
+    assert rest[-1]["response"]["status"] == "cancelled"
+
+
+def test_a_client_that_leaves_the_stream_leaves_the_run_going(client):
+    slow(client)
+    with client.stream("POST", "/v1/responses", json={
+            "input": "<script0>", "tools": TOOLS, "background": True,
+            "stream": True}) as r:
+        first = json.loads(next(line for line in r.iter_lines()
+                                if line.startswith("data: "))[6:])
+    rid = first["response"]["id"]
+    done = wait(client, rid)
+    assert done["status"] == "completed" and len(done["output"]) == 3
+
+
+def test_delete_cancels_a_running_response(client):
+    slow(client)
+    bg = post(client, input="<script0>", tools=TOOLS, background=True)
+    assert client.delete(f"/v1/responses/{bg['id']}").json()["deleted"] is True
+    assert idle(client)
+    assert client.get(f"/v1/responses/{bg['id']}").status_code == 404
+
+
+def test_refusals_name_their_field(client):
+    r = client.post("/v1/responses", json={"input": "x", "background": True, "store": False})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "background"
+    slow(client)
+    bg = post(client, input="<script0>", tools=TOOLS, background=True)
+    r = client.post("/v1/responses", json={"input": "x", "previous_response_id": bg["id"]})
+    assert r.status_code == 400 and "still running" in r.json()["error"]["message"]
+    r = client.get(f"/v1/responses/{bg['id']}", params={"stream": "true"})  # no stream
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stream"
+    for query in ({"stream": "true", "starting_after": "x"},
+                  {"stream": "true", "starting_after": "-2"}, {"starting_after": "1"}):
+        r = client.get(f"/v1/responses/{bg['id']}", params=query)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "starting_after"
+    client.post(f"/v1/responses/{bg['id']}/cancel")
+
+
+def test_the_openai_sdk(client):
+    sdk = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=client,
+                        max_retries=0)
+    bg = sdk.responses.create(model="scripted-model", input="<script1>", background=True)
+    assert bg.status == "queued" and bg.background is True
+    while bg.status in ("queued", "in_progress"):
+        time.sleep(0.02)
+        bg = sdk.responses.retrieve(bg.id)
+    assert bg.status == "completed" and bg.output_text == "Hello world"
+    streamed = list(sdk.responses.create(model="scripted-model", input="<script1>",
+                                         background=True, stream=True))
+    rid = streamed[0].response.id
+    resumed = list(sdk.responses.retrieve(rid, stream=True, starting_after=2))
+    assert [e.sequence_number for e in resumed] == list(range(3, len(streamed)))
+    assert resumed[-1].response.output_text == "Hello world"
+    slow(client)
+    running = sdk.responses.create(model="scripted-model", input="<script0>",
+                                   tools=TOOLS, background=True)
+    assert sdk.responses.cancel(running.id).status == "cancelled"
