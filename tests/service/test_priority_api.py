@@ -22,8 +22,9 @@ def test_fcfs_server_refuses_a_priority_and_takes_zero(path, body):
         err = error_of(c.post(path, json={**body, "priority": 5}), 400)
         assert err["param"] == "priority"
         assert "--scheduling-policy priority" in err["message"]
+        serving = c.app.state.serving  # nothing was queued: none waits, none ran
+        assert serving.engine.num_unfinished == 0 and not serving.backend.runner.batches
         assert c.post(path, json={**body, "priority": 0}).status_code == 200
-        assert c.app.state.serving.engine.num_unfinished == 0  # nothing was queued
 
 
 def wait_for(cond, seconds: float = 30.0) -> None:
