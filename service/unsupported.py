@@ -59,7 +59,8 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
     RESPONSES: frozenset({"model", "input", "instructions", "tools", "tool_choice",
                           "parallel_tool_calls", "text", "max_output_tokens", "temperature",
                           "top_p", "stream", "reasoning", "include", "top_logprobs",
-                          "store", "previous_response_id", "metadata", "background"}),
+                          "store", "previous_response_id", "metadata", "background",
+                          "truncation"}),
 }
 
 NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
@@ -92,7 +93,6 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "conversation": (None,),  # the Conversations API: not served
         "prompt": (None,),  # stored prompt templates
         "max_tool_calls": (None,),
-        "truncation": (None, "disabled"),
         "service_tier": (None, "auto", "default"),
         "context_management": (None,),
         "background_options": (None,),

@@ -17,7 +17,7 @@ from fastapi.responses import StreamingResponse
 from engine.request import InvalidRequestError
 from service import rejections
 from service.backend import ServingState
-from service.chat_run import start_chat
+from service.chat_run import chat_prompt, start_chat
 from service.deps import ReadyStateDep, StateDep, require_api_key, store_tenant
 from service.errors import APIError
 from service.generation import NamedStream, stream_named
@@ -30,6 +30,7 @@ from service.translate.refusals import check_function_outputs, in_responses
 from service.translate.responses import items_json, output_items, own_items, to_chat
 from service.translate.responses_stream import ResponseStream
 from service.translate.schemas import ResponsesRequest
+from service.translate.truncation import fit
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
@@ -49,6 +50,7 @@ def _head(model: str, body: ResponsesRequest, store: bool) -> dict[str, Any]:
             "reasoning": {"effort": body.reasoning.effort if body.reasoning else None,
                           "summary": None},
             "store": store, "background": bool(body.background),
+            "truncation": body.truncation or "disabled",
             "previous_response_id": body.previous_response_id,
             "metadata": body.metadata or {}, "top_logprobs": body.top_logprobs}
 
@@ -80,6 +82,14 @@ def _previous(state: ServingState, tenant: str, body: ResponsesRequest
     return found
 
 
+async def _fits(state: ServingState, body: ResponsesRequest, items: list[Any]) -> bool:
+    """Whether a prompt built from ``items`` leaves room for max_output_tokens (else one
+    token) within max_model_len."""
+    _, _, prompt = await chat_prompt(state, to_chat(body, state.parsers,
+                                                    state.backend.tokenizer, items))
+    return len(prompt) + (body.max_output_tokens or 1) <= state.settings.max_model_len
+
+
 @router.post("/v1/responses", response_model=None, responses={
     **ok_events("Response", "the response; with stream: the Responses API's typed events"),
     **errors(400, 401, 404, 408, 429, 503, rules=rejections.RESPONSES)})
@@ -95,6 +105,8 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
         earlier = [*prev.context, *output_items(prev.response["output"])] if prev else []
         check_function_outputs(own, earlier)
         context = [*earlier, *own]
+        if body.truncation == "auto":
+            context = await fit(context, lambda items: _fits(state, body, items))
         chat = to_chat(body, state.parsers, state.backend.tokenizer, context)
         run = await start_chat(state, chat, "resp")
     except (APIError, InvalidRequestError) as exc:

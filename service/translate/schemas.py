@@ -254,6 +254,9 @@ class ResponsesRequest(_Body):
     previous_response_id: Annotated[str, Field(min_length=1)] | None = None
     # run on after the request returns (service/store/background.py); needs store
     background: bool | None = None
+    # "auto": drop the oldest turns when the prompt leaves no room for the answer
+    # (service/translate/truncation.py); "disabled" (the default): a 400 instead
+    truncation: Literal["auto", "disabled"] | None = None
     # echoed and stored: at most 16 pairs, keys up to 64 characters, values up to 512
     metadata: Annotated[dict[Annotated[str, Field(max_length=64)],
                              Annotated[str, Field(max_length=512)]],

@@ -29,7 +29,7 @@ TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "ob
 
 
 def make_client(**settings) -> TestClient:
-    cfg = Settings(max_model_len=512, **settings)
+    cfg = Settings(**{"max_model_len": 512, **settings})
     return TestClient(create_app(cfg, load_backend=scripted_loader(SCRIPTS)))
 
 
