@@ -48,6 +48,9 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
     ("--responses-store-mib", int, "/v1/responses kept for previous_response_id and GET, "
                                    "LRU, per API key, in this process (default 256; 0: "
                                    "store nothing)"),
+    ("--conversations-store-mib", int, "/v1/conversations and their items, LRU, per API "
+                                       "key, in this process (default 256; 0: no "
+                                       "conversations)"),
     ("--speculative-config", str, "speculative decoding, vLLM's JSON: '{\"method\": "
                                   "\"ngram\", \"num_speculative_tokens\": 4, "
                                   "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' "

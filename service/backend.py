@@ -27,6 +27,7 @@ from engine.stream import LoopDispatcher
 from service.metrics import ServingMetrics, build_registry
 from service.settings import Settings
 from service.store.background import BackgroundJobs
+from service.store.conversations import ConversationStore
 from service.store.responses import ResponseStore
 from service.tool_calls.select import ParserChoice, choose_parsers
 from service.translate.signature import ThinkingSigner
@@ -118,6 +119,8 @@ class ServingState:
         mib = settings.responses_store_mib
         self.responses: ResponseStore | None = ResponseStore(mib * 2**20) if mib else None
         self.jobs = BackgroundJobs()  # running background responses
+        mib = settings.conversations_store_mib
+        self.conversations = ConversationStore(mib * 2**20) if mib else None
 
     def attach(self, backend: ModelBackend) -> None:
         """Start serving ``backend``; called on the event loop (the lifespan)."""

@@ -191,6 +191,23 @@ RESPONSES = (
          "stored (store true or left out, on a server that keeps responses)"),
     Rule("previous_response_id", "is still running", "previous_response_id names a "
          "response that has finished (not a running background one)"),
+    Rule("conversation", "not served here", "conversations need a server that keeps them "
+         "(--conversations-store-mib above 0)"),
+    Rule("conversation", "not found", "conversation names a conversation of the same API "
+         "key that the server still keeps"),
+    Rule("conversation", "cannot be combined with previous_response_id",
+         "conversation and previous_response_id are exclusive"),
+)
+CONVERSATIONS = (
+    Rule("conversation", "not served here", "conversations need a server that keeps them "
+         "(--conversations-store-mib above 0)"),
+    Rule("items", "answers no function_call", "a function_call_output answers a "
+         "function_call earlier in items or in the conversation"),
+)
+CONVERSATION_ITEMS = (
+    *CONVERSATIONS,
+    Rule("after", "is no item", "after names an item of the conversation"),
+    Rule("include", "is not supported here", "items are returned whole"),
 )
 
 

@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     # the Responses API's stored responses (service/store/responses.py), LRU, per API
     # key, in this process's memory; 0: nothing is stored (store: true is a 400)
     responses_store_mib: int = Field(256, ge=0)
+    # the Conversations API's conversations (service/store/conversations.py), LRU, per
+    # API key, in this process's memory; 0: conversations are not served
+    conversations_store_mib: int = Field(256, ge=0)
     # speculative decoding (engine/spec/config.py): vLLM's JSON object; None = off
     speculative_config: str | None = None
     # the HMAC key of Anthropic thinking-block signatures (service/translate/signature.py);

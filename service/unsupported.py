@@ -60,7 +60,7 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
                           "parallel_tool_calls", "text", "max_output_tokens", "temperature",
                           "top_p", "stream", "reasoning", "include", "top_logprobs",
                           "store", "previous_response_id", "metadata", "background",
-                          "truncation"}),
+                          "truncation", "conversation"}),
 }
 
 NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
@@ -90,7 +90,6 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
     COUNT_TOKENS: {"mcp_servers": (None, []), "context_management": (None,),
                    "output_config": (None,), "speed": (None, "standard")},
     RESPONSES: {
-        "conversation": (None,),  # the Conversations API: not served
         "prompt": (None,),  # stored prompt templates
         "max_tool_calls": (None,),
         "service_tier": (None, "auto", "default"),

@@ -8,7 +8,7 @@ created with ``stream``, follows its events (``?stream=true&starting_after=N``),
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -23,8 +23,10 @@ from service.errors import APIError
 from service.generation import NamedStream, stream_named
 from service.openai_format import chat_logprobs
 from service.openapi import errors, ok, ok_events
+from service.routers import conversations
 from service.routers.openai import SSE_HEADERS, token_bytes, token_text
 from service.store.background import BackgroundJob
+from service.store.conversations import Conversation
 from service.store.responses import StoredResponse, json_bytes
 from service.translate.refusals import check_function_outputs, in_responses
 from service.translate.responses import items_json, output_items, own_items, to_chat
@@ -90,6 +92,22 @@ async def _fits(state: ServingState, body: ResponsesRequest, items: list[Any]) -
     return len(prompt) + (body.max_output_tokens or 1) <= state.settings.max_model_len
 
 
+def _conversation(state: ServingState, request: Request, body: ResponsesRequest
+                  ) -> Conversation | None:
+    ref = body.conversation
+    if ref is None:
+        return None
+    if body.previous_response_id is not None:
+        raise APIError(400, "conversation: cannot be combined with previous_response_id "
+                       "(a conversation holds the earlier turns itself)", "conversation")
+    cid = ref if isinstance(ref, str) else ref.id
+    found = conversations.store_of(state).get(store_tenant(request), cid)
+    if found is None:
+        raise APIError(400, f"conversation: Conversation with id {cid!r} not found.",
+                       "conversation")
+    return found
+
+
 @router.post("/v1/responses", response_model=None, responses={
     **ok_events("Response", "the response; with stream: the Responses API's typed events"),
     **errors(400, 401, 404, 408, 429, 503, rules=rejections.RESPONSES)})
@@ -101,8 +119,10 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
             raise APIError(400, "background: true needs the response stored (store true "
                            "or left out, on a server that keeps responses)", "background")
         prev = _previous(state, tenant, body)
+        conv = _conversation(state, request, body)
         own = own_items(body)
-        earlier = [*prev.context, *output_items(prev.response["output"])] if prev else []
+        earlier = ([*prev.context, *output_items(prev.response["output"])] if prev
+                   else list(conv.items) if conv else [])
         check_function_outputs(own, earlier)
         context = [*earlier, *own]
         if body.truncation == "auto":
@@ -111,26 +131,34 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
         run = await start_chat(state, chat, "resp")
     except (APIError, InvalidRequestError) as exc:
         raise in_responses(exc) from exc
-    entries = on_done = None
+    entries = None
     if chat.logprobs:
         text_of, bytes_of = token_text(state), token_bytes(state)
 
         def entries(lps):
             return chat_logprobs(lps, text_of, bytes_of)["content"]
-    if store:
-        listed = items_json(own)
-        context_bytes = (prev.nbytes if prev else 0) + json_bytes(listed)
+    listed = items_json(own)
+    context_bytes = ((prev.nbytes if prev else conv.nbytes if conv else 0)
+                     + json_bytes(listed))
 
-        def on_done(response: dict[str, Any]) -> None:
-            state.responses.put(tenant, response, context, context_bytes, listed)
-    enc = ResponseStream(run.sub.id.replace("-", "_", 1), _head(run.model, body, store),
-                         run.readers[0], len(run.prompt), run.reasoning, entries,
+    def on_done(response: dict[str, Any], frames: Sequence[str] = ()) -> None:
+        """A finished response (completed or incomplete) is stored, and its input and
+        output join the conversation."""
+        if store:
+            state.responses.put(tenant, response, context, context_bytes, listed, frames)
+        if conv is not None and response["status"] in ("completed", "incomplete"):
+            outputs = [dict(o) for o in response["output"]]
+            state.conversations.append(tenant, conv, [*own, *output_items(outputs)],
+                                       [*items_json(own, status=True), *outputs])
+    head = {**_head(run.model, body, store),
+            "conversation": {"id": conv.id} if conv is not None else None}
+    enc = ResponseStream(run.sub.id.replace("-", "_", 1), head, run.readers[0],
+                         len(run.prompt), run.reasoning, entries,
                          None if body.background else on_done)
     if body.background:
         def on_end(job: BackgroundJob) -> None:
             state.jobs.drop(job)
-            state.responses.put(tenant, job.enc.response, context, context_bytes, listed,
-                                job.frames if job.keep_events else ())
+            on_done(job.enc.response, job.frames if job.keep_events else ())
 
         job = BackgroundJob(tenant, enc, run.sub, body.stream, on_end)
         state.jobs.add(job)

@@ -64,17 +64,20 @@ def in_messages(exc: APIError | InvalidRequestError) -> APIError:
     return _renamed(exc, messages_field)
 
 
-def check_function_outputs(items: Sequence[object], earlier: Sequence[object] = ()) -> None:
-    """A function_call_output answers a function_call earlier in ``input`` or in
-    ``earlier`` (the items of the response it continues)."""
+def check_function_outputs(items: Sequence[object], earlier: Sequence[object] = (),
+                           name: str = "input") -> None:
+    """A function_call_output answers a function_call earlier in ``input`` (``name``: the
+    field that holds ``items``) or in ``earlier`` (the items of the response or the
+    conversation it continues)."""
     calls = {i.call_id for i in earlier if isinstance(i, FunctionCallItem)}
     for k, item in enumerate(items):
         if isinstance(item, FunctionCallItem):
             calls.add(item.call_id)
         elif isinstance(item, FunctionCallOutputItem) and item.call_id not in calls:
-            field = f"input[{k}].call_id"
+            field = f"{name}[{k}].call_id"
             raise APIError(400, f"{field}: {item.call_id!r} answers no function_call "
-                           "earlier in input (or in the previous response)", field)
+                           f"earlier in {name} (or in the previous response or the "
+                           "conversation)", field)
 
 
 def check_tool_results(messages: Sequence[AnthropicMessage]) -> None:

@@ -66,15 +66,18 @@ def output_items(output: list[dict[str, Any]]) -> list[InputItem]:
     return _ITEMS.validate_python(output)
 
 
-def items_json(items: Sequence[InputItem]) -> list[dict[str, Any]]:
+def items_json(items: Sequence[InputItem], status: bool = False) -> list[dict[str, Any]]:
     """Input items as ``GET /v1/responses/{id}/input_items`` lists them: each with an id,
-    a message's string content as one text part."""
+    a message's string content as one text part; ``status``: each (but reasoning) also
+    ``"status": "completed"``, as conversation items are listed."""
     out = []
     for item in items:
         data = item.model_dump(mode="json", by_alias=True, exclude_none=True)
         if isinstance(item, MessageItem) and isinstance(item.content, str):
             kind = "output_text" if item.role == "assistant" else "input_text"
             data["content"] = [{"type": kind, "text": item.content}]
+        if status and item.type != "reasoning":
+            data["status"] = "completed"
         out.append({"id": f"{_ID_PREFIX[item.type]}_{uuid.uuid4().hex}", **data})
     return out
 

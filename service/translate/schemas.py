@@ -231,6 +231,16 @@ class ReasoningConfig(_Body):
     mode: Literal["standard"] | None = None
 
 
+# OpenAI's metadata, echoed and stored: at most 16 pairs, keys up to 64 characters,
+# values up to 512
+Metadata = Annotated[dict[Annotated[str, Field(max_length=64)],
+                          Annotated[str, Field(max_length=512)]], Field(max_length=16)]
+
+
+class ConversationRef(_Body):
+    id: str = Field(min_length=1)
+
+
 class ResponsesRequest(_Body):
     openai_endpoint: ClassVar[str | None] = unsupported.RESPONSES
     model: str | None = None
@@ -257,7 +267,22 @@ class ResponsesRequest(_Body):
     # "auto": drop the oldest turns when the prompt leaves no room for the answer
     # (service/translate/truncation.py); "disabled" (the default): a 400 instead
     truncation: Literal["auto", "disabled"] | None = None
-    # echoed and stored: at most 16 pairs, keys up to 64 characters, values up to 512
-    metadata: Annotated[dict[Annotated[str, Field(max_length=64)],
-                             Annotated[str, Field(max_length=512)]],
-                        Field(max_length=16)] | None = None
+    metadata: Metadata | None = None
+    # a conversation (service/store/conversations.py): its items come first in the prompt,
+    # and the input and output are added to it
+    conversation: Annotated[str, Field(min_length=1)] | ConversationRef | None = None
+
+
+# --- /v1/conversations (OpenAI's Conversations API) ---
+
+class ConversationCreateRequest(_Body):
+    items: Annotated[list[InputItem], Field(max_length=20)] | None = None
+    metadata: Metadata | None = None
+
+
+class ConversationUpdateRequest(_Body):
+    metadata: Metadata | None
+
+
+class ConversationItemsRequest(_Body):
+    items: Annotated[list[InputItem], Field(min_length=1, max_length=20)]

@@ -72,6 +72,9 @@ REFUSED = [
     ("/v1/messages", {"messages": [{"role": "user", "content": "3"}], "max_tokens": 64},
      "max_tokens"),
     ("/v1/completions", {"prompt": "3", "truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
+    ("/v1/responses", {"input": "3", "conversation": "conv_nope"}, "conversation"),
+    ("/v1/conversations", {"items": [{"type": "function_call_output", "call_id": "c9",
+                                      "output": "2"}]}, "items[0].call_id"),
     ("/v1/chat/completions", {"messages": CALL, "truncate_prompt_tokens": 0},
      "truncate_prompt_tokens"),
     ("/v1/chat/completions", {"messages": CALL, "chat_template_kwargs": {"x": 1}},
@@ -124,7 +127,8 @@ def test_a_signed_thinking_block_is_accepted(c):
 
 def test_the_400_description_names_each_rule(doc):
     for path in ("/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize",
-                 "/v1/messages", "/v1/messages/count_tokens", "/v1/responses"):
+                 "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
+                 "/v1/conversations"):
         bad = operation(doc, path)["responses"]["400"]
         assert bad[RULES_KEY], path
         for r in rules(doc, path):

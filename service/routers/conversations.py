@@ -1,0 +1,174 @@
+"""OpenAI's Conversations API on the conversation store (service/store/conversations.py):
+create, read, update (metadata) and delete a conversation; add, list, read and delete its
+items. ``POST /v1/responses`` with ``conversation`` reads and extends one
+(service/routers/responses.py)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+
+from service import rejections
+from service.backend import ServingState
+from service.deps import StateDep, require_api_key, store_tenant
+from service.errors import APIError
+from service.openapi import errors, ok
+from service.store.conversations import Conversation, ConversationStore
+from service.translate.refusals import check_function_outputs
+from service.translate.responses import items_json
+from service.translate.schemas import (
+    ConversationCreateRequest,
+    ConversationItemsRequest,
+    ConversationUpdateRequest,
+)
+
+router = APIRouter(dependencies=[Depends(require_api_key)])
+
+_NOT_FOUND = {404: "no conversation (or item) has this id for this API key: never "
+                   "created, deleted, or evicted (--conversations-store-mib)"}
+
+
+def _errors(*statuses: int, rules: tuple[rejections.Rule, ...] = ()
+            ) -> dict[int | str, dict[str, Any]]:
+    out = errors(*statuses, rules=rules)
+    if 404 in out:
+        out[404] = {**out[404], "description": _NOT_FOUND[404]}
+    return out
+
+
+def store_of(state: ServingState) -> ConversationStore:
+    if state.conversations is None:
+        raise APIError(400, "conversations are not served here (--conversations-store-mib "
+                       "0)", "conversation")
+    return state.conversations
+
+
+def lookup(state: ServingState, request: Request, conv_id: str) -> Conversation:
+    found = store_of(state).get(store_tenant(request), conv_id)
+    if found is None:
+        raise APIError(404, f"Conversation with id {conv_id!r} not found.",
+                       "conversation_id")
+    return found
+
+
+def _no_include(request: Request) -> None:
+    if "include" in request.query_params:
+        raise APIError(400, "include: is not supported here: items are returned whole",
+                       "include")
+
+
+def add_items(state: ServingState, request: Request, conv: Conversation, items: list[Any],
+              name: str = "items") -> list[dict[str, Any]]:
+    """Append request items (each function_call_output answering a call of the
+    conversation or of ``items``); returns them as listed."""
+    check_function_outputs(items, conv.items, name)
+    listed = items_json(items, status=True)
+    store_of(state).append(store_tenant(request), conv, items, listed)
+    return listed
+
+
+def _page(items: list[dict[str, Any]], limit: int, order: str, after: str | None,
+          where: str) -> dict[str, Any]:
+    if order == "desc":
+        items = items[::-1]
+    if after is not None:
+        at = next((i for i, item in enumerate(items) if item["id"] == after), None)
+        if at is None:
+            raise APIError(400, f"after: {after!r} is no item of {where}", "after")
+        items = items[at + 1:]
+    page = items[:limit]
+    return {"object": "list", "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
+
+
+@router.post("/v1/conversations", response_model=None, responses={
+    **ok("Conversation"), **_errors(400, 401, rules=rejections.CONVERSATIONS)})
+async def create(body: ConversationCreateRequest, request: Request, state: StateDep
+                 ) -> dict[str, Any]:
+    store = store_of(state)
+    conv = store.create(store_tenant(request), body.metadata or {})
+    try:
+        add_items(state, request, conv, list(body.items or ()))
+    except APIError:
+        store.delete(store_tenant(request), conv.id)
+        raise
+    return conv.body()
+
+
+@router.get("/v1/conversations/{conversation_id}", response_model=None, responses={
+    **ok("Conversation"), **_errors(400, 401, 404, rules=rejections.CONVERSATIONS)})
+async def retrieve(conversation_id: str, request: Request, state: StateDep
+                   ) -> dict[str, Any]:
+    return lookup(state, request, conversation_id).body()
+
+
+@router.post("/v1/conversations/{conversation_id}", response_model=None, responses={
+    **ok("Conversation"), **_errors(400, 401, 404, rules=rejections.CONVERSATIONS)})
+async def update(conversation_id: str, body: ConversationUpdateRequest, request: Request,
+                 state: StateDep) -> dict[str, Any]:
+    conv = lookup(state, request, conversation_id)
+    store_of(state).set_metadata(conv, body.metadata or {})
+    return conv.body()
+
+
+@router.delete("/v1/conversations/{conversation_id}", response_model=None, responses={
+    **ok("ConversationDeleted"), **_errors(400, 401, 404, rules=rejections.CONVERSATIONS)})
+async def delete(conversation_id: str, request: Request, state: StateDep) -> dict[str, Any]:
+    lookup(state, request, conversation_id)
+    store_of(state).delete(store_tenant(request), conversation_id)
+    return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
+
+
+@router.post("/v1/conversations/{conversation_id}/items", response_model=None, responses={
+    **ok("ResponseItemList", description="the items added, each with its id"),
+    **_errors(400, 401, 404, rules=rejections.CONVERSATION_ITEMS)})
+async def create_items(conversation_id: str, body: ConversationItemsRequest,
+                       request: Request, state: StateDep) -> dict[str, Any]:
+    _no_include(request)
+    conv = lookup(state, request, conversation_id)
+    listed = add_items(state, request, conv, list(body.items))
+    return {"object": "list", "data": listed, "first_id": listed[0]["id"],
+            "last_id": listed[-1]["id"], "has_more": False}
+
+
+@router.get("/v1/conversations/{conversation_id}/items", response_model=None, responses={
+    **ok("ResponseItemList", description="the conversation's items, each with its id"),
+    **_errors(400, 401, 404, rules=rejections.CONVERSATION_ITEMS)})
+async def list_items(conversation_id: str, request: Request, state: StateDep,
+                     limit: int = Query(20, ge=1, le=100),
+                     order: Literal["asc", "desc"] = "desc",
+                     after: str | None = None) -> dict[str, Any]:
+    _no_include(request)
+    conv = lookup(state, request, conversation_id)
+    return _page(list(conv.listed), limit, order, after, f"conversation {conversation_id!r}")
+
+
+def _item_at(conv: Conversation, item_id: str) -> int:
+    at = conv.find(item_id)
+    if at is None:
+        raise APIError(404, f"Item with id {item_id!r} not found in conversation "
+                       f"{conv.id!r}.", "item_id")
+    return at
+
+
+@router.get("/v1/conversations/{conversation_id}/items/{item_id}", response_model=None,
+            responses={**ok("ConversationItem"),
+                       **_errors(400, 401, 404, rules=rejections.CONVERSATION_ITEMS)})
+async def retrieve_item(conversation_id: str, item_id: str, request: Request,
+                        state: StateDep) -> dict[str, Any]:
+    _no_include(request)
+    conv = lookup(state, request, conversation_id)
+    return conv.listed[_item_at(conv, item_id)]
+
+
+@router.delete("/v1/conversations/{conversation_id}/items/{item_id}", response_model=None,
+               responses={**ok("Conversation", description="the conversation, the item "
+                               "gone"), **_errors(400, 401, 404,
+                                                  rules=rejections.CONVERSATIONS)})
+async def delete_item(conversation_id: str, item_id: str, request: Request,
+                      state: StateDep) -> dict[str, Any]:
+    conv = lookup(state, request, conversation_id)
+    store_of(state).remove_item(conv, _item_at(conv, item_id))
+    return conv.body()

@@ -1,0 +1,217 @@
+"""OpenAI's Conversations API on the scripted model (tests/service/scripted_backend.py):
+an agent loop through ``conversation`` answers what the whole history sent again answers
+(and what previous_response_id answers), the items routes (create, list and page,
+retrieve, add, delete), metadata, deletion, every refusal naming its field, another API
+key, a server without conversations, background and cancelled runs, the store's LRU
+byte budget, and the openai SDK's calls."""
+
+from __future__ import annotations
+
+import time
+
+import openai
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.settings import Settings
+from service.store.conversations import ConversationStore
+from tests.service.conformance import response_items
+from tests.service.scripted_backend import scripted_loader
+from tests.service.test_chat_tools_api import SCRIPTS, make_client
+from tests.service.test_responses_api import TOOLS
+from tests.service.test_responses_background import slow, wait
+from tests.service.test_responses_store import plain, post, results
+
+
+@pytest.fixture
+def client():
+    with make_client() as c:
+        yield c
+
+
+def conversation(client, **body) -> str:
+    r = client.post("/v1/conversations", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["object"] == "conversation"
+    return r.json()["id"]
+
+
+def items(client, cid: str, **query) -> list[dict]:
+    r = client.get(f"/v1/conversations/{cid}/items", params={"order": "asc", "limit": 100,
+                                                            **query})
+    assert r.status_code == 200, r.text
+    return r.json()["data"]
+
+
+def test_an_agent_loop_answers_what_the_whole_history_answers(client):
+    cid = conversation(client)
+    first = post(client, input="<script0>", tools=TOOLS, conversation=cid)
+    assert first["conversation"] == {"id": cid} and len(results(first)) == 2
+    second = post(client, input=results(first), tools=TOOLS, conversation={"id": cid})
+    history = [{"role": "user", "content": "<script0>"}, *first["output"], *results(first)]
+    whole = post(client, input=history, tools=TOOLS)
+    chained = post(client, input=results(first), tools=TOOLS,
+                   previous_response_id=first["id"])
+    for other in (whole, chained):
+        assert plain(second["output"]) == plain(other["output"])
+        assert second["usage"]["input_tokens"] == other["usage"]["input_tokens"]
+    # the conversation holds every turn: input, then output, as the response listed them
+    listed = items(client, cid)
+    assert [i["type"] for i in listed] == (
+        ["message"] + [o["type"] for o in first["output"]]
+        + ["function_call_output"] * 2 + [o["type"] for o in second["output"]])
+    assert listed[1:1 + len(first["output"])] == first["output"]
+    assert listed[-1] == second["output"][-1]
+    assert listed[0]["content"] == [{"type": "input_text", "text": "<script0>"}]
+    assert all(i["status"] == "completed" for i in listed)
+
+
+def test_items_are_created_listed_paged_retrieved_and_deleted(client):
+    seed = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    cid = conversation(client, items=seed, metadata={"topic": "t"})
+    assert client.get(f"/v1/conversations/{cid}").json()["metadata"] == {"topic": "t"}
+    r = client.post(f"/v1/conversations/{cid}/items", json={"items": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text",
+                                                          "text": "<script5>"}]}]})
+    assert r.status_code == 200 and r.json()["object"] == "list"
+    added = r.json()["data"]
+    everything = items(client, cid)
+    assert [i["role"] for i in everything] == ["user", "assistant", "user"]
+    assert everything[-1] == added[0]
+    desc = items(client, cid, order="desc")
+    assert desc == everything[::-1]
+    page = client.get(f"/v1/conversations/{cid}/items",
+                      params={"limit": 2, "order": "asc"}).json()
+    assert page["data"] == everything[:2] and page["has_more"] is True
+    rest = client.get(f"/v1/conversations/{cid}/items", params={
+        "limit": 2, "order": "asc", "after": page["last_id"]}).json()
+    assert rest["data"] == everything[2:] and rest["has_more"] is False
+    one = client.get(f"/v1/conversations/{cid}/items/{everything[1]['id']}")
+    assert one.json() == everything[1]
+    r = client.delete(f"/v1/conversations/{cid}/items/{everything[1]['id']}")
+    assert r.json()["id"] == cid and r.json()["object"] == "conversation"
+    assert items(client, cid) == [everything[0], everything[2]]
+    # the prompt is built from what the conversation holds now
+    answer = post(client, input="<script1>", conversation=cid)
+    alone = post(client, input=[{"role": "user", "content": "hi"},
+                                {"role": "user", "content": "<script5>"},
+                                {"role": "user", "content": "<script1>"}])
+    assert answer["usage"]["input_tokens"] == alone["usage"]["input_tokens"]
+    assert client.get(f"/v1/conversations/{cid}/items/nope").status_code == 404
+
+
+def test_metadata_update_and_delete(client):
+    cid = conversation(client, metadata={"a": "1"})
+    r = client.post(f"/v1/conversations/{cid}", json={"metadata": {"b": "2"}})
+    assert r.json()["metadata"] == {"b": "2"}
+    assert client.delete(f"/v1/conversations/{cid}").json() == {
+        "id": cid, "object": "conversation.deleted", "deleted": True}
+    for r in (client.get(f"/v1/conversations/{cid}"),
+              client.get(f"/v1/conversations/{cid}/items"),
+              client.delete(f"/v1/conversations/{cid}")):
+        assert r.status_code == 404 and r.json()["error"]["param"] == "conversation_id"
+    r = client.post("/v1/responses", json={"input": "x", "conversation": cid})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "conversation"
+    assert "not found" in r.json()["error"]["message"]
+
+
+def test_refusals_name_their_field(client):
+    cid = conversation(client)
+    first = post(client, input="<script5>")
+    r = client.post("/v1/responses", json={"input": "x", "conversation": cid,
+                                           "previous_response_id": first["id"]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "conversation"
+    stray = [{"type": "function_call_output", "call_id": "call_nope", "output": "x"}]
+    r = client.post(f"/v1/conversations/{cid}/items", json={"items": stray})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "items[0].call_id"
+    r = client.post("/v1/conversations", json={"items": stray})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "items[0].call_id"
+    r = client.post("/v1/responses", json={"input": stray, "conversation": cid})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input[0].call_id"
+    assert items(client, cid) == []  # nothing refused was kept
+    r = client.post("/v1/conversations", json={"items": [{"role": "user", "content": "x"}]
+                                               * 21})
+    assert r.status_code == 400 and r.json()["error"]["param"].startswith("items")
+    for query in ({"include": "x"}, {"after": "nope"}):
+        r = client.get(f"/v1/conversations/{cid}/items", params=query)
+        assert r.status_code == 400 and r.json()["error"]["param"] == next(iter(query))
+
+
+def test_only_finished_runs_join_the_conversation(client):
+    cid = conversation(client)
+    cut = post(client, input="<script1>", conversation=cid, max_output_tokens=2,
+               store=False)
+    assert cut["status"] == "incomplete"
+    assert len(items(client, cid)) == 1 + len(cut["output"])  # store false: kept too
+    bg = post(client, input="<script5>", conversation=cid, background=True)
+    done = wait(client, bg["id"])
+    assert items(client, cid)[-1] == done["output"][-1]
+    before = items(client, cid)
+    slow(client)
+    running = post(client, input="<script0>", tools=TOOLS, conversation=cid,
+                   background=True)
+    assert client.post(f"/v1/responses/{running['id']}/cancel").status_code == 200
+    time.sleep(0.1)
+    assert items(client, cid) == before
+
+
+def test_each_api_key_reads_only_its_own():
+    cfg = Settings(max_model_len=512, api_keys=("key-one", "key-two"))
+    with TestClient(create_app(cfg, load_backend=scripted_loader(SCRIPTS))) as c:
+        one, two = ({"Authorization": f"Bearer {k}"} for k in ("key-one", "key-two"))
+        cid = c.post("/v1/conversations", json={}, headers=one).json()["id"]
+        assert c.get(f"/v1/conversations/{cid}", headers=one).status_code == 200
+        assert c.get(f"/v1/conversations/{cid}", headers=two).status_code == 404
+        r = c.post("/v1/responses", headers=two, json={"input": "x", "conversation": cid})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "conversation"
+
+
+def test_a_server_without_conversations():
+    with make_client(conversations_store_mib=0) as c:
+        for r in (c.post("/v1/conversations", json={}), c.get("/v1/conversations/conv_x"),
+                  c.post("/v1/responses", json={"input": "x", "conversation": "conv_x"})):
+            assert r.status_code == 400 and r.json()["error"]["param"] == "conversation"
+            assert "--conversations-store-mib 0" in r.json()["error"]["message"]
+
+
+def test_least_recently_used_conversations_go_first_within_the_byte_budget():
+    store = ConversationStore(1800)
+    a, b = store.create("t", {}), store.create("t", {})
+    store.get("t", a.id)  # b is now the least recently used
+    big = [{"id": f"msg_{k}", "content": "x" * 300} for k in range(5)]
+    assert store.append("t", a, [None] * 5, big)
+    assert store.get("t", b.id) is None and store.get("t", a.id) is a
+    assert store.used == a.nbytes <= store.budget
+    store.remove_item(a, 0)
+    assert store.used == a.nbytes and len(a.items) == len(a.listed) == 4
+    assert store.append("t", a, [None] * 5, big)  # alone over the budget: it goes too
+    assert store.get("t", a.id) is None and store.used == 0
+    assert not store.append("t", a, [None], big[:1])  # no longer kept
+
+
+def test_the_openai_sdk(client):
+    sdk = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=client,
+                        max_retries=0)
+    conv = sdk.conversations.create(metadata={"user": "u1"})
+    first = sdk.responses.create(model="scripted-model", input="<script0>", tools=TOOLS,
+                                 conversation=conv.id)
+    outputs = [{"type": "function_call_output", "call_id": o.call_id, "output": "<script3>"}
+               for o in first.output if o.type == "function_call"]
+    with sdk.responses.stream(model="scripted-model", input=outputs, tools=TOOLS,
+                              conversation=conv.id) as s:
+        streamed = s.get_final_response()
+    assert streamed.output_text == "Hello world"
+    listed = list(sdk.conversations.items.list(conv.id, order="asc", limit=2))  # 2 a page
+    assert [i.id for i in listed[-len(streamed.output):]] == [o.id for o in streamed.output]
+    assert len(listed) == 1 + len(first.output) + 2 + len(streamed.output)
+    assert sdk.conversations.items.retrieve(listed[0].id, conversation_id=conv.id).role == (
+        "user")
+    sdk.conversations.items.delete(listed[-1].id, conversation_id=conv.id)
+    sdk.conversations.items.create(conv.id, items=[{"role": "user", "content": "<script5>"}])
+    assert sdk.conversations.update(conv.id, metadata={"user": "u2"}).metadata == {
+        "user": "u2"}
+    assert response_items(streamed)
+    assert sdk.conversations.delete(conv.id).deleted is True
+    with pytest.raises(openai.NotFoundError):
+        sdk.conversations.retrieve(conv.id)
