@@ -68,14 +68,16 @@ def add_items(state: ServingState, request: Request, conv: Conversation, items: 
     return listed
 
 
-def _page(items: list[dict[str, Any]], limit: int, order: str, after: str | None,
-          where: str) -> dict[str, Any]:
+def page_items(items: list[dict[str, Any]], limit: int, order: str, after: str | None,
+               where: str) -> dict[str, Any]:
+    """OpenAI's item list page: ``order`` asc or desc, the items after the one whose id
+    is ``after`` (else a 400 naming it: "is no ``where``"), at most ``limit``."""
     if order == "desc":
         items = items[::-1]
     if after is not None:
         at = next((i for i, item in enumerate(items) if item["id"] == after), None)
         if at is None:
-            raise APIError(400, f"after: {after!r} is no item of {where}", "after")
+            raise APIError(400, f"after: {after!r} is no {where}", "after")
         items = items[at + 1:]
     page = items[:limit]
     return {"object": "list", "data": page,
@@ -142,7 +144,8 @@ async def list_items(conversation_id: str, request: Request, state: StateDep,
                      after: str | None = None) -> dict[str, Any]:
     _no_include(request)
     conv = lookup(state, request, conversation_id)
-    return _page(list(conv.listed), limit, order, after, f"conversation {conversation_id!r}")
+    return page_items(list(conv.listed), limit, order, after,
+                      f"item of conversation {conversation_id!r}")
 
 
 def _item_at(conv: Conversation, item_id: str) -> int:

@@ -306,16 +306,6 @@ async def input_items(response_id: str, request: Request, state: StateDep,
                       order: Literal["asc", "desc"] = "desc",
                       after: str | None = None) -> dict[str, Any]:
     _no_query(request, {})
-    items = list(_lookup(state, request, response_id).input_items)
-    if order == "desc":
-        items.reverse()
-    if after is not None:
-        at = next((i for i, item in enumerate(items) if item["id"] == after), None)
-        if at is None:
-            raise APIError(400, f"after: {after!r} is no input item of response "
-                           f"{response_id!r}", "after")
-        items = items[at + 1:]
-    page = items[:limit]
-    return {"object": "list", "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
+    return conversations.page_items(list(_lookup(state, request, response_id).input_items),
+                                    limit, order, after,
+                                    f"input item of response {response_id!r}")
