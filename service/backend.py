@@ -131,7 +131,8 @@ class ServingState:
         self.dispatcher = LoopDispatcher(asyncio.get_running_loop())
         self.registry, self.metrics = build_registry(
             backend.model_name, lambda: self.engine.stats(), self.kernel_snapshot,
-            backend.hardware.feature_map(), _extension_info(backend.hardware))
+            backend.hardware.feature_map(), _extension_info(backend.hardware),
+            self.store_stats)
         self.engine = Engine(backend.runner, backend.tokenizer, backend.engine_config,
                              max_queue=self.settings.max_queue, observer=self.metrics,
                              detokenizer=backend.detokenizer)
@@ -144,6 +145,25 @@ class ServingState:
             vision.observer = VisionMetrics(self.registry, backend.model_name)
         log.info("image input: %s", vision.describe() if vision is not None else
                  f"off ({getattr(backend, 'vision_off_reason', None) or 'no vision tower'})")
+
+    def store_stats(self) -> list[tuple[str, str, float]]:
+        """The in-memory stores' gauges (/metrics): entries, bytes and budgets (a store
+        that is off reads 0), and background responses running."""
+        out: list[tuple[str, str, float]] = []
+        for name, what, store in (("responses_store", "stored responses",
+                                   self.responses),
+                                  ("conversations_store", "conversations",
+                                   self.conversations)):
+            on = store is not None  # an empty store is falsy (len 0)
+            out += [(f"{name}_entries", f"{what.capitalize()} kept.",
+                     len(store) if on else 0),
+                    (f"{name}_bytes", f"JSON bytes the {what} hold (their budget counts "
+                     "these).", store.used if on else 0),
+                    (f"{name}_budget_bytes", f"The {what}' byte budget (0: off).",
+                     store.budget if on else 0)]
+        out.append(("background_responses_running", "Background responses running.",
+                    len(self.jobs)))
+        return out
 
     @property
     def status(self) -> str:

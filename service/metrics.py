@@ -218,12 +218,30 @@ class EngineCollector(Collector):
             yield g
 
 
+class StoreCollector(Collector):
+    """Scrape-time gauges of the in-memory stores (service/store/): ``stats()`` gives
+    (name, help, value) triples."""
+
+    def __init__(self, stats: Callable[[], list[tuple[str, str, float]]]) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        for name, doc, value in self.stats():
+            g = GaugeMetricFamily(P + name, doc)
+            g.add_metric([], float(value))
+            yield g
+
+
 def build_registry(model_name: str, engine_stats: Callable[[], Any],
                    kernel_report: Callable[[], dict[str, Any]], features: dict[str, bool],
-                   extension: dict[str, str]) -> tuple[CollectorRegistry, ServingMetrics]:
+                   extension: dict[str, str],
+                   store_stats: Callable[[], list[tuple[str, str, float]]] | None = None
+                   ) -> tuple[CollectorRegistry, ServingMetrics]:
     registry = CollectorRegistry()
     metrics = ServingMetrics(registry, model_name)
     registry.register(EngineCollector(model_name, engine_stats, kernel_report, features))
+    if store_stats is not None:
+        registry.register(StoreCollector(store_stats))
     Info(P + "extension", "Build of the C++ kernel extension.",
          registry=registry).info(extension)
     return registry, metrics

@@ -3,7 +3,7 @@ an agent loop through ``conversation`` answers what the whole history sent again
 (and what previous_response_id answers), the items routes (create, list and page,
 retrieve, add, delete), metadata, deletion, every refusal naming its field, another API
 key, a server without conversations, background and cancelled runs, the store's LRU
-byte budget, and the openai SDK's calls."""
+byte budget, the stores' gauges on /metrics, and the openai SDK's calls."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 import openai
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from service.app import create_app
 from service.settings import Settings
@@ -215,3 +216,28 @@ def test_the_openai_sdk(client):
     assert sdk.conversations.delete(conv.id).deleted is True
     with pytest.raises(openai.NotFoundError):
         sdk.conversations.retrieve(conv.id)
+
+
+def metric(client, name: str) -> float:
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == "fp8serve_" + name:
+                return sample.value
+    raise AssertionError(f"{name} not exported")
+
+
+def test_metrics_show_what_the_stores_hold(client):
+    state = client.app.state.serving
+    assert metric(client, "conversations_store_entries") == 0
+    assert metric(client, "conversations_store_budget_bytes") == 256 * 2**20
+    cid = conversation(client, items=[{"role": "user", "content": "hi"}])
+    post(client, input="<script5>", conversation=cid)
+    assert metric(client, "conversations_store_entries") == 1
+    assert metric(client, "conversations_store_bytes") == state.conversations.used > 0
+    assert metric(client, "responses_store_entries") == len(state.responses) == 1
+    assert metric(client, "responses_store_bytes") == state.responses.used > 0
+    slow(client)
+    running = post(client, input="<script0>", tools=TOOLS, background=True)
+    assert metric(client, "background_responses_running") == 1
+    client.post(f"/v1/responses/{running['id']}/cancel")
+    assert metric(client, "background_responses_running") == 0
