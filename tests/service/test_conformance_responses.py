@@ -2,8 +2,8 @@
 conformance.py: one server per checkpoint). Each request: HTTP 200, a result valid for
 its schema, and the SDK's stream accumulator (``responses.stream``) ends with the
 response the non-streamed request gave (greedy). The agent loop sends the returned
-output items back as the SDK serializes them (``model_dump()``), or continues the stored
-response by ``previous_response_id``."""
+output items back as the SDK serializes them (``model_dump()``), continues the stored
+response by ``previous_response_id``, or goes on in a conversation."""
 
 from __future__ import annotations
 
@@ -128,6 +128,41 @@ def test_agent_loop_by_previous_response_id(matrix):
                   tools=TOOLS, tool_choice="none", max_output_tokens=4)
     assert response_items(third) == response_items(again)
     assert third.usage.input_tokens == again.usage.input_tokens
+
+
+def test_agent_loop_by_conversation(matrix):
+    """The same loop through a conversation (the SDK's conversations.create, then
+    conversation= on each turn, which sends its new items only), the second turn in the
+    background, polled: every turn answers exactly what the whole history sent again
+    answers, and the conversation lists every turn's items."""
+    sdk, kw = matrix.openai, {"model": matrix.model, "temperature": 0, "tools": TOOLS}
+    conv = sdk.conversations.create(metadata={"run": "conformance"})
+    first = ok(sdk.responses.with_raw_response.create(
+        input=USER, conversation=conv.id, tool_choice="required",
+        parallel_tool_calls=False, max_output_tokens=60, **kw))
+    assert _calls(first) and first.conversation.id == conv.id
+    outputs = [{"type": "function_call_output", "call_id": c.call_id, "output": RESULT}
+               for c in _calls(first)]
+    history = [*USER, *(o.model_dump() for o in first.output), *outputs]
+    second = sdk.responses.create(input=outputs, conversation=conv.id, background=True,
+                                  max_output_tokens=24, **kw)
+    while second.status in ("queued", "in_progress"):
+        second = sdk.responses.retrieve(second.id)
+    replayed = _both(matrix, input=history, tools=TOOLS, max_output_tokens=24)
+    assert second.status == replayed.status
+    assert response_items(second) == response_items(replayed)
+    assert second.usage.input_tokens == replayed.usage.input_tokens
+    nxt = {"role": "user", "content": "Thanks"}
+    third = ok(sdk.responses.with_raw_response.create(
+        input=[nxt], conversation=conv.id, tool_choice="none", max_output_tokens=4, **kw))
+    again = _both(matrix, input=[*history, *(o.model_dump() for o in second.output), nxt],
+                  tools=TOOLS, tool_choice="none", max_output_tokens=4)
+    assert response_items(third) == response_items(again)
+    assert third.usage.input_tokens == again.usage.input_tokens
+    listed = list(sdk.conversations.items.list(conv.id, order="asc"))
+    assert len(listed) == (len(USER) + len(first.output) + len(outputs)
+                           + len(second.output) + 1 + len(third.output))
+    assert [i.id for i in listed[-len(third.output):]] == [o.id for o in third.output]
 
 
 # Block order is output order in both modes: on the demo model max_tokens can cut a
