@@ -203,6 +203,8 @@ CONVERSATIONS = (
          "(--conversations-store-mib above 0)"),
     Rule("items", "answers no function_call", "a function_call_output answers a "
          "function_call earlier in items or in the conversation"),
+    Rule("item_id", "whose output is in the conversation", "a function_call goes after "
+         "its function_call_output"),
 )
 CONVERSATION_ITEMS = (
     *CONVERSATIONS,

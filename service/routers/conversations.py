@@ -21,6 +21,8 @@ from service.translate.schemas import (
     ConversationCreateRequest,
     ConversationItemsRequest,
     ConversationUpdateRequest,
+    FunctionCallItem,
+    FunctionCallOutputItem,
 )
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
@@ -173,5 +175,14 @@ async def retrieve_item(conversation_id: str, item_id: str, request: Request,
 async def delete_item(conversation_id: str, item_id: str, request: Request,
                       state: StateDep) -> dict[str, Any]:
     conv = lookup(state, request, conversation_id)
-    store_of(state).remove_item(conv, _item_at(conv, item_id))
+    at = _item_at(conv, item_id)
+    gone = conv.items[at]
+    if isinstance(gone, FunctionCallItem) and any(
+            isinstance(i, FunctionCallOutputItem) and i.call_id == gone.call_id
+            for i in conv.items):
+        # every output in a conversation answers a call before it (items added are checked)
+        raise APIError(400, f"item_id: {item_id!r} is a function_call whose output is in "
+                       "the conversation: delete the function_call_output first",
+                       "item_id")
+    store_of(state).remove_item(conv, at)
     return conv.body()

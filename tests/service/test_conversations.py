@@ -134,6 +134,14 @@ def test_refusals_name_their_field(client):
     r = client.post("/v1/conversations", json={"items": [{"role": "user", "content": "x"}]
                                                * 21})
     assert r.status_code == 400 and r.json()["error"]["param"].startswith("items")
+    # a call goes after its output: no output is ever left answering nothing
+    made = client.post(f"/v1/conversations/{cid}/items", json={"items": [
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "r"}]}).json()["data"]
+    r = client.delete(f"/v1/conversations/{cid}/items/{made[0]['id']}")
+    assert r.status_code == 400 and r.json()["error"]["param"] == "item_id"
+    for item in made[::-1]:
+        assert client.delete(f"/v1/conversations/{cid}/items/{item['id']}").status_code == 200
     for query in ({"include": "x"}, {"after": "nope"}):
         r = client.get(f"/v1/conversations/{cid}/items", params=query)
         assert r.status_code == 400 and r.json()["error"]["param"] == next(iter(query))
