@@ -1,0 +1,111 @@
+"""OpenAI's Agents SDK (openai-agents) runs its agent loop against this server, as its users
+write it, over HTTP (uvicorn on a loopback port, the scripted model of
+tests/service/scripted_backend.py): the model calls a function tool, the SDK runs it and
+sends the output back, the model answers. The loop runs four ways, each answering the
+same: the SDK resending the whole history, the server chaining by previous_response_id,
+a server-side conversation (conversation_id), and the SDK's OpenAIConversationsSession,
+which keeps the history in this server's Conversations API."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+import openai
+import pytest
+import uvicorn
+from agents import (
+    Agent,
+    OpenAIConversationsSession,
+    OpenAIResponsesModel,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
+
+from service.app import create_app
+from service.settings import Settings
+from tests.service.scripted_backend import MODEL, scripted_loader
+from tests.service.test_chat_tools_api import SCRIPTS
+
+CALLED: list[str] = []
+
+
+@function_tool
+def get_weather(city: str) -> str:
+    """The weather of a city."""
+    CALLED.append(city)
+    return "<script5>"  # the scripted model then answers "Hello world"
+
+
+@pytest.fixture(scope="module")
+def base_url():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = create_app(Settings(max_model_len=512), load_backend=scripted_loader(SCRIPTS))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    end = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < end and thread.is_alive(), "server did not start"
+        time.sleep(0.02)
+    set_tracing_disabled(True)  # no traces sent to OpenAI
+    yield f"http://127.0.0.1:{port}/v1"
+    server.should_exit = True
+    thread.join(30)
+
+
+def run(base_url: str, **kw):
+    """One agent run on a fresh client (each asyncio.run has its own loop)."""
+    async def go():
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
+        agent = Agent(name="weather", instructions="Answer briefly.", tools=[get_weather],
+                      model=OpenAIResponsesModel(model=MODEL, openai_client=client))
+        session = kw.pop("session", None)
+        if session == "conversations":
+            session = OpenAIConversationsSession(openai_client=client)
+        result = await Runner.run(agent, "<script0>", session=session, **kw)
+        items = await session.get_items() if session is not None else None
+        return result, items
+    return asyncio.run(go())
+
+
+def test_the_agent_loop_calls_the_tool_and_answers(base_url):
+    CALLED.clear()
+    result, _ = run(base_url)
+    assert CALLED == ["Paris", "Rome"]  # script 0's two calls, each run by the SDK
+    assert result.final_output == "Hello world"
+    kinds = [item.type for item in result.new_items]
+    assert kinds.count("tool_call_item") == 2 and kinds.count("tool_call_output_item") == 2
+    assert kinds[-1] == "message_output_item"
+
+
+@pytest.mark.parametrize("how", ["previous_response_id", "conversation_id", "session"])
+def test_server_kept_history_answers_the_same(base_url, how):
+    CALLED.clear()
+    kw: dict = {}
+    if how == "previous_response_id":
+        kw["auto_previous_response_id"] = True
+    elif how == "conversation_id":
+        sync = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0)
+        kw["conversation_id"] = sync.conversations.create().id
+    else:
+        kw["session"] = "conversations"
+    result, session_items = run(base_url, **kw)
+    assert CALLED == ["Paris", "Rome"]
+    assert result.final_output == "Hello world"
+    if how == "conversation_id":  # the server kept every turn's items
+        sync = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0)
+        listed = list(sync.conversations.items.list(kw["conversation_id"], order="asc"))
+        assert [i.type for i in listed] == ["message", "message", "function_call",
+                                             "function_call", "function_call_output",
+                                             "function_call_output", "message"]
+        assert listed[-1].content[0].text == "Hello world"
+    if how == "session":  # the SDK kept them in this server's conversation
+        assert [i.get("type", "message") for i in session_items][-1] == "message"
+        assert len(session_items) == 7
