@@ -26,8 +26,8 @@ from engine.spec.config import SpeculativeConfig
 from engine.stream import LoopDispatcher
 from service.metrics import ServingMetrics, build_registry
 from service.settings import Settings
-from service.store.background import BackgroundJobs
 from service.store.conversations import ConversationStore
+from service.store.jobs import BackgroundJobs
 from service.store.responses import ResponseStore
 from service.tool_calls.select import ParserChoice, choose_parsers
 from service.translate.signature import ThinkingSigner

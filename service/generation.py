@@ -10,17 +10,15 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import Request
 
 from engine.request import FinishReason
 from engine.sampling_params import SamplingParams
 from engine.stream import LoopDispatcher, RequestOutput, TokenLogprob
+from service.backend import ServingState
 from service.errors import APIError, error_body
-
-if TYPE_CHECKING:  # the state holds background jobs, which read submissions
-    from service.backend import ServingState
 
 DISCONNECT_POLL_S = 0.25
 # request id prefix -> the API label of its metrics (service/metrics.py)

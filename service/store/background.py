@@ -10,7 +10,8 @@ Its status goes ``queued`` (nothing generated yet), ``in_progress``, then one of
 request timeout) or ``cancelled``. A client that leaves a background stream leaves the
 run going; only cancel (or DELETE, or the server's shutdown) stops it.
 
-While it runs, a job is in :class:`BackgroundJobs` (per API key, as the store is); when
+While it runs, a job is in the running jobs (service/store/jobs.py, per API key, as the
+store is); when
 it ends, the finished response goes to the response store (service/store/responses.py)
 with its events when it was created with ``stream: true`` (they count in the store's
 budget), and the job is dropped.
@@ -142,26 +143,3 @@ class BackgroundJob:
                 return
             else:
                 await self._changed.wait()
-
-
-class BackgroundJobs:
-    """The running jobs, per API key; every call is made on the event loop."""
-
-    def __init__(self) -> None:
-        self._jobs: dict[tuple[str, str], BackgroundJob] = {}
-
-    def __len__(self) -> int:
-        return len(self._jobs)
-
-    def add(self, job: BackgroundJob) -> None:
-        self._jobs[(job.tenant, job.id)] = job
-
-    def get(self, tenant: str, response_id: str) -> BackgroundJob | None:
-        return self._jobs.get((tenant, response_id))
-
-    def drop(self, job: BackgroundJob) -> None:
-        self._jobs.pop((job.tenant, job.id), None)
-
-    def cancel_all(self) -> None:
-        for job in list(self._jobs.values()):
-            job.cancel()
