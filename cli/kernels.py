@@ -72,7 +72,7 @@ def _model_report(model_dir: str, hw: Any, overrides: Any, lm_head_dtype: str = 
 
 def run(args: argparse.Namespace, hw: Any = None) -> int:
     """``hw``: a HardwareInfo to use instead of probing this host (tests)."""
-    from engine.hardware import probe_hardware
+    from engine.hardware_probe import probe_hardware
     from engine.kernels.report import build_kernel_report
 
     overrides = overrides_from_args(args)

@@ -92,10 +92,3 @@ class HardwareInfo:
         defaults.update(kw)
         return cls(cpu_flags=frozenset(flags), **defaults)  # type: ignore[arg-type]
 
-
-def probe_hardware(**sources: object) -> HardwareInfo:
-    """Probe this host (see engine/hardware_probe.py for the sources and how tests replace
-    them). Call once per process and pass the result along."""
-    from engine.hardware_probe import probe_hardware as _probe
-
-    return _probe(**sources)  # type: ignore[arg-type]

@@ -126,7 +126,7 @@ def load_runner(model_dir: str | Path, engine_config: EngineConfig,
     if overrides is None:
         overrides = KernelOverrides.from_env()
     if hw is None:
-        from engine.hardware import probe_hardware
+        from engine.hardware_probe import probe_hardware
 
         hw = probe_hardware()
     return ModelRunner(weights, engine_config, hw, overrides)

@@ -80,7 +80,7 @@ def load_backend(settings: Settings) -> ModelBackend:
                        lm_head_dtype=settings.lm_head_dtype,
                        kv_cache_dtype=settings.kv_cache_dtype,
                        speculative_config=SpeculativeConfig.parse(settings.speculative_config))
-    from engine.hardware import probe_hardware
+    from engine.hardware_probe import probe_hardware
 
     hw = probe_hardware()
     overrides = overrides_from(settings.kernel, settings.disabled_kernels)

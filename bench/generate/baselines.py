@@ -177,7 +177,7 @@ def choose_llamacpp_library(choice: str, log: Callable[[str], object]) -> str:
         os.environ.pop("LLAMA_CPP_LIB_PATH", None)
         return "llama-cpp-python's own library"
     from bench.llamacpp.build import ensure_native, planned
-    from engine.hardware import probe_hardware
+    from engine.hardware_probe import probe_hardware
 
     hw = probe_hardware()
     build = ensure_native(hw, log) if choice == "native" else planned(hw)[0]

@@ -112,7 +112,7 @@ def load_bench_runner(cfg: GenerateBenchConfig) -> tuple[Any, dict[str, Any], An
     """(runner sized for one sequence of prompt_len + gen_len tokens, bytes per token,
     the HardwareInfo it was built for)."""
     from engine.config import EngineConfig
-    from engine.hardware import probe_hardware
+    from engine.hardware_probe import probe_hardware
     from engine.kernels.registry import KernelOverrides
     from engine.loader import load_weights
     from engine.runner import ModelRunner

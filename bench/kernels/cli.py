@@ -84,7 +84,7 @@ def run(args: argparse.Namespace, hw: Any = None) -> int:
     from bench.kernels.cpu import run_kernel_bench
     from bench.kernels.plot import plot_rows
     from bench.kernels.table import format_rows
-    from engine.hardware import probe_hardware
+    from engine.hardware_probe import probe_hardware
 
     cfg = config_from_args(args)
     hw = hw if hw is not None else probe_hardware()

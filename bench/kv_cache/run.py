@@ -46,7 +46,7 @@ class KvCacheBenchConfig:
 
 def load_runner(cfg: KvCacheBenchConfig, max_len: int):
     from engine.config import EngineConfig
-    from engine.hardware import probe_hardware
+    from engine.hardware_probe import probe_hardware
     from engine.kernels.registry import KernelOverrides
     from engine.loader import load_weights
     from engine.runner import ModelRunner

@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bench.llamacpp.build import ensure_native, system_info
-    from engine.hardware import probe_hardware
+    from engine.hardware_probe import probe_hardware
 
     build = ensure_native(probe_hardware())
     report = {"version": build.version, "root": str(build.root), "built": build.how,

@@ -79,7 +79,7 @@ def _prompts(cfg: LmHeadBenchConfig, vocab: int, bos: int | None) -> list[list[i
 def _build(cfg: LmHeadBenchConfig, longest: int) -> tuple[Any, Head, Any]:
     """(runner with the bf16 head, the fp8 head, the fp8 head's kernel report)."""
     from engine.config import EngineConfig
-    from engine.hardware import probe_hardware
+    from engine.hardware_probe import probe_hardware
     from engine.kernels.layer_kernel import KernelReport
     from engine.kernels.registry import KernelOverrides
     from engine.loader import load_weights

@@ -161,7 +161,7 @@ def llama_servers(args: argparse.Namespace) -> Iterator[tuple[str, str, dict[str
     from bench.llamacpp.build import ensure_native, system_info
     from bench.llamacpp.server import server_command
     from engine.demo_model import ensure_demo_model
-    from engine.hardware import probe_hardware
+    from engine.hardware_probe import probe_hardware
 
     model = args.model_dir or ensure_demo_model()
     gguf = baseline_gguf(args, model, args.model_dir is None)

@@ -131,7 +131,7 @@ def step_budget(prompts: list[list[int]]) -> int:
 def load(cfg: SpecBenchConfig, max_prompt: int) -> tuple[Any, Any]:
     """(runner with KV for max(concurrency) sequences of max_prompt + gen_len, tokenizer)."""
     from engine.config import EngineConfig
-    from engine.hardware import probe_hardware
+    from engine.hardware_probe import probe_hardware
     from engine.kernels.registry import KernelOverrides
     from engine.loader import load_weights
     from engine.runner import ModelRunner

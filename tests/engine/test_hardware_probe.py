@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.hardware import CPU_FEATURES, ExtensionStatus, HardwareInfo, probe_hardware
-from engine.hardware_probe import parse_cpuinfo
+from engine.hardware import CPU_FEATURES, ExtensionStatus, HardwareInfo
+from engine.hardware_probe import parse_cpuinfo, probe_hardware
 
 SAPPHIRE = """processor\t: 0
 vendor_id\t: GenuineIntel

@@ -101,7 +101,7 @@ def test_engine_config_rejects_unknown_dtype(tmp_path):
 
 
 def _runner(model_dir, dtype):
-    from engine.hardware import probe_hardware
+    from engine.hardware_probe import probe_hardware
     from engine.kernels.registry import KernelOverrides
     from engine.runner import ModelRunner
 
@@ -125,7 +125,7 @@ def _hidden(runner, ids):
 
 
 def test_flag_reaches_the_runner_and_the_kernel_report(runners):
-    from engine.hardware import probe_hardware
+    from engine.hardware_probe import probe_hardware
     from engine.kernels.report import build_kernel_report
 
     fp8 = runners["fp8"]

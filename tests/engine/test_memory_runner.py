@@ -25,7 +25,7 @@ CHILD = textwrap.dedent("""
     import torch
     import ext
     from engine.config import EngineConfig
-    from engine.hardware import probe_hardware
+    from engine.hardware_probe import probe_hardware
     from engine.runner import generate_greedy, load_runner
     def status():
         out = {}

@@ -117,7 +117,7 @@ def test_bench_generate_loads_the_host_build_when_there_is_one(fake_source, monk
     monkeypatch.delenv("LLAMA_CPP_LIB_PATH", raising=False)
     import os
 
-    from engine.hardware import probe_hardware
+    from engine.hardware_probe import probe_hardware
 
     hw = probe_hardware()
     assert "own library (no build" in choose_llamacpp_library("auto", print)
