@@ -14,7 +14,9 @@ import pytest
 import yaml
 from prometheus_client import generate_latest
 
+from service.backend import ServingState
 from service.metrics import build_registry
+from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -46,7 +48,7 @@ def exported() -> set[str]:
     """Sample names of a scrape (with _total, _bucket, ... suffixes)."""
     stats = SimpleNamespace(num_running=1, num_waiting=2, kv_cache_usage=0.5)
     registry, metrics = build_registry("m", lambda: stats, lambda: REPORT, {"avx2": True},
-                                       {"built": "true"})
+                                       {"built": "true"}, ServingState(Settings()).store_stats)
     metrics.on_rejected("queue_full")
     text = generate_latest(registry).decode()
     return {line.split("{")[0].split(" ")[0] for line in text.splitlines()
@@ -130,6 +132,9 @@ def _datasource_uid() -> str:
     ("Speculative decoding acceptance rate",
      ["rate(fp8serve_spec_decode_num_accepted_tokens_total",
       ") / sum by (instance) (rate(fp8serve_spec_decode_num_draft_tokens_total"]),
+    ("Stores: share of budget", ["fp8serve_responses_store_bytes",
+                                 "fp8serve_conversations_store_budget_bytes"]),
+    ("Background responses running", ["fp8serve_background_responses_running"]),
     ("Tokens per verified draft", ["1 + sum by (instance) (rate("
                                    "fp8serve_spec_decode_num_accepted_tokens_total",
                                    "rate(fp8serve_spec_decode_num_drafts_total"]),
