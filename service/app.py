@@ -17,7 +17,7 @@ from service.backend import ModelBackend, ServingState
 from service.backend import load_backend as default_load_backend
 from service.errors import install_error_handlers
 from service.openapi import install_openapi
-from service.routers import anthropic, conversations, openai, ops, responses
+from service.routers import anthropic, conversations, openai, ops, responses, stored_chat
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ def create_app(settings: Settings | None = None,
     app.include_router(ops.public)
     app.include_router(ops.private)
     app.include_router(openai.router)
+    app.include_router(stored_chat.router)
     app.include_router(anthropic.router)
     app.include_router(responses.router)
     app.include_router(conversations.router)

@@ -118,6 +118,8 @@ class ServingState:
         self.signer = ThinkingSigner(key.get_secret_value().encode() if key else None)
         mib = settings.responses_store_mib
         self.responses: ResponseStore | None = ResponseStore(mib * 2**20) if mib else None
+        # stored chat completions (store: true), a store of their own with the same budget
+        self.chat_completions = ResponseStore(mib * 2**20) if mib else None
         self.jobs = BackgroundJobs()  # running background responses
         mib = settings.conversations_store_mib
         self.conversations = ConversationStore(mib * 2**20) if mib else None

@@ -8,6 +8,7 @@ from typing import Any
 
 from engine.request import FinishReason
 from engine.stream import TokenLogprob
+from service.errors import APIError
 from service.generation import Choice
 from service.tool_calls.choice import ChoiceReader
 
@@ -234,3 +235,20 @@ class Formatter:
                     ) -> dict[str, Any]:
         return {**self._head(obj), "choices": [],
                 "usage": usage(prompt_tokens, completion_tokens, cached_tokens, details)}
+
+
+def page_items(items: list[dict[str, Any]], limit: int, order: str, after: str | None,
+               where: str) -> dict[str, Any]:
+    """OpenAI's item list page: ``order`` asc or desc, the items after the one whose id
+    is ``after`` (else a 400 naming it: "is no ``where``"), at most ``limit``."""
+    if order == "desc":
+        items = items[::-1]
+    if after is not None:
+        at = next((i for i, item in enumerate(items) if item["id"] == after), None)
+        if at is None:
+            raise APIError(400, f"after: {after!r} is no {where}", "after")
+        items = items[at + 1:]
+    page = items[:limit]
+    return {"object": "list", "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}

@@ -131,6 +131,8 @@ PREDICTION = (Rule("prediction", "longer than max_model_len",
                    "a prediction must not exceed max_model_len tokens"),)
 CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDICTION,
         *STRUCTURED, *TEMPLATE, *CONTINUE, TRUNCATE,
+        Rule("store", "stores no chat completions", "store true needs a server that keeps "
+             "them (--responses-store-mib above 0)"),
         Rule("truncate_prompt_tokens", "with images is never cut",
              "truncate_prompt_tokens must keep the whole of a prompt with images"))
 TOKENIZE = (*TOOL_TURNS, *MESSAGES)
@@ -205,6 +207,11 @@ CONVERSATIONS = (
          "function_call earlier in items or in the conversation"),
     Rule("item_id", "whose output is in the conversation", "a function_call goes after "
          "its function_call_output"),
+)
+STORED_CHAT = (
+    Rule("after", "is no", "after names an entry of the list"),
+    Rule("", "is not a filter of this list", "the list's filters are limit, order, after, "
+         "model and metadata[KEY]"),
 )
 CONVERSATION_ITEMS = (
     *CONVERSATIONS,

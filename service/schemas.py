@@ -52,6 +52,10 @@ def _field_error(model: str, field: str, kind: str, message: str, value: Any
 
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
+# OpenAI's metadata, echoed and stored: at most 16 pairs, keys up to 64 characters,
+# values up to 512
+Metadata = Annotated[dict[Annotated[str, Field(max_length=64)],
+                          Annotated[str, Field(max_length=512)]], Field(max_length=16)]
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 TokenId = Annotated[int, Field(ge=0)]
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
@@ -326,6 +330,10 @@ class ChatCompletionRequest(_Sampling):
     chat_template_kwargs: dict[str, Any] | None = None
     # vLLM's: the answer continues the final (assistant) message instead of starting one
     continue_final_message: bool = False
+    # OpenAI's stored chat completions (service/routers/stored_chat.py): kept with the
+    # metadata when store is true, for GET /v1/chat/completions/...
+    store: bool | None = None
+    metadata: Metadata | None = None
 
     def output_limit(self, default: int | None) -> int | None:
         """max_completion_tokens, else max_tokens; neither: the model's default, else
@@ -339,6 +347,12 @@ _PROMPT_OR_MESSAGES: JsonDict = {"oneOf": [  # exactly one of them, the other nu
                                             "messages": {"type": "null"}}},
     {"required": ["messages"], "properties": {"messages": {"type": "array"},
                                               "prompt": {"type": "null"}}}]}
+
+
+class MetadataUpdate(_Body):
+    """A stored object's new metadata (a conversation's, a stored chat completion's)."""
+
+    metadata: Metadata | None
 
 
 class TokenizeRequest(_Body):

@@ -5,10 +5,10 @@
   no-op), so they are accepted; any other value is a 400 naming the field;
 - HINTS: accepted with any value and ignored, because they never change what is generated.
   ``user``, ``safety_identifier``: end-user ids for OpenAI's abuse monitoring (this server
-  does none); ``metadata``: tags for OpenAI's stored completions (nothing is stored);
-  ``prompt_cache_key``, ``prompt_cache_retention``, ``prompt_cache_options``: cache-routing
-  and retention advice; the prefix cache here is automatic (cache_salt isolates it), and a
-  cache only ever changes latency, never the text. ``include_obfuscation``: padding
+  does none); ``prompt_cache_key``, ``prompt_cache_retention``, ``prompt_cache_options``:
+  cache-routing and retention advice; the prefix cache here is automatic (cache_salt
+  isolates it), and a cache only ever changes latency, never the text.
+  ``include_obfuscation``: padding
   against length side channels, which carries no content.
 
 VLLM_NOOP and VLLM_HINTS classify vLLM's request extensions the same way (clients written
@@ -49,7 +49,7 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
     CHAT: frozenset(_SAMPLING + (
         "messages", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs",
         "tools", "tool_choice", "parallel_tool_calls", "response_format",
-        "reasoning_effort", "prediction")),
+        "reasoning_effort", "prediction", "store", "metadata")),
     STREAM_OPTIONS: frozenset({"include_usage"}),
     MESSAGES: frozenset({"model", "max_tokens", "messages", "system", "stop_sequences",
                          "temperature", "top_p", "top_k", "stream", "tools", "tool_choice",
@@ -74,7 +74,6 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "web_search_options": (None,),
         "functions": (None, []),  # deprecated for tools
         "function_call": (None, "none"),  # deprecated for tool_choice
-        "store": (None, False),
         "verbosity": (None,),
         "service_tier": (None, "auto", "default"),  # one tier here
         "moderation": (None,),
@@ -135,7 +134,7 @@ VLLM_HINTS: Mapping[str, frozenset[str]] = {
 _CACHE_HINTS = ("prompt_cache_key", "prompt_cache_retention", "prompt_cache_options")
 HINTS: Mapping[str, frozenset[str]] = {
     COMPLETIONS: frozenset({"user"}),
-    CHAT: frozenset(("user", "safety_identifier", "metadata") + _CACHE_HINTS),
+    CHAT: frozenset(("user", "safety_identifier") + _CACHE_HINTS),
     STREAM_OPTIONS: frozenset({"include_obfuscation"}),
     # Anthropic's: metadata.user_id (abuse monitoring), cache_control (prompt caching
     # breakpoints; the prefix cache here is automatic), where and for whom it runs

@@ -28,11 +28,11 @@ _LIMITS = (("minimum", ">= {}"), ("exclusiveMinimum", "> {}"), ("maximum", "<= {
 
 def routes() -> list[tuple[str, str, bool, type[BaseModel] | None]]:
     """(method, path, needs the API key, request body model) for every route served."""
-    from service.routers import anthropic, conversations, openai, ops, responses
+    from service.routers import anthropic, conversations, openai, ops, responses, stored_chat
 
     out = []
-    for router in (ops.public, ops.private, openai.router, anthropic.router,
-                   responses.router, conversations.router):
+    for router in (ops.public, ops.private, openai.router, stored_chat.router,
+                   anthropic.router, responses.router, conversations.router):
         for route in router.routes:
             hints = typing.get_type_hints(route.endpoint)
             body = next((t for t in hints.values()

@@ -13,14 +13,15 @@ from service import rejections
 from service.backend import ServingState
 from service.deps import StateDep, require_api_key, store_tenant
 from service.errors import APIError
+from service.openai_format import page_items
 from service.openapi import errors, ok
+from service.schemas import MetadataUpdate
 from service.store.conversations import Conversation, ConversationStore
 from service.translate.refusals import check_function_outputs
 from service.translate.responses import items_json
 from service.translate.schemas import (
     ConversationCreateRequest,
     ConversationItemsRequest,
-    ConversationUpdateRequest,
     FunctionCallItem,
     FunctionCallOutputItem,
 )
@@ -70,23 +71,6 @@ def add_items(state: ServingState, request: Request, conv: Conversation, items: 
     return listed
 
 
-def page_items(items: list[dict[str, Any]], limit: int, order: str, after: str | None,
-               where: str) -> dict[str, Any]:
-    """OpenAI's item list page: ``order`` asc or desc, the items after the one whose id
-    is ``after`` (else a 400 naming it: "is no ``where``"), at most ``limit``."""
-    if order == "desc":
-        items = items[::-1]
-    if after is not None:
-        at = next((i for i, item in enumerate(items) if item["id"] == after), None)
-        if at is None:
-            raise APIError(400, f"after: {after!r} is no {where}", "after")
-        items = items[at + 1:]
-    page = items[:limit]
-    return {"object": "list", "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
-
-
 @router.post("/v1/conversations", response_model=None, responses={
     **ok("Conversation"), **_errors(400, 401, rules=rejections.CONVERSATIONS)})
 async def create(body: ConversationCreateRequest, request: Request, state: StateDep
@@ -110,7 +94,7 @@ async def retrieve(conversation_id: str, request: Request, state: StateDep
 
 @router.post("/v1/conversations/{conversation_id}", response_model=None, responses={
     **ok("Conversation"), **_errors(400, 401, 404, rules=rejections.CONVERSATIONS)})
-async def update(conversation_id: str, body: ConversationUpdateRequest, request: Request,
+async def update(conversation_id: str, body: MetadataUpdate, request: Request,
                  state: StateDep) -> dict[str, Any]:
     conv = lookup(state, request, conversation_id)
     store_of(state).set_metadata(conv, body.metadata or {})

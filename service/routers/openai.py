@@ -14,10 +14,11 @@ from service.backend import ServingState
 from service.chat_run import make_params, start_chat
 from service.deps import ReadyStateDep, check_model, require_api_key
 from service.errors import APIError
-from service.generation import collect, stream_events, submit
+from service.generation import Choice, collect, stream_events, submit
 from service.openai_format import Formatter
 from service.openapi import errors, ok
 from service.prompts import encode_prompts
+from service.routers.stored_chat import check_store, keep
 from service.schemas import ChatCompletionRequest, CompletionRequest
 from service.structured_outputs import compile_spec, completion_constraint
 
@@ -140,13 +141,19 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
 async def chat_completions(body: ChatCompletionRequest, request: Request,
                            state: ReadyStateDep):
     check_prompt_logprobs(body)
+    store = check_store(state, body)
     run = await start_chat(state, body)
     sub, readers = run.sub, run.readers
     fmt = formatter(state, sub.id, run.model, body)
     if not body.stream:
         choices = await run.collect(request)
-        return fmt.chat(choices, body.logprobs, readers, run.details(choices),
-                        run.prompt if body.return_token_ids else None, body.prompt_logprobs)
+        answer = fmt.chat(choices, body.logprobs, readers, run.details(choices),
+                          run.prompt if body.return_token_ids else None,
+                          body.prompt_logprobs)
+        if store:
+            keep(state, request, body, answer)
+        return answer
+    whole = [Choice() for _ in sub.ids]  # what the stream adds up to (store: true)
     counts = {"completion": 0, "cached": 0}
     latest: dict[int, RequestOutput] = {}  # each choice's latest output (its usage counts)
     first = [fmt.chat_chunk(i, {"role": "assistant", "content": ""})
@@ -161,6 +168,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
 
     def chunk(i: int, out: RequestOutput) -> dict[str, Any] | None:
         counts["completion"] += len(out.token_ids)
+        whole[i].add(out)
         latest[i] = out
         if i == 0:
             counts["cached"] = out.num_cached_tokens
@@ -176,6 +184,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
         return got
 
     def last() -> list[dict[str, Any]]:
+        if store:  # the readers hold each whole message now
+            keep(state, request, body, fmt.chat(whole, body.logprobs, readers,
+                                                run.details(whole), None, None))
         if not body.include_usage:
             return []
         return [fmt.usage_chunk("chat.completion.chunk", len(run.prompt), counts["completion"],

@@ -21,7 +21,7 @@ from service.chat_run import chat_prompt, start_chat
 from service.deps import ReadyStateDep, StateDep, require_api_key, store_tenant
 from service.errors import APIError
 from service.generation import NamedStream, stream_named
-from service.openai_format import chat_logprobs
+from service.openai_format import chat_logprobs, page_items
 from service.openapi import errors, ok, ok_events
 from service.routers import conversations
 from service.routers.openai import SSE_HEADERS, token_bytes, token_text
@@ -306,6 +306,6 @@ async def input_items(response_id: str, request: Request, state: StateDep,
                       order: Literal["asc", "desc"] = "desc",
                       after: str | None = None) -> dict[str, Any]:
     _no_query(request, {})
-    return conversations.page_items(list(_lookup(state, request, response_id).input_items),
+    return page_items(list(_lookup(state, request, response_id).input_items),
                                     limit, order, after,
                                     f"input item of response {response_id!r}")

@@ -44,6 +44,7 @@ class StoredResponse:
     # a background response created with stream: its events' SSE frames, in order
     # (GET ?stream=true replays them)
     frames: tuple[str, ...] = ()
+    seq: int = 0  # the order entries were first put in (listing)
 
     @property
     def id(self) -> str:
@@ -72,6 +73,7 @@ class ResponseStore:
         self.budget = budget_bytes
         self.used = 0
         self._entries: OrderedDict[tuple[str, str], StoredResponse] = OrderedDict()
+        self._seq = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -99,10 +101,33 @@ class ResponseStore:
         while self.used + nbytes > self.budget:
             _, old = self._entries.popitem(last=False)
             self.used -= old.nbytes
+        self._seq += 1
         self._entries[(tenant, response["id"])] = StoredResponse(
-            response, tuple(context), tuple(input_items), nbytes, tuple(frames))
+            response, tuple(context), tuple(input_items), nbytes, tuple(frames), self._seq)
         self.used += nbytes
         return True
+
+    def replace(self, tenant: str, response: dict[str, Any]) -> StoredResponse | None:
+        """The entry of ``response["id"]`` with ``response`` in place of its own (its
+        place in listings kept); None when absent. A bigger response may evict others."""
+        old = self._entries.get((tenant, response["id"]))
+        if old is None:
+            return None
+        grown = json_bytes(response) - json_bytes(old.response)
+        new = StoredResponse(response, old.context, old.input_items, old.nbytes + grown,
+                             old.frames, old.seq)
+        self._entries[(tenant, response["id"])] = new
+        self._entries.move_to_end((tenant, response["id"]))
+        self.used += grown
+        while self.used > self.budget and len(self._entries) > 1:
+            _, gone = self._entries.popitem(last=False)
+            self.used -= gone.nbytes
+        return new
+
+    def listing(self, tenant: str) -> list[StoredResponse]:
+        """The tenant's entries in the order they were first put."""
+        return sorted((e for (t, _), e in self._entries.items() if t == tenant),
+                      key=lambda e: e.seq)
 
     def delete(self, tenant: str, response_id: str) -> bool:
         entry = self._entries.pop((tenant, response_id), None)

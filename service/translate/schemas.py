@@ -8,7 +8,14 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
 
 from service import unsupported
-from service.schemas import NAME_PATTERN, NonEmptyStr, ReasoningEffort, _Body, _field_error
+from service.schemas import (
+    NAME_PATTERN,
+    Metadata,
+    NonEmptyStr,
+    ReasoningEffort,
+    _Body,
+    _field_error,
+)
 
 
 class TextBlock(_Body):
@@ -231,12 +238,6 @@ class ReasoningConfig(_Body):
     mode: Literal["standard"] | None = None
 
 
-# OpenAI's metadata, echoed and stored: at most 16 pairs, keys up to 64 characters,
-# values up to 512
-Metadata = Annotated[dict[Annotated[str, Field(max_length=64)],
-                          Annotated[str, Field(max_length=512)]], Field(max_length=16)]
-
-
 class ConversationRef(_Body):
     id: str = Field(min_length=1)
 
@@ -278,10 +279,6 @@ class ResponsesRequest(_Body):
 class ConversationCreateRequest(_Body):
     items: Annotated[list[InputItem], Field(max_length=20)] | None = None
     metadata: Metadata | None = None
-
-
-class ConversationUpdateRequest(_Body):
-    metadata: Metadata | None
 
 
 class ConversationItemsRequest(_Body):

@@ -35,6 +35,11 @@ ERRORS = {
     ("delete", "/v1/responses/{response_id}"): {401, 404},
     ("post", "/v1/responses/{response_id}/cancel"): {400, 401, 404},
     ("get", "/v1/responses/{response_id}/input_items"): {400, 401, 404},
+    ("get", "/v1/chat/completions"): {400, 401},
+    ("get", "/v1/chat/completions/{completion_id}"): {401, 404},
+    ("post", "/v1/chat/completions/{completion_id}"): {400, 401, 404},
+    ("delete", "/v1/chat/completions/{completion_id}"): {401, 404},
+    ("get", "/v1/chat/completions/{completion_id}/messages"): {400, 401, 404},
     ("post", "/v1/conversations"): {400, 401},
     ("get", "/v1/conversations/{conversation_id}"): {400, 401, 404},
     ("post", "/v1/conversations/{conversation_id}"): {400, 401, 404},
@@ -75,7 +80,7 @@ def test_real_error_bodies_match_the_documented_schema(c, doc):
     check = validator(doc, "ErrorResponse")
     for r, status in ((c.post("/v1/completions", json={"prompt": []}), 400),
                       (c.post("/v1/completions", json={"prompt": "1", "model": "x"}), 404),
-                      (c.post("/v1/chat/completions", json={**M, "store": True}), 400),
+                      (c.post("/v1/chat/completions", json={**M, "verbosity": "low"}), 400),
                       (c.post("/v1/completions", content=b"{"), 400)):
         assert r.status_code == status, r.text
         check.validate(r.json())

@@ -74,13 +74,13 @@ def test_every_sdk_field_is_classified_once(endpoint):
 
 
 REJECTED = [
-    (unsupported.CHAT, "store", True), (unsupported.CHAT, "modalities", ["text", "audio"]),
+    (unsupported.CHAT, "modalities", ["text", "audio"]),
     (unsupported.CHAT, "modalities", ["audio"]), (unsupported.CHAT, "service_tier", "flex"),
     (unsupported.CHAT, "reasoning_effort", "low"), (unsupported.CHAT, "verbosity", "low"),
     (unsupported.CHAT, "audio", {"voice": "alloy", "format": "wav"}),
     (unsupported.CHAT, "web_search_options", {}),
     (unsupported.CHAT, "functions", [{"name": "f"}]),
-    (unsupported.CHAT, "function_call", "auto"), (unsupported.CHAT, "store", 0),
+    (unsupported.CHAT, "function_call", "auto"),
     (unsupported.CHAT, "moderation", {"model": "omni-moderation-latest"}),
     (unsupported.COMPLETIONS, "best_of", 2), (unsupported.COMPLETIONS, "best_of", True),
     (unsupported.COMPLETIONS, "suffix", " the end"),
@@ -95,7 +95,7 @@ def test_not_implemented_value_is_a_400_naming_the_field(c, endpoint, name, valu
 
 
 ACCEPTED = [
-    (unsupported.CHAT, "store", False), (unsupported.CHAT, "modalities", ["text"]),
+    (unsupported.CHAT, "modalities", ["text"]),
     (unsupported.CHAT, "service_tier", "auto"), (unsupported.CHAT, "service_tier", "default"),
     (unsupported.CHAT, "reasoning_effort", "none"), (unsupported.CHAT, "functions", []),
     (unsupported.CHAT, "audio", None), (unsupported.COMPLETIONS, "best_of", 1),
@@ -139,9 +139,9 @@ def test_unknown_fields_are_ignored_with_a_debug_log(c, caplog):
 def test_openapi_documents_the_noop_values(c):
     props = c.get("/openapi.json").json()["components"]["schemas"]["ChatCompletionRequest"][
         "properties"]
-    assert props["store"]["enum"] == [None, False]
     assert props["service_tier"]["enum"] == [None, "auto", "default"]
-    assert "metadata" in props and "type" not in props["metadata"]  # a hint: any value
+    assert props["audio"]["enum"] == [None]
+    assert "safety_identifier" in props and "type" not in props["safety_identifier"]  # hint
     assert props["user"]["anyOf"] == [{"type": "string"}, {"type": "null"}]  # declared
 
 
