@@ -148,13 +148,16 @@ _WHY = {
 
 
 def errors(*statuses: int, body: str = "ErrorResponse",
-           rules: tuple[Rule, ...] = ()) -> dict[int | str, dict[str, Any]]:
+           rules: tuple[Rule, ...] = (), not_found: str | None = None
+           ) -> dict[int | str, dict[str, Any]]:
     """``responses=`` entries for a route's error statuses, each with the error body
     (``body``: the component, AnthropicErrorResponse on Anthropic's routes). ``rules``: the
     400s a schema-valid request can still get (service/rejections.py), named in the 400's
-    description and listed as data under ``x-fp8serve-rules``."""
+    description and listed as data under ``x-fp8serve-rules``. ``not_found``: the 404's
+    description on a route of stored objects (else: an unserved model)."""
+    why = {**_WHY, 404: not_found} if not_found else _WHY
     out: dict[int | str, dict[str, Any]] = {
-        s: {"description": _WHY[s], "content": {"application/json": {"schema": _ref(body)}}}
+        s: {"description": why[s], "content": {"application/json": {"schema": _ref(body)}}}
         for s in statuses}
     if rules:
         out[400]["description"] += ("; a schema-valid request can still get a 400 naming "

@@ -5,6 +5,7 @@ items. ``POST /v1/responses`` with ``conversation`` reads and extends one
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -28,16 +29,9 @@ from service.translate.schemas import (
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
-_NOT_FOUND = {404: "no conversation (or item) has this id for this API key: never "
-                   "created, deleted, or evicted (--conversations-store-mib)"}
-
-
-def _errors(*statuses: int, rules: tuple[rejections.Rule, ...] = ()
-            ) -> dict[int | str, dict[str, Any]]:
-    out = errors(*statuses, rules=rules)
-    if 404 in out:
-        out[404] = {**out[404], "description": _NOT_FOUND[404]}
-    return out
+_NOT_FOUND = ("no conversation (or item) has this id for this API key: never created, "
+              "deleted, or evicted (--conversations-store-mib)")
+_errors = partial(errors, not_found=_NOT_FOUND)
 
 
 def store_of(state: ServingState) -> ConversationStore:

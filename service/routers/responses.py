@@ -9,6 +9,7 @@ created with ``stream``, follows its events (``?stream=true&starting_after=N``),
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from functools import partial
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -176,15 +177,9 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
                              media_type="text/event-stream", headers=SSE_HEADERS)
 
 
-_STORED = {404: "no stored response has this id (for this API key): never stored, "
-                "deleted, or evicted (--responses-store-mib)"}
-
-
-def _stored_errors(*statuses: int, rules: tuple[rejections.Rule, ...] = ()
-                   ) -> dict[int | str, dict[str, Any]]:
-    out = errors(*statuses, rules=rules)
-    out[404] = {**out[404], "description": _STORED[404]}
-    return out
+_STORED = ("no stored response has this id (for this API key): never stored, deleted, or "
+           "evicted (--responses-store-mib)")
+_errors = partial(errors, not_found=_STORED)
 
 
 def _no_query(request: Request, allowed: dict[str, tuple[str, ...] | None]) -> None:
@@ -235,7 +230,7 @@ async def _replay(frames: tuple[str, ...], after: int) -> AsyncIterator[str]:
     **ok_events("Response", "the response: as it was answered, or as it stands while a "
                 "background response runs; with stream=true (a background response "
                 "created with stream), its events after starting_after"),
-    **_stored_errors(400, 401, 404, rules=rejections.STORED_QUERY)})
+    **_errors(400, 401, 404, rules=rejections.STORED_QUERY)})
 async def get_response(response_id: str, request: Request, state: StateDep):
     _no_query(request, _RETRIEVE_QUERY)
     stream = request.query_params.get("stream") == "true"
@@ -265,7 +260,7 @@ async def get_response(response_id: str, request: Request, state: StateDep):
 @router.delete("/v1/responses/{response_id}", response_model=None, responses={
     **ok("ResponseDeleted", description="the response is forgotten (a running background "
          "response is cancelled first)"),
-    **_stored_errors(401, 404)})
+    **_errors(401, 404)})
 async def delete_response(response_id: str, request: Request, state: StateDep
                           ) -> dict[str, Any]:
     tenant = store_tenant(request)
@@ -279,7 +274,7 @@ async def delete_response(response_id: str, request: Request, state: StateDep
 
 @router.post("/v1/responses/{response_id}/cancel", response_model=None, responses={
     **ok("Response", description="the background response, cancelled (again: as it is)"),
-    **_stored_errors(400, 401, 404, rules=rejections.CANCEL)})
+    **_errors(400, 401, 404, rules=rejections.CANCEL)})
 async def cancel_response(response_id: str, request: Request, state: StateDep
                           ) -> dict[str, Any]:
     job = state.jobs.get(store_tenant(request), response_id)
@@ -300,7 +295,7 @@ async def cancel_response(response_id: str, request: Request, state: StateDep
 @router.get("/v1/responses/{response_id}/input_items", response_model=None, responses={
     **ok("ResponseItemList", description="the request's own input items, each with an id "
          "(a string input is one user message; instructions are not an item)"),
-    **_stored_errors(400, 401, 404, rules=rejections.INPUT_ITEMS)})
+    **_errors(400, 401, 404, rules=rejections.INPUT_ITEMS)})
 async def input_items(response_id: str, request: Request, state: StateDep,
                       limit: int = Query(20, ge=1, le=100),
                       order: Literal["asc", "desc"] = "desc",

@@ -8,6 +8,7 @@ first (``0``: ``store: true`` is a 400)."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -25,6 +26,7 @@ router = APIRouter(dependencies=[Depends(require_api_key)])
 
 _NOT_FOUND = ("no stored chat completion has this id for this API key: never stored "
               "(store true), deleted, or evicted (--responses-store-mib)")
+_errors = partial(errors, not_found=_NOT_FOUND)
 
 
 def check_store(state: ServingState, body: ChatCompletionRequest) -> bool:
@@ -65,14 +67,6 @@ def _lookup(state: ServingState, request: Request, completion_id: str) -> Stored
         raise APIError(404, f"Chat completion with id {completion_id!r} not found.",
                        "completion_id")
     return found
-
-
-def _errors(*statuses: int, rules: tuple[rejections.Rule, ...] = ()
-            ) -> dict[int | str, dict[str, Any]]:
-    out = errors(*statuses, rules=rules)
-    if 404 in out:
-        out[404] = {**out[404], "description": _NOT_FOUND}
-    return out
 
 
 @router.get("/v1/chat/completions", response_model=None, responses={
