@@ -1,7 +1,8 @@
 """OpenAI's Agents SDK (openai-agents) runs its agent loop against this server, as its users
 write it, over HTTP (uvicorn on a loopback port, the scripted model of
 tests/service/scripted_backend.py): the model calls a function tool, the SDK runs it and
-sends the output back, the model answers. The loop runs four ways, each answering the
+sends the output back, the model answers, over the Responses API and over chat
+completions. The Responses loop runs four ways, each answering the
 same: the SDK resending the whole history, the server chaining by previous_response_id,
 a server-side conversation (conversation_id), and the SDK's OpenAIConversationsSession,
 which keeps the history in this server's Conversations API."""
@@ -18,6 +19,7 @@ import pytest
 import uvicorn
 from agents import (
     Agent,
+    OpenAIChatCompletionsModel,
     OpenAIConversationsSession,
     OpenAIResponsesModel,
     Runner,
@@ -60,12 +62,14 @@ def base_url():
     thread.join(30)
 
 
-def run(base_url: str, **kw):
-    """One agent run on a fresh client (each asyncio.run has its own loop)."""
+def run(base_url: str, api: str = "responses", **kw):
+    """One agent run on a fresh client (each asyncio.run has its own loop); ``api``: the
+    SDK's model over the Responses API or over chat completions."""
     async def go():
         client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
+        kind = OpenAIResponsesModel if api == "responses" else OpenAIChatCompletionsModel
         agent = Agent(name="weather", instructions="Answer briefly.", tools=[get_weather],
-                      model=OpenAIResponsesModel(model=MODEL, openai_client=client))
+                      model=kind(model=MODEL, openai_client=client))
         session = kw.pop("session", None)
         if session == "conversations":
             session = OpenAIConversationsSession(openai_client=client)
@@ -75,9 +79,10 @@ def run(base_url: str, **kw):
     return asyncio.run(go())
 
 
-def test_the_agent_loop_calls_the_tool_and_answers(base_url):
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_the_agent_loop_calls_the_tool_and_answers(base_url, api):
     CALLED.clear()
-    result, _ = run(base_url)
+    result, _ = run(base_url, api)
     assert CALLED == ["Paris", "Rome"]  # script 0's two calls, each run by the SDK
     assert result.final_output == "Hello world"
     kinds = [item.type for item in result.new_items]
