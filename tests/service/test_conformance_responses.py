@@ -3,12 +3,16 @@ conformance.py: one server per checkpoint). Each request: HTTP 200, a result val
 its schema, and the SDK's stream accumulator (``responses.stream``) ends with the
 response the non-streamed request gave (greedy). The agent loop sends the returned
 output items back as the SDK serializes them (``model_dump()``), continues the stored
-response by ``previous_response_id``, or goes on in a conversation."""
+response by ``previous_response_id``, or goes on in a conversation; and OpenAI's Agents
+SDK runs its own loop on each checkpoint."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Literal
 
+import httpx2
 import jsonschema
 import openai
 import pytest
@@ -163,6 +167,53 @@ def test_agent_loop_by_conversation(matrix):
     assert len(listed) == (len(USER) + len(first.output) + len(outputs)
                            + len(second.output) + 1 + len(third.output))
     assert [i.id for i in listed[-len(third.output):]] == [o.id for o in third.output]
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_agents_sdk_loop(matrix, api):
+    """OpenAI's Agents SDK runs its loop on the checkpoint, over the Responses API and
+    over chat completions: every turn must call the tool (tool_choice required, kept
+    after a call), the SDK runs it and sends the output back, until max_turns: three
+    calls, each with valid arguments, every request the SDK made served."""
+    from agents import (
+        Agent,
+        MaxTurnsExceeded,
+        ModelSettings,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+
+    called: list[str] = []
+
+    @function_tool
+    def get_weather(city: Literal["Paris", "Rome"]) -> str:
+        """get_weather of a city"""
+        called.append(city)
+        return RESULT
+
+    async def go():
+        http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=matrix.client.app),
+                                  base_url="http://testserver")
+        client = openai.AsyncOpenAI(base_url="http://testserver/v1", api_key="x",
+                                    http_client=http, max_retries=0)
+        kind = OpenAIResponsesModel if api == "responses" else OpenAIChatCompletionsModel
+        agent = Agent(name="weather", tools=[get_weather], reset_tool_choice=False,
+                      model=kind(model=matrix.model, openai_client=client),
+                      model_settings=ModelSettings(tool_choice="required", temperature=0,
+                                                   parallel_tool_calls=False,
+                                                   max_tokens=60))
+        try:
+            with pytest.raises(MaxTurnsExceeded):
+                await Runner.run(agent, ASK, max_turns=3)
+        finally:
+            await http.aclose()
+
+    set_tracing_disabled(True)
+    asyncio.run(go())
+    assert len(called) == 3 and set(called) <= {"Paris", "Rome"}
 
 
 # Block order is output order in both modes: on the demo model max_tokens can cut a
