@@ -161,6 +161,8 @@ def encode_chat(state: ServingState, messages: Sequence[ChatMessage],
         extra.update(plan.template_kwargs)
     if plan is not None and plan.continue_final:
         extra["continue_final_message"] = True
+    if plan is not None and plan.special_tokens:
+        extra["add_special_tokens"] = True
     try:
         ids = tok.encode_chat(dicts, add_generation_prompt=add_generation_prompt, **extra)
     except (ValueError, TypeError) as exc:  # ChatTemplateError is a ValueError

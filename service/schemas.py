@@ -330,6 +330,11 @@ class ChatCompletionRequest(_Sampling):
     chat_template_kwargs: dict[str, Any] | None = None
     # vLLM's: the answer continues the final (assistant) message instead of starting one
     continue_final_message: bool = False
+    # vLLM's: the answer's content starts with the final message's text when that message
+    # is the assistant's (with continue_final_message: the whole message)
+    echo: bool = False
+    # vLLM's: the tokenizer's special tokens (BOS) on top of what the chat template writes
+    add_special_tokens: bool = False
     # OpenAI's stored chat completions (service/routers/stored_chat.py): kept with the
     # metadata when store is true, for GET /v1/chat/completions/...
     store: bool | None = None
@@ -349,6 +354,11 @@ _PROMPT_OR_MESSAGES: JsonDict = {"oneOf": [  # exactly one of them, the other nu
                                               "prompt": {"type": "null"}}}]}
 
 
+def _tokenize_schema(schema: dict[str, Any], cls: type) -> None:
+    _document_unsupported(schema, cls)
+    schema.update(_PROMPT_OR_MESSAGES)
+
+
 class MetadataUpdate(_Body):
     """A stored object's new metadata (a conversation's, a stored chat completion's)."""
 
@@ -356,11 +366,32 @@ class MetadataUpdate(_Body):
 
 
 class TokenizeRequest(_Body):
-    model_config = ConfigDict(json_schema_extra=_PROMPT_OR_MESSAGES)
+    """vLLM's /tokenize: a text prompt (``add_special_tokens`` true unless sent), or chat
+    messages rendered as /v1/chat/completions renders them, with the same prompt options
+    (``add_special_tokens`` false unless sent: the template writes BOS)."""
+
+    model_config = ConfigDict(json_schema_extra=_tokenize_schema)
+    openai_endpoint: ClassVar[str | None] = unsupported.TOKENIZE
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = Field(None, min_length=1)
-    add_special_tokens: bool = True
+    add_special_tokens: bool | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    tools: list[ToolDefinition] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    # the tokens' vocabulary strings beside their ids
+    return_token_strs: bool = False
+
+    def chat_request(self) -> ChatCompletionRequest:
+        """The messages and their prompt options as a chat request (what the chat route
+        would render)."""
+        return ChatCompletionRequest(
+            messages=self.messages, tools=self.tools,
+            add_generation_prompt=self.add_generation_prompt,
+            continue_final_message=self.continue_final_message,
+            chat_template_kwargs=self.chat_template_kwargs,
+            add_special_tokens=bool(self.add_special_tokens))
 
 
 class DetokenizeRequest(_Body):

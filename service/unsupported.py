@@ -38,6 +38,7 @@ STREAM_OPTIONS = "stream_options"
 MESSAGES = "/v1/messages"  # Anthropic's API
 COUNT_TOKENS = "/v1/messages/count_tokens"
 RESPONSES = "/v1/responses"
+TOKENIZE = "/tokenize"  # vLLM's
 
 _SAMPLING = ("model", "stream", "stream_options", "temperature", "top_p", "n", "seed",
              "stop", "presence_penalty", "frequency_penalty", "logit_bias")
@@ -120,10 +121,10 @@ _VLLM_SAMPLING_NOOP: dict[str, tuple[Any, ...]] = {
 }
 VLLM_NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
     COMPLETIONS: {**_VLLM_SAMPLING_NOOP, "prompt_embeds": (None,)},
-    CHAT: {**_VLLM_SAMPLING_NOOP, "add_special_tokens": (None, False),
-           "echo": (None, False),
+    CHAT: {**_VLLM_SAMPLING_NOOP,
            "chat_template": (None,),  # vLLM also refuses it unless told to trust it
            "documents": (None, [])},
+    TOKENIZE: {"chat_template": (None,), "mm_processor_kwargs": (None, {})},
 }
 # vLLM's request and session ids name the request in its logs; the output never changes
 VLLM_HINTS: Mapping[str, frozenset[str]] = {

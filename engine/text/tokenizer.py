@@ -242,11 +242,14 @@ class Tokenizer:
 
     def encode_chat(self, messages: Sequence[Mapping[str, Any]],
                     add_generation_prompt: bool = True, continue_final_message: bool = False,
-                    **kwargs: Any) -> list[int]:
-        """Prompt ids for ``messages``; BOS comes from the template only (never doubled)."""
+                    add_special_tokens: bool = False, **kwargs: Any) -> list[int]:
+        """Prompt ids for ``messages``; BOS comes from the template only (never doubled),
+        unless ``add_special_tokens`` asks for the tokenizer's own on top of it (vLLM's
+        chat option: what encode adds to the rendered text, e.g. a second BOS)."""
         if self.chat_template is None and self._chat_encoder is not None:
-            return self._mistral_common(messages, kwargs.get("tools"),
-                                        continue_final_message)[0]
+            ids = self._mistral_common(messages, kwargs.get("tools"),
+                                       continue_final_message)[0]
+            return self.encode("", True) + ids if add_special_tokens else ids
         text = self.apply_chat_template(messages, add_generation_prompt,
                                         continue_final_message, **kwargs)
-        return self.encode(text, add_special_tokens=False)
+        return self.encode(text, add_special_tokens=add_special_tokens)

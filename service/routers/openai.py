@@ -59,6 +59,28 @@ def check_prompt_logprobs(body: CompletionRequest | ChatCompletionRequest) -> No
                        "request without streaming)", "prompt_logprobs")
 
 
+def chat_echo(body: ChatCompletionRequest) -> str:
+    """vLLM's ``echo`` on chat: the final message's text (its text parts joined, as the
+    template reads them) when that message is the assistant's, the role of the answer,
+    which then starts with it; with continue_final_message the answer is the whole message.
+    A final message of another role has nothing of the answer's to echo: ""."""
+    last = body.messages[-1]
+    if not body.echo or last.role != "assistant" or last.content is None:
+        return ""
+    if isinstance(last.content, str):
+        return last.content
+    return "".join(str(p.get("text", "")) for p in last.content if p.get("type") == "text")
+
+
+def prepend_echo(answer: dict[str, Any], echo: str) -> dict[str, Any]:
+    """``answer`` (a chat.completion) with each message's content starting with ``echo``."""
+    if echo:
+        for choice in answer["choices"]:
+            message = choice["message"]
+            message["content"] = echo + (message.get("content") or "")
+    return answer
+
+
 @router.get("/v1/models", response_model=None,
             responses={**ok("ModelList"), **errors(401, 503)})
 async def models(state: ReadyStateDep) -> dict[str, Any]:
@@ -145,11 +167,12 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     run = await start_chat(state, body)
     sub, readers = run.sub, run.readers
     fmt = formatter(state, sub.id, run.model, body)
+    echo = chat_echo(body)
     if not body.stream:
         choices = await run.collect(request)
-        answer = fmt.chat(choices, body.logprobs, readers, run.details(choices),
-                          run.prompt if body.return_token_ids else None,
-                          body.prompt_logprobs)
+        answer = prepend_echo(fmt.chat(choices, body.logprobs, readers, run.details(choices),
+                                       run.prompt if body.return_token_ids else None,
+                                       body.prompt_logprobs), echo)
         if store:
             keep(state, request, body, answer)
         return answer
@@ -165,6 +188,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
         for c in first:
             c["prompt_token_ids"] = list(run.prompt)
             c["choices"][0]["token_ids"] = []
+    if echo:  # the echoed text goes out at once, after each choice's role
+        for i in range(len(sub.ids)):
+            first.append(fmt.chat_chunk(i, {"content": echo}))
+            if body.return_token_ids:
+                first[-1]["choices"][0]["token_ids"] = []
 
     def chunk(i: int, out: RequestOutput) -> dict[str, Any] | None:
         counts["completion"] += len(out.token_ids)
@@ -185,8 +213,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
 
     def last() -> list[dict[str, Any]]:
         if store:  # the readers hold each whole message now
-            keep(state, request, body, fmt.chat(whole, body.logprobs, readers,
-                                                run.details(whole), None, None))
+            keep(state, request, body, prepend_echo(
+                fmt.chat(whole, body.logprobs, readers, run.details(whole), None, None), echo))
         if not body.include_usage:
             return []
         return [fmt.usage_chunk("chat.completion.chunk", len(run.prompt), counts["completion"],

@@ -17,6 +17,7 @@ from service.errors import APIError
 from service.openapi import errors, ok
 from service.prompts import _check_ids, encode_chat
 from service.schemas import DetokenizeRequest, TokenizeRequest
+from service.tool_calls.plan import plan_chat
 
 public = APIRouter()
 private = APIRouter(dependencies=[Depends(require_api_key)])
@@ -87,10 +88,18 @@ async def tokenize(body: TokenizeRequest, state: ReadyStateDep) -> dict[str, Any
     if (body.prompt is None) == (body.messages is None):
         raise APIError(400, "give exactly one of prompt or messages", "prompt")
     if body.prompt is not None:
-        ids = await run_in_threadpool(tok.encode, body.prompt, body.add_special_tokens)
+        special = body.add_special_tokens is not False
+        ids = await run_in_threadpool(tok.encode, body.prompt, special)
     else:
-        ids = await run_in_threadpool(encode_chat, state, body.messages)
-    return {"tokens": ids, "count": len(ids), "max_model_len": state.settings.max_model_len}
+        chat = body.chat_request()
+        ids = await run_in_threadpool(encode_chat, state, body.messages,
+                                      body.add_generation_prompt,
+                                      plan_chat(chat, state.parsers))
+    out: dict[str, Any] = {"tokens": ids, "count": len(ids),
+                           "max_model_len": state.settings.max_model_len}
+    if body.return_token_strs:
+        out["token_strs"] = [tok.id_to_token(i) for i in ids]
+    return out
 
 
 @private.post("/detokenize", response_model=None,

@@ -27,6 +27,9 @@ class ChatPlan:
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     # vLLM's continue_final_message: the prompt ends inside the final assistant message
     continue_final: bool = False
+    # vLLM's add_special_tokens on chat: the tokenizer's special tokens (BOS) on top of
+    # what the template writes
+    special_tokens: bool = False
 
     @property
     def forced_function(self) -> str | None:
@@ -134,4 +137,5 @@ def plan_chat(body: Any, parsers: ParserChoice) -> ChatPlan:
                     reasoning_parser=parsers.reasoning_parser,
                     response_format=fmt, structured=_structured(body, choice, fmt),
                     template_kwargs=_template_kwargs(body),
-                    continue_final=_continue_final(body))
+                    continue_final=_continue_final(body),
+                    special_tokens=getattr(body, "add_special_tokens", False))

@@ -5,6 +5,8 @@ tekken.json checkpoint (mistral-common's ``prefix`` messages)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -93,3 +95,89 @@ def test_cut_after_final_message():
             cut_after_final_message("anything", bad)
     with pytest.raises(ChatTemplateError, match="as it was sent"):
         cut_after_final_message("a: something else", msgs)
+
+
+def _sse(r) -> list[dict]:
+    assert r.status_code == 200, r.text
+    lines = [ln[6:] for ln in r.text.splitlines() if ln.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(ln) for ln in lines[:-1]]
+
+
+def test_echo_returns_the_whole_continued_message(served):
+    """vLLM's echo on chat: the answer starts with the final assistant message's text, so
+    with continue_final_message it is the whole message; streamed, the echo is the first
+    content after the role, and the stream adds up to the same message."""
+    c, _, _ = served
+    plain = chat(c, n=2, **CONTINUE).json()
+    echoed = chat(c, n=2, echo=True, **CONTINUE).json()
+    for p, e in zip(plain["choices"], echoed["choices"], strict=True):
+        assert e["message"]["content"] == PREFILL["content"] + p["message"]["content"]
+    assert echoed["usage"] == plain["usage"]  # the echo is not generated
+    chunks = _sse(chat(c, n=2, echo=True, stream=True, return_token_ids=True, **CONTINUE))
+    for i in range(2):
+        mine = [ch["choices"][0] for ch in chunks if ch["choices"][0]["index"] == i]
+        assert mine[0]["delta"] == {"role": "assistant", "content": ""}
+        assert mine[1]["delta"] == {"content": PREFILL["content"]} and not mine[1][
+            "token_ids"]
+        text = "".join(m["delta"].get("content") or "" for m in mine)
+        assert text == echoed["choices"][i]["message"]["content"]
+    # the final message is not the assistant's: nothing of the answer's role to echo
+    asked = c.post("/v1/chat/completions", json={"messages": [ASK], "max_tokens": 4,
+                                                 "temperature": 0, "echo": True}).json()
+    alone = c.post("/v1/chat/completions", json={"messages": [ASK], "max_tokens": 4,
+                                                 "temperature": 0}).json()
+    assert asked["choices"][0]["message"] == alone["choices"][0]["message"]
+
+
+def test_add_special_tokens_adds_the_tokenizers_own_on_top_of_the_template(served):
+    c, tok, _ = served
+    bos = tok.encode("", add_special_tokens=True)  # tekken: [BOS]; the demo's: none
+    base = c.post("/tokenize", json={"messages": [ASK]}).json()["tokens"]
+    doubled = c.post("/tokenize", json={"messages": [ASK], "add_special_tokens": True}
+                     ).json()["tokens"]
+    assert doubled[len(doubled) - len(base):] == base and len(doubled) == len(base) + len(bos)
+    assert tok.encode_chat([ASK], add_special_tokens=True) == doubled
+    for body, ids in ((ASK, base), (ASK, doubled)):
+        extra = {"add_special_tokens": True} if ids is doubled else {}
+        r = c.post("/v1/chat/completions", json={"messages": [body], "max_tokens": 1,
+                                                 **extra})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["prompt_tokens"] == len(ids)
+
+
+def test_tokenize_renders_messages_as_the_chat_route_does(served):
+    """/tokenize takes the chat route's prompt options (vLLM's tokenize request for chat),
+    so its count is the prompt_tokens a chat request with them reports."""
+    c, tok, _ = served
+    tokens = c.post("/tokenize", json={"messages": [ASK, PREFILL], **CONTINUE}).json()
+    assert tokens["tokens"] == tok.encode_chat([ASK, PREFILL], add_generation_prompt=False,
+                                               continue_final_message=True)
+    assert tokens["count"] == chat(c, **CONTINUE).json()["usage"]["prompt_tokens"]
+    if tok.chat_template is not None:  # mistral-common always ends on the user's turn
+        closed = c.post("/tokenize", json={"messages": [ASK],
+                                           "add_generation_prompt": False}).json()
+        assert closed["tokens"] == tok.encode_chat([ASK], add_generation_prompt=False)
+        assert closed["count"] < c.post("/tokenize", json={"messages": [ASK]}).json()["count"]
+    r = c.post("/tokenize", json={"prompt": "Paris", "return_token_strs": True}).json()
+    assert r["token_strs"] == [tok.id_to_token(i) for i in r["tokens"]]
+    bare = c.post("/tokenize", json={"prompt": "Paris", "add_special_tokens": False}).json()
+    assert bare["tokens"] == tok.encode("Paris", add_special_tokens=False)
+    # an option it cannot honour is a 400 naming it, not a silently different count
+    r = c.post("/tokenize", json={"messages": [ASK], "chat_template": "{{ messages }}"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template"
+    r = c.post("/tokenize", json={"messages": [ASK], "continue_final_message": True,
+                                  "add_generation_prompt": False})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "continue_final_message"
+
+
+def test_tokenize_counts_the_tools_the_chat_route_renders(served):
+    c, _, _ = served
+    tool = {"type": "function", "function": {"name": "capital", "parameters": {
+        "type": "object", "properties": {"country": {"type": "string"}}}}}
+    counted = c.post("/tokenize", json={"messages": [ASK], "tools": [tool]}).json()["count"]
+    r = c.post("/v1/chat/completions", json={"messages": [ASK], "tools": [tool],
+                                             "max_tokens": 1})
+    assert r.status_code == 200, r.text
+    assert counted == r.json()["usage"]["prompt_tokens"]
+    assert counted > c.post("/tokenize", json={"messages": [ASK]}).json()["count"]
