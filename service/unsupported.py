@@ -61,7 +61,7 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
                           "parallel_tool_calls", "text", "max_output_tokens", "temperature",
                           "top_p", "stream", "reasoning", "include", "top_logprobs",
                           "store", "previous_response_id", "metadata", "background",
-                          "truncation", "conversation"}),
+                          "truncation", "conversation", "max_tool_calls"}),
 }
 
 NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
@@ -91,7 +91,6 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
                    "output_config": (None,), "speed": (None, "standard")},
     RESPONSES: {
         "prompt": (None,),  # stored prompt templates
-        "max_tool_calls": (None,),
         "service_tier": (None, "auto", "default"),
         "context_management": (None,),
         "background_options": (None,),

@@ -48,6 +48,7 @@ def _head(model: str, body: ResponsesRequest, store: bool) -> dict[str, Any]:
             "parallel_tool_calls": body.parallel_tool_calls,
             "temperature": body.temperature, "top_p": body.top_p,
             "max_output_tokens": body.max_output_tokens,
+            "max_tool_calls": body.max_tool_calls,
             "text": {"format": (body.text.format.model_dump(by_alias=True, exclude_none=True)
                                 if body.text and body.text.format else {"type": "text"})},
             "reasoning": {"effort": body.reasoning.effort if body.reasoning else None,

@@ -268,6 +268,9 @@ class ResponsesRequest(_Body):
     # "auto": drop the oldest turns when the prompt leaves no room for the answer
     # (service/translate/truncation.py); "disabled" (the default): a 400 instead
     truncation: Literal["auto", "disabled"] | None = None
+    # OpenAI's cap on calls to built-in tools (web search, code interpreter, ...); this
+    # server runs none (they are a 400 in tools), so no response ever reaches it: echoed
+    max_tool_calls: int | None = Field(None, ge=0)
     metadata: Metadata | None = None
     # a conversation (service/store/conversations.py): its items come first in the prompt,
     # and the input and output are added to it

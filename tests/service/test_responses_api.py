@@ -232,3 +232,22 @@ def test_logprobs_refusals_name_the_field(settings, extra, param, words):
         r = c.post("/v1/responses", json=ask(3, **extra))
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
         assert words in r.json()["error"]["message"]
+
+
+def test_max_tool_calls_caps_built_in_tools_only(client):
+    """OpenAI's max_tool_calls counts calls to built-in tools; this server runs none (a
+    built-in tool is a 400), so function calls are all answered and the cap is echoed."""
+    plain = client.post("/v1/responses", json=ask(0, tools=TOOLS)).json()
+    capped = client.post("/v1/responses", json=ask(0, tools=TOOLS, max_tool_calls=1)).json()
+    assert capped["max_tool_calls"] == 1 and plain["max_tool_calls"] is None
+    assert [o.get("arguments") for o in capped["output"]] == [
+        o.get("arguments") for o in plain["output"]]
+    assert sum(o["type"] == "function_call" for o in capped["output"]) == 2
+    final = events(client, ask(0, tools=TOOLS, max_tool_calls=1))[-1]["response"]
+    assert final["max_tool_calls"] == 1
+    for bad, param in (({"max_tool_calls": -1}, "max_tool_calls"),
+                       ({"tools": [*TOOLS, {"type": "web_search"}]}, "tools")):
+        r = client.post("/v1/responses", json={**ask(0, tools=TOOLS, max_tool_calls=1),
+                                               **bad})
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"].startswith(param), r.json()
