@@ -106,7 +106,10 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
 _VLLM_SAMPLING_NOOP: dict[str, tuple[Any, ...]] = {
     "use_beam_search": (None, False),
     "length_penalty": (None, 1),
-    "spaces_between_special_tokens": (None, True),
+    # kept special tokens (skip_special_tokens false) are joined as the tokenizer decodes
+    # them, with no spaces added: false; vLLM's default true gives the same text with a
+    # fast tokenizer (its fast detokenizer does not read the flag)
+    "spaces_between_special_tokens": (None, True, False),
     "logits_processors": (None, []),
     "stream_interval": (None, 1),
     "kv_transfer_params": (None,),

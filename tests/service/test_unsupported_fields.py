@@ -161,7 +161,7 @@ VLLM_REJECTED = [
     (unsupported.CHAT, "logits_processors", ["x"]),
     (unsupported.CHAT, "use_beam_search", True),
     (unsupported.COMPLETIONS, "length_penalty", 0.5),
-    (unsupported.COMPLETIONS, "spaces_between_special_tokens", False),
+    (unsupported.COMPLETIONS, "spaces_between_special_tokens", "yes"),
     (unsupported.COMPLETIONS, "kv_transfer_params", {"do_remote_prefill": True}),
 ]
 

@@ -128,3 +128,17 @@ def test_sentencepiece_style_leading_space_uses_prompt_context():
     detok = IncrementalDetokenizer(SpTok(), [0], ())
     assert detok.push(1).new_text == " world"
     assert detok.push(2).new_text == "!"
+
+
+def test_kept_special_tokens_are_joined_without_added_spaces(real_tok):
+    """skip_special_tokens false keeps special tokens as the tokenizer decodes them, no
+    space added between them or around them (vLLM's spaces_between_special_tokens false;
+    service/unsupported.py accepts both values for this reason)."""
+    specials = sorted(real_tok.backend.special_ids)[:2]
+    word = real_tok.encode("Paris", add_special_tokens=False)
+    ids = [specials[0], specials[1], *word, specials[0]]
+    names = [real_tok.id_to_token(i) for i in specials]
+    want = names[0] + names[1] + "Paris" + names[0]
+    assert real_tok.decode(ids, skip_special_tokens=False) == want
+    detok = IncrementalDetokenizer(real_tok, [], (), skip_special_tokens=False)
+    assert "".join(_stream(detok, ids)[0]) == want
