@@ -70,6 +70,16 @@ LogitBias = Annotated[
 class StreamOptions(_Body):
     openai_endpoint: ClassVar[str | None] = unsupported.STREAM_OPTIONS
     include_usage: bool = False
+    # vLLM's: every chunk carries the usage so far (its choice's tokens); needs include_usage
+    continuous_usage_stats: bool = False
+
+    @model_validator(mode="after")
+    def _continuous_needs_usage(self) -> StreamOptions:
+        if self.continuous_usage_stats and not self.include_usage:
+            raise _field_error(type(self).__name__, "continuous_usage_stats", "value_error",
+                               "continuous_usage_stats needs include_usage true",
+                               self.continuous_usage_stats)
+        return self
 
 
 # a declared field the server refuses when set (the published schema says so, and the
@@ -176,6 +186,11 @@ class _Sampling(_Body):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def continuous_usage(self) -> bool:
+        """vLLM's stream_options.continuous_usage_stats: usage on every chunk."""
+        return bool(self.stream_options and self.stream_options.continuous_usage_stats)
 
 
 # OpenAI's rule for function and response-format names

@@ -15,7 +15,7 @@ from service.chat_run import make_params, start_chat
 from service.deps import ReadyStateDep, check_model, require_api_key
 from service.errors import APIError
 from service.generation import Choice, collect, stream_events, submit
-from service.openai_format import Formatter
+from service.openai_format import Formatter, usage
 from service.openapi import errors, ok
 from service.prompts import encode_prompts
 from service.routers.stored_chat import check_store, keep
@@ -123,6 +123,10 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
     first = [fmt.completion_chunk(i, echo[i // body.n], None, None)
              for i in range(len(sub.ids))] if echo and not echo_lps else []
     ids_sent: set[int] = set()  # choices whose prompt ids went out (return_token_ids)
+    made = [0] * len(sub.ids)  # each choice's tokens so far (continuous_usage_stats)
+    if body.continuous_usage:
+        for c in first:
+            c["usage"] = usage(len(prompts[c["choices"][0]["index"] // body.n]), 0)
     if body.return_token_ids:
         for c in first:
             c["choices"][0].update(prompt_token_ids=prompts[c["choices"][0]["index"] // body.n],
@@ -131,6 +135,7 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
 
     def chunk(i: int, out: RequestOutput) -> dict[str, Any] | None:
         counts["completion"] += len(out.token_ids)
+        made[i] += len(out.token_ids)
         if i % body.n == 0:
             cached[i] = out.num_cached_tokens
         lps = out.logprobs if body.logprobs is not None else None
@@ -144,6 +149,8 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
                 got["choices"][0]["prompt_token_ids"] = prompts[i // body.n]
                 ids_sent.add(i)
             got["choices"][0]["token_ids"] = list(out.token_ids)
+        if body.continuous_usage:
+            got["usage"] = usage(len(prompts[i // body.n]), made[i], out.num_cached_tokens)
         return got
 
     def last() -> list[dict[str, Any]]:
@@ -193,6 +200,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
             first.append(fmt.chat_chunk(i, {"content": echo}))
             if body.return_token_ids:
                 first[-1]["choices"][0]["token_ids"] = []
+    made = [0] * len(sub.ids)  # each choice's tokens so far (continuous_usage_stats)
+    if body.continuous_usage:
+        for c in first:
+            c["usage"] = usage(len(run.prompt), 0)
 
     def chunk(i: int, out: RequestOutput) -> dict[str, Any] | None:
         counts["completion"] += len(out.token_ids)
@@ -201,6 +212,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
         if i == 0:
             counts["cached"] = out.num_cached_tokens
         pending.setdefault(i, []).extend(out.token_ids)
+        made[i] += len(out.token_ids)
         delta = readers[i].feed(out).to_openai()
         if not delta and not out.finished and not body.logprobs:
             return None  # held back (a tag or a call's name in progress): nothing to send
@@ -209,6 +221,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
         ids = pending.pop(i)
         if body.return_token_ids:
             got["choices"][0]["token_ids"] = ids
+        if body.continuous_usage:
+            got["usage"] = usage(len(run.prompt), made[i], out.num_cached_tokens)
         return got
 
     def last() -> list[dict[str, Any]]:
