@@ -59,7 +59,8 @@ _CHAT_CHUNK_CHOICE = _obj(("index", "delta", "finish_reason"), index=_INT, delta
 
 
 def _chunk(obj: str, choice: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    """A stream chunk; the last before [DONE] may carry usage and no choices."""
+    """A stream chunk; the last before [DONE] may carry usage and no choices (each chunk
+    carries the usage so far with vLLM's continuous_usage_stats)."""
     return _obj(("id", "object", "created", "model", "choices"), **_HEAD, object={"const": obj},
                 choices={"type": "array", "items": choice}, usage=_ref("Usage"), **extra)
 
@@ -129,8 +130,10 @@ COMPONENTS: dict[str, dict[str, Any]] = {
                                   prompt_token_ids=_IDS),
     "ModelList": _obj(("object", "data"), object={"const": "list"},
                       data={"type": "array", "items": _MODEL}),
+    "Model": _MODEL,
     "Tokens": _obj(("tokens", "count", "max_model_len"),
-                   tokens={"type": "array", "items": _INT}, count=_INT, max_model_len=_INT),
+                   tokens={"type": "array", "items": _INT}, count=_INT, max_model_len=_INT,
+                   token_strs={"type": "array", "items": _STR}),
     "Text": _obj(("prompt",), prompt=_STR),
     "Health": _obj(("status",), status={"enum": ["loading", "ready", "draining", "dead"]},
                    error=_STR, running=_INT, waiting=_INT),

@@ -38,7 +38,7 @@ def routes() -> list[tuple[str, str, bool, type[BaseModel] | None]]:
             body = next((t for t in hints.values()
                          if isinstance(t, type) and issubclass(t, BaseModel)), None)
             for method in sorted(route.methods):
-                out.append((method, route.path, bool(router.dependencies), body))
+                out.append((method, route.path_format, bool(router.dependencies), body))
     return out
 
 

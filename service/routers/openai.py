@@ -81,14 +81,25 @@ def prepend_echo(answer: dict[str, Any], echo: str) -> dict[str, Any]:
     return answer
 
 
-@router.get("/v1/models", response_model=None,
-            responses={**ok("ModelList"), **errors(401, 503)})
-async def models(state: ReadyStateDep) -> dict[str, Any]:
-    card = {"id": state.backend.model_name, "object": "model", "created": int(state.started),
+def model_card(state: ServingState) -> dict[str, Any]:
+    return {"id": state.backend.model_name, "object": "model", "created": int(state.started),
             "owned_by": "fp8serve", "max_model_len": state.settings.max_model_len,
             "input_modalities": (["text", "image"] if getattr(state.backend, "vision", None)
                                  else ["text"])}
-    return {"object": "list", "data": [card]}
+
+
+@router.get("/v1/models", response_model=None,
+            responses={**ok("ModelList"), **errors(401, 503)})
+async def models(state: ReadyStateDep) -> dict[str, Any]:
+    return {"object": "list", "data": [model_card(state)]}
+
+
+@router.get("/v1/models/{model:path}", response_model=None,
+            responses={**ok("Model"), **errors(401, 404, 503)})
+async def model(model: str, state: ReadyStateDep) -> dict[str, Any]:
+    """OpenAI's retrieve model: the served model's card (the id may hold slashes)."""
+    check_model(state, model)
+    return model_card(state)
 
 
 @router.post("/v1/completions", response_model=None, responses={

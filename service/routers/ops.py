@@ -1,4 +1,4 @@
-"""Operator routes: /health and /metrics (no API key), /kernels, /version, /tokenize,
+"""Operator routes: /health, /ping and /metrics (no API key), /kernels, /version, /tokenize,
 /detokenize, /reset_prefix_cache (API key when configured)."""
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ def _version() -> str:
         return "0.0.0+local"
 
 
-@public.get("/health", response_model=None, responses={
-    **ok("Health"), **ok("Health", status=503, description="loading, draining or dead")})
+_HEALTH = {**ok("Health"), **ok("Health", status=503, description="loading, draining or dead")}
+
+
+@public.get("/health", response_model=None, responses=_HEALTH)
 async def health(state: StateDep) -> JSONResponse:
     status = state.status
     body: dict[str, Any] = {"status": status}
@@ -42,6 +44,13 @@ async def health(state: StateDep) -> JSONResponse:
         s = state.engine.stats()
         body.update(running=s.num_running, waiting=s.num_waiting)
     return JSONResponse(body, 200 if status == "ready" else 503)
+
+
+@public.get("/ping", response_model=None, responses=_HEALTH)
+@public.post("/ping", response_model=None, responses=_HEALTH)
+async def ping(state: StateDep) -> JSONResponse:
+    """vLLM's (SageMaker's) liveness route: /health's answer."""
+    return await health(state)
 
 
 @public.get("/metrics", response_class=Response, responses={

@@ -112,11 +112,16 @@ class FakeTokenizer:
     def token_to_text(self, token_id: int) -> str:
         return f" {token_id}"
 
+    def id_to_token(self, token_id: int) -> str:
+        return str(token_id)
+
     def encode_chat(self, messages, add_generation_prompt: bool = True, tools=None,
-                    continue_final_message: bool = False) -> list[int]:
+                    continue_final_message: bool = False,
+                    add_special_tokens: bool = False) -> list[int]:
         """[1] + the words of every message (content normalized as for a "string"
         template); a role named "bad" raises like a template. ``tools`` (what the
-        template gets with tool_choice none) are not rendered."""
+        template gets with tool_choice none) are not rendered; encode adds no special
+        tokens, so ``add_special_tokens`` adds none either."""
         ids = [1]
         for m in messages:
             if m["role"] == "bad":

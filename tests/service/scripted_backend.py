@@ -60,8 +60,12 @@ class ScriptTokenizer:
     def token_to_text(self, token_id: int) -> str:
         return VOCAB[token_id]
 
-    def encode_chat(self, messages, add_generation_prompt: bool = True, **_) -> list[int]:
-        ids = [1]
+    def id_to_token(self, token_id: int) -> str:
+        return VOCAB[token_id]
+
+    def encode_chat(self, messages, add_generation_prompt: bool = True,
+                    add_special_tokens: bool = False, **_) -> list[int]:
+        ids = [1, 1] if add_special_tokens else [1]
         for m in normalize_messages(messages):  # content as for a "string" template
             ids += self.encode(m["content"])
         return ids

@@ -164,6 +164,9 @@ def test_errors_have_openai_shape(c):
 def test_ops_endpoints(c):
     assert c.get("/health").json()["status"] == "ready"
     assert c.get("/v1/models").json()["data"][0]["id"] == MODEL
+    assert c.get(f"/v1/models/{MODEL}").json() == c.get("/v1/models").json()["data"][0]
+    err = error_of(c.get("/v1/models/other/model"), 404)
+    assert err["code"] == "model_not_found" and "other/model" in err["message"]
     k = c.get("/kernels").json()
     assert k["layers"][0]["kernel_id"] == "torch_w8a16" and k["hardware"]["features"]["avx2"]
     assert c.post("/tokenize", json={"prompt": "3 4"}).json()["tokens"] == [3, 4]
@@ -223,6 +226,7 @@ def test_auth_on():
         error_of(cl.get("/kernels"), 401)
         assert cl.get("/v1/models", headers={"Authorization": "Bearer k2"}).status_code == 200
         assert cl.get("/health").status_code == 200
+        assert cl.get("/ping").status_code == 200 and cl.post("/ping").status_code == 200
         assert cl.get("/metrics").status_code == 200
 
 
@@ -247,6 +251,8 @@ def test_queue_full_timeout_and_drain():
         cl.app.state.serving.begin_drain()
         r = cl.get("/health")
         assert r.status_code == 503 and r.json()["status"] == "draining"
+        for r in (cl.get("/ping"), cl.post("/ping")):  # vLLM's liveness route: the same
+            assert r.status_code == 503 and r.json()["status"] == "draining"
         error_of(cl.post("/v1/completions", json={"prompt": "1"}), 503)
 
 

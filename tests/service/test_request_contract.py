@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 
 from tests.engine.fake_runner import expected_tokens
-from tests.service.test_api import client, error_of
+from tests.service.test_api import MODEL, client, error_of
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +51,7 @@ ERRORS = {
     ("post", "/v1/messages"): {400, 401, 404, 408, 429, 503},
     ("post", "/v1/messages/count_tokens"): {400, 401, 404, 503},
     ("get", "/v1/models"): {401, 503},
+    ("get", "/v1/models/{model}"): {401, 404, 503},
     ("post", "/tokenize"): {400, 401, 404, 503},
     ("post", "/detokenize"): {400, 401, 404, 503},
     ("get", "/kernels"): {401, 503},
@@ -72,7 +73,7 @@ def test_every_route_documents_its_errors_and_no_422(doc):
                 body = op["responses"][str(status)]["content"]["application/json"]["schema"]
                 assert body == {"$ref": f"#/components/schemas/{shape}"}, (path, status)
             errors = {int(s) for s in op["responses"] if s.startswith(("4", "5"))}
-            if path != "/health":
+            if path not in ("/health", "/ping"):
                 assert errors == ERRORS[(method, path)], (method, path)
 
 
@@ -168,7 +169,9 @@ def test_success_bodies_match_their_schemas(c, doc):
     validator(doc, "ChatCompletion").validate(c.post("/v1/chat/completions", json={
         **M, "max_tokens": 2, "logprobs": True, "top_logprobs": 1}).json())
     validator(doc, "ModelList").validate(c.get("/v1/models").json())
-    validator(doc, "Tokens").validate(c.post("/tokenize", json={"prompt": "3"}).json())
+    validator(doc, "Model").validate(c.get(f"/v1/models/{MODEL}").json())
+    validator(doc, "Tokens").validate(c.post("/tokenize", json={
+        "prompt": "3", "return_token_strs": True}).json())
     validator(doc, "Health").validate(c.get("/health").json())
 
 
@@ -180,7 +183,8 @@ def events(r):
 
 
 def test_stream_chunks_match_their_schemas(c, doc):
-    usage = {"stream": True, "stream_options": {"include_usage": True}}
+    usage = {"stream": True, "stream_options": {"include_usage": True,
+                                                "continuous_usage_stats": True}}
     chunks = events(c.post("/v1/completions", json={**P, **usage, "logprobs": 1}))
     assert chunks[-1]["choices"] == [] and "usage" in chunks[-1]
     for chunk in chunks:
