@@ -23,7 +23,6 @@ log = logging.getLogger(__name__)
 FLAGS: tuple[tuple[str, type, str], ...] = (
     ("--host", str, "bind address (default 127.0.0.1)"),
     ("--port", int, "port (default 8000; 0 = any free port)"),
-    ("--served-model-name", str, "model id in the API (default: the directory name)"),
     ("--max-num-seqs", int, "sequences decoded together (default 16)"),
     ("--max-model-len", int, "prompt + output tokens per request (default 4096)"),
     ("--max-num-batched-tokens", int, "tokens per engine step, prefill chunks (512)"),
@@ -65,6 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API")
     p.add_argument("--model", type=Path, default=None, metavar="DIR",
                    help="checkpoint directory (default: the demo model)")
+    p.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
+                   help="model ids in the API: the first is reported, a request may name "
+                   "any (default: the directory name)")
     for flag, kind, text in FLAGS:
         p.add_argument(flag, type=kind, default=None, help=text)
     p.add_argument("--api-key", action="append", default=None, metavar="KEY",
@@ -110,6 +112,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
                  + [f[0][2:].replace("-", "_") for f in FLAGS]):
         if getattr(args, name, None) is not None:
             given[name] = getattr(args, name)
+    if getattr(args, "served_model_name", None):
+        given["served_model_name"] = tuple(args.served_model_name)
     if getattr(args, "allowed_media_domains", None):
         given["allowed_media_domains"] = tuple(args.allowed_media_domains)
     if args.api_key:

@@ -85,7 +85,7 @@ def load_backend(settings: Settings) -> ModelBackend:
     hw = probe_hardware()
     overrides = overrides_from(settings.kernel, settings.disabled_kernels)
     runner = load_runner(model_dir, cfg, hw=hw, overrides=overrides)
-    name = settings.served_model_name or model_dir.resolve().name
+    name = (settings.served_model_name or (model_dir.resolve().name,))[0]
     defaults = SamplingDefaults()
     if settings.generation_config == "auto":
         defaults = sampling_defaults(model_dir)

@@ -61,10 +61,20 @@ def store_tenant(request: Request) -> str:
     return tenant_of(presented_key(request) if keys else None)
 
 
+def served_names(state: ServingState) -> tuple[str, ...]:
+    """The ids the model answers to: the backend's (the first of --served-model-name, or
+    the directory's name), then the other names given (vLLM's aliases)."""
+    return (state.backend.model_name, *state.settings.served_model_name[1:])
+
+
 def check_model(state: ServingState, model: str | None) -> str:
-    """The served model name; 404 when the request names another model."""
-    name = state.backend.model_name
-    if model is not None and model != name:
-        raise APIError(404, f"model {model!r} not found; this server serves {name!r}",
+    """The model id an answer reports: the one the request names (any served name), else
+    the first; 404 when the request names another model."""
+    names = served_names(state)
+    if model is None:
+        return names[0]
+    if model not in names:
+        served = " or ".join(repr(n) for n in names)
+        raise APIError(404, f"model {model!r} not found; this server serves {served}",
                        "model", "model_not_found")
-    return name
+    return model

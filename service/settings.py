@@ -21,7 +21,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FP8SERVE_", extra="ignore", frozen=True)
 
     model: Path | None = None  # checkpoint dir; None = the demo model
-    served_model_name: str | None = None  # default: the model directory's name
+    # the model's ids in the API (vLLM's aliases): the first is reported and labels the
+    # metrics, a request may name any; none: the model directory's name
+    served_model_name: Annotated[tuple[str, ...], NoDecode] = ()
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     api_keys: Annotated[tuple[str, ...], NoDecode] = ()
@@ -77,7 +79,8 @@ class Settings(BaseSettings):
     # at most the CPUs this process may use (engine/vision/encoder_thread.py)
     vision_encoder_threads: int | None = Field(None, ge=1)
 
-    @field_validator("api_keys", "disabled_kernels", "allowed_media_domains", mode="before")
+    @field_validator("api_keys", "disabled_kernels", "allowed_media_domains",
+                     "served_model_name", mode="before")
     @classmethod
     def _split(cls, v: object) -> object:
         if isinstance(v, str):
@@ -109,6 +112,14 @@ class Settings(BaseSettings):
     def _keys_not_blank(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         if any(len(k) < 1 or k.strip() != k for k in v):
             raise ValueError("API keys must be non-empty and without surrounding spaces")
+        return v
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _names_distinct(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not n.strip() or n.strip() != n for n in v) or len(set(v)) != len(v):
+            raise ValueError("served model names must be distinct, non-empty and without "
+                             "surrounding spaces")
         return v
 
     @field_validator("thinking_signature_key")

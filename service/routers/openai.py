@@ -12,7 +12,7 @@ from engine.stream import RequestOutput
 from service import rejections
 from service.backend import ServingState
 from service.chat_run import make_params, start_chat
-from service.deps import ReadyStateDep, check_model, require_api_key
+from service.deps import ReadyStateDep, check_model, require_api_key, served_names
 from service.errors import APIError
 from service.generation import Choice, collect, stream_events, submit
 from service.openai_format import Formatter, usage
@@ -81,8 +81,8 @@ def prepend_echo(answer: dict[str, Any], echo: str) -> dict[str, Any]:
     return answer
 
 
-def model_card(state: ServingState) -> dict[str, Any]:
-    return {"id": state.backend.model_name, "object": "model", "created": int(state.started),
+def model_card(state: ServingState, name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": int(state.started),
             "owned_by": "fp8serve", "max_model_len": state.settings.max_model_len,
             "input_modalities": (["text", "image"] if getattr(state.backend, "vision", None)
                                  else ["text"])}
@@ -91,15 +91,15 @@ def model_card(state: ServingState) -> dict[str, Any]:
 @router.get("/v1/models", response_model=None,
             responses={**ok("ModelList"), **errors(401, 503)})
 async def models(state: ReadyStateDep) -> dict[str, Any]:
-    return {"object": "list", "data": [model_card(state)]}
+    """A card for each served name (the first is the model's own)."""
+    return {"object": "list", "data": [model_card(state, n) for n in served_names(state)]}
 
 
 @router.get("/v1/models/{model:path}", response_model=None,
             responses={**ok("Model"), **errors(401, 404, 503)})
 async def model(model: str, state: ReadyStateDep) -> dict[str, Any]:
     """OpenAI's retrieve model: the served model's card (the id may hold slashes)."""
-    check_model(state, model)
-    return model_card(state)
+    return model_card(state, check_model(state, model))
 
 
 @router.post("/v1/completions", response_model=None, responses={
