@@ -11,7 +11,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo-model", help="prepare the built-in FP8 demo model (converted once)")
     p.add_argument("dir", nargs="?", type=Path, default=None,
                    help="output directory (default: $FP8SERVE_CACHE_DIR/demo-smollm2-135m-fp8, "
-                        "FP8SERVE_CACHE_DIR defaulting to ~/.cache/fp8serve)")
+                        "FP8SERVE_CACHE_DIR defaulting to $XDG_CACHE_HOME/fp8serve or "
+                        "~/.cache/fp8serve)")
     p.set_defaults(func=run)
 
 

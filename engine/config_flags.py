@@ -27,8 +27,8 @@ def add_kv_cache_dtype_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default=None,
                         help="K/V cache element type: auto (= bf16, default), bf16, or fp8 "
                              "(e4m3 with an fp32 scale per token and KV head, or the "
-                             "checkpoint's static k_scale / v_scale): twice the tokens "
-                             "per --kv-cache-gib")
+                             "checkpoint's static k_scale / v_scale): about 1.9x the "
+                             "tokens per --kv-cache-gib")
 
 
 def parse_mm_limit(text: str) -> int:

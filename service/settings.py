@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import json
 import logging
@@ -88,6 +89,19 @@ class Settings(BaseSettings):
             if v.startswith("["):
                 return tuple(json.loads(v))
             return tuple(p.strip() for p in v.split(",") if p.strip())
+        return v
+
+    @field_validator("limit_mm_per_prompt", mode="before")
+    @classmethod
+    def _mm_limit(cls, v: object) -> object:
+        """FP8SERVE_LIMIT_MM_PER_PROMPT: N, or the flag's forms (image=N, {"image": N})."""
+        if isinstance(v, str) and not v.strip().isdigit():
+            from engine.config_flags import parse_mm_limit
+
+            try:
+                return parse_mm_limit(v)
+            except argparse.ArgumentTypeError as exc:
+                raise ValueError(str(exc)) from None
         return v
 
     @field_validator("speculative_config")

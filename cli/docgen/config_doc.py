@@ -22,7 +22,8 @@ file is stale. -->
 # Configuration
 
 Every `fp8serve serve` flag is also an environment variable, `FP8SERVE_<NAME>`; a flag
-given on the command line wins over the variable. A bad value stops the server at startup
+given on the command line wins over the variable, except `--disable-kernel`, which adds
+to `FP8SERVE_DISABLED_KERNELS`. A bad value stops the server at startup
 with one line naming the setting. `fp8serve serve --help` prints the same flags.
 """
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 # (name, where it is read, meaning)
 ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("FP8SERVE_CACHE_DIR", "engine/demo_model, ext/build.py",
-     "cache root (default `~/.cache/fp8serve`): the converted demo model lives in "
+     "cache root (default `$XDG_CACHE_HOME/fp8serve`, else `~/.cache/fp8serve`): the "
+     "converted demo model lives in "
      "`demo-smollm2-135m-fp8/`, the extension build in `ext/`"),
     ("FP8SERVE_EXT_DIR", "ext/build.py",
      "build directory of the C++ extension (default "

@@ -3,10 +3,12 @@ GGUF) converted once into a Ministral-3 FP8 checkpoint directory and cached.
 
     ensure_demo_model(cache_dir=None) -> Path of a complete checkpoint directory
 
-The directory is ``cache_dir`` when given, else ``$FP8SERVE_CACHE_DIR/demo-smollm2-135m-fp8``
-(default root ``~/.cache/fp8serve``). Conversion writes into a temporary sibling directory
-and renames it into place, so a crash never leaves a half-written checkpoint behind; a
-``.complete`` marker carrying the format version tells a finished directory apart.
+The directory is ``cache_dir`` when given, else ``demo-smollm2-135m-fp8`` in the cache root
+(ext.build.cache_root: ``$FP8SERVE_CACHE_DIR``, else ``$XDG_CACHE_HOME/fp8serve`` or
+``~/.cache/fp8serve``, where the extension is built too). Conversion writes into a
+temporary sibling directory and renames it into place, so a crash never leaves a
+half-written checkpoint behind; a ``.complete`` marker carrying the format version tells
+a finished directory apart.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from engine.demo_model.gguf_source import DemoModelError, find_gguf
+from ext.build import cache_root
 
 __all__ = ["DemoModelError", "default_demo_dir", "ensure_demo_model", "find_gguf"]
 
@@ -29,8 +32,7 @@ log = logging.getLogger(__name__)
 
 
 def default_demo_dir() -> Path:
-    root = os.environ.get("FP8SERVE_CACHE_DIR") or Path.home() / ".cache" / "fp8serve"
-    return Path(root).expanduser() / DEMO_NAME
+    return cache_root().expanduser() / DEMO_NAME
 
 
 def is_complete(model_dir: Path) -> bool:

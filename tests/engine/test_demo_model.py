@@ -246,3 +246,16 @@ def test_prompt_logprobs_score_continuations_like_the_reference(demo_dir, gguf_r
         diffs += [abs(lps[p].logprob - float(ref[p - 1, ids[p]])) for p in range(1, len(ids))]
     assert max(scores, key=scores.get) == " Paris", scores
     assert sum(diffs) / len(diffs) < 0.5 and max(diffs) < 1.0, diffs
+
+
+def test_the_demo_model_lives_in_the_extensions_cache_root(monkeypatch, tmp_path):
+    """One cache root for every built thing: $FP8SERVE_CACHE_DIR, else
+    $XDG_CACHE_HOME/fp8serve, else ~/.cache/fp8serve (ext.build.cache_root)."""
+    from engine import demo_model
+    from ext.build import cache_root
+    monkeypatch.delenv("FP8SERVE_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert demo_model.default_demo_dir() == tmp_path / "xdg" / "fp8serve" / demo_model.DEMO_NAME
+    assert demo_model.default_demo_dir().parent == cache_root()
+    monkeypatch.setenv("FP8SERVE_CACHE_DIR", str(tmp_path / "mine"))
+    assert demo_model.default_demo_dir() == tmp_path / "mine" / demo_model.DEMO_NAME

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import build_parser
+from cli.main import CliError, build_parser
 from cli.serve import settings_from_args
 
 
@@ -42,6 +42,12 @@ def test_env(monkeypatch) -> None:
     monkeypatch.setenv("FP8SERVE_LIMIT_MM_PER_PROMPT", "1")
     s = _settings([])
     assert s.allowed_media_domains == ("a.com", "b.org") and s.limit_mm_per_prompt == 1
+    for text, n in (("image=0", 0), ('{"image": 2}', 2)):  # the flag's forms too
+        monkeypatch.setenv("FP8SERVE_LIMIT_MM_PER_PROMPT", text)
+        assert _settings([]).limit_mm_per_prompt == n
+    monkeypatch.setenv("FP8SERVE_LIMIT_MM_PER_PROMPT", "video=1")
+    with pytest.raises(CliError, match="only image"):
+        _settings([])
 
 
 @pytest.mark.parametrize("bad", ["video=1", "image=-1", "image=x", "3"])
