@@ -65,10 +65,12 @@ def _chunk(obj: str, choice: dict[str, Any], **extra: Any) -> dict[str, Any]:
                 choices={"type": "array", "items": choice}, usage=_ref("Usage"), **extra)
 
 
-def _sse_event(chunk: str) -> dict[str, Any]:
-    """One SSE event: a JSON chunk or error body, then ``[DONE]`` last."""
+def _sse_event(chunk: str | tuple[str, ...]) -> dict[str, Any]:
+    """One SSE event: a JSON chunk (of one of the components) or error body, then
+    ``[DONE]`` last."""
+    chunks = (chunk,) if isinstance(chunk, str) else chunk
     json_data = {"type": "string", "contentMediaType": "application/json",
-                 "contentSchema": {"anyOf": [_ref(chunk), _ref("ErrorResponse")]}}
+                 "contentSchema": {"anyOf": [*map(_ref, chunks), _ref("ErrorResponse")]}}
     data = {"type": "string", "if": {"const": "[DONE]"}, "else": json_data}
     return {"type": "object", "required": ["data"], "properties": {"data": data}}
 
@@ -169,11 +171,14 @@ def errors(*statuses: int, body: str = "ErrorResponse",
     return out
 
 
-def ok(component: str, chunk: str | None = None, status: int = 200,
-       description: str = "success") -> dict[int | str, dict[str, Any]]:
+def ok(component: str | tuple[str, ...], chunk: str | tuple[str, ...] | None = None,
+       status: int = 200, description: str = "success") -> dict[int | str, dict[str, Any]]:
     """A success entry with a component body; ``chunk``: or SSE events, each that
-    component (``stream: true`` in the request)."""
-    content: dict[str, Any] = {"application/json": {"schema": _ref(component)}}
+    component (``stream: true`` in the request). Several components: one of them."""
+    def one_of(names: str | tuple[str, ...]) -> dict[str, Any]:
+        return _ref(names) if isinstance(names, str) else {"oneOf": [_ref(n) for n in names]}
+
+    content: dict[str, Any] = {"application/json": {"schema": one_of(component)}}
     if chunk is not None:
         content["text/event-stream"] = {"schema": _sse_event(chunk)}
     return {status: {"description": description, "content": content}}

@@ -135,6 +135,7 @@ CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDIC
              "them (--responses-store-mib above 0)"),
         Rule("truncate_prompt_tokens", "with images is never cut",
              "truncate_prompt_tokens must keep the whole of a prompt with images"))
+INVOCATIONS = tuple(dict.fromkeys((*CHAT, *COMPLETIONS)))  # either, by the body
 TOKENIZE = (*TOOL_TURNS, *MESSAGES, *TEMPLATE, *CONTINUE,
             *(r for r in TOOLS if r.param == "tools" and r.words != "as a grammar"))
 DETOKENIZE = (_vocab("tokens"),)

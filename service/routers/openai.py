@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from engine.stream import RequestOutput
@@ -247,3 +249,32 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
 
     return StreamingResponse(stream_events(sub, first, chunk, last),
                              media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+_INVOCATION_BODY = {"requestBody": {"required": True, "content": {"application/json": {
+    "schema": {"oneOf": [{"$ref": "#/components/schemas/ChatCompletionRequest"},
+                         {"$ref": "#/components/schemas/CompletionRequest"}]}}}}}
+
+
+@router.post("/invocations", response_model=None, openapi_extra=_INVOCATION_BODY,
+             responses={**ok(("ChatCompletion", "Completion"),
+                           chunk=("ChatCompletionChunk", "CompletionChunk")),
+                        **errors(400, 401, 404, 408, 429, 503, rules=rejections.INVOCATIONS)})
+async def invocations(request: Request, state: ReadyStateDep):
+    """vLLM's (SageMaker's) one inference route: a body with ``messages`` is a chat
+    completion, one with ``prompt`` a completion, answered as those routes answer."""
+    try:
+        data = await request.json()
+    except ValueError:
+        raise APIError(400, "the body is not JSON") from None
+    if not isinstance(data, dict) or ("messages" in data) == ("prompt" in data):
+        raise APIError(400, "invocations: the body needs messages (a chat completion) or "
+                       "prompt (a completion), not both")
+    model = ChatCompletionRequest if "messages" in data else CompletionRequest
+    try:
+        body = model.model_validate(data)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors()) from None
+    if isinstance(body, ChatCompletionRequest):
+        return await chat_completions(body, request, state)
+    return await completions(body, request, state)

@@ -30,6 +30,7 @@ def validator(doc, component):
 ERRORS = {
     ("post", "/v1/completions"): {400, 401, 404, 408, 429, 503},
     ("post", "/v1/chat/completions"): {400, 401, 404, 408, 429, 503},
+    ("post", "/invocations"): {400, 401, 404, 408, 429, 503},
     ("post", "/v1/responses"): {400, 401, 404, 408, 429, 503},
     ("get", "/v1/responses/{response_id}"): {400, 401, 404},
     ("delete", "/v1/responses/{response_id}"): {401, 404},
