@@ -9,7 +9,7 @@ each) and caches them for the session::
         mm = tiny_checkpoint(layout="hf-multimodal", tie_word_embeddings=True)
         block = tiny_checkpoint(quant="fp8-block", shard_bytes=200_000)
 
-Keyword arguments override fields of ``SynthSpec.preset("tiny")`` (see engine/synth/checkpoint.py:
+Keyword arguments override fields of ``SynthSpec.preset("tiny")`` (see engine/synth/spec.py:
 hidden 256, intermediate 512, 2 layers, 4 heads / 2 KV heads, head_dim 64, vocab 1024,
 YaRN with original_max_position_embeddings 32, llama_4_scaling_beta 0.1, no tekken.json).
 Pass ``shape="ministral-3-3b"`` etc. to start from another preset. The directories are

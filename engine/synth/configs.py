@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from engine.synth.vision import vision_config
 
 if TYPE_CHECKING:
-    from engine.synth.checkpoint import SynthSpec
+    from engine.synth.spec import SynthSpec
 
 MM_NOT_CONVERT = ["model.vision_tower", "model.multi_modal_projector", "lm_head"]
 

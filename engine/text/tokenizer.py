@@ -17,8 +17,9 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from engine.text.backend import Backend, TokenizerLoadError
 from engine.text.chat_template import (
     ChatTemplateError,
     cut_after_final_message,
@@ -32,22 +33,6 @@ from engine.text.token_bytes import PieceBytes
 __all__ = ["ChatTemplateError", "Tokenizer", "TokenizerLoadError"]
 
 log = logging.getLogger(__name__)
-
-
-class TokenizerLoadError(RuntimeError):
-    """The directory has no usable tokenizer; the message names the file."""
-
-
-class Backend(Protocol):
-    def encode(self, text: str, add_special_tokens: bool) -> list[int]: ...
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str: ...
-    def id_to_token(self, token_id: int) -> str | None: ...
-    def token_bytes(self, token_id: int) -> bytes: ...
-    def token_to_id(self, token: str) -> int | None: ...
-    @property
-    def vocab_size(self) -> int: ...
-    @property
-    def special_ids(self) -> frozenset[int]: ...
 
 
 class HfBackend:

@@ -10,14 +10,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from engine.text.backend import TokenizerLoadError
 from engine.text.chat_template import ChatTemplateError
 
 
 class TekkenBackend:
     def __init__(self, path: Path) -> None:
         from mistral_common.tokens.tokenizers.tekken import Tekkenizer
-
-        from engine.text.tokenizer import TokenizerLoadError
 
         try:
             self._tok = Tekkenizer.from_file(str(path))

@@ -1,0 +1,24 @@
+"""What a tokenizer backend provides (engine/text/tokenizer.py's HfBackend, and
+engine/text/tokenizer_tekken.py's TekkenBackend), and the error either raises when a
+directory's tokenizer cannot be loaded."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class TokenizerLoadError(RuntimeError):
+    """The directory has no usable tokenizer; the message names the file."""
+
+
+class Backend(Protocol):
+    def encode(self, text: str, add_special_tokens: bool) -> list[int]: ...
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str: ...
+    def id_to_token(self, token_id: int) -> str | None: ...
+    def token_bytes(self, token_id: int) -> bytes: ...
+    def token_to_id(self, token: str) -> int | None: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def special_ids(self) -> frozenset[int]: ...
