@@ -52,8 +52,11 @@ def test_projector_output_matches_transformers(pair, reference, layout: int, mod
         assert err < TOL, f"{h}x{w}: relative error {err:.4f}"
 
 
-def test_native_and_hf_layouts_give_the_same_weights(pair) -> None:
-    hf, native = (load_vision_encoder(p) for p in pair)
+@pytest.mark.parametrize("mode", MODES)
+def test_native_and_hf_layouts_give_the_same_weights(pair, mode: str) -> None:
+    # one GEMM path for both (left to choose, each load times the paths and may pick
+    # another on a busy host)
+    hf, native = (load_vision_encoder(p, VisionGemm(mode, "test")) for p in pair)
     assert hf is not None and native is not None
     for a, b in zip(hf.weights.layers, native.weights.layers, strict=True):
         assert torch.equal(a.qkv_proj, b.qkv_proj) and torch.equal(a.gate_up_proj, b.gate_up_proj)
