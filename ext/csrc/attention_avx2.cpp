@@ -238,7 +238,9 @@ void accumulate_v(Item& it, int64_t g_n, const T* v, const Tile& tl, int64_t d,
   }
 }
 
-void load_q(const AttnArgs& a, QRows& q, int64_t t, int64_t h) {
+using Query = QRows;
+
+void load_query(const AttnArgs& a, Query& q, int64_t t, int64_t h) {
   const int64_t g_n = a.hq / a.hkv;
   const uint16_t* src = a.q + t * a.q_st + h * g_n * a.q_sh;
   for (int64_t g = 0; g < g_n; ++g) {
@@ -327,63 +329,13 @@ void finish(const AttnArgs& a, const Item& run, int64_t t, int64_t h) {
   }
 }
 
+inline void copy_floats(float* dst, const float* src, int64_t n) {
+  for (int64_t c = 0; c < n; c += 8) _mm256_storeu_ps(dst + c, _mm256_loadu_ps(src + c));
+}
+
 }  // namespace
 
-void attend_items(const AttnArgs& a, int64_t i0, int64_t i1) {
-  alignas(64) Item run, seg;
-  alignas(64) QRows q;
-  const int64_t g_n = a.hq / a.hkv;
-  for (int64_t i = i0; i < i1; ++i) {
-    const int64_t t = i / a.hkv, h = i % a.hkv, len = a.ctx_lens[t];
-    load_q(a, q, t, h);
-    attend_segment(a, run, q, t, h, 0, len < kSegment ? len : kSegment);
-    for (int64_t j0 = kSegment; j0 < len; j0 += kSegment) {
-      attend_segment(a, seg, q, t, h, j0, len - j0 < kSegment ? len : j0 + kSegment);
-      merge_into(run, g_n, a.d, seg.m, seg.l, seg.acc[0], kMaxHeadDim);
-    }
-    finish(a, run, t, h);
-  }
-}
-
-void attend_segments(const AttnArgs& a, int64_t nseg, int64_t i0, int64_t i1, float* part) {
-  alignas(64) Item seg;
-  alignas(64) QRows q;
-  const int64_t g_n = a.hq / a.hkv, pf = partial_floats(a);
-  for (int64_t i = i0; i < i1; ++i) {
-    const int64_t row = i / nseg, s = i % nseg, t = row / a.hkv, h = row % a.hkv;
-    const int64_t len = a.ctx_lens[t], j0 = s * kSegment;
-    if (j0 >= len) continue;
-    load_q(a, q, t, h);
-    attend_segment(a, seg, q, t, h, j0, len - j0 < kSegment ? len : j0 + kSegment);
-    float* p = part + i * pf;
-    for (int64_t g = 0; g < g_n; ++g) {
-      p[g] = seg.m[g];
-      p[g_n + g] = seg.l[g];
-      float* dst = p + 2 * g_n + g * a.d;
-      for (int64_t c = 0; c < a.d; c += 8) {
-        _mm256_storeu_ps(dst + c, _mm256_loadu_ps(seg.acc[g] + c));
-      }
-    }
-  }
-}
-
-void merge_segments(const AttnArgs& a, int64_t nseg, int64_t i0, int64_t i1,
-                    const float* part) {
-  alignas(64) Item run;
-  const int64_t g_n = a.hq / a.hkv, pf = partial_floats(a);
-  for (int64_t row = i0; row < i1; ++row) {
-    const int64_t t = row / a.hkv, h = row % a.hkv, segs = num_segments(a.ctx_lens[t]);
-    for (int64_t s = 0; s < segs; ++s) {
-      const float* p = part + (row * nseg + s) * pf;
-      if (s == 0) {
-        take(run, g_n, a.d, p, p + g_n, p + 2 * g_n, a.d);
-      } else {
-        merge_into(run, g_n, a.d, p, p + g_n, p + 2 * g_n, a.d);
-      }
-    }
-    finish(a, run, t, h);
-  }
-}
+#include "attention_walk.inc"
 
 }  // namespace avx2
 }  // namespace fp8serve

@@ -265,8 +265,11 @@ void segment_typed(const AttnArgs& a, Item& it, int64_t t, int64_t h, int64_t j0
   }
 }
 
-void attend_segment(const AttnArgs& a, Item& it, int64_t t, int64_t h, int64_t j0,
-                    int64_t j1) {
+struct Query {};  // the query rows are read as bf16 pairs where they are used
+inline void load_query(const AttnArgs&, Query&, int64_t, int64_t) {}
+
+void attend_segment(const AttnArgs& a, Item& it, const Query&, int64_t t, int64_t h,
+                    int64_t j0, int64_t j1) {
   if (a.k8 != nullptr) {
     segment_typed(a, it, t, h, j0, j1, a.k8, a.v8);
   } else {
@@ -316,59 +319,13 @@ void finish(const AttnArgs& a, const Item& run, int64_t t, int64_t h) {
   }
 }
 
+inline void copy_floats(float* dst, const float* src, int64_t n) {
+  for (int64_t c = 0; c < n; c += 16) _mm512_storeu_ps(dst + c, _mm512_loadu_ps(src + c));
+}
+
 }  // namespace
 
-void attend_items(const AttnArgs& a, int64_t i0, int64_t i1) {
-  alignas(64) Item run, seg;
-  const int64_t g_n = a.hq / a.hkv;
-  for (int64_t i = i0; i < i1; ++i) {
-    const int64_t t = i / a.hkv, h = i % a.hkv, len = a.ctx_lens[t];
-    attend_segment(a, run, t, h, 0, len < kSegment ? len : kSegment);
-    for (int64_t j0 = kSegment; j0 < len; j0 += kSegment) {
-      attend_segment(a, seg, t, h, j0, len - j0 < kSegment ? len : j0 + kSegment);
-      merge_into(run, g_n, a.d, seg.m, seg.l, seg.acc[0], kMaxHeadDim);
-    }
-    finish(a, run, t, h);
-  }
-}
-
-void attend_segments(const AttnArgs& a, int64_t nseg, int64_t i0, int64_t i1, float* part) {
-  alignas(64) Item seg;
-  const int64_t g_n = a.hq / a.hkv, pf = partial_floats(a);
-  for (int64_t i = i0; i < i1; ++i) {
-    const int64_t row = i / nseg, s = i % nseg, t = row / a.hkv, h = row % a.hkv;
-    const int64_t len = a.ctx_lens[t], j0 = s * kSegment;
-    if (j0 >= len) continue;
-    attend_segment(a, seg, t, h, j0, len - j0 < kSegment ? len : j0 + kSegment);
-    float* p = part + i * pf;
-    for (int64_t g = 0; g < g_n; ++g) {
-      p[g] = seg.m[g];
-      p[g_n + g] = seg.l[g];
-      float* dst = p + 2 * g_n + g * a.d;
-      for (int64_t c = 0; c < a.d; c += 16) {
-        _mm512_storeu_ps(dst + c, _mm512_loadu_ps(seg.acc[g] + c));
-      }
-    }
-  }
-}
-
-void merge_segments(const AttnArgs& a, int64_t nseg, int64_t i0, int64_t i1,
-                    const float* part) {
-  alignas(64) Item run;
-  const int64_t g_n = a.hq / a.hkv, pf = partial_floats(a);
-  for (int64_t row = i0; row < i1; ++row) {
-    const int64_t t = row / a.hkv, h = row % a.hkv, segs = num_segments(a.ctx_lens[t]);
-    for (int64_t s = 0; s < segs; ++s) {
-      const float* p = part + (row * nseg + s) * pf;
-      if (s == 0) {
-        take(run, g_n, a.d, p, p + g_n, p + 2 * g_n, a.d);
-      } else {
-        merge_into(run, g_n, a.d, p, p + g_n, p + 2 * g_n, a.d);
-      }
-    }
-    finish(a, run, t, h);
-  }
-}
+#include "attention_walk.inc"
 
 }  // namespace avx512
 }  // namespace fp8serve
