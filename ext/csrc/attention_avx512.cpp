@@ -277,51 +277,18 @@ void attend_segment(const AttnArgs& a, Item& it, const Query&, int64_t t, int64_
   }
 }
 
-inline float exp_scalar(float x) { return _mm512_cvtss_f32(exp_ps(_mm512_set1_ps(x))); }
-
-// Folds one segment (m, l, acc rows acc_st floats apart) into the running state run.
-void merge_into(Item& run, int64_t g_n, int64_t d, const float* m, const float* l,
-                const float* acc, int64_t acc_st) {
-  for (int64_t g = 0; g < g_n; ++g) {
-    const float m_new = __builtin_fmaxf(run.m[g], m[g]);
-    const float ea = exp_scalar(run.m[g] - m_new), eb = exp_scalar(m[g] - m_new);
-    run.l[g] = run.l[g] * ea + l[g] * eb;
-    run.m[g] = m_new;
-    const __m512 va = _mm512_set1_ps(ea), vb = _mm512_set1_ps(eb);
-    const float* src = acc + g * acc_st;
-    for (int64_t c = 0; c < d; c += 16) {
-      const __m512 keep = _mm512_mul_ps(_mm512_loadu_ps(run.acc[g] + c), va);
-      _mm512_storeu_ps(run.acc[g] + c, _mm512_fmadd_ps(_mm512_loadu_ps(src + c), vb, keep));
-    }
-  }
-}
-
-// Copies one segment (layout as merge_into) into the running state (the first segment).
-void take(Item& run, int64_t g_n, int64_t d, const float* m, const float* l,
-          const float* acc, int64_t acc_st) {
-  for (int64_t g = 0; g < g_n; ++g) {
-    run.m[g] = m[g];
-    run.l[g] = l[g];
-    for (int64_t c = 0; c < d; c += 16) {
-      _mm512_storeu_ps(run.acc[g] + c, _mm512_loadu_ps(acc + g * acc_st + c));
-    }
-  }
-}
-
-void finish(const AttnArgs& a, const Item& run, int64_t t, int64_t h) {
-  const int64_t g_n = a.hq / a.hkv;
-  for (int64_t g = 0; g < g_n; ++g) {
-    uint16_t* o = a.out + t * a.out_st + (h * g_n + g) * a.d;
-    const __m512 inv = _mm512_set1_ps(1.0f / run.l[g]);
-    for (int64_t c = 0; c < a.d; c += 16) {
-      store_bf16(o + c, _mm512_mul_ps(_mm512_loadu_ps(run.acc[g] + c), inv));
-    }
-  }
-}
-
-inline void copy_floats(float* dst, const float* src, int64_t n) {
-  for (int64_t c = 0; c < n; c += 16) _mm512_storeu_ps(dst + c, _mm512_loadu_ps(src + c));
-}
+// The fp32 vector of this ISA, for attention_walk.inc's merge.
+struct Lanes {
+  using V = __m512;
+  static constexpr int64_t kN = 16;
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static void store_bf16(uint16_t* p, V v) { avx512::store_bf16(p, v); }
+  static float exp1(float x) { return _mm512_cvtss_f32(exp_ps(_mm512_set1_ps(x))); }
+};
 
 }  // namespace
 
