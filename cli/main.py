@@ -28,10 +28,28 @@ class CliError(Exception):
         self.exit_code = exit_code
 
 
+def dashed(argv: list[str]) -> list[str]:
+    """Flags spelled with underscores (``--tokenizer_mode``, as vLLM takes them) in their
+    dashed form; values and everything else as given."""
+    out = []
+    for a in argv:
+        if a.startswith("--"):
+            name, eq, value = a.partition("=")
+            a = name.replace("_", "-") + eq + value
+        out.append(a)
+    return out
+
+
+class _Parser(argparse.ArgumentParser):
+    """Takes flags spelled with underscores too (see dashed)."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+        argv = sys.argv[1:] if args is None else list(args)
+        return super().parse_known_args(dashed(argv), namespace)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="fp8serve", description="Serve FP8 Ministral-3 models on CPUs."
-    )
+    parser = _Parser(prog="fp8serve", description="Serve FP8 Ministral-3 models on CPUs.")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:

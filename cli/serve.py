@@ -62,6 +62,8 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API")
+    p.add_argument("model_dir", nargs="?", type=Path, default=None, metavar="MODEL",
+                   help="checkpoint directory, as in `vllm serve MODEL` (or --model)")
     p.add_argument("--model", type=Path, default=None, metavar="DIR",
                    help="checkpoint directory (default: the demo model)")
     p.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
@@ -81,6 +83,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fcfs (default): first come, first served; priority: a request's "
                    "priority field (lower first, then arrival) orders the queue and which "
                    "sequence is preempted when the KV cache runs out (vLLM's)")
+    p.add_argument("--enable-auto-tool-choice", action="store_true", default=None,
+                   help="vLLM's flag: tool_choice auto is always served when a tool-call "
+                   "parser reads the outputs; taken so that vLLM command lines run")
+    p.add_argument("--tokenizer-mode", choices=("auto", "hf", "mistral"), default=None,
+                   help="auto (default): tokenizer.json and its chat template where there "
+                   "is one, else tekken.json; hf: tokenizer.json; mistral: tekken.json, "
+                   "chats encoded by mistral-common (vLLM's)")
+    p.add_argument("--config-format", choices=("auto", "hf", "mistral"), default=None,
+                   help="the layout read from a directory that holds both: mistral = "
+                   "params.json (with --load-format mistral: consolidated.safetensors); "
+                   "hf = config.json; auto (default): hf where present (vLLM's)")
+    p.add_argument("--load-format", choices=("auto", "safetensors", "mistral"), default=None,
+                   help="mistral: consolidated.safetensors; safetensors: model*.safetensors; "
+                   "auto (default): as --config-format, else the Hugging Face files (vLLM's)")
     p.add_argument("--tool-call-parser", choices=("auto", "mistral", "hermes", "none"),
                    default=None, help="how chat outputs become tool_calls (default auto: "
                    "mistral for [TOOL_CALLS] tokenizers, hermes for <tool_call> templates)")
@@ -106,7 +122,13 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     from service.settings import Settings
 
     given: dict[str, Any] = {}
+    positional = getattr(args, "model_dir", None)
+    if positional is not None:
+        if args.model is not None and args.model != positional:
+            raise CliError(f"two models: {positional} and --model {args.model}")
+        given["model"] = positional
     for name in (["model", "generation_config", "enable_prefix_caching", "tool_call_parser",
+                  "enable_auto_tool_choice", "tokenizer_mode", "config_format", "load_format",
                   "reasoning_parser", "lm_head_dtype", "limit_mm_per_prompt",
                   "kv_cache_dtype", "scheduling_policy"]
                  + [f[0][2:].replace("-", "_") for f in FLAGS]):

@@ -31,17 +31,19 @@ __all__ = ["CheckpointError", "load_weights", "read_model_config"]
 log = logging.getLogger(__name__)
 
 
-def read_model_config(model_dir: Path) -> ModelConfig:
-    """Parse the checkpoint's config files (cheap: no tensor data is touched)."""
-    layout = detect_layout(Path(model_dir))
+def read_model_config(model_dir: Path, layout: Layout | str | None = None) -> ModelConfig:
+    """Parse the checkpoint's config files (cheap: no tensor data is touched); ``layout``:
+    the one to read where a directory holds both (detect_layout)."""
+    layout = detect_layout(Path(model_dir), layout)
     if layout is Layout.NATIVE:
         return parse_native_config(Path(model_dir))
     return parse_hf_config(Path(model_dir))
 
 
-def open_store(model_dir: Path) -> tuple[TensorStore, NameMap, str]:
+def open_store(model_dir: Path, layout: Layout | str | None = None
+               ) -> tuple[TensorStore, NameMap, str]:
     """(tensor store, name map, the file to name for missing tensors)."""
-    layout = detect_layout(Path(model_dir))
+    layout = detect_layout(Path(model_dir), layout)
     if layout is Layout.NATIVE:
         return TensorStore(Path(model_dir), [NATIVE_WEIGHTS]), NameMap(native=True), NATIVE_WEIGHTS
     store = TensorStore.open_files(Path(model_dir), HF_SINGLE, HF_INDEX)
@@ -49,11 +51,12 @@ def open_store(model_dir: Path) -> tuple[TensorStore, NameMap, str]:
     return store, hf_name_map(store.names(), source), source
 
 
-def load_weights(model_dir: Path, progress: bool = True) -> ModelWeights:
+def load_weights(model_dir: Path, progress: bool = True,
+                 layout: Layout | str | None = None) -> ModelWeights:
     """Load and validate every text-decoder tensor (see engine/weights.py for the layout).
     FP8 weights stay FP8 and memory-mapped; peak RSS stays near the final footprint."""
-    cfg = read_model_config(model_dir)
-    store, names, source = open_store(Path(model_dir))
+    cfg = read_model_config(model_dir, layout)
+    store, names, source = open_store(Path(model_dir), layout)
     with store:
         vision = check_names(store, cfg, names, source)
         if vision:

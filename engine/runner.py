@@ -117,12 +117,14 @@ class ModelRunner:
 
 def load_runner(model_dir: str | Path, engine_config: EngineConfig,
                 hw: HardwareInfo | None = None,
-                overrides: KernelOverrides | None = None) -> ModelRunner:
+                overrides: KernelOverrides | None = None,
+                layout: str | None = None) -> ModelRunner:
     """Load a checkpoint directory and build its runner (hw None = probe this host;
-    overrides None = from FP8SERVE_KERNEL / FP8SERVE_DISABLED_KERNELS)."""
+    overrides None = from FP8SERVE_KERNEL / FP8SERVE_DISABLED_KERNELS; layout "hf" or
+    "native" where the directory holds both, None = detect)."""
     from engine.loader import load_weights
 
-    weights = load_weights(Path(model_dir))
+    weights = load_weights(Path(model_dir), layout=layout)
     if overrides is None:
         overrides = KernelOverrides.from_env()
     if hw is None:

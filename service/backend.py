@@ -84,7 +84,8 @@ def load_backend(settings: Settings) -> ModelBackend:
 
     hw = probe_hardware()
     overrides = overrides_from(settings.kernel, settings.disabled_kernels)
-    runner = load_runner(model_dir, cfg, hw=hw, overrides=overrides)
+    runner = load_runner(model_dir, cfg, hw=hw, overrides=overrides,
+                         layout=settings.checkpoint_layout)
     name = (settings.served_model_name or (model_dir.resolve().name,))[0]
     defaults = SamplingDefaults()
     if settings.generation_config == "auto":
@@ -93,7 +94,7 @@ def load_backend(settings: Settings) -> ModelBackend:
             log.info("sampling defaults from %s: %s (requests override them; "
                      "--generation-config none ignores them)", GENERATION_CONFIG,
                      defaults.as_dict())
-    tokenizer = Tokenizer.from_dir(model_dir)
+    tokenizer = Tokenizer.from_dir(model_dir, settings.tokenizer_mode)
     from service.vision_setup import load_vision_runtime
 
     vision, why = load_vision_runtime(model_dir, settings, tokenizer)

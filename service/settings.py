@@ -52,6 +52,18 @@ class Settings(BaseSettings):
     generation_config: Literal["auto", "none"] = "auto"
     # chat outputs -> tool_calls / reasoning_content (service/tool_calls/select.py)
     tool_call_parser: Literal["auto", "mistral", "hermes", "none"] = "auto"
+    # vLLM's: tool_choice auto is always served here when a tool-call parser reads the
+    # outputs; the flag is taken so that vLLM command lines run (with parser none: error)
+    enable_auto_tool_choice: bool = False
+    # vLLM's --tokenizer-mode: auto = tokenizer.json and its Jinja chat template where
+    # there is one, else tekken.json; hf = tokenizer.json; mistral = tekken.json with
+    # mistral-common's chat encoding
+    tokenizer_mode: Literal["auto", "hf", "mistral"] = "auto"
+    # vLLM's --config-format / --load-format: the layout read from a directory that holds
+    # both (published repos do): mistral = params.json + consolidated.safetensors; hf /
+    # safetensors = config.json + model*.safetensors; auto = the Hugging Face one there
+    config_format: Literal["auto", "hf", "mistral"] = "auto"
+    load_format: Literal["auto", "safetensors", "mistral"] = "auto"
     reasoning_parser: Literal["auto", "mistral", "think", "think-open", "none"] = "auto"
     # image input (engine/vision, service/images.py, service/media.py): images per prompt
     # (0: the vision tower is not loaded, text-only serving), longest edge after resizing
@@ -142,6 +154,27 @@ class Settings(BaseSettings):
         if v is not None and len(v.get_secret_value()) < 16:
             raise ValueError("the thinking signature key must have at least 16 characters")
         return v
+
+    @model_validator(mode="after")
+    def _formats_agree(self) -> Settings:
+        native = {self.config_format == "mistral", self.load_format == "mistral"}
+        if native == {True, False} and "auto" not in (self.config_format, self.load_format):
+            raise ValueError(f"config_format {self.config_format} and load_format "
+                             f"{self.load_format} name different layouts (mistral goes "
+                             "with mistral, hf with safetensors)")
+        if self.enable_auto_tool_choice and self.tool_call_parser == "none":
+            raise ValueError("enable_auto_tool_choice needs a tool-call parser "
+                             "(tool_call_parser auto, mistral or hermes)")
+        return self
+
+    @property
+    def checkpoint_layout(self) -> str | None:
+        """The layout --config-format / --load-format name ("hf", "native"); None: the
+        one the directory's files decide."""
+        formats = {self.config_format, self.load_format} - {"auto"}
+        if not formats:
+            return None
+        return "native" if "mistral" in formats else "hf"
 
     @model_validator(mode="after")
     def _warn_open_bind(self) -> Settings:

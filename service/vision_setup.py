@@ -16,7 +16,7 @@ def load_vision_runtime(model_dir: Path, settings: Any, tokenizer: Any
 
     if settings.limit_mm_per_prompt == 0:  # the vision config is not even read
         return None, "image input disabled (--limit-mm-per-prompt image=0)"
-    cfg = read_vision_config(model_dir)
+    cfg = read_vision_config(model_dir, settings.checkpoint_layout)
     if cfg is None:
         return None, "the checkpoint has no vision tower"
     from engine.vision.layout import ImageTokenIds
@@ -32,7 +32,7 @@ def load_vision_runtime(model_dir: Path, settings: Any, tokenizer: Any
     from engine.vision.encoder import load_vision_encoder
     from engine.vision.runtime import VisionLimits, VisionRuntime
 
-    encoder = load_vision_encoder(model_dir)
+    encoder = load_vision_encoder(model_dir, layout=settings.checkpoint_layout)
     assert encoder is not None
     limits = VisionLimits(max_images=settings.limit_mm_per_prompt, max_image_size=max_size,
                           cache_bytes=settings.image_cache_mib * 2**20)

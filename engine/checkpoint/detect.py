@@ -21,12 +21,23 @@ class Layout(str, enum.Enum):
     NATIVE = "native"  # params.json + consolidated.safetensors
 
 
-def detect_layout(model_dir: Path) -> Layout:
-    """HF wins when config.json and HF weights exist (published repos ship both)."""
+def detect_layout(model_dir: Path, want: Layout | str | None = None) -> Layout:
+    """HF wins when config.json and HF weights exist (published repos ship both), unless
+    ``want`` names the layout to read (the operator's choice: vLLM's --config-format /
+    --load-format); then its files must be there."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir}: not a directory")
     has_hf_weights = (model_dir / HF_SINGLE).exists() or (model_dir / HF_INDEX).exists()
+    if want is not None and Layout(want) is Layout.NATIVE:
+        for name in (NATIVE_PARAMS, NATIVE_WEIGHTS):
+            if not (model_dir / name).exists():
+                raise CheckpointError(f"{model_dir / name}: missing (the Mistral-native "
+                                      "layout was asked for)")
+        return Layout.NATIVE
+    if want is not None and not (model_dir / HF_CONFIG).exists():
+        raise CheckpointError(f"{model_dir / HF_CONFIG}: missing (the Hugging Face layout "
+                              "was asked for)")
     if (model_dir / HF_CONFIG).exists() and has_hf_weights:
         return Layout.HF
     if (model_dir / NATIVE_PARAMS).exists() and (model_dir / NATIVE_WEIGHTS).exists():

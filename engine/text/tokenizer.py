@@ -30,7 +30,9 @@ from engine.text.chat_template import (
 from engine.text.content_format import detect_content_format
 from engine.text.token_bytes import PieceBytes
 
-__all__ = ["ChatTemplateError", "Tokenizer", "TokenizerLoadError"]
+__all__ = ["TOKENIZER_MODES", "ChatTemplateError", "Tokenizer", "TokenizerLoadError"]
+
+TOKENIZER_MODES = ("auto", "hf", "mistral")
 
 log = logging.getLogger(__name__)
 
@@ -127,20 +129,29 @@ class Tokenizer:
         self.bos_token = self._text_of(bos_token_id) or ""
 
     @classmethod
-    def from_dir(cls, model_dir: str | Path) -> Tokenizer:
+    def from_dir(cls, model_dir: str | Path, mode: str = "auto") -> Tokenizer:
+        """``mode`` (vLLM's --tokenizer-mode): auto = tokenizer.json (with the Jinja chat
+        template) where there is one, else tekken.json; hf = tokenizer.json; mistral =
+        tekken.json, chats encoded by mistral-common (a Jinja template is not used)."""
+        if mode not in TOKENIZER_MODES:
+            raise TokenizerLoadError(f"tokenizer mode {mode!r} not in {TOKENIZER_MODES}")
         model_dir = Path(model_dir)
         tok_cfg = _read_json(model_dir / "tokenizer_config.json")
         chat_encoder = None
-        if (model_dir / "tokenizer.json").is_file():
-            backend: Backend = HfBackend(model_dir / "tokenizer.json")
-        elif (model_dir / "tekken.json").is_file():
+        hf, tekken = model_dir / "tokenizer.json", model_dir / "tekken.json"
+        wanted = {"hf": hf, "mistral": tekken}.get(mode)
+        if wanted is not None and not wanted.is_file():
+            raise TokenizerLoadError(f"{wanted}: missing (--tokenizer-mode {mode})")
+        if mode != "mistral" and hf.is_file():
+            backend: Backend = HfBackend(hf)
+        elif tekken.is_file():
             from engine.text.tokenizer_tekken import TekkenBackend
 
-            backend = TekkenBackend(model_dir / "tekken.json")
+            backend = TekkenBackend(tekken)
             chat_encoder = backend.chat_encoder
         else:
             raise TokenizerLoadError(f"{model_dir}: no tokenizer.json or tekken.json")
-        template = load_chat_template(model_dir)
+        template = None if mode == "mistral" else load_chat_template(model_dir)
         bos, eos = cls._special_ids(model_dir, tok_cfg, backend)
         return cls(backend, template, bos, eos, None if template else chat_encoder,
                    _token_text(tok_cfg.get("eos_token")))

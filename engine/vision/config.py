@@ -123,9 +123,11 @@ def parse_native_vision(p: dict[str, Any]) -> VisionConfig:
         image_token_id=int(v.get("image_token_id", 10)))
 
 
-def read_vision_config(model_dir: Path) -> VisionConfig | None:
-    """The checkpoint's vision config; None for a text-only checkpoint."""
-    layout = detect_layout(Path(model_dir))
+def read_vision_config(model_dir: Path, layout: Layout | str | None = None
+                       ) -> VisionConfig | None:
+    """The checkpoint's vision config; None for a text-only checkpoint (``layout``: as
+    engine/loader.py's)."""
+    layout = detect_layout(Path(model_dir), layout)
     file = NATIVE_PARAMS if layout is Layout.NATIVE else HF_CONFIG
     data = read_json(Path(model_dir) / file)
     key = "vision_encoder" if layout is Layout.NATIVE else "vision_config"

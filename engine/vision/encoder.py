@@ -51,17 +51,18 @@ class VisionEncoder:
         return self.tower.flops(height // p, width // p) + proj
 
 
-def load_vision_encoder(model_dir: Path, gemm: VisionGemm | None = None
-                        ) -> VisionEncoder | None:
+def load_vision_encoder(model_dir: Path, gemm: VisionGemm | None = None,
+                        layout: str | None = None) -> VisionEncoder | None:
     """The checkpoint's vision encoder (bf16; memory-mapped but for the fused q|k|v and
-    gate|up copies, engine/vision/weights.py); None for text-only files."""
+    gate|up copies, engine/vision/weights.py); None for text-only files. ``layout``: as
+    engine/loader.py's."""
     from engine.loader import open_store
 
-    cfg = read_vision_config(Path(model_dir))
+    cfg = read_vision_config(Path(model_dir), layout)
     if cfg is None:
         return None
-    native = detect_layout(Path(model_dir)) is Layout.NATIVE
-    store, _, _ = open_store(Path(model_dir))
+    native = detect_layout(Path(model_dir), layout) is Layout.NATIVE
+    store, _, _ = open_store(Path(model_dir), layout)
     with store:
         weights = load_vision_weights(store, cfg, native)
     enc = VisionEncoder(weights, gemm)

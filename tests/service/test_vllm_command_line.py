@@ -1,0 +1,108 @@
+"""The command line vLLM users bring: the published Ministral-3 one (`vllm serve MODEL
+--tokenizer_mode mistral --config_format mistral --load_format mistral
+--enable-auto-tool-choice --tool-call-parser mistral`) runs as it is written. The model
+may be positional, flags may use underscores; --config-format / --load-format choose the
+layout read from a directory holding both (as published repos do), --tokenizer-mode the
+tokenizer file and chat encoding."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from fastapi.testclient import TestClient
+
+from cli.main import CliError, build_parser, dashed
+from cli.serve import settings_from_args
+from engine.checkpoint.detect import Layout, detect_layout
+from engine.checkpoint.errors import CheckpointError
+from engine.text.tokenizer import Tokenizer, TokenizerLoadError
+from engine.text.tokenizer_tekken import TekkenBackend
+from service.app import create_app
+from service.settings import Settings
+
+MODEL_CARD = ["--tokenizer_mode", "mistral", "--config_format", "mistral", "--load_format",
+              "mistral", "--enable-auto-tool-choice", "--tool-call-parser", "mistral"]
+ASK = {"messages": [{"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "Hello there"}],
+       "max_tokens": 6, "temperature": 0, "ignore_eos": True}
+
+
+def settings(argv: list[str]) -> Settings:
+    return settings_from_args(build_parser().parse_args(dashed(["serve", *argv])))
+
+
+@pytest.fixture(scope="module")
+def both(tiny_checkpoint, tmp_path_factory):
+    """A directory with both layouts, as published repos ship them: the Hugging Face
+    files of seed 0 and the Mistral-native files of seed 1 (so which one is read shows in
+    the answers), and every tokenizer file (tokenizer.json, tekken.json, the template)."""
+    hf = tiny_checkpoint(layout="hf-text", tokenizer="published", seed=0)
+    native = tiny_checkpoint(layout="native", tokenizer="published", seed=1)
+    out = tmp_path_factory.mktemp("both") / "ministral"
+    shutil.copytree(hf, out)
+    for name in ("params.json", "consolidated.safetensors"):
+        shutil.copy(native / name, out / name)
+    return out, hf, native
+
+
+def test_the_model_card_command_line_parses(both):
+    s = settings([str(both[0]), *MODEL_CARD])
+    assert s.model == both[0] and s.tokenizer_mode == "mistral"
+    assert (s.config_format, s.load_format, s.checkpoint_layout) == ("mistral", "mistral",
+                                                                     "native")
+    assert s.enable_auto_tool_choice and s.tool_call_parser == "mistral"
+    assert dashed(["--max_model_len=8", "--x", "a_b"]) == ["--max-model-len=8", "--x", "a_b"]
+    assert settings(["--config-format", "hf"]).checkpoint_layout == "hf"
+    assert settings([]).checkpoint_layout is None
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--config-format", "mistral", "--load-format", "safetensors"], "different layouts"),
+    (["--enable-auto-tool-choice", "--tool-call-parser", "none"], "tool-call parser"),
+    (["/a", "--model", "/b"], "two models")])
+def test_contradictions_are_errors(argv, words):
+    with pytest.raises(CliError, match=words):
+        settings(argv)
+
+
+def test_the_layout_asked_for_is_the_one_read(both):
+    out, hf, native = both
+    assert detect_layout(out) is Layout.HF  # the default where both are there
+    assert detect_layout(out, "native") is Layout.NATIVE
+    with pytest.raises(CheckpointError, match="params.json: missing"):
+        detect_layout(hf, "native")
+    with pytest.raises(CheckpointError, match="config.json: missing"):
+        detect_layout(native, "hf")
+
+    def answer(model, **kw):
+        with TestClient(create_app(Settings(model=model, max_model_len=256,
+                                            kv_cache_gib=0.02, **kw))) as c:
+            r = c.post("/v1/chat/completions", json=ASK)
+            assert r.status_code == 200, r.text
+            return r.json()["choices"][0]["message"]["content"]
+
+    mistral = {"config_format": "mistral", "load_format": "mistral"}
+    assert answer(out) == answer(hf)
+    assert answer(out, **mistral) == answer(native)
+    assert answer(native) != answer(hf)  # the seeds differ: the checks above mean something
+
+
+def test_tokenizer_modes(both):
+    out = both[0]
+    auto, hf, mistral = (Tokenizer.from_dir(out, m) for m in ("auto", "hf", "mistral"))
+    assert auto.chat_template is not None and not isinstance(auto.backend, TekkenBackend)
+    assert hf.chat_template == auto.chat_template
+    assert mistral.chat_template is None and isinstance(mistral.backend, TekkenBackend)
+    # the published template and mistral-common encode a chat with a system prompt alike
+    msgs = ASK["messages"]
+    assert mistral.encode_chat(msgs) == auto.encode_chat(msgs)
+    with TestClient(create_app(Settings(model=out, tokenizer_mode="mistral",
+                                        max_model_len=256, kv_cache_gib=0.02))) as c:
+        assert c.post("/tokenize", json={"messages": msgs}).json()["tokens"] == (
+            mistral.encode_chat(msgs))
+    tekken_only = both[2].parent / "tekken-only"
+    tekken_only.mkdir(exist_ok=True)
+    shutil.copy(out / "tekken.json", tekken_only / "tekken.json")
+    with pytest.raises(TokenizerLoadError, match="tokenizer.json: missing"):
+        Tokenizer.from_dir(tekken_only, "hf")
