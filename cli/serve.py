@@ -90,6 +90,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="auto (default): tokenizer.json and its chat template where there "
                    "is one, else tekken.json; hf: tokenizer.json; mistral: tekken.json, "
                    "chats encoded by mistral-common (vLLM's)")
+    p.add_argument("--chat-template", default=None, metavar="FILE_OR_TEMPLATE",
+                   help="a Jinja chat template (a file, or the template itself) instead "
+                   "of the checkpoint's (vLLM's)")
     p.add_argument("--config-format", choices=("auto", "hf", "mistral"), default=None,
                    help="the layout read from a directory that holds both: mistral = "
                    "params.json (with --load-format mistral: consolidated.safetensors); "
@@ -129,6 +132,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         given["model"] = positional
     for name in (["model", "generation_config", "enable_prefix_caching", "tool_call_parser",
                   "enable_auto_tool_choice", "tokenizer_mode", "config_format", "load_format",
+                  "chat_template",
                   "reasoning_parser", "lm_head_dtype", "limit_mm_per_prompt",
                   "kv_cache_dtype", "scheduling_policy"]
                  + [f[0][2:].replace("-", "_") for f in FLAGS]):

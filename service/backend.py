@@ -61,6 +61,7 @@ class ModelBackend:
 def load_backend(settings: Settings) -> ModelBackend:
     """Load the checkpoint named by ``settings`` (the demo model when None)."""
     from engine.runner import load_runner
+    from engine.text.chat_template import template_from_flag
     from engine.text.tokenizer import Tokenizer
 
     model_dir = settings.model
@@ -94,7 +95,9 @@ def load_backend(settings: Settings) -> ModelBackend:
             log.info("sampling defaults from %s: %s (requests override them; "
                      "--generation-config none ignores them)", GENERATION_CONFIG,
                      defaults.as_dict())
-    tokenizer = Tokenizer.from_dir(model_dir, settings.tokenizer_mode)
+    template = (None if settings.chat_template is None
+                else template_from_flag(settings.chat_template))
+    tokenizer = Tokenizer.from_dir(model_dir, settings.tokenizer_mode, template)
     from service.vision_setup import load_vision_runtime
 
     vision, why = load_vision_runtime(model_dir, settings, tokenizer)

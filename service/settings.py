@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     # there is one, else tekken.json; hf = tokenizer.json; mistral = tekken.json with
     # mistral-common's chat encoding
     tokenizer_mode: Literal["auto", "hf", "mistral"] = "auto"
+    # vLLM's --chat-template: a file's path or the template itself, instead of the
+    # checkpoint's (chat_template.jinja / tokenizer_config.json)
+    chat_template: str | None = None
     # vLLM's --config-format / --load-format: the layout read from a directory that holds
     # both (published repos do): mistral = params.json + consolidated.safetensors; hf /
     # safetensors = config.json + model*.safetensors; auto = the Hugging Face one there

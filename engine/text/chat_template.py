@@ -41,6 +41,21 @@ def load_chat_template(model_dir: Path) -> str | None:
     return tpl if isinstance(tpl, str) else None
 
 
+def template_from_flag(value: str) -> str:
+    """vLLM's --chat-template: a file's path (read) or the template itself (text with
+    Jinja markup); compiled here so that a bad one stops the server at startup."""
+    path = Path(value).expanduser()
+    if path.is_file():
+        source = path.read_text(encoding="utf-8")
+    elif "{{" in value or "{%" in value:
+        source = value
+    else:
+        raise ChatTemplateError(f"--chat-template {value!r}: no such file, and not a "
+                                "template ({{ }} or {% %} markup)")
+    _compile(source)
+    return source
+
+
 def _raise_exception(message: str) -> None:
     raise ChatTemplateError(f"chat template: {message}")
 

@@ -129,12 +129,17 @@ class Tokenizer:
         self.bos_token = self._text_of(bos_token_id) or ""
 
     @classmethod
-    def from_dir(cls, model_dir: str | Path, mode: str = "auto") -> Tokenizer:
+    def from_dir(cls, model_dir: str | Path, mode: str = "auto",
+                 chat_template: str | None = None) -> Tokenizer:
         """``mode`` (vLLM's --tokenizer-mode): auto = tokenizer.json (with the Jinja chat
         template) where there is one, else tekken.json; hf = tokenizer.json; mistral =
-        tekken.json, chats encoded by mistral-common (a Jinja template is not used)."""
+        tekken.json, chats encoded by mistral-common (a Jinja template is not used).
+        ``chat_template`` (vLLM's --chat-template, its text): replaces the directory's."""
         if mode not in TOKENIZER_MODES:
             raise TokenizerLoadError(f"tokenizer mode {mode!r} not in {TOKENIZER_MODES}")
+        if chat_template is not None and mode == "mistral":
+            raise TokenizerLoadError("--chat-template: --tokenizer-mode mistral encodes "
+                                     "chats with mistral-common, which takes no template")
         model_dir = Path(model_dir)
         tok_cfg = _read_json(model_dir / "tokenizer_config.json")
         chat_encoder = None
@@ -151,7 +156,9 @@ class Tokenizer:
             chat_encoder = backend.chat_encoder
         else:
             raise TokenizerLoadError(f"{model_dir}: no tokenizer.json or tekken.json")
-        template = None if mode == "mistral" else load_chat_template(model_dir)
+        template = (None if mode == "mistral" else
+                    chat_template if chat_template is not None else
+                    load_chat_template(model_dir))
         bos, eos = cls._special_ids(model_dir, tok_cfg, backend)
         return cls(backend, template, bos, eos, None if template else chat_encoder,
                    _token_text(tok_cfg.get("eos_token")))

@@ -106,3 +106,41 @@ def test_tokenizer_modes(both):
     shutil.copy(out / "tekken.json", tekken_only / "tekken.json")
     with pytest.raises(TokenizerLoadError, match="tokenizer.json: missing"):
         Tokenizer.from_dir(tekken_only, "hf")
+
+
+CUSTOM = ("{% for m in messages %}<|im_start|>{{ m.role }}\nCUSTOM {{ m.content }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.mark.parametrize("as_file", [True, False], ids=["file", "inline"])
+def test_chat_template_replaces_the_checkpoints(tmp_path, as_file):
+    """vLLM's --chat-template (a file or the template itself) renders every chat."""
+    from engine.demo_model import ensure_demo_model
+    demo = ensure_demo_model()
+    value = CUSTOM
+    if as_file:
+        (tmp_path / "t.jinja").write_text(CUSTOM)
+        value = str(tmp_path / "t.jinja")
+    msgs = [{"role": "user", "content": "Paris?"}]
+    ours = Tokenizer.from_dir(demo, chat_template=CUSTOM)
+    want = ours.encode("<|im_start|>user\nCUSTOM Paris?<|im_end|>\n<|im_start|>assistant\n",
+                       add_special_tokens=False)
+    assert ours.encode_chat(msgs) == want != Tokenizer.from_dir(demo).encode_chat(msgs)
+    with TestClient(create_app(Settings(model=demo, chat_template=value, max_model_len=256,
+                                        kv_cache_gib=0.02))) as c:
+        assert c.post("/tokenize", json={"messages": msgs}).json()["tokens"] == want
+        r = c.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 2})
+        assert r.json()["usage"]["prompt_tokens"] == len(want)
+
+
+@pytest.mark.parametrize("value, words", [
+    ("/no/such/template.jinja", "no such file"), ("{% for x in %}", "syntax error")])
+def test_a_bad_chat_template_stops_the_server_naming_it(value, words):
+    from cli.serve import _load_backend
+    with pytest.raises(CliError, match=words):
+        _load_backend(settings(["--chat-template", value]))
+
+
+def test_no_template_in_mistral_tokenizer_mode(both):
+    with pytest.raises(TokenizerLoadError, match="mistral-common"):
+        Tokenizer.from_dir(both[0], "mistral", CUSTOM)
