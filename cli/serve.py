@@ -93,6 +93,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chat-template", default=None, metavar="FILE_OR_TEMPLATE",
                    help="a Jinja chat template (a file, or the template itself) instead "
                    "of the checkpoint's (vLLM's)")
+    p.add_argument("--chat-template-content-format", choices=("auto", "string", "openai"),
+                   default=None, help="message contents as strings or as OpenAI's part "
+                   "lists for the chat template; auto (default): what the template reads "
+                   "(vLLM's)")
     p.add_argument("--config-format", choices=("auto", "hf", "mistral"), default=None,
                    help="the layout read from a directory that holds both: mistral = "
                    "params.json (with --load-format mistral: consolidated.safetensors); "
@@ -132,7 +136,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         given["model"] = positional
     for name in (["model", "generation_config", "enable_prefix_caching", "tool_call_parser",
                   "enable_auto_tool_choice", "tokenizer_mode", "config_format", "load_format",
-                  "chat_template",
+                  "chat_template", "chat_template_content_format",
                   "reasoning_parser", "lm_head_dtype", "limit_mm_per_prompt",
                   "kv_cache_dtype", "scheduling_policy"]
                  + [f[0][2:].replace("-", "_") for f in FLAGS]):

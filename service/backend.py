@@ -97,7 +97,8 @@ def load_backend(settings: Settings) -> ModelBackend:
                      defaults.as_dict())
     template = (None if settings.chat_template is None
                 else template_from_flag(settings.chat_template))
-    tokenizer = Tokenizer.from_dir(model_dir, settings.tokenizer_mode, template)
+    tokenizer = Tokenizer.from_dir(model_dir, settings.tokenizer_mode, template,
+                                   settings.chat_template_content_format)
     from service.vision_setup import load_vision_runtime
 
     vision, why = load_vision_runtime(model_dir, settings, tokenizer)

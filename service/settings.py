@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     # vLLM's --chat-template: a file's path or the template itself, instead of the
     # checkpoint's (chat_template.jinja / tokenizer_config.json)
     chat_template: str | None = None
+    # vLLM's --chat-template-content-format: message contents as strings or as OpenAI's
+    # part lists for the template; auto = what the template reads (detected)
+    chat_template_content_format: Literal["auto", "string", "openai"] = "auto"
     # vLLM's --config-format / --load-format: the layout read from a directory that holds
     # both (published repos do): mistral = params.json + consolidated.safetensors; hf /
     # safetensors = config.json + model*.safetensors; auto = the Hugging Face one there

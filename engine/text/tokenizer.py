@@ -27,7 +27,7 @@ from engine.text.chat_template import (
     normalize_messages,
     render_chat_template,
 )
-from engine.text.content_format import detect_content_format
+from engine.text.content_format import CONTENT_FORMATS, detect_content_format
 from engine.text.token_bytes import PieceBytes
 
 __all__ = ["TOKENIZER_MODES", "ChatTemplateError", "Tokenizer", "TokenizerLoadError"]
@@ -130,11 +130,14 @@ class Tokenizer:
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, mode: str = "auto",
-                 chat_template: str | None = None) -> Tokenizer:
+                 chat_template: str | None = None, content_format: str = "auto"
+                 ) -> Tokenizer:
         """``mode`` (vLLM's --tokenizer-mode): auto = tokenizer.json (with the Jinja chat
         template) where there is one, else tekken.json; hf = tokenizer.json; mistral =
         tekken.json, chats encoded by mistral-common (a Jinja template is not used).
-        ``chat_template`` (vLLM's --chat-template, its text): replaces the directory's."""
+        ``chat_template`` (vLLM's --chat-template, its text): replaces the directory's.
+        ``content_format`` (vLLM's --chat-template-content-format): "string" or "openai"
+        message contents for the template, "auto" = detected from the template."""
         if mode not in TOKENIZER_MODES:
             raise TokenizerLoadError(f"tokenizer mode {mode!r} not in {TOKENIZER_MODES}")
         if chat_template is not None and mode == "mistral":
@@ -160,8 +163,14 @@ class Tokenizer:
                     chat_template if chat_template is not None else
                     load_chat_template(model_dir))
         bos, eos = cls._special_ids(model_dir, tok_cfg, backend)
-        return cls(backend, template, bos, eos, None if template else chat_encoder,
-                   _token_text(tok_cfg.get("eos_token")))
+        tok = cls(backend, template, bos, eos, None if template else chat_encoder,
+                  _token_text(tok_cfg.get("eos_token")))
+        if content_format != "auto":
+            if content_format not in CONTENT_FORMATS:
+                raise TokenizerLoadError(f"chat template content format {content_format!r} "
+                                         f"not in {CONTENT_FORMATS}")
+            tok.content_format = content_format
+        return tok
 
     @staticmethod
     def _special_ids(model_dir: Path, tok_cfg: dict, backend: Backend

@@ -144,3 +144,25 @@ def test_a_bad_chat_template_stops_the_server_naming_it(value, words):
 def test_no_template_in_mistral_tokenizer_mode(both):
     with pytest.raises(TokenizerLoadError, match="mistral-common"):
         Tokenizer.from_dir(both[0], "mistral", CUSTOM)
+
+
+def test_chat_template_content_format_chooses_what_the_template_reads():
+    """vLLM's --chat-template-content-format: contents as strings or as part lists,
+    whatever the template looks like it reads."""
+    from engine.demo_model import ensure_demo_model
+    probe = ("{% for m in messages %}{% if m.content is string %}S{% else %}L{% endif %}"
+             "{% endfor %}")
+    demo = ensure_demo_model()
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    seen = {}
+    for fmt in ("auto", "string", "openai"):
+        tok = Tokenizer.from_dir(demo, chat_template=probe, content_format=fmt)
+        seen[fmt] = tok.decode(tok.encode_chat(msgs, add_generation_prompt=False))
+    assert (seen["string"], seen["openai"]) == ("S", "L")
+    assert seen["auto"] == "S"  # the probe reads no parts: strings
+    with TestClient(create_app(Settings(model=demo, chat_template=probe, max_model_len=256,
+                                        chat_template_content_format="openai",
+                                        kv_cache_gib=0.02))) as c:
+        r = c.post("/tokenize", json={"messages": msgs, "add_generation_prompt": False})
+        assert c.post("/detokenize", json={"tokens": r.json()["tokens"]}).json()[
+            "prompt"] == "L"
