@@ -97,6 +97,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    default=None, help="message contents as strings or as OpenAI's part "
                    "lists for the chat template; auto (default): what the template reads "
                    "(vLLM's)")
+    p.add_argument("--trust-request-chat-template", action="store_true", default=None,
+                   help="let requests bring their own chat_template (vLLM's; rendered in "
+                   "Jinja's sandbox); without it such a request is a 400")
     p.add_argument("--config-format", choices=("auto", "hf", "mistral"), default=None,
                    help="the layout read from a directory that holds both: mistral = "
                    "params.json (with --load-format mistral: consolidated.safetensors); "
@@ -137,6 +140,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     for name in (["model", "generation_config", "enable_prefix_caching", "tool_call_parser",
                   "enable_auto_tool_choice", "tokenizer_mode", "config_format", "load_format",
                   "chat_template", "chat_template_content_format",
+                  "trust_request_chat_template",
                   "reasoning_parser", "lm_head_dtype", "limit_mm_per_prompt",
                   "kv_cache_dtype", "scheduling_policy"]
                  + [f[0][2:].replace("-", "_") for f in FLAGS]):

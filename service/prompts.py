@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from engine.text.chat_template import IMAGE_PLACEHOLDER_URL
+from engine.text.chat_template import IMAGE_PLACEHOLDER_URL, ChatTemplateError, check_template
 from service.backend import ServingState
 from service.errors import APIError
 from service.schemas import ChatMessage
@@ -143,6 +143,18 @@ def message_dicts(messages: Sequence[ChatMessage], map_id: Callable[[str], str] 
     return out
 
 
+def request_template(state: ServingState, source: str) -> str:
+    """A request's chat_template (vLLM's), checked: the server takes them, it compiles."""
+    if not state.settings.trust_request_chat_template:
+        raise APIError(400, "chat_template: this server takes no request chat templates "
+                       "(start it with --trust-request-chat-template)", "chat_template")
+    try:
+        check_template(source)
+    except ChatTemplateError as exc:
+        raise APIError(400, f"chat_template: {exc}", "chat_template") from None
+    return source
+
+
 def encode_chat(state: ServingState, messages: Sequence[ChatMessage],
                 add_generation_prompt: bool = True, plan: ChatPlan | None = None,
                 images: bool = False) -> list[int]:
@@ -163,6 +175,8 @@ def encode_chat(state: ServingState, messages: Sequence[ChatMessage],
         extra["continue_final_message"] = True
     if plan is not None and plan.special_tokens:
         extra["add_special_tokens"] = True
+    if plan is not None and plan.template is not None:
+        extra["template"] = request_template(state, plan.template)
     try:
         ids = tok.encode_chat(dicts, add_generation_prompt=add_generation_prompt, **extra)
     except (ValueError, TypeError) as exc:  # ChatTemplateError is a ValueError

@@ -61,6 +61,9 @@ TEMPLATE = (
          "add_generation_prompt, documents, special tokens)"),
     Rule("chat_template_kwargs", "no chat template", "chat_template_kwargs needs a model "
          "whose chat encoding is a Jinja template"),
+    Rule("chat_template", "takes no request chat templates", "a request's chat_template "
+         "needs a server started with --trust-request-chat-template"),
+    Rule("chat_template", "syntax error", "a request's chat_template must compile"),
 )
 CONTINUE = (
     Rule("continue_final_message", "add_generation_prompt", "continue_final_message needs "

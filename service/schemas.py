@@ -345,6 +345,9 @@ class ChatCompletionRequest(_Sampling):
     chat_template_kwargs: dict[str, Any] | None = None
     # vLLM's: the answer continues the final (assistant) message instead of starting one
     continue_final_message: bool = False
+    # vLLM's: a Jinja template for this request instead of the model's (a server started
+    # with --trust-request-chat-template; else a 400)
+    chat_template: str | None = Field(None, min_length=1)
     # vLLM's: the answer's content starts with the final message's text when that message
     # is the assistant's (with continue_final_message: the whole message)
     echo: bool = False
@@ -395,6 +398,7 @@ class TokenizeRequest(_Body):
     continue_final_message: bool = False
     tools: list[ToolDefinition] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    chat_template: str | None = Field(None, min_length=1)
     # the tokens' vocabulary strings beside their ids
     return_token_strs: bool = False
 
@@ -406,6 +410,7 @@ class TokenizeRequest(_Body):
             add_generation_prompt=self.add_generation_prompt,
             continue_final_message=self.continue_final_message,
             chat_template_kwargs=self.chat_template_kwargs,
+            chat_template=self.chat_template,
             add_special_tokens=bool(self.add_special_tokens))
 
 

@@ -65,6 +65,8 @@ class Settings(BaseSettings):
     # vLLM's --chat-template-content-format: message contents as strings or as OpenAI's
     # part lists for the template; auto = what the template reads (detected)
     chat_template_content_format: Literal["auto", "string", "openai"] = "auto"
+    # vLLM's: requests may bring their own chat_template (rendered in Jinja's sandbox)
+    trust_request_chat_template: bool = False
     # vLLM's --config-format / --load-format: the layout read from a directory that holds
     # both (published repos do): mistral = params.json + consolidated.safetensors; hf /
     # safetensors = config.json + model*.safetensors; auto = the Hugging Face one there

@@ -124,9 +124,8 @@ _VLLM_SAMPLING_NOOP: dict[str, tuple[Any, ...]] = {
 VLLM_NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
     COMPLETIONS: {**_VLLM_SAMPLING_NOOP, "prompt_embeds": (None,)},
     CHAT: {**_VLLM_SAMPLING_NOOP,
-           "chat_template": (None,),  # vLLM also refuses it unless told to trust it
            "documents": (None, [])},
-    TOKENIZE: {"chat_template": (None,), "mm_processor_kwargs": (None, {})},
+    TOKENIZE: {"mm_processor_kwargs": (None, {})},
 }
 # vLLM's request and session ids name the request in its logs; the output never changes
 VLLM_HINTS: Mapping[str, frozenset[str]] = {

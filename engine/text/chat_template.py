@@ -41,6 +41,11 @@ def load_chat_template(model_dir: Path) -> str | None:
     return tpl if isinstance(tpl, str) else None
 
 
+def check_template(source: str) -> None:
+    """ChatTemplateError when ``source`` does not compile."""
+    _compile(source)
+
+
 def template_from_flag(value: str) -> str:
     """vLLM's --chat-template: a file's path (read) or the template itself (text with
     Jinja markup); compiled here so that a bad one stops the server at startup."""

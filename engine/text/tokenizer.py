@@ -232,19 +232,24 @@ class Tokenizer:
     # -- chat ------------------------------------------------------------------------
     def apply_chat_template(self, messages: Sequence[Mapping[str, Any]],
                             add_generation_prompt: bool = True,
-                            continue_final_message: bool = False, **kwargs: Any) -> str:
+                            continue_final_message: bool = False,
+                            template: str | None = None, **kwargs: Any) -> str:
         """The prompt text for ``messages`` (ChatTemplateError on bad input).
         ``continue_final_message``: the prompt ends inside the final (assistant) message,
-        which the model then continues (no generation prompt is added)."""
-        if self.chat_template is None:
+        which the model then continues (no generation prompt is added). ``template``: a
+        Jinja template to render with instead of the model's (a request's, vLLM's
+        chat_template), its contents in the form it reads."""
+        if template is None and self.chat_template is None:
             if self._chat_encoder is not None:
                 return self._mistral_common(messages, kwargs.get("tools"),
                                             continue_final_message)[1]
             raise ChatTemplateError("this model has no chat template")
         specials = {"bos_token": self.bos_token, "eos_token": self.eos_token}
-        text = render_chat_template(self.chat_template, messages,
+        source, fmt = ((self.chat_template, self.content_format) if template is None
+                       else (template, detect_content_format(template)))
+        text = render_chat_template(source, messages,
                                     add_generation_prompt and not continue_final_message,
-                                    specials, self.content_format, **kwargs)
+                                    specials, fmt, **kwargs)
         return cut_after_final_message(text, messages) if continue_final_message else text
 
     def _mistral_common(self, messages: Sequence[Mapping[str, Any]], tools: Any,
@@ -254,14 +259,16 @@ class Tokenizer:
 
     def encode_chat(self, messages: Sequence[Mapping[str, Any]],
                     add_generation_prompt: bool = True, continue_final_message: bool = False,
-                    add_special_tokens: bool = False, **kwargs: Any) -> list[int]:
+                    add_special_tokens: bool = False, template: str | None = None,
+                    **kwargs: Any) -> list[int]:
         """Prompt ids for ``messages``; BOS comes from the template only (never doubled),
         unless ``add_special_tokens`` asks for the tokenizer's own on top of it (vLLM's
-        chat option: what encode adds to the rendered text, e.g. a second BOS)."""
-        if self.chat_template is None and self._chat_encoder is not None:
+        chat option: what encode adds to the rendered text, e.g. a second BOS).
+        ``template``: as apply_chat_template's."""
+        if template is None and self.chat_template is None and self._chat_encoder is not None:
             ids = self._mistral_common(messages, kwargs.get("tools"),
                                        continue_final_message)[0]
             return self.encode("", True) + ids if add_special_tokens else ids
         text = self.apply_chat_template(messages, add_generation_prompt,
-                                        continue_final_message, **kwargs)
+                                        continue_final_message, template, **kwargs)
         return self.encode(text, add_special_tokens=add_special_tokens)

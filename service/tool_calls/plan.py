@@ -30,6 +30,8 @@ class ChatPlan:
     # vLLM's add_special_tokens on chat: the tokenizer's special tokens (BOS) on top of
     # what the template writes
     special_tokens: bool = False
+    # vLLM's chat_template: the request's own template (service/prompts.py checks it)
+    template: str | None = None
 
     @property
     def forced_function(self) -> str | None:
@@ -138,4 +140,5 @@ def plan_chat(body: Any, parsers: ParserChoice) -> ChatPlan:
                     response_format=fmt, structured=_structured(body, choice, fmt),
                     template_kwargs=_template_kwargs(body),
                     continue_final=_continue_final(body),
-                    special_tokens=getattr(body, "add_special_tokens", False))
+                    special_tokens=getattr(body, "add_special_tokens", False),
+                    template=getattr(body, "chat_template", None))

@@ -157,7 +157,6 @@ def test_openapi_documents_the_noop_values(c):
 # anything else names the field; its request and session ids are hints
 VLLM_REJECTED = [
     (unsupported.CHAT, "documents", [{"title": "t", "text": "x"}]),
-    (unsupported.CHAT, "chat_template", "{{ messages }}"),
     (unsupported.CHAT, "logits_processors", ["x"]),
     (unsupported.CHAT, "use_beam_search", True),
     (unsupported.COMPLETIONS, "length_penalty", 0.5),

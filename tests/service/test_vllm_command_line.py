@@ -166,3 +166,29 @@ def test_chat_template_content_format_chooses_what_the_template_reads():
         r = c.post("/tokenize", json={"messages": msgs, "add_generation_prompt": False})
         assert c.post("/detokenize", json={"tokens": r.json()["tokens"]}).json()[
             "prompt"] == "L"
+
+
+def test_a_request_chat_template_needs_the_servers_trust():
+    """vLLM's chat_template on a request: a 400 naming it unless the server was started
+    with --trust-request-chat-template; then it renders that request (and /tokenize)."""
+    from engine.demo_model import ensure_demo_model
+    demo = ensure_demo_model()
+    msgs = [{"role": "user", "content": "Paris?"}]
+    body = {"messages": msgs, "max_tokens": 2, "chat_template": CUSTOM}
+    want = Tokenizer.from_dir(demo, chat_template=CUSTOM).encode_chat(msgs)
+    base = {"model": demo, "max_model_len": 256, "kv_cache_gib": 0.02}
+    with TestClient(create_app(Settings(**base))) as c:
+        for route, extra in (("/v1/chat/completions", {}), ("/tokenize", {})):
+            r = c.post(route, json={**body, **extra})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template"
+            assert "--trust-request-chat-template" in r.json()["error"]["message"]
+    with TestClient(create_app(Settings(**base, trust_request_chat_template=True))) as c:
+        r = c.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == len(want)
+        assert c.post("/tokenize", json={"messages": msgs, "chat_template": CUSTOM}).json()[
+            "tokens"] == want
+        plain = c.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 2})
+        assert plain.json()["usage"]["prompt_tokens"] != len(want)  # the model's own
+        r = c.post("/v1/chat/completions", json={**body, "chat_template": "{% if %}"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template"
+        assert "syntax error" in r.json()["error"]["message"]
