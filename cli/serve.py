@@ -31,6 +31,8 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
      "budget); a cap such as 128 bounds the stall a new prompt causes to running streams "
      "(ITL p99) and shortens TTFT under load, for some throughput"),
     ("--kv-cache-gib", float, "KV cache size in GiB, preallocated (default 1.0)"),
+    ("--stream-interval", int, "streamed outputs go out every N tokens (the first at once; "
+                               "default 1); requests may set their own (vLLM's)"),
     ("--max-queue", int, "waiting requests before 429 (default 256)"),
     ("--request-timeout", float, "seconds per request (default 600)"),
     ("--drain-timeout", float, "SIGTERM grace period for in-flight requests (30)"),

@@ -156,7 +156,7 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
     prediction = await run_in_threadpool(encode_prediction, state, body.prediction)
     try:
         sub = submit(state, prefix, [prompt], params, body.n, body.cache_salt, images,
-                     prediction, body.priority)
+                     prediction, body.priority, body.stream_interval)
     except InvalidRequestError as exc:  # the engine's "prompt" is the rendered messages
         if exc.param != "prompt":
             raise

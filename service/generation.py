@@ -39,6 +39,11 @@ class Submission:
         self.queue: asyncio.Queue[tuple[int, RequestOutput]] = asyncio.Queue()
         self.ids: list[str] = []
         self.open: set[int] = set()
+        # vLLM's stream_interval: a choice's outputs go out with its first token, then
+        # once this many tokens have gathered, and when it ends (merged in between)
+        self.interval = state.settings.stream_interval
+        self._held: dict[int, RequestOutput] = {}
+        self._sent: set[int] = set()
 
     def add(self, prompt_ids: list[int], params: SamplingParams,
             cache_salt: str | None = None, images: tuple[Any, ...] = (),
@@ -84,22 +89,55 @@ class Submission:
             for index, out in batch:
                 if out.finished:
                     self.open.discard(index)
+            if self.interval > 1:
+                batch = self._paced(batch)
+                if not batch:
+                    continue
             yield batch
+
+    def _paced(self, batch: list[tuple[int, RequestOutput]]
+               ) -> list[tuple[int, RequestOutput]]:
+        """``batch`` under the stream interval: outputs held back merge into the next."""
+        out = []
+        for index, o in batch:
+            held = self._held.pop(index, None)
+            merged = o if held is None else merge_outputs(held, o)
+            first = index not in self._sent and merged.token_ids
+            gathered = len(merged.token_ids) >= self.interval
+            if o.finished or first or gathered:
+                self._sent.add(index)
+                out.append((index, merged))
+            else:
+                self._held[index] = merged
+        return out
+
+
+def merge_outputs(a: RequestOutput, b: RequestOutput) -> RequestOutput:
+    """Two consecutive increments of one request as one (``b`` the later): new pieces
+    joined, cumulative counts and the ending from ``b``, the prompt's from the first."""
+    return replace(b, text=a.text + b.text, token_ids=a.token_ids + b.token_ids,
+                   logprobs=a.logprobs + b.logprobs,
+                   prompt_logprobs=(a.prompt_logprobs if a.prompt_logprobs is not None
+                                    else b.prompt_logprobs),
+                   num_cached_tokens=max(a.num_cached_tokens, b.num_cached_tokens))
 
 
 def submit(state: ServingState, prefix: str, prompts: list[list[int]],
            params: SamplingParams, n: int, cache_salt: str | None = None,
            images: tuple[Any, ...] = (), prediction: tuple[int, ...] = (),
-           priority: int = 0) -> Submission:
+           priority: int = 0, stream_interval: int | None = None) -> Submission:
     """Queue n choices per prompt (choice index = prompt_index * n + j); seeded choices
     use seed + j so they differ. ``prediction``: every choice's predicted output (token
     ids). ``priority``: vLLM's, lower first; a 400 naming it unless the server schedules
-    by priority. On any refusal, what was queued is aborted."""
+    by priority. ``stream_interval``: the request's (vLLM's), else the server's. On any
+    refusal, what was queued is aborted."""
     if priority and state.settings.scheduling_policy != "priority":
         raise APIError(400, f"priority: {priority} needs priority scheduling, and this "
                        "server schedules first come, first served "
                        "(--scheduling-policy priority)", "priority")
     sub = Submission(state, prefix)
+    if stream_interval is not None:
+        sub.interval = stream_interval
     try:
         for ids in prompts:
             for j in range(n):

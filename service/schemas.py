@@ -143,6 +143,9 @@ class _Sampling(_Body):
     cache_salt: str | None = Field(None, min_length=1)
     # vLLM's: lower is served first under --scheduling-policy priority; 0 otherwise
     priority: int = 0
+    # vLLM's: streamed chunks every N tokens (the first token at once; None: the
+    # server's --stream-interval)
+    stream_interval: int | None = Field(None, ge=1)
     # vLLM's: the prompt's and each choice's token ids in the answer (and its chunks)
     return_token_ids: bool = False
     # vLLM's: logprobs name each token "token_id:<id>" (ids a client can map back)

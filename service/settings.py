@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     max_num_batched_tokens: int = Field(512, ge=1)
     max_prefill_tokens_with_decodes: int = Field(0, ge=0)  # 0: the rest of the step
     kv_cache_gib: float = Field(1.0, gt=0)
+    # vLLM's --stream-interval: streamed outputs go out every N tokens (the first at
+    # once, the last when the answer ends); requests may set their own
+    stream_interval: int = Field(1, ge=1)
     max_queue: int | None = Field(256, ge=0)  # waiting requests beyond this: 429
     request_timeout: float | None = Field(600.0, gt=0)  # seconds per request
     drain_timeout: float = Field(30.0, ge=0)  # SIGTERM grace period for in-flight requests

@@ -111,7 +111,6 @@ _VLLM_SAMPLING_NOOP: dict[str, tuple[Any, ...]] = {
     # fast tokenizer (its fast detokenizer does not read the flag)
     "spaces_between_special_tokens": (None, True, False),
     "logits_processors": (None, []),
-    "stream_interval": (None, 1),
     "kv_transfer_params": (None,),
     "ec_transfer_params": (None,),
     "return_token_offsets": (None, False),

@@ -122,7 +122,7 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
     params = make_params(state, body, body.logprobs, max(wanted) if wanted else None,
                          grammar=grammar)
     sub = submit(state, "cmpl", prompts, params, body.n, body.cache_salt,
-                 priority=body.priority)
+                 priority=body.priority, stream_interval=body.stream_interval)
     fmt = formatter(state, sub.id, model, body)
     echo = texts if body.echo else []
     if not body.stream:
