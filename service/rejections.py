@@ -43,6 +43,8 @@ SAMPLING = (
     Rule("prompt_logprobs", "stream is true", "prompt_logprobs come with a whole answer, "
          "not a stream"),
     Rule("min_tokens", "exceeds max_tokens", "min_tokens must not exceed max_tokens"),
+    Rule("stream_options.continuous_usage_stats", "needs include_usage",
+         "continuous_usage_stats needs include_usage true"),
     _vocab("logit_bias"), _vocab("stop_token_ids"), _vocab("allowed_token_ids"),
     Rule("allowed_token_ids", "combined with a grammar", "allowed_token_ids goes without "
          "a grammar (structured outputs, response_format, tools)"),

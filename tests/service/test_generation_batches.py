@@ -12,7 +12,8 @@ from service.generation import NamedStream, Submission, stream_events, stream_na
 def _queued(outputs) -> Submission:
     """A two-choice submission with ``outputs`` already queued (inside an event loop)."""
     state = SimpleNamespace(engine=SimpleNamespace(abort=lambda rid: None),
-                            settings=SimpleNamespace(request_timeout=None), dispatcher=None)
+                            settings=SimpleNamespace(request_timeout=None, stream_interval=1),
+                            dispatcher=None)
     sub = Submission(state, "t")
     sub.ids, sub.open = ["t-0", "t-1"], {0, 1}
     for item in outputs:
