@@ -356,6 +356,9 @@ class ChatCompletionRequest(_Sampling):
     echo: bool = False
     # vLLM's: the tokenizer's special tokens (BOS) on top of what the chat template writes
     add_special_tokens: bool = False
+    # vLLM's: the answer (a stream's first chunk) carries prompt_text, the prompt the model
+    # read, as text (special tokens and image tokens included)
+    return_prompt_text: bool = False
     # OpenAI's stored chat completions (service/routers/stored_chat.py): kept with the
     # metadata when store is true, for GET /v1/chat/completions/...
     store: bool | None = None

@@ -114,14 +114,14 @@ _VLLM_SAMPLING_NOOP: dict[str, tuple[Any, ...]] = {
     "kv_transfer_params": (None,),
     "ec_transfer_params": (None,),
     "return_token_offsets": (None, False),
-    "return_prompt_text": (None, False),
     "repetition_detection": (None,),
     "vllm_xargs": (None, {}),
     "mm_processor_kwargs": (None, {}),
     "media_io_kwargs": (None, {}),
 }
 VLLM_NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
-    COMPLETIONS: {**_VLLM_SAMPLING_NOOP, "prompt_embeds": (None,)},
+    COMPLETIONS: {**_VLLM_SAMPLING_NOOP, "prompt_embeds": (None,),
+                  "return_prompt_text": (None, False)},
     CHAT: {**_VLLM_SAMPLING_NOOP,
            "documents": (None, [])},
     TOKENIZE: {"mm_processor_kwargs": (None, {})},

@@ -61,6 +61,11 @@ def check_prompt_logprobs(body: CompletionRequest | ChatCompletionRequest) -> No
                        "request without streaming)", "prompt_logprobs")
 
 
+def prompt_text(state: ServingState, prompt: list[int]) -> str:
+    """vLLM's return_prompt_text: the ids the model read, as text (nothing skipped)."""
+    return state.backend.tokenizer.decode(prompt, skip_special_tokens=False)
+
+
 def chat_echo(body: ChatCompletionRequest) -> str:
     """vLLM's ``echo`` on chat: the final message's text (its text parts joined, as the
     template reads them) when that message is the assistant's, the role of the answer,
@@ -193,6 +198,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
         answer = prepend_echo(fmt.chat(choices, body.logprobs, readers, run.details(choices),
                                        run.prompt if body.return_token_ids else None,
                                        body.prompt_logprobs), echo)
+        if body.return_prompt_text:
+            answer["prompt_text"] = prompt_text(state, run.prompt)
         if store:
             keep(state, request, body, answer)
         return answer
@@ -217,6 +224,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     if body.continuous_usage:
         for c in first:
             c["usage"] = usage(len(run.prompt), 0)
+    if body.return_prompt_text:  # on the first chunk only, as vLLM sends it
+        first[0]["prompt_text"] = prompt_text(state, run.prompt)
 
     def chunk(i: int, out: RequestOutput) -> dict[str, Any] | None:
         counts["completion"] += len(out.token_ids)

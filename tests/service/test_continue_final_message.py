@@ -181,3 +181,19 @@ def test_tokenize_counts_the_tools_the_chat_route_renders(served):
     assert r.status_code == 200, r.text
     assert counted == r.json()["usage"]["prompt_tokens"]
     assert counted > c.post("/tokenize", json={"messages": [ASK]}).json()["count"]
+
+
+def test_return_prompt_text_shows_what_the_model_read(served):
+    """vLLM's return_prompt_text: the prompt's ids as text, nothing skipped (the
+    template's special tokens included), on the answer or the stream's first chunk."""
+    c, tok, _ = served
+    ids = tok.encode_chat([ASK, PREFILL], add_generation_prompt=False,
+                          continue_final_message=True)
+    want = tok.decode(ids, skip_special_tokens=False)
+    r = chat(c, return_prompt_text=True, **CONTINUE).json()
+    assert r["prompt_text"] == want and want.endswith(PREFILL["content"])
+    assert tok.encode(want, add_special_tokens=False) == ids  # it reads back as the ids
+    chunks = _sse(chat(c, n=2, stream=True, return_prompt_text=True, **CONTINUE))
+    assert chunks[0]["prompt_text"] == want
+    assert not any("prompt_text" in ch for ch in chunks[1:])
+    assert "prompt_text" not in chat(c, **CONTINUE).json()
