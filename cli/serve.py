@@ -16,7 +16,12 @@ from typing import Any
 
 from cli.kernels import add_kernel_args
 from cli.main import CliError
-from engine.config_flags import add_kv_cache_dtype_arg, add_lm_head_arg, parse_mm_limit
+from engine.config_flags import (
+    add_kv_cache_dtype_arg,
+    add_lm_head_arg,
+    human_int,
+    parse_mm_limit,
+)
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +29,9 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
     ("--host", str, "bind address (default 127.0.0.1)"),
     ("--port", int, "port (default 8000; 0 = any free port)"),
     ("--max-num-seqs", int, "sequences decoded together (default 16)"),
-    ("--max-model-len", int, "prompt + output tokens per request (default 4096)"),
-    ("--max-num-batched-tokens", int, "tokens per engine step, prefill chunks (512)"),
+    ("--max-model-len", human_int, "prompt + output tokens per request (default 4096; "
+                                   "32k = 32000, 32K = 32768)"),
+    ("--max-num-batched-tokens", human_int, "tokens per engine step, prefill chunks (512)"),
     ("--max-prefill-tokens-with-decodes", int,
      "prefill tokens in a step that also decodes (default 0: the rest of the step "
      "budget); a cap such as 128 bounds the stall a new prompt causes to running streams "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from decimal import Decimal, InvalidOperation
 
 
 def add_lm_head_arg(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +30,26 @@ def add_kv_cache_dtype_arg(parser: argparse.ArgumentParser) -> None:
                              "(e4m3 with an fp32 scale per token and KV head, or the "
                              "checkpoint's static k_scale / v_scale): about 1.9x the "
                              "tokens per --kv-cache-gib")
+
+
+_UNITS = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def human_int(text: str) -> int:
+    """vLLM's token counts: an integer, or one with a unit, k/m/g decimal and K/M/G
+    binary ("32k" = 32000, "32K" = 32768, "25.6k" = 25600); a fraction that is not a
+    whole number of tokens is refused."""
+    s = str(text).strip()
+    unit = _UNITS.get(s[-1:], 1) if s else 1
+    number = s[:-1] if unit != 1 else s
+    try:
+        value = Decimal(number) * unit if unit != 1 else Decimal(int(number))
+    except (ValueError, InvalidOperation):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (units: k, m, g "
+                                         "decimal; K, M, G binary)") from None
+    if not value.is_finite() or value != value.to_integral_value():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens")
+    return int(value)
 
 
 def parse_mm_limit(text: str) -> int:

@@ -114,6 +114,19 @@ class Settings(BaseSettings):
             return tuple(p.strip() for p in v.split(",") if p.strip())
         return v
 
+    @field_validator("max_model_len", "max_num_batched_tokens", mode="before")
+    @classmethod
+    def _token_count(cls, v: object) -> object:
+        """FP8SERVE_MAX_MODEL_LEN=32k as the flag takes it (engine/config_flags.py)."""
+        if isinstance(v, str) and not v.strip().isdigit():
+            from engine.config_flags import human_int
+
+            try:
+                return human_int(v)
+            except argparse.ArgumentTypeError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
     @field_validator("limit_mm_per_prompt", mode="before")
     @classmethod
     def _mm_limit(cls, v: object) -> object:

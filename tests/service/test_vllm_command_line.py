@@ -192,3 +192,19 @@ def test_a_request_chat_template_needs_the_servers_trust():
         r = c.post("/v1/chat/completions", json={**body, "chat_template": "{% if %}"})
         assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template"
         assert "syntax error" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("text, n", [("32k", 32000), ("32K", 32768), ("25.6k", 25600),
+                                     ("1.1k", 1100), ("0.5K", 512), ("4096", 4096)])
+def test_token_counts_take_vllms_units(text, n, monkeypatch):
+    assert settings(["--max-model-len", text]).max_model_len == n
+    assert settings(["--max-num-batched-tokens", text]).max_num_batched_tokens == n
+    monkeypatch.setenv("FP8SERVE_MAX_MODEL_LEN", text)
+    assert Settings().max_model_len == n
+
+
+@pytest.mark.parametrize("text", ["1.0005k", "2.5x", "infk", "nan", ""])
+def test_a_token_count_that_is_not_whole_is_refused(text, capsys):
+    with pytest.raises(SystemExit):
+        settings(["--max-model-len", text])
+    assert "--max-model-len" in capsys.readouterr().err
