@@ -78,7 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="model ids in the API: the first is reported, a request may name "
                    "any (default: the directory name)")
     for flag, kind, text in FLAGS:
-        p.add_argument(flag, type=kind, default=None, help=text)
+        p.add_argument(flag, type=kind, default=None, help=text,
+                       metavar="N" if kind is human_int else None)
     p.add_argument("--api-key", action="append", default=None, metavar="KEY",
                    help="require 'Authorization: Bearer KEY' (repeatable; FP8SERVE_API_KEYS)")
     p.add_argument("--generation-config", choices=("auto", "none"), default=None,
