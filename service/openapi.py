@@ -137,6 +137,8 @@ COMPONENTS: dict[str, dict[str, Any]] = {
                    tokens={"type": "array", "items": _INT}, count=_INT, max_model_len=_INT,
                    token_strs={"type": "array", "items": _STR}),
     "Text": _obj(("prompt",), prompt=_STR),
+    "ResponseInputTokens": _obj(("object", "input_tokens"),
+                                object={"const": "response.input_tokens"}, input_tokens=_INT),
     "Health": _obj(("status",), status={"enum": ["loading", "ready", "draining", "dead"]},
                    error=_STR, running=_INT, waiting=_INT),
 }

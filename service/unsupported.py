@@ -39,6 +39,7 @@ MESSAGES = "/v1/messages"  # Anthropic's API
 COUNT_TOKENS = "/v1/messages/count_tokens"
 RESPONSES = "/v1/responses"
 TOKENIZE = "/tokenize"  # vLLM's
+RESPONSES_INPUT_TOKENS = "/v1/responses/input_tokens"
 
 _SAMPLING = ("model", "stream", "stream_options", "temperature", "top_p", "n", "seed",
              "stop", "presence_penalty", "frequency_penalty", "logit_bias")
@@ -62,6 +63,9 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
                           "top_p", "stream", "reasoning", "include", "top_logprobs",
                           "store", "previous_response_id", "metadata", "background",
                           "truncation", "conversation", "max_tool_calls"}),
+    RESPONSES_INPUT_TOKENS: frozenset({
+        "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
+        "text", "reasoning", "previous_response_id", "truncation", "conversation"}),
 }
 
 NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
@@ -98,6 +102,7 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "image": (None,),  # image-generation options
         "moderation": (None,),
     },
+    RESPONSES_INPUT_TOKENS: {"personality": (None,)},  # a ChatGPT reply style
 }
 
 # vLLM's request extensions this server does not implement: a 400 naming the field unless
@@ -144,6 +149,7 @@ HINTS: Mapping[str, frozenset[str]] = {
     COUNT_TOKENS: frozenset({"cache_control", "user_profile_id", "workspace_id"}),
     RESPONSES: frozenset(("user", "safety_identifier", "stream_options")
                          + _CACHE_HINTS),
+    RESPONSES_INPUT_TOKENS: frozenset(),
 }
 
 

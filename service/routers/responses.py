@@ -9,6 +9,7 @@ created with ``stream``, follows its events (``?stream=true&starting_after=N``),
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
 
@@ -32,7 +33,7 @@ from service.store.responses import StoredResponse, json_bytes
 from service.translate.refusals import check_function_outputs, in_responses
 from service.translate.responses import items_json, output_items, own_items, to_chat
 from service.translate.responses_stream import ResponseStream
-from service.translate.schemas import ResponsesRequest
+from service.translate.schemas import ResponsesInputTokensRequest, ResponsesRequest
 from service.translate.truncation import fit
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
@@ -110,6 +111,47 @@ def _conversation(state: ServingState, request: Request, body: ResponsesRequest
     return found
 
 
+@dataclass
+class Context:
+    """What a request's prompt is built from: the stored response it continues or the
+    conversation it extends, its own input items, and the items of the prompt (earlier
+    turns, then its own; cut by truncation "auto")."""
+
+    prev: StoredResponse | None
+    conv: Conversation | None
+    own: list[Any]
+    items: list[Any]
+
+
+async def _context(state: ServingState, request: Request, body: ResponsesRequest
+                   ) -> Context:
+    prev = _previous(state, store_tenant(request), body)
+    conv = _conversation(state, request, body)
+    own = own_items(body)
+    earlier = ([*prev.context, *output_items(prev.response["output"])] if prev
+               else list(conv.items) if conv else [])
+    check_function_outputs(own, earlier)
+    items = [*earlier, *own]
+    if body.truncation == "auto":
+        items = await fit(items, lambda kept: _fits(state, body, kept))
+    return Context(prev, conv, own, items)
+
+
+@router.post("/v1/responses/input_tokens", response_model=None, responses={
+    **ok("ResponseInputTokens"), **errors(400, 401, 404, 503, rules=rejections.RESPONSES)})
+async def input_tokens(body: ResponsesInputTokensRequest, request: Request,
+                       state: ReadyStateDep) -> dict[str, Any]:
+    """OpenAI's input token count: the prompt /v1/responses builds for the same fields."""
+    req = body.as_request()
+    try:
+        ctx = await _context(state, request, req)
+        _, _, prompt = await chat_prompt(state, to_chat(req, state.parsers,
+                                                        state.backend.tokenizer, ctx.items))
+    except (APIError, InvalidRequestError) as exc:
+        raise in_responses(exc) from exc
+    return {"object": "response.input_tokens", "input_tokens": len(prompt)}
+
+
 @router.post("/v1/responses", response_model=None, responses={
     **ok_events("Response", "the response; with stream: the Responses API's typed events"),
     **errors(400, 401, 404, 408, 429, 503, rules=rejections.RESPONSES)})
@@ -120,15 +162,8 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
         if body.background and not store:
             raise APIError(400, "background: true needs the response stored (store true "
                            "or left out, on a server that keeps responses)", "background")
-        prev = _previous(state, tenant, body)
-        conv = _conversation(state, request, body)
-        own = own_items(body)
-        earlier = ([*prev.context, *output_items(prev.response["output"])] if prev
-                   else list(conv.items) if conv else [])
-        check_function_outputs(own, earlier)
-        context = [*earlier, *own]
-        if body.truncation == "auto":
-            context = await fit(context, lambda items: _fits(state, body, items))
+        ctx = await _context(state, request, body)
+        prev, conv, own, context = ctx.prev, ctx.conv, ctx.own, ctx.items
         chat = to_chat(body, state.parsers, state.backend.tokenizer, context)
         run = await start_chat(state, chat, "resp")
     except (APIError, InvalidRequestError) as exc:

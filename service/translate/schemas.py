@@ -277,6 +277,36 @@ class ResponsesRequest(_Body):
     conversation: Annotated[str, Field(min_length=1)] | ConversationRef | None = None
 
 
+# the fields /v1/responses/input_tokens shares with /v1/responses
+_COUNTED = ("model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
+            "text", "reasoning", "previous_response_id", "truncation", "conversation")
+
+
+class ResponsesInputTokensRequest(_Body):
+    """OpenAI's input token count: the prompt /v1/responses would build for these fields
+    (earlier turns of previous_response_id or conversation, instructions, tools,
+    truncation), counted, nothing generated."""
+
+    openai_endpoint: ClassVar[str | None] = unsupported.RESPONSES_INPUT_TOKENS
+    model: str | None = None
+    input: str | Annotated[list[InputItem], Field(min_length=1)]
+    instructions: str | None = None
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = None
+    parallel_tool_calls: bool = True
+    text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
+    previous_response_id: Annotated[str, Field(min_length=1)] | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    conversation: Annotated[str, Field(min_length=1)] | ConversationRef | None = None
+
+    def as_request(self) -> ResponsesRequest:
+        """The same fields as a /v1/responses request (what the prompt is built from)."""
+        return ResponsesRequest.model_construct(
+            self.model_fields_set & set(_COUNTED),
+            **{name: getattr(self, name) for name in _COUNTED})
+
+
 # --- /v1/conversations (OpenAI's Conversations API) ---
 
 class ConversationCreateRequest(_Body):

@@ -115,3 +115,16 @@ def test_auto_drops_the_oldest_turns_and_answers_as_the_kept_items_alone(client)
 def test_auto_cannot_cut_the_last_turn(client):
     r = respond(client, [{"role": "user", "content": "x" * 70}], truncation="auto")
     assert r.status_code == 400 and "max_model_len" in r.json()["error"]["message"]
+
+
+def test_the_input_token_count_sees_the_cut(client):
+    """/v1/responses/input_tokens builds the prompt as /v1/responses does, cut included
+    (it takes no max_output_tokens: room for one token is left)."""
+    def count(items, **kw) -> int:
+        r = client.post("/v1/responses/input_tokens", json={"input": items, **kw})
+        assert r.status_code == 200, r.text
+        return r.json()["input_tokens"]
+
+    whole = count(HISTORY)  # counted as sent (too long to answer, not to count)
+    cut = count(HISTORY, truncation="auto")
+    assert cut < whole and cut == count([HISTORY[0], *HISTORY[3:]])

@@ -11,6 +11,7 @@ from anthropic.types import message_create_params as msg_params
 from openai.types import completion_create_params as cmpl_params
 from openai.types.chat import chat_completion_stream_options_param as stream_params
 from openai.types.chat import completion_create_params as chat_params
+from openai.types.responses import input_token_count_params as count_in_params
 from openai.types.responses import response_create_params as resp_params
 
 from service import unsupported
@@ -20,7 +21,12 @@ from service.schemas import (
     StreamOptions,
     TokenizeRequest,
 )
-from service.translate.schemas import CountTokensRequest, MessagesRequest, ResponsesRequest
+from service.translate.schemas import (
+    CountTokensRequest,
+    MessagesRequest,
+    ResponsesInputTokensRequest,
+    ResponsesRequest,
+)
 from tests.service.test_api import client, error_of
 
 # being added to ChatCompletionRequest by the tool-call / structured-output work
@@ -37,6 +43,8 @@ SDK = {
     unsupported.MESSAGES: (MessagesRequest, [msg_params.MessageCreateParamsStreaming,
                                              msg_params.MessageCreateParamsNonStreaming]),
     unsupported.COUNT_TOKENS: (CountTokensRequest, [count_params.MessageCountTokensParams]),
+    unsupported.RESPONSES_INPUT_TOKENS: (ResponsesInputTokensRequest,
+                                         [count_in_params.InputTokenCountParams]),
 }
 # Anthropic's API fields this anthropic SDK no longer types (its clients send them as
 # extra_body; other clients send them as they are)
@@ -48,7 +56,8 @@ BASE = {unsupported.COMPLETIONS: {"prompt": "3", "max_tokens": 1}, unsupported.C
         unsupported.MESSAGES: CHAT_BASE, unsupported.COUNT_TOKENS: {"messages": [
             {"role": "user", "content": "3"}]},
         unsupported.RESPONSES: {"input": "3", "max_output_tokens": 1},
-        unsupported.TOKENIZE: {"messages": [{"role": "user", "content": "3"}]}}
+        unsupported.TOKENIZE: {"messages": [{"role": "user", "content": "3"}]},
+        unsupported.RESPONSES_INPUT_TOKENS: {"input": "3"}}
 # vLLM's own routes (no SDK types them)
 VLLM_ONLY = {unsupported.TOKENIZE: TokenizeRequest}
 
