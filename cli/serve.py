@@ -109,6 +109,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trust-request-chat-template", action="store_true", default=None,
                    help="let requests bring their own chat_template (vLLM's; rendered in "
                    "Jinja's sandbox); without it such a request is a 400")
+    p.add_argument("--dtype", choices=("auto", "bfloat16"), default=None,
+                   help="vLLM's: activations are bf16 here (auto, bfloat16); FP8 weights "
+                   "stay FP8")
+    p.add_argument("--tensor-parallel-size", type=int, choices=(1,), default=None,
+                   help="vLLM's: one process serves the model (1)")
+    p.add_argument("--trust-remote-code", action="store_true", default=None,
+                   help="vLLM's: taken, and changes nothing: no checkpoint code is run")
     p.add_argument("--config-format", choices=("auto", "hf", "mistral"), default=None,
                    help="the layout read from a directory that holds both: mistral = "
                    "params.json (with --load-format mistral: consolidated.safetensors); "
@@ -149,7 +156,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     for name in (["model", "generation_config", "enable_prefix_caching", "tool_call_parser",
                   "enable_auto_tool_choice", "tokenizer_mode", "config_format", "load_format",
                   "chat_template", "chat_template_content_format",
-                  "trust_request_chat_template",
+                  "trust_request_chat_template", "dtype", "tensor_parallel_size",
+                  "trust_remote_code",
                   "reasoning_parser", "lm_head_dtype", "limit_mm_per_prompt",
                   "kv_cache_dtype", "scheduling_policy"]
                  + [f[0][2:].replace("-", "_") for f in FLAGS]):

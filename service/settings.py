@@ -74,6 +74,12 @@ class Settings(BaseSettings):
     # both (published repos do): mistral = params.json + consolidated.safetensors; hf /
     # safetensors = config.json + model*.safetensors; auto = the Hugging Face one there
     config_format: Literal["auto", "hf", "mistral"] = "auto"
+    # vLLM flags taken at the values that describe this server, so that vLLM command
+    # lines run: activations are bf16 (auto, bfloat16); one process (tensor parallel 1);
+    # no checkpoint code is ever run (trust_remote_code changes nothing)
+    dtype: Literal["auto", "bfloat16"] = "auto"
+    tensor_parallel_size: int = Field(1, ge=1, le=1)
+    trust_remote_code: bool = False
     load_format: Literal["auto", "safetensors", "mistral"] = "auto"
     reasoning_parser: Literal["auto", "mistral", "think", "think-open", "none"] = "auto"
     # image input (engine/vision, service/images.py, service/media.py): images per prompt

@@ -208,3 +208,14 @@ def test_a_token_count_that_is_not_whole_is_refused(text, capsys):
     with pytest.raises(SystemExit):
         settings(["--max-model-len", text])
     assert "--max-model-len" in capsys.readouterr().err
+
+
+def test_vllm_flags_at_the_values_that_describe_this_server(both):
+    """--dtype auto|bfloat16, --tensor-parallel-size 1, --trust-remote-code run (they
+    describe what this server does); other values are refused by the parser."""
+    s = settings([str(both[0]), "--dtype", "bfloat16", "--tensor_parallel_size", "1",
+                  "--trust-remote-code"])
+    assert (s.dtype, s.tensor_parallel_size, s.trust_remote_code) == ("bfloat16", 1, True)
+    for argv in (["--dtype", "float16"], ["--tensor-parallel-size", "2"]):
+        with pytest.raises(SystemExit):
+            settings(argv)
