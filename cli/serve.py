@@ -116,6 +116,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="vLLM's: one process serves the model (1)")
     p.add_argument("--trust-remote-code", action="store_true", default=None,
                    help="vLLM's: taken, and changes nothing: no checkpoint code is run")
+    p.add_argument("--disable-uvicorn-access-log", action="store_true", default=None,
+                   help="no line per HTTP request in the log (vLLM's)")
+    p.add_argument("--disable-log-requests", action="store_true", default=None,
+                   help="vLLM's: request contents are never logged here; taken so that "
+                   "vLLM command lines run")
     p.add_argument("--config-format", choices=("auto", "hf", "mistral"), default=None,
                    help="the layout read from a directory that holds both: mistral = "
                    "params.json (with --load-format mistral: consolidated.safetensors); "
@@ -157,7 +162,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
                   "enable_auto_tool_choice", "tokenizer_mode", "config_format", "load_format",
                   "chat_template", "chat_template_content_format",
                   "trust_request_chat_template", "dtype", "tensor_parallel_size",
-                  "trust_remote_code",
+                  "trust_remote_code", "disable_uvicorn_access_log", "disable_log_requests",
                   "reasoning_parser", "lm_head_dtype", "limit_mm_per_prompt",
                   "kv_cache_dtype", "scheduling_policy"]
                  + [f[0][2:].replace("-", "_") for f in FLAGS]):
@@ -188,7 +193,8 @@ def uvicorn_config(app: Any, settings: Any) -> Any:
 
     return uvicorn.Config(app, host=settings.host, port=settings.port,
                           log_level=logging.getLevelName(logging.getLogger().level).lower(),
-                          timeout_graceful_shutdown=max(1, int(settings.drain_timeout)))
+                          timeout_graceful_shutdown=max(1, int(settings.drain_timeout)),
+                          access_log=not settings.disable_uvicorn_access_log)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -80,6 +80,10 @@ class Settings(BaseSettings):
     dtype: Literal["auto", "bfloat16"] = "auto"
     tensor_parallel_size: int = Field(1, ge=1, le=1)
     trust_remote_code: bool = False
+    # vLLM's: no line per HTTP request in the log (uvicorn's access log); request
+    # contents are never logged here, which is what --disable-log-requests asks for
+    disable_uvicorn_access_log: bool = False
+    disable_log_requests: bool = False
     load_format: Literal["auto", "safetensors", "mistral"] = "auto"
     reasoning_parser: Literal["auto", "mistral", "think", "think-open", "none"] = "auto"
     # image input (engine/vision, service/images.py, service/media.py): images per prompt

@@ -22,3 +22,10 @@ def test_server_uses_uvloop_and_httptools() -> None:
     assert config.http_protocol_class is HttpToolsProtocol
     assert config.get_loop_factory() is uvloop.new_event_loop
     assert (config.port, config.timeout_graceful_shutdown) == (8123, 5)
+    assert config.access_log
+
+
+def test_disable_uvicorn_access_log() -> None:
+    settings = settings_from_args(build_parser().parse_args(
+        ["serve", "--disable-uvicorn-access-log", "--disable-log-requests"]))
+    assert not uvicorn_config(_app, settings).access_log
