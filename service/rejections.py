@@ -129,6 +129,8 @@ COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
                Rule("response_format", "as a grammar", "the format's schema must compile "
                     "to a grammar for the model's tokenizer (llguidance)"),
                Rule("prompt", "max_model_len", "the prompt must leave room to generate"),
+               Rule("best_of", "less than n", "best_of is at least n"),
+               Rule("best_of", "not with stream", "best_of above n needs stream false"),
                TRUNCATE,
                Rule("prompt", "prompt is empty", "a text that encodes to no tokens needs a "
                     "tokenizer with a BOS or EOS token to start the document"))

@@ -233,6 +233,9 @@ class CompletionRequest(_Sampling):
     max_tokens: int | None = Field(16, ge=1)
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
+    # OpenAI's: best_of candidates per prompt, the n with the highest sum of their tokens'
+    # logprobs returned (not with stream)
+    best_of: int | None = Field(None, ge=1, le=32)
     # vLLM's extension: the output as JSON (service/structured_outputs.py)
     response_format: ResponseFormat | None = None
     # vLLM's: BOS (and the like) before a text prompt

@@ -45,7 +45,8 @@ _SAMPLING = ("model", "stream", "stream_options", "temperature", "top_p", "n", "
              "stop", "presence_penalty", "frequency_penalty", "logit_bias")
 
 IMPLEMENTED: Mapping[str, frozenset[str]] = {
-    COMPLETIONS: frozenset(_SAMPLING + ("prompt", "max_tokens", "logprobs", "echo")),
+    COMPLETIONS: frozenset(_SAMPLING + ("prompt", "max_tokens", "logprobs", "echo",
+                                        "best_of")),
     # tools, tool_choice, parallel_tool_calls and response_format belong to the tool-call
     # and structured-output work (service/tool_calls/, engine/structured/)
     CHAT: frozenset(_SAMPLING + (
@@ -70,7 +71,6 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
 
 NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
     COMPLETIONS: {
-        "best_of": (None, 1),  # one candidate per choice is what n does
         "suffix": (None, ""),  # no fill-in-the-middle
     },
     CHAT: {

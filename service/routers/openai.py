@@ -66,6 +66,30 @@ def prompt_text(state: ServingState, prompt: list[int]) -> str:
     return state.backend.tokenizer.decode(prompt, skip_special_tokens=False)
 
 
+def check_best_of(body: CompletionRequest) -> int:
+    """Candidates per prompt: best_of (at least n; not with stream), else n."""
+    best_of = body.best_of or body.n
+    if best_of < body.n:
+        raise APIError(400, f"best_of: {best_of} is less than n ({body.n}); it counts the "
+                       "candidates the n choices are picked from", "best_of")
+    if best_of > body.n and body.stream:
+        raise APIError(400, "best_of: picking the best candidates needs them whole: not "
+                       "with stream (or best_of equal to n)", "best_of")
+    return best_of
+
+
+def best_choices(choices: list[Choice], best_of: int, n: int) -> list[Choice]:
+    """Of each prompt's best_of candidates, the n with the highest sum of their tokens'
+    logprobs, best first (ties: generation order)."""
+    if best_of == n:
+        return choices
+    out: list[Choice] = []
+    for start in range(0, len(choices), best_of):
+        group = choices[start:start + best_of]
+        out += sorted(group, key=lambda c: -sum(lp.logprob for lp in c.logprobs))[:n]
+    return out
+
+
 def chat_echo(body: ChatCompletionRequest) -> str:
     """vLLM's ``echo`` on chat: the final message's text (its text parts joined, as the
     template reads them) when that message is the assistant's, the role of the answer,
@@ -115,6 +139,7 @@ async def model(model: str, state: ReadyStateDep) -> dict[str, Any]:
 async def completions(body: CompletionRequest, request: Request, state: ReadyStateDep):
     model = check_model(state, body.model)
     check_prompt_logprobs(body)
+    best_of = check_best_of(body)
     constraint = completion_constraint(body)
     grammar = (None if constraint is None
                else await run_in_threadpool(compile_spec, state.backend, *constraint))
@@ -124,16 +149,24 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
     echo_lps = body.echo and body.logprobs is not None  # prompt logprobs are computed
     wanted = [k for k in (body.logprobs if echo_lps else None, body.prompt_logprobs)
               if k is not None]
-    params = make_params(state, body, body.logprobs, max(wanted) if wanted else None,
+    # best_of ranks candidates by their tokens' logprobs: computed even when not shown
+    ranked = body.logprobs if best_of == body.n else (body.logprobs or 0)
+    params = make_params(state, body, ranked, max(wanted) if wanted else None,
                          grammar=grammar)
-    sub = submit(state, "cmpl", prompts, params, body.n, body.cache_salt,
+    sub = submit(state, "cmpl", prompts, params, best_of, body.cache_salt,
                  priority=body.priority, stream_interval=body.stream_interval)
     fmt = formatter(state, sub.id, model, body)
     echo = texts if body.echo else []
     if not body.stream:
         choices = await collect(sub, request)
-        return fmt.completion(choices, body.n, echo, body.logprobs, prompts,
-                              body.return_token_ids, body.prompt_logprobs)
+        generated = sum(len(c.token_ids) for c in choices)
+        kept = best_choices(choices, best_of, body.n)
+        answer = fmt.completion(kept, body.n, echo, body.logprobs, prompts,
+                                body.return_token_ids, body.prompt_logprobs)
+        if best_of > body.n:  # every candidate was generated (OpenAI counts them all)
+            u = answer["usage"]
+            u["completion_tokens"], u["total_tokens"] = generated, u["prompt_tokens"] + generated
+        return answer
     counts = {"completion": 0}
     cached: dict[int, int] = {}  # first choice of each prompt -> its cached tokens
     # echo alone goes out at once; with logprobs it rides on each choice's first chunk,

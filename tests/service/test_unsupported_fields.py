@@ -99,7 +99,6 @@ REJECTED = [
     (unsupported.CHAT, "functions", [{"name": "f"}]),
     (unsupported.CHAT, "function_call", "auto"),
     (unsupported.CHAT, "moderation", {"model": "omni-moderation-latest"}),
-    (unsupported.COMPLETIONS, "best_of", 2), (unsupported.COMPLETIONS, "best_of", True),
     (unsupported.COMPLETIONS, "suffix", " the end"),
 ]
 
@@ -116,6 +115,7 @@ ACCEPTED = [
     (unsupported.CHAT, "service_tier", "auto"), (unsupported.CHAT, "service_tier", "default"),
     (unsupported.CHAT, "reasoning_effort", "none"), (unsupported.CHAT, "functions", []),
     (unsupported.CHAT, "audio", None), (unsupported.COMPLETIONS, "best_of", 1),
+    (unsupported.COMPLETIONS, "best_of", 2),
     (unsupported.COMPLETIONS, "suffix", ""), (unsupported.COMPLETIONS, "suffix", None),
     (unsupported.CHAT, "metadata", {"k": "v"}), (unsupported.CHAT, "prompt_cache_key", "k"),
     (unsupported.CHAT, "safety_identifier", "h"), (unsupported.CHAT, "user", "u"),
