@@ -6,7 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from engine.text.chat_template import IMAGE_PLACEHOLDER_URL, ChatTemplateError, check_template
+from engine.text.chat_template import (
+    IMAGE_PLACEHOLDER_URL,
+    ChatTemplateError,
+    check_template,
+    template_reads,
+)
 from service.backend import ServingState
 from service.errors import APIError
 from service.schemas import ChatMessage
@@ -177,6 +182,13 @@ def encode_chat(state: ServingState, messages: Sequence[ChatMessage],
         extra["add_special_tokens"] = True
     if plan is not None and plan.template is not None:
         extra["template"] = request_template(state, plan.template)
+    if plan is not None and plan.documents is not None:
+        source = extra.get("template") or getattr(tok, "chat_template", None)
+        if source is None or "documents" not in template_reads(source):
+            raise APIError(400, "documents: the chat template reads no documents (they "
+                           "would be dropped); send them in a message, or use a template "
+                           "that renders them (--chat-template)", "documents")
+        extra["documents"] = plan.documents
     try:
         ids = tok.encode_chat(dicts, add_generation_prompt=add_generation_prompt, **extra)
     except (ValueError, TypeError) as exc:  # ChatTemplateError is a ValueError

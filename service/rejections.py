@@ -66,6 +66,8 @@ TEMPLATE = (
     Rule("chat_template", "takes no request chat templates", "a request's chat_template "
          "needs a server started with --trust-request-chat-template"),
     Rule("chat_template", "syntax error", "a request's chat_template must compile"),
+    Rule("documents", "reads no documents", "documents need a chat template that renders "
+         "them (its documents variable)"),
 )
 CONTINUE = (
     Rule("continue_final_message", "add_generation_prompt", "continue_final_message needs "

@@ -354,6 +354,9 @@ class ChatCompletionRequest(_Sampling):
     # vLLM's: a Jinja template for this request instead of the model's (a server started
     # with --trust-request-chat-template; else a 400)
     chat_template: str | None = Field(None, min_length=1)
+    # vLLM's: documents for retrieval-augmented templates (the template's ``documents``
+    # variable); a 400 when the chat template reads none
+    documents: list[dict[str, str]] | None = None
     # vLLM's: the answer's content starts with the final message's text when that message
     # is the assistant's (with continue_final_message: the whole message)
     echo: bool = False

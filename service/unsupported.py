@@ -128,7 +128,7 @@ VLLM_NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
     COMPLETIONS: {**_VLLM_SAMPLING_NOOP, "prompt_embeds": (None,),
                   "return_prompt_text": (None, False)},
     CHAT: {**_VLLM_SAMPLING_NOOP,
-           "documents": (None, [])},
+           },
     TOKENIZE: {"mm_processor_kwargs": (None, {})},
 }
 # vLLM's request and session ids name the request in its logs; the output never changes

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from jinja2 import meta
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -39,6 +40,16 @@ def load_chat_template(model_dir: Path) -> str | None:
         named = {t.get("name"): t.get("template") for t in tpl if isinstance(t, dict)}
         tpl = named.get("default") or next(iter(named.values()), None)
     return tpl if isinstance(tpl, str) else None
+
+
+@lru_cache(maxsize=8)
+def template_reads(source: str) -> frozenset[str]:
+    """The variables ``source`` reads that it does not set itself (jinja2.meta)."""
+    env = ImmutableSandboxedEnvironment(extensions=[loopcontrols])
+    try:
+        return frozenset(meta.find_undeclared_variables(env.parse(source)))
+    except jinja2.TemplateSyntaxError as exc:
+        raise ChatTemplateError(f"chat template syntax error line {exc.lineno}: {exc}") from exc
 
 
 def check_template(source: str) -> None:

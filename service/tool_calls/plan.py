@@ -32,6 +32,8 @@ class ChatPlan:
     special_tokens: bool = False
     # vLLM's chat_template: the request's own template (service/prompts.py checks it)
     template: str | None = None
+    # vLLM's documents: the template's documents variable (service/prompts.py checks it)
+    documents: list[dict[str, str]] | None = None
 
     @property
     def forced_function(self) -> str | None:
@@ -141,4 +143,5 @@ def plan_chat(body: Any, parsers: ParserChoice) -> ChatPlan:
                     template_kwargs=_template_kwargs(body),
                     continue_final=_continue_final(body),
                     special_tokens=getattr(body, "add_special_tokens", False),
-                    template=getattr(body, "chat_template", None))
+                    template=getattr(body, "chat_template", None),
+                    documents=getattr(body, "documents", None))

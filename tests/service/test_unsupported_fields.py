@@ -165,7 +165,6 @@ def test_openapi_documents_the_noop_values(c):
 # vLLM's request extensions (clients send them as extra_body): its default is accepted,
 # anything else names the field; its request and session ids are hints
 VLLM_REJECTED = [
-    (unsupported.CHAT, "documents", [{"title": "t", "text": "x"}]),
     (unsupported.CHAT, "logits_processors", ["x"]),
     (unsupported.CHAT, "use_beam_search", True),
     (unsupported.COMPLETIONS, "length_penalty", 0.5),

@@ -219,3 +219,30 @@ def test_vllm_flags_at_the_values_that_describe_this_server(both):
     for argv in (["--dtype", "float16"], ["--tensor-parallel-size", "2"]):
         with pytest.raises(SystemExit):
             settings(argv)
+
+
+RAG = ("{% for d in documents %}[DOC {{ d.title }}] {{ d.text }}\n{% endfor %}"
+       "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+       "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_documents_reach_a_template_that_reads_them():
+    """vLLM's documents (retrieval-augmented templates): the template's documents
+    variable; where the template reads none, a 400 naming the field (not dropped)."""
+    from engine.demo_model import ensure_demo_model
+    demo = ensure_demo_model()
+    docs = [{"title": "Paris", "text": "Paris is the capital of France."}]
+    body = {"messages": [{"role": "user", "content": "Capital?"}], "max_tokens": 2,
+            "documents": docs}
+    tok = Tokenizer.from_dir(demo)
+    want = tok.encode("[DOC Paris] Paris is the capital of France.\n<|im_start|>user\n"
+                      "Capital?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    base = {"model": demo, "max_model_len": 256, "kv_cache_gib": 0.02}
+    with TestClient(create_app(Settings(**base, chat_template=RAG))) as c:
+        r = c.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == len(want)
+    with TestClient(create_app(Settings(**base))) as c:  # the demo's template reads none
+        r = c.post("/v1/chat/completions", json=body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "documents"
+        assert c.post("/v1/chat/completions", json={**body, "documents": None}
+                      ).status_code == 200
