@@ -309,10 +309,11 @@ async def invocations(request: Request, state: ReadyStateDep):
         data = await request.json()
     except ValueError:
         raise APIError(400, "the body is not JSON") from None
-    if not isinstance(data, dict) or ("messages" in data) == ("prompt" in data):
+    chat = isinstance(data, dict) and data.get("messages") is not None
+    if not isinstance(data, dict) or chat == (data.get("prompt") is not None):
         raise APIError(400, "invocations: the body needs messages (a chat completion) or "
                        "prompt (a completion), not both")
-    model = ChatCompletionRequest if "messages" in data else CompletionRequest
+    model = ChatCompletionRequest if chat else CompletionRequest
     try:
         body = model.model_validate(data)
     except ValidationError as exc:

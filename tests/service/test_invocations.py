@@ -31,6 +31,8 @@ def test_answered_as_its_route_answers(c, body, route):
     r = c.post("/invocations", json=body)
     assert r.status_code == 200, r.text
     _same(r.json(), c.post(route, json=body).json())
+    other = "prompt" if "messages" in body else "messages"  # null: left out
+    assert c.post("/invocations", json={**body, other: None}).status_code == 200
     streamed = sse_events(c.post("/invocations", json={**body, "stream": True}))
     direct = sse_events(c.post(route, json={**body, "stream": True}))
     assert len(streamed) == len(direct)
