@@ -194,8 +194,9 @@ def _arguments_as_objects(messages: list[dict[str, Any]]) -> list[dict[str, Any]
     return messages
 
 
-def _final_text(message: Mapping[str, Any]) -> str:
-    content = message.get("content")
+def content_text(content: Any) -> str:
+    """A message content's text: a string as it is, a part list's text parts joined (as a
+    "string" template reads them), None as ""."""
     if isinstance(content, str):
         return content
     return "".join(p.get("text", "") for p in content or () if isinstance(p, Mapping)
@@ -210,7 +211,7 @@ def cut_after_final_message(rendered: str, messages: Sequence[Mapping[str, Any]]
     if not messages or messages[-1].get("role") != "assistant":
         raise ChatTemplateError("continue_final_message: the final message must be the "
                                 "assistant's")
-    text = _final_text(messages[-1])
+    text = content_text(messages[-1].get("content"))
     if not text.strip():
         raise ChatTemplateError("continue_final_message: the final assistant message has no "
                                 "text to continue")

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from engine.stream import RequestOutput
+from engine.text.chat_template import content_text
 from service import rejections
 from service.backend import ServingState
 from service.chat_run import make_params, start_chat
@@ -96,11 +97,9 @@ def chat_echo(body: ChatCompletionRequest) -> str:
     which then starts with it; with continue_final_message the answer is the whole message.
     A final message of another role has nothing of the answer's to echo: ""."""
     last = body.messages[-1]
-    if not body.echo or last.role != "assistant" or last.content is None:
+    if not body.echo or last.role != "assistant":
         return ""
-    if isinstance(last.content, str):
-        return last.content
-    return "".join(str(p.get("text", "")) for p in last.content if p.get("type") == "text")
+    return content_text(last.content)
 
 
 def prepend_echo(answer: dict[str, Any], echo: str) -> dict[str, Any]:
