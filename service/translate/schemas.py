@@ -242,8 +242,10 @@ class ConversationRef(_Body):
     id: str = Field(min_length=1)
 
 
-class ResponsesRequest(_Body):
-    openai_endpoint: ClassVar[str | None] = unsupported.RESPONSES
+class ResponsePrompt(_Body):
+    """The fields a Responses request's prompt is built from: what /v1/responses and
+    /v1/responses/input_tokens share."""
+
     model: str | None = None
     input: str | Annotated[list[InputItem], Field(min_length=1)]
     instructions: str | None = None
@@ -252,6 +254,17 @@ class ResponsesRequest(_Body):
     parallel_tool_calls: bool = True
     text: TextConfig | None = None
     reasoning: ReasoningConfig | None = None
+    previous_response_id: Annotated[str, Field(min_length=1)] | None = None
+    # "auto": drop the oldest turns when the prompt leaves no room for the answer
+    # (service/translate/truncation.py); "disabled" (the default): a 400 instead
+    truncation: Literal["auto", "disabled"] | None = None
+    # a conversation (service/store/conversations.py): its items come first in the prompt,
+    # and the input and output are added to it
+    conversation: Annotated[str, Field(min_length=1)] | ConversationRef | None = None
+
+
+class ResponsesRequest(ResponsePrompt):
+    openai_endpoint: ClassVar[str | None] = unsupported.RESPONSES
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
@@ -262,49 +275,26 @@ class ResponsesRequest(_Body):
     # kept for previous_response_id and GET (service/store/responses.py); null: stored
     # when the server keeps responses (--responses-store-mib), as OpenAI's default
     store: bool | None = None
-    previous_response_id: Annotated[str, Field(min_length=1)] | None = None
     # run on after the request returns (service/store/background.py); needs store
     background: bool | None = None
-    # "auto": drop the oldest turns when the prompt leaves no room for the answer
-    # (service/translate/truncation.py); "disabled" (the default): a 400 instead
-    truncation: Literal["auto", "disabled"] | None = None
     # OpenAI's cap on calls to built-in tools (web search, code interpreter, ...); this
     # server runs none (they are a 400 in tools), so no response ever reaches it: echoed
     max_tool_calls: int | None = Field(None, ge=0)
     metadata: Metadata | None = None
-    # a conversation (service/store/conversations.py): its items come first in the prompt,
-    # and the input and output are added to it
-    conversation: Annotated[str, Field(min_length=1)] | ConversationRef | None = None
 
 
-# the fields /v1/responses/input_tokens shares with /v1/responses
-_COUNTED = ("model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
-            "text", "reasoning", "previous_response_id", "truncation", "conversation")
-
-
-class ResponsesInputTokensRequest(_Body):
+class ResponsesInputTokensRequest(ResponsePrompt):
     """OpenAI's input token count: the prompt /v1/responses would build for these fields
     (earlier turns of previous_response_id or conversation, instructions, tools,
     truncation), counted, nothing generated."""
 
     openai_endpoint: ClassVar[str | None] = unsupported.RESPONSES_INPUT_TOKENS
-    model: str | None = None
-    input: str | Annotated[list[InputItem], Field(min_length=1)]
-    instructions: str | None = None
-    tools: list[FunctionTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = None
-    parallel_tool_calls: bool = True
-    text: TextConfig | None = None
-    reasoning: ReasoningConfig | None = None
-    previous_response_id: Annotated[str, Field(min_length=1)] | None = None
-    truncation: Literal["auto", "disabled"] | None = None
-    conversation: Annotated[str, Field(min_length=1)] | ConversationRef | None = None
 
     def as_request(self) -> ResponsesRequest:
         """The same fields as a /v1/responses request (what the prompt is built from)."""
+        names = set(ResponsePrompt.model_fields)
         return ResponsesRequest.model_construct(
-            self.model_fields_set & set(_COUNTED),
-            **{name: getattr(self, name) for name in _COUNTED})
+            self.model_fields_set & names, **{name: getattr(self, name) for name in names})
 
 
 # --- /v1/conversations (OpenAI's Conversations API) ---
