@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 log = logging.getLogger(__name__)
@@ -124,31 +124,22 @@ class Settings(BaseSettings):
             return tuple(p.strip() for p in v.split(",") if p.strip())
         return v
 
-    @field_validator("max_model_len", "max_num_batched_tokens", mode="before")
+    @field_validator("max_model_len", "max_num_batched_tokens", "limit_mm_per_prompt",
+                     mode="before")
     @classmethod
-    def _token_count(cls, v: object) -> object:
-        """FP8SERVE_MAX_MODEL_LEN=32k as the flag takes it (engine/config_flags.py)."""
-        if isinstance(v, str) and not v.strip().isdigit():
-            from engine.config_flags import human_int
+    def _flag_forms(cls, v: object, info: ValidationInfo) -> object:
+        """The environment takes what the flag takes (engine/config_flags.py): token counts
+        with units (FP8SERVE_MAX_MODEL_LEN=32k), image=N or {"image": N} for
+        FP8SERVE_LIMIT_MM_PER_PROMPT; a plain integer as it is."""
+        if not isinstance(v, str) or v.strip().isdigit():
+            return v
+        from engine.config_flags import human_int, parse_mm_limit
 
-            try:
-                return human_int(v)
-            except argparse.ArgumentTypeError as exc:
-                raise ValueError(str(exc)) from None
-        return v
-
-    @field_validator("limit_mm_per_prompt", mode="before")
-    @classmethod
-    def _mm_limit(cls, v: object) -> object:
-        """FP8SERVE_LIMIT_MM_PER_PROMPT: N, or the flag's forms (image=N, {"image": N})."""
-        if isinstance(v, str) and not v.strip().isdigit():
-            from engine.config_flags import parse_mm_limit
-
-            try:
-                return parse_mm_limit(v)
-            except argparse.ArgumentTypeError as exc:
-                raise ValueError(str(exc)) from None
-        return v
+        parse = parse_mm_limit if info.field_name == "limit_mm_per_prompt" else human_int
+        try:
+            return parse(v)
+        except argparse.ArgumentTypeError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("speculative_config")
     @classmethod
