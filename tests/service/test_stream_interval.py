@@ -73,3 +73,24 @@ def test_the_server_interval_paces_every_api():
         a, b = deltas(every), deltas(paced)
         assert "".join(a) == "".join(b) == "Paris is in FranceHello world"
         assert len(b) < len(a)
+
+
+def test_paced_greedy_streams_are_the_plain_answer_on_the_demo_model():
+    """Through HTTP on a real model: a paced stream (and a paced completion) carries the
+    same tokens and text as the plain answer, bit for bit."""
+    from fastapi.testclient import TestClient
+
+    from engine.demo_model import ensure_demo_model
+    from service.app import create_app
+    from service.settings import Settings
+
+    with TestClient(create_app(Settings(model=ensure_demo_model(), max_model_len=256,
+                                        kv_cache_gib=0.05))) as cl:
+        chat = {"messages": [{"role": "user", "content": "Name three colours."}],
+                "max_tokens": 24, "temperature": 0, "return_token_ids": True}
+        whole = cl.post("/v1/chat/completions", json=chat).json()["choices"][0]
+        events = sse_events(cl.post("/v1/chat/completions", json={
+            **chat, "stream": True, "stream_interval": 5}))
+        ids = [t for e in events if e["choices"] for t in e["choices"][0]["token_ids"]]
+        assert ids == whole["token_ids"] and max(sizes(events)) == 5
+        assert text(events) == whole["message"]["content"]
