@@ -134,7 +134,7 @@ class Engine:
         state = self.stats().state
         if state != "ready":
             raise EngineUnavailableError(f"engine is {state}", state)
-        max_tokens = self._max_tokens(len(prompt_ids), params.max_tokens)
+        max_tokens = self.output_budget(len(prompt_ids), params.max_tokens)
         now = self.clock()
         req = Request(request_id, tuple(prompt_ids), params, arrival_time=now,
                       deadline=None if timeout is None else now + timeout,
@@ -148,9 +148,10 @@ class Engine:
                 raise InvalidRequestError(str(exc), "messages") from exc
         return self.steps.make_live(req, sink, max_tokens)
 
-    def _max_tokens(self, num_prompt: int, asked: int | None) -> int:
-        """The request's output budget; raises InvalidRequestError naming the parameter.
-        ``asked`` None means as many as max_model_len and the KV cache allow."""
+    def output_budget(self, num_prompt: int, asked: int | None) -> int:
+        """The output budget of a request with a prompt of ``num_prompt`` tokens; raises
+        InvalidRequestError naming the parameter. ``asked`` None means as many as
+        max_model_len and the KV cache allow."""
         limit = self.config.max_model_len
         if asked is None:
             cap = self.scheduler.allocator.num_blocks * self.scheduler.allocator.block_size

@@ -16,9 +16,10 @@ from engine.request import InvalidRequestError
 from engine.sampling_params import SamplingParams, SamplingParamsError, ThinkingBudget
 from engine.stream import RequestOutput
 from service.backend import ServingState
+from service.beam_search import BeamSubmission, beam_request, check_beam_fields
 from service.deps import check_model
 from service.errors import APIError
-from service.generation import Choice, Submission, collect, submit
+from service.generation import Choice, Choices, collect, submit
 from service.images import encode_chat_prompt
 from service.prompts import truncate_prompt
 from service.schemas import ChatCompletionRequest, PredictionContent
@@ -73,7 +74,7 @@ class ChatRun:
     prompt: list[int]
     plan: ChatPlan
     params: SamplingParams
-    sub: Submission
+    sub: Choices
     readers: list[ChoiceReader]
     predicted: bool = False  # the request brought a prediction (its usage reports it)
 
@@ -140,6 +141,17 @@ async def chat_prompt(state: ServingState, body: ChatCompletionRequest
     return model, plan, prompt
 
 
+def beam_refusal(plan: ChatPlan, grammar: Any, thinking: ThinkingBudget | None
+                 ) -> str | None:
+    """The field that asks a chat request for what beam search cannot do: a constrained
+    output (tools, response_format, structured_outputs) or a cap on reasoning."""
+    if grammar is not None:
+        if plan.structured is not None:
+            return plan.structured[0]
+        return "tools" if plan.tools and plan.tool_parser else "response_format"
+    return None if thinking is None else "reasoning_effort"
+
+
 async def start_chat(state: ServingState, body: ChatCompletionRequest,
                      prefix: str = "chatcmpl") -> ChatRun:
     model = check_model(state, body.model)
@@ -154,9 +166,16 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
     params = make_params(state, body, logprobs, body.prompt_logprobs, grammar=grammar,
                          thinking=thinking)
     prediction = await run_in_threadpool(encode_prediction, state, body.prediction)
+    if body.use_beam_search:
+        check_beam_fields(body, beam_refusal(plan, grammar, thinking))
     try:
-        sub = submit(state, prefix, [prompt], params, body.n, body.cache_salt, images,
-                     prediction, body.priority, body.stream_interval)
+        if body.use_beam_search:
+            sub: Choices = BeamSubmission(
+                state, prefix, [prompt], beam_request(state, body, params.max_tokens, logprobs),
+                body.cache_salt, images, body.priority)
+        else:
+            sub = submit(state, prefix, [prompt], params, body.n, body.cache_salt, images,
+                         prediction, body.priority, body.stream_interval)
     except InvalidRequestError as exc:  # the engine's "prompt" is the rendered messages
         if exc.param != "prompt":
             raise

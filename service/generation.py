@@ -26,7 +26,28 @@ API_OF_PREFIX = {"cmpl": "completions", "chatcmpl": "chat", "msg": "messages",
                  "resp": "responses"}
 
 
-class Submission:
+class Choices:
+    """What routes read a request's choices from: ``ids`` (one per choice), ``batches``
+    of (choice index, output), ``abort_all``. A Submission, or a beam search
+    (service/beam_search.py) that answers the same way."""
+
+    id: str
+    ids: list[str]
+
+    def batches(self, idle: float | None = None
+                ) -> AsyncIterator[list[tuple[int, RequestOutput]]]:
+        raise NotImplementedError
+
+    def abort_all(self) -> None:
+        raise NotImplementedError
+
+    async def __aiter__(self) -> AsyncIterator[tuple[int, RequestOutput]]:
+        async for batch in self.batches():
+            for item in batch:
+                yield item
+
+
+class Submission(Choices):
     def __init__(self, state: ServingState, prefix: str) -> None:
         self.engine = state.engine
         self.timeout = state.settings.request_timeout
@@ -67,11 +88,6 @@ class Submission:
     def abort_all(self) -> None:
         for i in sorted(self.open):
             self.engine.abort(self.ids[i])
-
-    async def __aiter__(self) -> AsyncIterator[tuple[int, RequestOutput]]:
-        async for batch in self.batches():
-            for item in batch:
-                yield item
 
     async def batches(self, idle: float | None = None
                       ) -> AsyncIterator[list[tuple[int, RequestOutput]]]:
@@ -122,6 +138,14 @@ def merge_outputs(a: RequestOutput, b: RequestOutput) -> RequestOutput:
                    num_cached_tokens=max(a.num_cached_tokens, b.num_cached_tokens))
 
 
+def check_priority(state: ServingState, priority: int) -> None:
+    """vLLM's request priority: a 400 naming it unless the server schedules by it."""
+    if priority and state.settings.scheduling_policy != "priority":
+        raise APIError(400, f"priority: {priority} needs priority scheduling, and this "
+                       "server schedules first come, first served "
+                       "(--scheduling-policy priority)", "priority")
+
+
 def submit(state: ServingState, prefix: str, prompts: list[list[int]],
            params: SamplingParams, n: int, cache_salt: str | None = None,
            images: tuple[Any, ...] = (), prediction: tuple[int, ...] = (),
@@ -131,10 +155,7 @@ def submit(state: ServingState, prefix: str, prompts: list[list[int]],
     ids). ``priority``: vLLM's, lower first; a 400 naming it unless the server schedules
     by priority. ``stream_interval``: the request's (vLLM's), else the server's. On any
     refusal, what was queued is aborted."""
-    if priority and state.settings.scheduling_policy != "priority":
-        raise APIError(400, f"priority: {priority} needs priority scheduling, and this "
-                       "server schedules first come, first served "
-                       "(--scheduling-policy priority)", "priority")
+    check_priority(state, priority)
     sub = Submission(state, prefix)
     if stream_interval is not None:
         sub.interval = stream_interval
@@ -179,7 +200,7 @@ class Choice:
             self.error = out.error
 
 
-async def collect(sub: Submission, request: Request) -> list[Choice]:
+async def collect(sub: Choices, request: Request) -> list[Choice]:
     """Wait for every choice; a client disconnect aborts them all."""
     choices = [Choice() for _ in sub.ids]
     watcher = asyncio.create_task(_watch_disconnect(sub, request))
@@ -201,7 +222,7 @@ def raise_for_choice(c: Choice) -> None:
         raise APIError(500, c.error or "generation failed", code="engine_error")
 
 
-async def _watch_disconnect(sub: Submission, request: Request) -> None:
+async def _watch_disconnect(sub: Choices, request: Request) -> None:
     while True:
         if await request.is_disconnected():
             sub.abort_all()
@@ -252,7 +273,7 @@ class NamedStream:
     idle: float | None = None
 
 
-async def stream_named(sub: Submission, s: NamedStream) -> AsyncIterator[str]:
+async def stream_named(sub: Choices, s: NamedStream) -> AsyncIterator[str]:
     """SSE body of named events (no ``[DONE]``); aborts what is left however it ends."""
     try:
         yield named_sse(s.first)
@@ -272,7 +293,7 @@ async def stream_named(sub: Submission, s: NamedStream) -> AsyncIterator[str]:
         sub.abort_all()
 
 
-async def stream_events(sub: Submission, first: list[dict[str, Any]],
+async def stream_events(sub: Choices, first: list[dict[str, Any]],
                         chunk: Callable[[int, RequestOutput], dict[str, Any] | None],
                         last: Callable[[], list[dict[str, Any]]]) -> AsyncIterator[str]:
     """SSE body: ``first`` chunks, one chunk per output, ``last`` chunks, ``[DONE]``. An

@@ -125,6 +125,17 @@ REASONING = (
     Rule("reasoning_effort", "is not supported", "of the efforts only none is served"),
 )
 
+# vLLM's use_beam_search (service/beam_search.py): what it cannot honour
+_BEAM_REFUSED = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
+                 "frequency_penalty", "repetition_penalty", "logit_bias", "allowed_token_ids",
+                 "bad_words", "min_tokens", "stop", "prompt_logprobs", "n", "best_of")
+BEAM = tuple(Rule(p, "use_beam_search", "use_beam_search ranks beams by the model's own "
+                  "logprobs: no sampling fields (temperature 0 or 1), stop strings, prompt "
+                  "logprobs or constraints; n (the width) at most 10; best_of equal to n")
+             for p in _BEAM_REFUSED)
+BEAM_CONSTRAINTS = tuple(Rule(p, "use_beam_search", "use_beam_search goes without a "
+                              "constrained output")
+                         for p in ("response_format", "structured_outputs", "guided_"))
 TRUNCATE = Rule("truncate_prompt_tokens", "keep at least 1",
                 "truncate_prompt_tokens keeps 1 or more tokens, or -1 (max_model_len)")
 COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
@@ -133,13 +144,18 @@ COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
                Rule("prompt", "max_model_len", "the prompt must leave room to generate"),
                Rule("best_of", "less than n", "best_of is at least n"),
                Rule("best_of", "not with stream", "best_of above n needs stream false"),
-               TRUNCATE,
+               TRUNCATE, *BEAM, *BEAM_CONSTRAINTS,
+               Rule("echo", "use_beam_search", "echo with logprobs (the prompt's logprobs) "
+                    "goes without use_beam_search"),
                Rule("prompt", "prompt is empty", "a text that encodes to no tokens needs a "
                     "tokenizer with a BOS or EOS token to start the document"))
 PREDICTION = (Rule("prediction", "longer than max_model_len",
                    "a prediction must not exceed max_model_len tokens"),)
 CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDICTION,
-        *STRUCTURED, *TEMPLATE, *CONTINUE, TRUNCATE,
+        *STRUCTURED, *TEMPLATE, *CONTINUE, TRUNCATE, *BEAM, *BEAM_CONSTRAINTS,
+        *(Rule(p, "use_beam_search", "use_beam_search goes without tools, a prediction or "
+               "a cap on reasoning")
+          for p in ("tools", "prediction", "thinking_token_budget", "reasoning_effort")),
         Rule("store", "stores no chat completions", "store true needs a server that keeps "
              "them (--responses-store-mib above 0)"),
         Rule("truncate_prompt_tokens", "with images is never cut",

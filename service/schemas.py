@@ -167,6 +167,10 @@ class _Sampling(_Body):
     guided_decoding_backend: str | None = None
     structural_tag: str | dict[str, Any] | None = Field(
         None, json_schema_extra=REFUSED_UNLESS_NULL)
+    # vLLM's beam search (service/beam_search.py): n beams, ranked by cumulative logprob
+    # / length ** length_penalty
+    use_beam_search: bool = False
+    length_penalty: float = 1.0
 
     def sampling_kwargs(self, defaults: SamplingDefaults = NO_DEFAULTS) -> dict[str, Any]:
         """SamplingParams keyword arguments. A distribution field the request leaves out

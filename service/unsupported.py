@@ -109,8 +109,6 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
 # the value is vLLM's default (what happens here anyway). Clients written for vLLM send
 # them as extra_body; ignoring one would answer something other than what was asked.
 _VLLM_SAMPLING_NOOP: dict[str, tuple[Any, ...]] = {
-    "use_beam_search": (None, False),
-    "length_penalty": (None, 1),
     # kept special tokens (skip_special_tokens false) are joined as the tokenizer decodes
     # them, with no spaces added: false; vLLM's default true gives the same text with a
     # fast tokenizer (its fast detokenizer does not read the flag)

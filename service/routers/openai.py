@@ -14,10 +14,11 @@ from engine.stream import RequestOutput
 from engine.text.chat_template import content_text
 from service import rejections
 from service.backend import ServingState
+from service.beam_search import BeamSubmission, beam_request, check_beam_fields
 from service.chat_run import make_params, start_chat
 from service.deps import ReadyStateDep, check_model, require_api_key, served_names
 from service.errors import APIError
-from service.generation import Choice, collect, stream_events, submit
+from service.generation import Choice, Choices, collect, stream_events, submit
 from service.openai_format import Formatter, usage
 from service.openapi import errors, ok
 from service.prompts import encode_prompts
@@ -138,8 +139,13 @@ async def model(model: str, state: ReadyStateDep) -> dict[str, Any]:
 async def completions(body: CompletionRequest, request: Request, state: ReadyStateDep):
     model = check_model(state, body.model)
     check_prompt_logprobs(body)
-    best_of = check_best_of(body)
     constraint = completion_constraint(body)
+    if body.use_beam_search:
+        check_beam_fields(body, constraint[0] if constraint else None, body.best_of)
+        if body.echo and body.logprobs is not None:
+            raise APIError(400, "echo: with logprobs, echo returns the prompt's logprobs, "
+                           "which use_beam_search does not compute", "echo")
+    best_of = check_best_of(body)
     grammar = (None if constraint is None
                else await run_in_threadpool(compile_spec, state.backend, *constraint))
     prompts, texts = await run_in_threadpool(encode_prompts, state, body.prompt,
@@ -152,8 +158,13 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
     ranked = body.logprobs if best_of == body.n else (body.logprobs or 0)
     params = make_params(state, body, ranked, max(wanted) if wanted else None,
                          grammar=grammar)
-    sub = submit(state, "cmpl", prompts, params, best_of, body.cache_salt,
-                 priority=body.priority, stream_interval=body.stream_interval)
+    if body.use_beam_search:
+        sub: Choices = BeamSubmission(
+            state, "cmpl", prompts, beam_request(state, body, params.max_tokens, body.logprobs),
+            body.cache_salt, priority=body.priority)
+    else:
+        sub = submit(state, "cmpl", prompts, params, best_of, body.cache_salt,
+                     priority=body.priority, stream_interval=body.stream_interval)
     fmt = formatter(state, sub.id, model, body)
     echo = texts if body.echo else []
     if not body.stream:

@@ -94,6 +94,17 @@ REFUSED = [
      "guided_decoding_backend"),
     ("/v1/completions", {"prompt": "3", "guided_regex": "a", "response_format": {
         "type": "json_object"}}, "guided_regex"),
+    # vLLM's use_beam_search: what it cannot honour
+    ("/v1/completions", {"prompt": "3", "use_beam_search": True, "top_k": 5}, "top_k"),
+    ("/v1/completions", {"prompt": "3", "use_beam_search": True, "n": 11}, "n"),
+    ("/v1/completions", {"prompt": "3", "use_beam_search": True, "echo": True,
+                         "logprobs": 1}, "echo"),
+    ("/v1/completions", {"prompt": "3", "use_beam_search": True, "guided_regex": "a"},
+     "guided_regex"),
+    ("/v1/chat/completions", {"messages": CALL, "use_beam_search": True, "stop": "x"},
+     "stop"),
+    ("/v1/chat/completions", {"messages": CALL, "use_beam_search": True,
+                              "response_format": {"type": "json_object"}}, "response_format"),
 ]
 
 

@@ -1,0 +1,184 @@
+"""vLLM's use_beam_search on /v1/completions and /v1/chat/completions, on the demo model:
+width 1 is the greedy answer; beams come best first by vLLM's score (cumulative logprob /
+length ** length_penalty) and their logprobs are the model's (as scoring the same tokens
+as a prompt reads them); the answer is the same alone, beside other prompts' searches and
+under sampled load; a stream carries each beam whole; stop_token_ids and ignore_eos end
+beams as they end plain generations; --request-timeout bounds the whole search; what beam
+search cannot honour is a 400 naming the field. Each step's logprobs equal those of the
+same tokens scored as one prompt, bit for bit (the kernels are batch-invariant)."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from fastapi.testclient import TestClient
+
+from engine.demo_model import ensure_demo_model
+from service.app import create_app
+from service.settings import Settings
+
+PROMPTS = ["The capital of France is", "My favourite recipe for soup"]
+CHAT = {"messages": [{"role": "user", "content": "Name a color."}]}
+
+
+def beams(n: int = 3, **kw) -> dict:
+    return {"max_tokens": 12, "n": n, "use_beam_search": True, **kw}
+
+
+@pytest.fixture(scope="module")
+def c():
+    with TestClient(create_app(Settings(model=ensure_demo_model(), max_model_len=256,
+                                        kv_cache_gib=0.05))) as cl:
+        yield cl
+
+
+def texts(answer: dict) -> list[str]:
+    return [ch.get("text", ch.get("message", {}).get("content")) for ch in answer["choices"]]
+
+
+def test_width_one_is_the_greedy_answer(c):
+    for route, body in (("/v1/completions", {"prompt": PROMPTS[0]}), ("/v1/chat/completions",
+                                                                     CHAT)):
+        greedy = c.post(route, json={**body, "max_tokens": 12, "temperature": 0}).json()
+        beam = c.post(route, json={**body, **beams(1)}).json()
+        assert texts(beam) == texts(greedy)
+        for k in ("prompt_tokens", "completion_tokens"):
+            assert beam["usage"][k] == greedy["usage"][k]
+
+
+@pytest.mark.parametrize("lp", [0.0, 1.0, 2.0])
+def test_beams_are_ranked_by_their_score_and_carry_the_models_logprobs(c, lp):
+    got = c.post("/v1/completions", json={"prompt": PROMPTS[0], **beams(4, logprobs=2),
+                                          "length_penalty": lp, "return_token_ids": True})
+    assert got.status_code == 200, got.text
+    answer = got.json()
+    scores = []
+    for ch in answer["choices"]:
+        ids, lps = ch["token_ids"], ch["logprobs"]["token_logprobs"]
+        assert len(ids) == len(lps) and all(len(t) == 2 for t in ch["logprobs"]["top_logprobs"])
+        length = len(ch["prompt_token_ids"]) + len(ids) - (ch["finish_reason"] == "stop")
+        scores.append(sum(lps) / length ** lp)
+        # the same tokens scored as a prompt: the model's logprobs of each beam token
+        scored = c.post("/v1/completions", json={
+            "prompt": ch["prompt_token_ids"] + ids, "max_tokens": 1, "echo": True,
+            "logprobs": 0, "temperature": 0}).json()["choices"][0]["logprobs"]
+        tail = scored["token_logprobs"][len(ch["prompt_token_ids"]):-1]
+        assert tail == lps  # bit for bit: the kernels are batch-invariant
+    assert scores == sorted(scores, reverse=True)
+    assert len({tuple(ch["token_ids"]) for ch in answer["choices"]}) == 4
+    assert [ch["index"] for ch in answer["choices"]] == [0, 1, 2, 3]
+
+
+def test_the_answer_is_the_same_alone_and_under_load(c):
+    alone = [c.post("/v1/completions", json={"prompt": p, **beams()}).json() for p in PROMPTS]
+    together = c.post("/v1/completions", json={"prompt": PROMPTS, **beams()}).json()
+    assert texts(together) == texts(alone[0]) + texts(alone[1])
+    assert [ch["index"] for ch in together["choices"]] == list(range(6))
+
+    def sampled(i: int) -> dict:
+        return c.post("/v1/completions", json={"prompt": f"Story {i}:", "max_tokens": 24,
+                                               "temperature": 1.0, "seed": i}).json()
+
+    with ThreadPoolExecutor(6) as pool:
+        noise = [pool.submit(sampled, i) for i in range(4)]
+        loaded = [pool.submit(c.post, "/v1/completions", json={"prompt": p, **beams()})
+                  for p in PROMPTS]
+        chat = pool.submit(c.post, "/v1/chat/completions", json={**CHAT, **beams()})
+        assert all("choices" in f.result() for f in noise)
+    assert [texts(f.result().json()) for f in loaded] == [texts(a) for a in alone]
+    assert texts(chat.result().json()) == texts(
+        c.post("/v1/chat/completions", json={**CHAT, **beams()}).json())
+
+
+def test_a_stream_carries_each_beam_whole(c):
+    whole = c.post("/v1/chat/completions", json={**CHAT, **beams()}).json()
+    with c.stream("POST", "/v1/chat/completions",
+                  json={**CHAT, **beams(), "stream": True,
+                        "stream_options": {"include_usage": True}}) as r:
+        lines = [ln[6:] for ln in r.iter_lines() if ln.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    chunks = [json.loads(x) for x in lines[:-1]]
+    got = [""] * 3
+    reasons = [None] * 3
+    for ch in chunks:
+        for choice in ch["choices"]:
+            got[choice["index"]] += choice["delta"].get("content") or ""
+            reasons[choice["index"]] = choice["finish_reason"] or reasons[choice["index"]]
+    assert got == texts(whole)
+    assert reasons == [ch["finish_reason"] for ch in whole["choices"]]
+    assert chunks[-1]["usage"] == whole["usage"]
+    completion = c.post("/v1/completions", json={"prompt": PROMPTS[1], **beams(),
+                                                 "stream": True})
+    pieces = [""] * 3
+    for ln in completion.text.splitlines():
+        if ln.startswith("data: {"):
+            for choice in json.loads(ln[6:])["choices"]:
+                pieces[choice["index"]] += choice["text"]
+    assert pieces == texts(c.post("/v1/completions",
+                                  json={"prompt": PROMPTS[1], **beams()}).json())
+
+
+def test_stop_token_ids_end_beams_and_ignore_eos_runs_to_the_length(c):
+    period = c.post("/tokenize", json={"prompt": ".", "add_special_tokens": False}
+                    ).json()["tokens"][-1]
+    got = c.post("/v1/completions", json={"prompt": PROMPTS[0], **beams(),
+                                          "stop_token_ids": [period],
+                                          "return_token_ids": True}).json()
+    stopped = [ch for ch in got["choices"] if ch["finish_reason"] == "stop"]
+    assert stopped  # " Paris." is among the best beams
+    for ch in stopped:
+        if ch["stop_reason"] is not None:
+            assert ch["stop_reason"] == period and ch["token_ids"][-1] == period
+            assert ch["text"].endswith(".")  # a stop token id is text, as it is plainly
+    assert any(ch["stop_reason"] == period for ch in stopped)
+    free = c.post("/v1/completions", json={"prompt": PROMPTS[0], **beams(),
+                                           "ignore_eos": True, "return_token_ids": True}
+                  ).json()
+    assert all(ch["finish_reason"] == "length" and len(ch["token_ids"]) == 12
+               for ch in free["choices"])
+
+
+@pytest.mark.parametrize("route,extra,param", [
+    ("/v1/completions", {"temperature": 0.7}, "temperature"),
+    ("/v1/completions", {"top_p": 0.9}, "top_p"),
+    ("/v1/completions", {"stop": ["\n"]}, "stop"),
+    ("/v1/completions", {"n": 11}, "n"),
+    ("/v1/completions", {"best_of": 5}, "best_of"),
+    ("/v1/completions", {"echo": True, "logprobs": 1}, "echo"),
+    ("/v1/completions", {"prompt_logprobs": 1}, "prompt_logprobs"),
+    ("/v1/completions", {"response_format": {"type": "json_object"}}, "response_format"),
+    ("/v1/chat/completions", {"min_tokens": 2}, "min_tokens"),
+    ("/v1/chat/completions", {"structured_outputs": {"regex": "[a-z]+"}},
+     "structured_outputs"),
+    ("/v1/chat/completions", {"tools": [{"type": "function", "function": {"name": "f"}}]},
+     "tools"),
+])
+def test_what_beam_search_cannot_honour_is_a_400_naming_it(c, route, extra, param):
+    body = {"prompt": PROMPTS[0]} if route == "/v1/completions" else CHAT
+    r = c.post(route, json={**body, **beams(), **extra})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+
+
+def test_what_changes_nothing_is_taken(c):
+    plain = texts(c.post("/v1/completions", json={"prompt": PROMPTS[0], **beams()}).json())
+    for extra in ({"temperature": 0}, {"temperature": 1}, {"seed": 5}, {"best_of": 3},
+                  {"echo": True}):
+        got = c.post("/v1/completions", json={"prompt": PROMPTS[0], **beams(), **extra})
+        assert got.status_code == 200, (extra, got.text)
+        shown = texts(got.json())
+        if extra.get("echo"):
+            shown = [t.removeprefix(PROMPTS[0]) for t in shown]
+        assert shown == plain, extra
+
+
+def test_the_request_timeout_bounds_the_whole_search():
+    settings = Settings(model=ensure_demo_model(), max_model_len=256, kv_cache_gib=0.05,
+                        request_timeout=0.3)
+    with TestClient(create_app(settings)) as cl:
+        r = cl.post("/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 200,
+                                             "n": 4, "use_beam_search": True,
+                                             "ignore_eos": True})
+    assert r.status_code == 408, r.text
