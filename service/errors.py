@@ -1,6 +1,7 @@
 """Every error leaves the service in OpenAI's shape:
 ``{"error": {"message": str, "type": str, "param": str | None, "code": str | None}}``,
-except on Anthropic's routes (``/v1/messages...``), which answer in Anthropic's:
+except on Anthropic's routes (``/v1/messages...``, and ``/v1/models...`` asked with
+Anthropic's ``anthropic-version`` header), which answer in Anthropic's:
 ``{"type": "error", "error": {"type": str, "message": str}}`` with the same status codes.
 Engine errors, request validation errors (400, never 422) and HTTP errors are all mapped
 here, in one place."""
@@ -59,11 +60,24 @@ def anthropic_error_body(status: int, message: str) -> dict[str, object]:
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
-def body_for(path: str, status: int, message: str, param: str | None = None,
-             code: str | None = None) -> dict[str, object]:
-    """The error body in the shape of the API ``path`` belongs to (Anthropic's has no
-    param: its message starts with it)."""
+MODELS_PREFIX = "/v1/models"  # both APIs': Anthropic's clients send anthropic-version
+
+
+def speaks_anthropic(request: Request) -> bool:
+    """Whether the request is Anthropic's: a Messages route, or the model list / a model
+    asked for with Anthropic's ``anthropic-version`` header."""
+    path = request.url.path
     if path == ANTHROPIC_PREFIX or path.startswith(ANTHROPIC_PREFIX + "/"):
+        return True
+    models = path == MODELS_PREFIX or path.startswith(MODELS_PREFIX + "/")
+    return models and "anthropic-version" in request.headers
+
+
+def body_for(anthropic: bool, status: int, message: str, param: str | None = None,
+             code: str | None = None) -> dict[str, object]:
+    """The error body in OpenAI's shape, or Anthropic's (which has no param: its message
+    starts with it)."""
+    if anthropic:
         if param and not message.startswith(param):
             message = f"{param}: {message}"
         return anthropic_error_body(status, message)
@@ -72,8 +86,8 @@ def body_for(path: str, status: int, message: str, param: str | None = None,
 
 def _reply(request: Request, status: int, message: str, param: str | None = None,
            code: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(body_for(request.url.path, status, message, param, code), status,
-                        headers=headers)
+    return JSONResponse(body_for(speaks_anthropic(request), status, message, param, code),
+                        status, headers=headers)
 
 
 def from_engine_error(exc: EngineError) -> APIError:

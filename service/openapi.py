@@ -48,8 +48,13 @@ _COMPLETION_CHOICE = _obj(("index", "text", "logprobs", "finish_reason"), index=
 _MESSAGE = _obj(("role",), role={"const": "assistant"}, content=_NULL_STR)
 _CHAT_CHOICE = _obj(("index", "message", "finish_reason"), index=_INT, message=_MESSAGE,
                     logprobs=_OBJ_OR_NULL, finish_reason=_FINISH, token_ids=_IDS)
-_MODEL = _obj(("id", "object", "created", "owned_by"), id=_STR,
-              object={"const": "model"}, created=_INT, owned_by=_STR, max_model_len=_INT)
+# OpenAI's model and Anthropic's ModelInfo in one card (service/routers/openai.py)
+_MODEL = _obj(("id", "object", "created", "owned_by", "type", "display_name", "created_at",
+               "lifecycle"), id=_STR,
+              object={"const": "model"}, created=_INT, owned_by=_STR, max_model_len=_INT,
+              input_modalities={"type": "array", "items": _STR}, type={"const": "model"},
+              display_name=_STR, created_at={"type": "string", "format": "date-time"},
+              lifecycle={"const": "active"}, max_input_tokens=_INT, max_tokens=_INT)
 _DELTA = {"type": "object", "properties": {"role": {"const": "assistant"}, "content": _STR}}
 _CHUNK_CHOICE = _obj(("index", "text", "finish_reason"), index=_INT, text=_STR,
                      logprobs=_OBJ_OR_NULL, finish_reason=_FINISH, prompt_token_ids=_IDS,
@@ -130,8 +135,9 @@ COMPONENTS: dict[str, dict[str, Any]] = {
     "CompletionChunk": _chunk("text_completion", _CHUNK_CHOICE),
     "ChatCompletionChunk": _chunk("chat.completion.chunk", _CHAT_CHUNK_CHOICE,
                                   prompt_token_ids=_IDS, prompt_text=_STR),
-    "ModelList": _obj(("object", "data"), object={"const": "list"},
-                      data={"type": "array", "items": _MODEL}),
+    "ModelList": _obj(("object", "data", "has_more", "first_id", "last_id"),
+                      object={"const": "list"}, data={"type": "array", "items": _MODEL},
+                      has_more={"type": "boolean"}, first_id=_NULL_STR, last_id=_NULL_STR),
     "Model": _MODEL,
     "Tokens": _obj(("tokens", "count", "max_model_len"),
                    tokens={"type": "array", "items": _INT}, count=_INT, max_model_len=_INT,

@@ -164,6 +164,9 @@ INVOCATIONS = tuple(dict.fromkeys((*CHAT, *COMPLETIONS)))  # either, by the body
 TOKENIZE = (*TOOL_TURNS, *MESSAGES, *TEMPLATE, *CONTINUE,
             *(r for r in TOOLS if r.param == "tools" and r.words != "as a grammar"))
 DETOKENIZE = (_vocab("tokens"),)
+MODELS = (Rule("after_id", "not a served model", "a page cursor names a served model"),
+          Rule("before_id", "not a served model", "a page cursor names a served model"),
+          Rule("before_id", "not both", "a page goes after one cursor or before one"))
 
 
 def _renamed(rules: tuple[Rule, ...], field: Callable[[str], str]) -> tuple[Rule, ...]:

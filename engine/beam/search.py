@@ -10,7 +10,7 @@ answer, best first (ties keep the order they were made in).
     score(beam) = cumulative logprob / L ** length_penalty
 
 with L the prompt's and the output's tokens, an ending stop token not counted (vLLM's
-``get_beam_search_score``). Candidates come best first; one with a logprob of -inf (a token
+``get_beam_search_score``), compared in log space so that no length_penalty overflows. Candidates come best first; one with a logprob of -inf (a token
 the model gives no probability) is never taken.
 
 The search ends early where that cannot change the answer: once ``width`` beams have
@@ -47,8 +47,17 @@ class Beam:
         return tuple(dict(c)[t] for t, c in zip(self.tokens, self.steps, strict=True))
 
 
-def beam_score(cum_logprob: float, length: int, length_penalty: float) -> float:
-    return cum_logprob / (length ** length_penalty)
+Score = tuple[int, float]
+
+
+def beam_score(cum_logprob: float, length: int, length_penalty: float) -> Score:
+    """vLLM's cum_logprob / length ** length_penalty as a key in the same order that
+    never overflows (any length_penalty): (sign class, log of the magnitude, negated for
+    negative scores)."""
+    if cum_logprob == 0:
+        return (1, 0.0)
+    magnitude = math.log(abs(cum_logprob)) - length_penalty * math.log(length)
+    return (0, -magnitude) if cum_logprob < 0 else (2, magnitude)
 
 
 class BeamSearch:
@@ -74,11 +83,11 @@ class BeamSearch:
         """Next tokens to ask for per live beam (vLLM's 2 x width)."""
         return 2 * self.width
 
-    def score(self, beam: Beam) -> float:
+    def score(self, beam: Beam) -> Score:
         length = self.prompt_len + len(beam.tokens) - (1 if beam.stopped else 0)
         return beam_score(beam.cum_logprob, length, self.length_penalty)
 
-    def bound(self, beam: Beam) -> float:
+    def bound(self, beam: Beam) -> Score:
         """The best score any extension of the live ``beam`` can reach: extending never
         raises the cumulative logprob (<= 0) and never shortens L. With length_penalty
         <= 0 a longer L cannot raise the score either, so it is the beam's own; above 0

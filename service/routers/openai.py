@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
@@ -113,17 +114,45 @@ def prepend_echo(answer: dict[str, Any], echo: str) -> dict[str, Any]:
 
 
 def model_card(state: ServingState, name: str) -> dict[str, Any]:
+    """One card both APIs read: OpenAI's model (id, object, created, owned_by, with
+    vLLM's max_model_len) and Anthropic's ModelInfo (type, display_name, created_at,
+    lifecycle, max_input_tokens, max_tokens)."""
+    limit = state.settings.max_model_len
+    started = datetime.fromtimestamp(int(state.started), UTC)
     return {"id": name, "object": "model", "created": int(state.started),
-            "owned_by": "fp8serve", "max_model_len": state.settings.max_model_len,
+            "owned_by": "fp8serve", "max_model_len": limit,
             "input_modalities": (["text", "image"] if getattr(state.backend, "vision", None)
-                                 else ["text"])}
+                                 else ["text"]),
+            "type": "model", "display_name": name,
+            "created_at": started.isoformat().replace("+00:00", "Z"),
+            "lifecycle": "active", "max_input_tokens": limit - 1, "max_tokens": limit - 1}
 
 
 @router.get("/v1/models", response_model=None,
-            responses={**ok("ModelList"), **errors(401, 503)})
-async def models(state: ReadyStateDep) -> dict[str, Any]:
-    """A card for each served name (the first is the model's own)."""
-    return {"object": "list", "data": [model_card(state, n) for n in served_names(state)]}
+            responses={**ok("ModelList"), **errors(400, 401, 503, rules=rejections.MODELS)})
+async def models(state: ReadyStateDep,
+                 limit: Annotated[int, Query(ge=1, le=1000)] = 20,
+                 after_id: str | None = None, before_id: str | None = None
+                 ) -> dict[str, Any]:
+    """A card for each served name (the first is the model's own): OpenAI's list, which
+    is also Anthropic's page (has_more, first_id, last_id; Anthropic's clients page with
+    limit, after_id and before_id)."""
+    names = served_names(state)
+    if after_id is not None and before_id is not None:
+        raise APIError(400, "before_id: send after_id or before_id, not both", "before_id")
+    for param, cursor in (("after_id", after_id), ("before_id", before_id)):
+        if cursor is not None and cursor not in names:
+            raise APIError(400, f"{param}: {cursor!r} is not a served model", param)
+    if before_id is not None:
+        names = names[:names.index(before_id)]
+        names, more = names[-limit:], len(names) > limit
+    else:
+        if after_id is not None:
+            names = names[names.index(after_id) + 1:]
+        names, more = names[:limit], len(names) > limit
+    return {"object": "list", "data": [model_card(state, n) for n in names],
+            "has_more": more, "first_id": names[0] if names else None,
+            "last_id": names[-1] if names else None}
 
 
 @router.get("/v1/models/{model:path}", response_model=None,

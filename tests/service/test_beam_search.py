@@ -182,3 +182,11 @@ def test_the_request_timeout_bounds_the_whole_search():
                                              "n": 4, "use_beam_search": True,
                                              "ignore_eos": True})
     assert r.status_code == 408, r.text
+
+
+@pytest.mark.parametrize("lp", [251.0, -251.0])
+def test_any_length_penalty_is_served(c, lp):
+    """length ** 251 overflows a float: the ranking is computed in log space."""
+    got = c.post("/v1/completions", json={"prompt": PROMPTS[0], **beams(), "length_penalty": lp})
+    assert got.status_code == 200, got.text
+    assert len(got.json()["choices"]) == 3

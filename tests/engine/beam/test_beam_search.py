@@ -103,6 +103,15 @@ def test_no_live_beam_left_ends_the_search():
     assert s.done and [b.tokens for b in s.best()] == [(1,), (2,)]
 
 
+@pytest.mark.parametrize("lp", [-400.0, 400.0])
+def test_an_extreme_length_penalty_ranks_by_length(lp):
+    """cum / L ** 400 overflows a float; the ranking is still the limit's: the longest
+    beams first for a large penalty, the shortest for a large negative one."""
+    s = run(5, 20, 3, 6, {0, 1, 2}, lp)
+    lengths = [len(b.tokens) - b.stopped for b in s.best()]
+    assert lengths == sorted(lengths, reverse=lp > 0)
+
+
 def test_a_token_without_probability_is_never_taken():
     s = BeamSearch(2, 2, 1, frozenset(), 1.0)
     s.advance([[(4, -1.0), (5, -math.inf)]])
