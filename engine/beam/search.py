@@ -10,8 +10,9 @@ answer, best first (ties keep the order they were made in).
     score(beam) = cumulative logprob / L ** length_penalty
 
 with L the prompt's and the output's tokens, an ending stop token not counted (vLLM's
-``get_beam_search_score``), compared in log space so that no length_penalty overflows. Candidates come best first; one with a logprob of -inf (a token
-the model gives no probability) is never taken.
+``get_beam_search_score``), compared in log space so that no length_penalty overflows.
+Candidates come best first; one with a logprob of -inf (a token the model gives no
+probability) is never taken.
 
 The search ends early where that cannot change the answer: once ``width`` beams have
 finished and the ``width``-th best of them scores above what any extension of a live beam
