@@ -35,6 +35,7 @@ from service.errors import APIError
 from service.generation import Choices, Submission, check_priority
 
 MAX_WIDTH = MAX_LOGPROBS // 2  # 2 x width candidates are asked for per beam
+BEAM_STEP_API = "beam_search"  # the api label of the step requests' metrics
 
 # fields beam search cannot honour, and the values it can (what it does anyway)
 _FIXED: dict[str, tuple[Any, ...]] = {
@@ -154,6 +155,7 @@ class BeamSubmission(Choices):
     def _submit(self, s: _Search) -> Submission:
         sub = Submission(self.state, self.prefix)
         sub.id = f"{self.id}-step{self._made}"  # the request's id, in logs too
+        sub.api = BEAM_STEP_API
         self._made += 1
         if self._deadline is not None:
             left = self._deadline - time.monotonic()

@@ -26,8 +26,10 @@ STEP_KINDS = ("decode", "prefill", "mixed")
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
                60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 P = "fp8serve_"
-# the API a request came through (the ``api`` label of the per-request outcome metrics)
-APIS = ("completions", "chat", "messages", "responses")
+# the API a request came through (the ``api`` label of the per-request outcome metrics);
+# beam_search: the step requests of a beam search (service/beam_search.py), one per beam
+# and token
+APIS = ("completions", "chat", "messages", "responses", "beam_search")
 
 
 class ServingMetrics(EngineObserver):

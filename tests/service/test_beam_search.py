@@ -190,3 +190,16 @@ def test_any_length_penalty_is_served(c, lp):
     got = c.post("/v1/completions", json={"prompt": PROMPTS[0], **beams(), "length_penalty": lp})
     assert got.status_code == 200, got.text
     assert len(got.json()["choices"]) == 3
+
+
+def test_the_steps_are_counted_apart_in_the_metrics(c):
+    def steps() -> float:
+        text = c.get("/metrics").text
+        return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
+                   if ln.startswith("fp8serve_request_success_total")
+                   and 'api="beam_search"' in ln)
+
+    before = steps()
+    got = c.post("/v1/completions", json={"prompt": PROMPTS[0], **beams(2), "ignore_eos": True})
+    assert got.status_code == 200
+    assert steps() - before == 1 + 2 * 11  # a request per live beam and token (one first)
