@@ -9,9 +9,12 @@
 //     m'       = max(m, max_j s);  alpha = exp(m - m');  p = exp(s - m')
 //     l        = l * alpha + sum_j p (one 16-lane reduction); acc = acc * alpha + sum_j p_j V_j
 // then segments merge in order (attention.h) and out[t, hG + g] = bf16(acc * (1 / l)).
-// FP8 caches: K rows widen in registers to k16 = e4m3 * 2^-8 in bf16 (exact: 4 significant
-// bits), through fp16 bits and vcvtph2ps as in attention_avx2.cpp, and
-// s = (dot(q, k16) * ks') * scale with ks' = 256 ks; V rows widen to fp32 the same way and
+// FP8 caches: each tile's K rows widen once, before its scores, to k16 = e4m3 * 2^-8 in
+// bf16 (exact: 4 significant bits), through fp16 bits and vcvtph2ps as in
+// attention_avx2.cpp, into a scratch tile the G heads' dots then read as the bf16 path
+// reads its cache (widening per head cost G x the conversions: 8B shape, G = 4, the op
+// ran no faster than on bf16 K/V); s = (dot(q, k16) * ks') * scale with ks' = 256 ks;
+// V rows widen to fp32 the same way and
 // the tile's weights become p * vs' (vs' = 256 vs; l still sums p). The bf16 path's
 // arithmetic is unchanged by this.
 // exp is a fixed polynomial (Cody-Waite reduction, degree-6, scalef), so results are
@@ -58,6 +61,7 @@ struct Item {
   float s[kMaxGroup][kKeyTile];
   float m[kMaxGroup], l[kMaxGroup];
   float ks[kKeyTile], vs[kKeyTile];  // FP8: the tile's dequant scales * 256 (0 past n)
+  alignas(64) uint16_t k16[kKeyTile][kMaxHeadDim];  // FP8: the tile's K rows in bf16
 };
 
 // FP8: the dequant scales of the tile's rows (element offset off = row * d).
@@ -117,18 +121,35 @@ inline __m512 reduce16(const __m512 x[16]) {
 
 alignas(64) const uint16_t kZeroRow[kMaxHeadDim] = {};
 
+// The bf16 rows of the tile's keys (past n: a zero row): the cache's own rows, or FP8 rows
+// widened once into it.k16.
+void key_rows(const AttnArgs&, Item&, const uint16_t* k, const int64_t off[kKeyTile],
+              int64_t n, const uint16_t* kr[kKeyTile]) {
+  for (int64_t jj = 0; jj < kKeyTile; ++jj) kr[jj] = jj < n ? k + off[jj] : kZeroRow;
+}
+void key_rows(const AttnArgs& a, Item& it, const uint8_t* k, const int64_t off[kKeyTile],
+              int64_t n, const uint16_t* kr[kKeyTile]) {
+  for (int64_t jj = 0; jj < kKeyTile; ++jj) {
+    if (jj >= n) {
+      kr[jj] = kZeroRow;
+      continue;
+    }
+    for (int64_t c = 0; c < a.d; c += 32) {
+      _mm512_store_si512(it.k16[jj] + c, (__m512i)load_k32(k + off[jj] + c));
+    }
+    kr[jj] = it.k16[jj];
+  }
+}
+
 // s[g][jj] = scale * (q[g] . K[jj]) for jj < n (lanes >= n hold 0): bf16 pairs
-// multiplied into fp32 sums by dpbf16 (q and K stay bf16), then one 16-lane tree.
-// FP8: the dot is scaled by ks' first.
+// multiplied into fp32 sums by dpbf16 (q and K bf16), then one 16-lane tree. FP8
+// (scaled): the dot is scaled by ks' first.
 template <typename T>
-void scores(const AttnArgs& a, Item& it, int64_t g_n, const int64_t off[kKeyTile], int64_t n,
-            const uint16_t* q, const T* k, Prefetch<T>& pf) {
+void scores(const AttnArgs& a, Item& it, int64_t g_n, const uint16_t* const kr[kKeyTile],
+            bool scaled, const uint16_t* q, Prefetch<T>& pf) {
   const int64_t slice = (pf.n + g_n) / (g_n + 1);  // g_n + 1 slices: the last in accumulate_v
-  const T* kr[kKeyTile];
-  const T* zero = reinterpret_cast<const T*>(kZeroRow);
-  for (int64_t jj = 0; jj < kKeyTile; ++jj) kr[jj] = jj < n ? k + off[jj] : zero;
   const __m512 scale = _mm512_set1_ps(a.scale);
-  const __m512 ks = sizeof(T) == 1 ? _mm512_loadu_ps(it.ks) : _mm512_setzero_ps();
+  const __m512 ks = scaled ? _mm512_loadu_ps(it.ks) : _mm512_setzero_ps();
   for (int64_t g = 0; g < g_n; ++g) {
     const uint16_t* qg = q + g * a.q_sh;
     __m512 dot[kKeyTile];
@@ -140,7 +161,7 @@ void scores(const AttnArgs& a, Item& it, int64_t g_n, const int64_t off[kKeyTile
       }
     }
     const __m512 sum = reduce16(dot);
-    _mm512_storeu_ps(it.s[g], _mm512_mul_ps(sizeof(T) == 1 ? _mm512_mul_ps(sum, ks) : sum, scale));
+    _mm512_storeu_ps(it.s[g], _mm512_mul_ps(scaled ? _mm512_mul_ps(sum, ks) : sum, scale));
     pf.keys(slice);
   }
 }
@@ -256,7 +277,9 @@ void segment_typed(const AttnArgs& a, Item& it, int64_t t, int64_t h, int64_t j0
     if (n_next > 0) tile_offsets(a, bt, h, j_next, n_next, next);
     Prefetch<T> pf{k, v, a.d, next, n_next, 0};
     if (kFp8) tile_scales(a, it, cur, n);
-    scores(a, it, g_n, cur, n, q, k, pf);
+    const uint16_t* kr[kKeyTile];
+    key_rows(a, it, k, cur, n, kr);
+    scores(a, it, g_n, kr, kFp8, q, pf);
     softmax_tile(it, g_n, n, a.d, kFp8);
     pf.keys(n_next);
     accumulate_v(a, it, g_n, v, cur, n);
