@@ -39,6 +39,14 @@ AVX512_DECODE = [
          transformers=("float32", 15.0)),
     _run("ministral-3-3b shape", 512, 8.8, 9.5),
 ]
+# AVX-512 (AMD EPYC Zen 5, 2 threads, 2026-12-04): against llama.cpp built for the host
+# (-march=native), the median round of `fp8serve bench generate --baselines llamacpp
+# --rounds 3` (demo: Q4_1; 3B, 8B shapes: --gguf-types Q8_0)
+AVX512_NATIVE_DECODE = [
+    _run("demo-smollm2-135m-fp8", 512, 223.5, 286.9, llamacpp_q4_1=("", 146.4)),
+    _run("3B shape (synth)", 512, 12.37, 12.4, llamacpp_q8_0=("", 10.51)),
+    _run("8B shape (synth)", 128, 5.79, llamacpp_q8_0=("", 4.53)),
+]
 # AVX2 (AMD EPYC Zen 2, 2 threads, 2026-12-01): fp8serve against llama.cpp Q8_0, the median
 # round of `fp8serve bench generate --baselines llamacpp --gguf-types Q8_0 --rounds 3`
 AVX2_DECODE = [
@@ -52,6 +60,7 @@ CHARTS = {
         "AMD EPYC Zen 5, 2 threads, 2026-11-30)", p),
     "decode-avx512-2026-11-30.png": lambda p: plot_decode(AVX512_DECODE, p),
     "decode-avx2-2026-12-01.png": lambda p: plot_decode(AVX2_DECODE, p),
+    "decode-avx512-2026-12-04.png": lambda p: plot_decode(AVX512_NATIVE_DECODE, p),
 }
 
 
