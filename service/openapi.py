@@ -98,7 +98,8 @@ COMPONENTS: dict[str, dict[str, Any]] = {
                      id=_STR, object={"const": "response"}, created_at=_INT, model=_STR,
                      status={"enum": ["queued", "in_progress", "completed", "incomplete",
                                       "failed", "cancelled"]},
-                     output={"type": "array"}, usage={"type": "object"}),
+                     # null until a background response has run (queued, in_progress)
+                     output={"type": "array"}, usage={"type": ["object", "null"]}),
     "ResponseDeleted": _obj(("id", "object", "deleted"), id=_STR,
                             object={"const": "response"}, deleted={"const": True}),
     "ResponseItemList": _obj(("object", "data", "first_id", "last_id", "has_more"),

@@ -188,8 +188,8 @@ _ANTHROPIC = (
          "a thinking budget needs reasoning markers that are single tokens"),
     Rule("output_config.effort", "is not supported",
          "there is no effort control: only null is accepted"),
-    *_renamed(tuple(r for r in (*MESSAGES, *TOOLS) if r.words != "content part"
-                    and r.param != "response_format"), messages_field),
+    *_renamed(tuple(r for r in (*MESSAGES, *TOOLS) if r.words != "content part"),
+              messages_field),
 )
 MESSAGES_API = (
     *_ANTHROPIC, *_renamed(CONTEXT, messages_field),

@@ -38,7 +38,8 @@ def messages_field(param: str) -> str:
                                                             ".input_schema")
     if head == "messages" and rest.startswith("["):  # chat's indexes are not the request's
         return "messages"
-    return {"stop": "stop_sequences"}.get(head, head + rest)
+    return {"stop": "stop_sequences", "response_format": "output_config.format"}.get(
+        head, head + rest)
 
 
 def _renamed(exc: APIError | InvalidRequestError, field: Callable[[str], str]) -> APIError:

@@ -94,6 +94,9 @@ REFUSED = [
      "guided_decoding_backend"),
     ("/v1/completions", {"prompt": "3", "guided_regex": "a", "response_format": {
         "type": "json_object"}}, "guided_regex"),
+    ("/v1/messages", {"messages": [{"role": "user", "content": "1"}], "max_tokens": 2,
+                      "output_config": {"format": {"type": "json_schema", "schema": {}}}},
+     "output_config.format"),
     # vLLM's use_beam_search: what it cannot honour
     ("/v1/completions", {"prompt": "3", "use_beam_search": True, "top_k": 5}, "top_k"),
     ("/v1/completions", {"prompt": "3", "use_beam_search": True, "n": 11}, "n"),

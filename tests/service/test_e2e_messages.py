@@ -105,3 +105,16 @@ def test_errors_are_the_sdk_exceptions(served):
                                 http_client=client, max_retries=0)
     with pytest.raises(anthropic.AuthenticationError):
         wrong.messages.create(model=name, max_tokens=4, messages=ASK)
+
+
+def test_a_format_the_grammar_refuses_names_output_config(served):
+    """The chat run's refusal of the format names the Messages field, not chat's
+    response_format."""
+    sdk, _, name, _ = served
+    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "(?<=x)y"}},
+              "required": ["a"]}
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        sdk.messages.create(model=name, max_tokens=8, messages=ASK, extra_body={
+            "output_config": {"format": {"type": "json_schema", "schema": schema}}})
+    assert exc.value.body["error"]["message"].startswith(
+        "output_config.format: cannot be enforced as a grammar"), exc.value.body
