@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.beam import Beam, BeamSearch
-from engine.request import EngineError, FinishReason
+from engine.request import EngineError, FinishReason, QueueFullError
 from engine.sampling_params import MAX_LOGPROBS, SamplingParams
 from engine.stream import RequestOutput, TokenLogprob
 from engine.text.detokenizer import IncrementalDetokenizer
@@ -36,6 +36,7 @@ from service.generation import Choices, Submission, check_priority
 
 MAX_WIDTH = MAX_LOGPROBS // 2  # 2 x width candidates are asked for per beam
 BEAM_STEP_API = "beam_search"  # the api label of the step requests' metrics
+QUEUE_RETRY_S = 0.05  # first wait before a step refused by a full queue is tried again
 
 # fields beam search cannot honour, and the values it can (what it does anyway)
 _FIXED: dict[str, tuple[Any, ...]] = {
@@ -118,6 +119,12 @@ class BeamSubmission(Choices):
                  beam: BeamRequest, cache_salt: str | None = None,
                  images: tuple[Any, ...] = (), priority: int = 0) -> None:
         check_priority(state, priority)
+        cfg = state.settings
+        if cfg.max_queue is not None and beam.width > cfg.max_num_seqs + cfg.max_queue:
+            raise APIError(400, f"n: use_beam_search with {beam.width} beams makes "
+                           f"{beam.width} requests at once, and this server runs "
+                           f"{cfg.max_num_seqs} and queues {cfg.max_queue} (--max-num-seqs, "
+                           "--max-queue)", "n")
         self.state = state
         self.prefix = prefix
         self.beam = beam
@@ -211,15 +218,28 @@ class BeamSubmission(Choices):
                 if self._aborted:
                     raise _Failed(RequestOutput(self.id, finished=True,
                                                 finish_reason=FinishReason.ABORT))
-                try:
-                    sub = self._submit(s)
-                except EngineError as exc:
-                    raise _Failed(RequestOutput(
-                        self.id, finished=True, finish_reason=FinishReason.ERROR,
-                        error=f"beam search step refused: {exc}")) from exc
+                sub = await self._next_step(s)
         except BaseException:
             self.abort_all()  # the request failed: the other prompts' searches stop too
             raise
+
+    async def _next_step(self, s: _Search) -> Submission:
+        """The search's next step, submitted; a full queue (--max-queue: the server's
+        other requests) is waited out, retried until the request's deadline."""
+        wait = QUEUE_RETRY_S
+        while True:
+            try:
+                return self._submit(s)
+            except QueueFullError:
+                if self._aborted:
+                    raise _Failed(RequestOutput(self.id, finished=True,
+                                                finish_reason=FinishReason.ABORT)) from None
+                await asyncio.sleep(wait)  # _submit raises TIMEOUT past the deadline
+                wait = min(2 * wait, 1.0)
+            except EngineError as exc:
+                raise _Failed(RequestOutput(
+                    self.id, finished=True, finish_reason=FinishReason.ERROR,
+                    error=f"beam search step refused: {exc}")) from exc
 
     async def _run(self) -> list[tuple[int, RequestOutput]]:
         results = await asyncio.gather(

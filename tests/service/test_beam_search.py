@@ -9,14 +9,19 @@ same tokens scored as one prompt, bit for bit (the kernels are batch-invariant).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
 
 from engine.demo_model import ensure_demo_model
+from engine.request import FinishReason, QueueFullError
+from engine.stream import RequestOutput, TokenLogprob
 from service.app import create_app
+from service.beam_search import BeamRequest, BeamSubmission
 from service.settings import Settings
 
 PROMPTS = ["The capital of France is", "My favourite recipe for soup"]
@@ -203,3 +208,57 @@ def test_the_steps_are_counted_apart_in_the_metrics(c):
     got = c.post("/v1/completions", json={"prompt": PROMPTS[0], **beams(2), "ignore_eos": True})
     assert got.status_code == 200
     assert steps() - before == 1 + 2 * 11  # a request per live beam and token (one first)
+
+
+class _QueueFullEngine:
+    """An engine whose queue is full for the next ``refuse`` requests; every other request
+    answers at once with the same four candidates."""
+
+    def __init__(self) -> None:
+        self.refuse = 0
+        self.refused = 0
+
+    def output_budget(self, num_prompt: int, asked: int | None) -> int:
+        return asked or 4
+
+    def add_request(self, rid, prompt, params, sink, **kw) -> None:
+        if self.refuse:
+            self.refuse -= 1
+            self.refused += 1
+            raise QueueFullError("2 requests already waiting")
+        top = ((5, -0.25), (6, -0.5), (7, -1.0), (8, -2.0))
+        sink(RequestOutput(rid, "x", (5,), (TokenLogprob(5, -0.25, top),), True,
+                           FinishReason.LENGTH))
+
+    def abort(self, rid: str) -> None:
+        pass
+
+
+def test_a_step_refused_by_a_full_queue_is_tried_again():
+    engine = _QueueFullEngine()
+    state = SimpleNamespace(
+        engine=engine, dispatcher=None,
+        settings=Settings(request_timeout=30, max_num_seqs=1, max_queue=2),
+        backend=SimpleNamespace(tokenizer=SimpleNamespace(
+            eos_token_ids=(2,), decode=lambda ids, skip_special_tokens=True: "x" * len(ids))))
+
+    async def run() -> list:
+        sub = BeamSubmission(state, "cmpl", [[1, 3, 4]], BeamRequest(
+            2, 3, 1.0, frozenset({2}), frozenset(), None, True))
+        engine.refuse = 3  # the second step is refused three times, then goes in
+        return [out async for _, out in sub]
+
+    outs = asyncio.run(run())
+    assert engine.refused == 3
+    assert [o.token_ids for o in outs] == [(5, 5, 5), (5, 5, 6)]
+    assert all(o.finish_reason is FinishReason.LENGTH for o in outs)
+
+
+def test_a_width_beyond_what_the_server_takes_is_a_400():
+    settings = Settings(model=ensure_demo_model(), max_model_len=256, kv_cache_gib=0.05,
+                        max_num_seqs=1, max_queue=2)
+    with TestClient(create_app(settings)) as cl:
+        r = cl.post("/v1/completions", json={"prompt": PROMPTS[0], **beams(4)})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "n", r.text
+        assert cl.post("/v1/completions", json={"prompt": PROMPTS[0], **beams(3)}
+                       ).status_code == 200
