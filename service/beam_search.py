@@ -215,9 +215,6 @@ class BeamSubmission(Choices):
                     s.cached = cached
                 if s.search.done:
                     return
-                if self._aborted:
-                    raise _Failed(RequestOutput(self.id, finished=True,
-                                                finish_reason=FinishReason.ABORT))
                 sub = await self._next_step(s)
         except BaseException:
             self.abort_all()  # the request failed: the other prompts' searches stop too
@@ -228,12 +225,12 @@ class BeamSubmission(Choices):
         other requests) is waited out, retried until the request's deadline."""
         wait = QUEUE_RETRY_S
         while True:
+            if self._aborted:
+                raise _Failed(RequestOutput(self.id, finished=True,
+                                            finish_reason=FinishReason.ABORT))
             try:
                 return self._submit(s)
             except QueueFullError:
-                if self._aborted:
-                    raise _Failed(RequestOutput(self.id, finished=True,
-                                                finish_reason=FinishReason.ABORT)) from None
                 await asyncio.sleep(wait)  # _submit raises TIMEOUT past the deadline
                 wait = min(2 * wait, 1.0)
             except EngineError as exc:

@@ -237,11 +237,7 @@ class _QueueFullEngine:
 
 def test_a_step_refused_by_a_full_queue_is_tried_again():
     engine = _QueueFullEngine()
-    state = SimpleNamespace(
-        engine=engine, dispatcher=None,
-        settings=Settings(request_timeout=30, max_num_seqs=1, max_queue=2),
-        backend=SimpleNamespace(tokenizer=SimpleNamespace(
-            eos_token_ids=(2,), decode=lambda ids, skip_special_tokens=True: "x" * len(ids))))
+    state = _state(engine)
 
     async def run() -> list:
         sub = BeamSubmission(state, "cmpl", [[1, 3, 4]], BeamRequest(
@@ -253,6 +249,48 @@ def test_a_step_refused_by_a_full_queue_is_tried_again():
     assert engine.refused == 3
     assert [o.token_ids for o in outs] == [(5, 5, 5), (5, 5, 6)]
     assert all(o.finish_reason is FinishReason.LENGTH for o in outs)
+
+
+class _HeldEngine(_QueueFullEngine):
+    """Holds every request until it is aborted (a client that went away)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sinks: dict = {}
+
+    def add_request(self, rid, prompt, params, sink, **kw) -> None:
+        self.sinks[rid] = sink
+
+    def abort(self, rid: str) -> None:
+        self.sinks.pop(rid)(RequestOutput(rid, finished=True, finish_reason=FinishReason.ABORT))
+
+
+def _state(engine) -> SimpleNamespace:
+    return SimpleNamespace(
+        engine=engine, dispatcher=None,
+        settings=Settings(request_timeout=30, max_num_seqs=1, max_queue=2),
+        backend=SimpleNamespace(tokenizer=SimpleNamespace(
+            eos_token_ids=(2,), decode=lambda ids, skip_special_tokens=True: "x" * len(ids))))
+
+
+def test_an_abort_ends_the_search_and_its_step_in_flight():
+    engine = _HeldEngine()
+
+    async def run() -> list:
+        sub = BeamSubmission(_state(engine), "cmpl", [[1, 3]], BeamRequest(
+            2, 8, 1.0, frozenset({2}), frozenset(), None, True))
+        reader = asyncio.ensure_future(asyncio.wait_for(_all(sub), 10))
+        await asyncio.sleep(0.05)
+        assert len(engine.sinks) == 1  # the first step waits on the engine
+        sub.abort_all()
+        return await reader
+
+    async def _all(sub) -> list:
+        return [out async for _, out in sub]
+
+    outs = asyncio.run(run())
+    assert [o.finish_reason for o in outs] == [FinishReason.ABORT] * 2
+    assert not engine.sinks  # nothing left in the engine
 
 
 def test_a_width_beyond_what_the_server_takes_is_a_400():
