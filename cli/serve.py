@@ -62,6 +62,9 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
                                   "\"ngram\", \"num_speculative_tokens\": 4, "
                                   "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' "
                                   "(default off)"),
+    ("--seed", int, "where the random state of requests without a seed of their own "
+                    "starts (vLLM's; default: another each start); their answers then "
+                    "repeat for the same requests in the same order and batches"),
     ("--vision-encoder-threads", int, "torch threads the image encoder uses, on its own "
                                       "thread (default: --threads); fewer keep more of the "
                                       "cores for running streams while an image encodes"),

@@ -135,6 +135,9 @@ class EngineConfig:
     kv_cache_dtype: str = "auto"  # KV_CACHE_DTYPES (engine/model/kv_store.py)
     # --speculative-config (engine/spec/config.py SpeculativeConfig); None = off
     speculative_config: SpeculativeConfig | None = None
+    # vLLM's --seed: the random state that requests without a seed of their own sample
+    # from starts here when the engine thread starts; None = a different state each start
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         _require(self.max_num_seqs >= 1, "max_num_seqs must be >= 1")

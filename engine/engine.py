@@ -240,6 +240,10 @@ class Engine:
 
     def _loop(self) -> None:
         try:
+            if self.config.seed is not None:  # unseeded requests draw from torch's state
+                import torch
+
+                torch.manual_seed(self.config.seed % 2**64)
             while True:
                 with self._lock:
                     while not (self._stop or self._inbox or self._aborts or self._resets

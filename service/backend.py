@@ -80,7 +80,8 @@ def load_backend(settings: Settings) -> ModelBackend:
                        disabled_kernels=tuple(settings.disabled_kernels),
                        lm_head_dtype=settings.lm_head_dtype,
                        kv_cache_dtype=settings.kv_cache_dtype,
-                       speculative_config=SpeculativeConfig.parse(settings.speculative_config))
+                       speculative_config=SpeculativeConfig.parse(settings.speculative_config),
+                       seed=settings.seed)
     from engine.hardware_probe import probe_hardware
 
     hw = probe_hardware()

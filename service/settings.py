@@ -105,6 +105,8 @@ class Settings(BaseSettings):
     conversations_store_mib: int = Field(256, ge=0)
     # speculative decoding (engine/spec/config.py): vLLM's JSON object; None = off
     speculative_config: str | None = None
+    # vLLM's --seed: where the random state of requests without a seed starts
+    seed: int | None = None
     # the HMAC key of Anthropic thinking-block signatures (service/translate/signature.py);
     # unset: a random key per process, so signatures do not outlive a restart. The
     # environment only, no CLI flag: a flag's value shows in the process list
