@@ -121,6 +121,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="vLLM's: taken, and changes nothing: no checkpoint code is run")
     p.add_argument("--disable-uvicorn-access-log", action="store_true", default=None,
                    help="no line per HTTP request in the log (vLLM's)")
+    p.add_argument("--enforce-eager", action="store_true", default=None,
+                   help="vLLM's: every step runs eagerly here (no graph capture); taken so "
+                   "that vLLM command lines run")
+    p.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction,
+                   default=None, help="vLLM's: prompts are always prefilled in chunks of "
+                   "--max-num-batched-tokens here; --no-enable-chunked-prefill is refused")
+    p.add_argument("--block-size", type=int, choices=(16,), default=None,
+                   help="vLLM's: KV cache blocks hold 16 tokens (16)")
+    p.add_argument("--max-logprobs", type=int, choices=(20,), default=None,
+                   help="vLLM's: a request may ask for up to 20 logprobs per token (20)")
+    p.add_argument("--disable-log-stats", action="store_true", default=None,
+                   help="vLLM's: no periodic stats lines are logged here (they are on "
+                   "/metrics); taken so that vLLM command lines run")
+    p.add_argument("--uvicorn-log-level", default=None,
+                   choices=("critical", "error", "warning", "info", "debug", "trace"),
+                   help="uvicorn's own log level (vLLM's; default: --log-level's)")
     p.add_argument("--disable-log-requests", action="store_true", default=None,
                    help="vLLM's: request contents are never logged here; taken so that "
                    "vLLM command lines run")
@@ -167,7 +183,9 @@ def settings_from_args(args: argparse.Namespace) -> Any:
                   "trust_request_chat_template", "dtype", "tensor_parallel_size",
                   "trust_remote_code", "disable_uvicorn_access_log", "disable_log_requests",
                   "reasoning_parser", "lm_head_dtype", "limit_mm_per_prompt",
-                  "kv_cache_dtype", "scheduling_policy"]
+                  "kv_cache_dtype", "scheduling_policy", "enforce_eager",
+                  "enable_chunked_prefill", "block_size", "max_logprobs", "disable_log_stats",
+                  "uvicorn_log_level"]
                  + [f[0][2:].replace("-", "_") for f in FLAGS]):
         if getattr(args, name, None) is not None:
             given[name] = getattr(args, name)
@@ -194,8 +212,9 @@ def uvicorn_config(app: Any, settings: Any) -> Any:
     less CPU per streamed token, CPU that the model's threads would otherwise lose."""
     import uvicorn
 
-    return uvicorn.Config(app, host=settings.host, port=settings.port,
-                          log_level=logging.getLevelName(logging.getLogger().level).lower(),
+    level = (settings.uvicorn_log_level
+             or logging.getLevelName(logging.getLogger().level).lower())
+    return uvicorn.Config(app, host=settings.host, port=settings.port, log_level=level,
                           timeout_graceful_shutdown=max(1, int(settings.drain_timeout)),
                           access_log=not settings.disable_uvicorn_access_log)
 

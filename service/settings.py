@@ -80,6 +80,17 @@ class Settings(BaseSettings):
     dtype: Literal["auto", "bfloat16"] = "auto"
     tensor_parallel_size: int = Field(1, ge=1, le=1)
     trust_remote_code: bool = False
+    # ... steps run eagerly (no graph capture), prompts are prefilled in chunks, KV blocks
+    # hold 16 tokens, requests ask for up to 20 logprobs, stats are on /metrics (no
+    # periodic stats lines)
+    enforce_eager: bool = False
+    enable_chunked_prefill: bool = True
+    block_size: int = Field(16, ge=16, le=16)
+    max_logprobs: int = Field(20, ge=20, le=20)
+    disable_log_stats: bool = False
+    # uvicorn's own log level (None: the process's)
+    uvicorn_log_level: Literal["critical", "error", "warning", "info", "debug",
+                               "trace"] | None = None
     # vLLM's: no line per HTTP request in the log (uvicorn's access log); request
     # contents are never logged here, which is what --disable-log-requests asks for
     disable_uvicorn_access_log: bool = False
@@ -142,6 +153,14 @@ class Settings(BaseSettings):
             return parse(v)
         except argparse.ArgumentTypeError as exc:
             raise ValueError(str(exc)) from None
+
+    @field_validator("enable_chunked_prefill")
+    @classmethod
+    def _chunked_prefill(cls, on: bool) -> bool:
+        if not on:
+            raise ValueError("prompts are always prefilled in chunks here, each step taking "
+                             "up to --max-num-batched-tokens of them")
+        return on
 
     @field_validator("speculative_config")
     @classmethod

@@ -47,6 +47,8 @@ def _flag_cell(action: argparse.Action) -> str:
     flags = [s for s in action.option_strings if s.startswith("--")]
     if isinstance(action, argparse.BooleanOptionalAction):
         return " / ".join(f"`{f}`" for f in flags)
+    if action.nargs == 0:  # a switch (store_true): no value
+        return f"`{flags[0]}`"
     if action.choices is not None:
         return f"`{flags[0]} {'|'.join(map(str, action.choices))}`"
     metavar = action.metavar or {int: "N", float: "X", Path: "DIR"}.get(action.type, "TEXT")

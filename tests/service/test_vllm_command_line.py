@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cli.main import CliError, build_parser, dashed
-from cli.serve import settings_from_args
+from cli.serve import settings_from_args, uvicorn_config
 from engine.checkpoint.detect import Layout, detect_layout
 from engine.checkpoint.errors import CheckpointError
 from engine.text.tokenizer import Tokenizer, TokenizerLoadError
@@ -211,14 +211,26 @@ def test_a_token_count_that_is_not_whole_is_refused(text, capsys):
 
 
 def test_vllm_flags_at_the_values_that_describe_this_server(both):
-    """--dtype auto|bfloat16, --tensor-parallel-size 1, --trust-remote-code run (they
-    describe what this server does); other values are refused by the parser."""
+    """--dtype auto|bfloat16, --tensor-parallel-size 1, --trust-remote-code,
+    --enforce-eager, --enable-chunked-prefill, --block-size 16, --max-logprobs 20,
+    --disable-log-stats run (they describe what this server does), and
+    --uvicorn-log-level sets uvicorn's; other values are refused."""
     s = settings([str(both[0]), "--dtype", "bfloat16", "--tensor_parallel_size", "1",
                   "--trust-remote-code"])
     assert (s.dtype, s.tensor_parallel_size, s.trust_remote_code) == ("bfloat16", 1, True)
-    for argv in (["--dtype", "float16"], ["--tensor-parallel-size", "2"]):
+    for argv in (["--dtype", "float16"], ["--tensor-parallel-size", "2"],
+                 ["--block-size", "32"], ["--max-logprobs", "100"],
+                 ["--uvicorn-log-level", "loud"]):
         with pytest.raises(SystemExit):
             settings(argv)
+    s = settings(["--enforce-eager", "--enable-chunked-prefill", "--block-size", "16",
+                  "--max-logprobs", "20", "--disable-log-stats",
+                  "--uvicorn-log-level", "warning"])
+    assert (s.enforce_eager, s.enable_chunked_prefill, s.block_size, s.max_logprobs,
+            s.disable_log_stats, s.uvicorn_log_level) == (True, True, 16, 20, True, "warning")
+    assert uvicorn_config(None, s).log_level == "warning"
+    with pytest.raises(CliError, match="always prefilled in chunks"):
+        settings(["--no-enable-chunked-prefill"])
 
 
 RAG = ("{% for d in documents %}[DOC {{ d.title }}] {{ d.text }}\n{% endfor %}"
