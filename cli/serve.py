@@ -85,9 +85,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                        metavar="N" if kind is human_int else None)
     p.add_argument("--api-key", action="append", default=None, metavar="KEY",
                    help="require 'Authorization: Bearer KEY' (repeatable; FP8SERVE_API_KEYS)")
-    p.add_argument("--generation-config", choices=("auto", "none"), default=None,
+    p.add_argument("--generation-config", default=None, metavar="auto|vllm|none|DIR",
                    help="auto (default): sampling defaults from the model's "
-                        "generation_config.json for fields a request leaves out; none: ignore")
+                        "generation_config.json for fields a request leaves out; none (or "
+                        "vllm, vLLM's word): ignore it; a directory: the "
+                        "generation_config.json there")
+    p.add_argument("--override-generation-config", default=None, metavar="JSON",
+                   help="sampling defaults set over --generation-config's, e.g. "
+                   "'{\"temperature\": 0.5, \"max_new_tokens\": 512}' (vLLM's; "
+                   "temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens)")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
                    default=None, help="reuse the KV blocks of prompt prefixes earlier "
                    "requests computed (default on; FP8SERVE_ENABLE_PREFIX_CACHING)")
@@ -177,7 +183,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         if args.model is not None and args.model != positional:
             raise CliError(f"two models: {positional} and --model {args.model}")
         given["model"] = positional
-    for name in (["model", "generation_config", "enable_prefix_caching", "tool_call_parser",
+    for name in (["model", "generation_config", "override_generation_config",
+                  "enable_prefix_caching", "tool_call_parser",
                   "enable_auto_tool_choice", "tokenizer_mode", "config_format", "load_format",
                   "chat_template", "chat_template_content_format",
                   "trust_request_chat_template", "dtype", "tensor_parallel_size",

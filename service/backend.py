@@ -8,15 +8,22 @@ backend to an :class:`engine.engine.Engine` and a per-app metrics registry.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from engine.checkpoint.generation import GENERATION_CONFIG, SamplingDefaults, sampling_defaults
+from engine.checkpoint.generation import (
+    GENERATION_CONFIG,
+    SamplingDefaults,
+    defaults_from,
+    sampling_defaults,
+)
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.hardware import HardwareInfo
@@ -58,6 +65,20 @@ class ModelBackend:
         return compiler_for(self.tokenizer)
 
 
+def generation_defaults(settings: Settings, model_dir: Path) -> SamplingDefaults:
+    """The sampling defaults: --generation-config's (the checkpoint's
+    generation_config.json, another directory's, or none), then
+    --override-generation-config's keys set over them (vLLM's)."""
+    mode = settings.generation_config
+    defaults = SamplingDefaults()
+    if mode not in ("none", "vllm"):
+        defaults = sampling_defaults(model_dir if mode == "auto" else Path(mode))
+    if settings.override_generation_config is not None:
+        defaults = defaults_from(json.loads(settings.override_generation_config),
+                                 "--override-generation-config", defaults)
+    return defaults
+
+
 def load_backend(settings: Settings) -> ModelBackend:
     """Load the checkpoint named by ``settings`` (the demo model when None)."""
     from engine.runner import load_runner
@@ -89,13 +110,10 @@ def load_backend(settings: Settings) -> ModelBackend:
     runner = load_runner(model_dir, cfg, hw=hw, overrides=overrides,
                          layout=settings.checkpoint_layout)
     name = (settings.served_model_name or (model_dir.resolve().name,))[0]
-    defaults = SamplingDefaults()
-    if settings.generation_config == "auto":
-        defaults = sampling_defaults(model_dir)
-        if defaults.as_dict():
-            log.info("sampling defaults from %s: %s (requests override them; "
-                     "--generation-config none ignores them)", GENERATION_CONFIG,
-                     defaults.as_dict())
+    defaults = generation_defaults(settings, model_dir)
+    if defaults.as_dict():
+        log.info("sampling defaults: %s (requests override them; --generation-config "
+                 "none ignores %s)", defaults.as_dict(), GENERATION_CONFIG)
     template = (None if settings.chat_template is None
                 else template_from_flag(settings.chat_template))
     tokenizer = Tokenizer.from_dir(model_dir, settings.tokenizer_mode, template,

@@ -51,8 +51,11 @@ class Settings(BaseSettings):
     # the KV cache's element type: auto = bf16; fp8 = e4m3 with per-row fp32 scales
     kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
     # auto: generation_config.json's temperature, top_p, top_k, min_p, repetition_penalty
-    # and max_new_tokens are the defaults for requests that leave them out; none: ignore it
-    generation_config: Literal["auto", "none"] = "auto"
+    # and max_new_tokens are the defaults for requests that leave them out; none (vLLM's
+    # word: vllm): ignore it; a directory: the generation_config.json there
+    generation_config: str = "auto"
+    # vLLM's --override-generation-config: JSON of those keys, set over the defaults
+    override_generation_config: str | None = None
     # chat outputs -> tool_calls / reasoning_content (service/tool_calls/select.py)
     tool_call_parser: Literal["auto", "mistral", "hermes", "none"] = "auto"
     # vLLM's: tool_choice auto is always served here when a tool-call parser reads the
@@ -161,6 +164,32 @@ class Settings(BaseSettings):
             raise ValueError("prompts are always prefilled in chunks here, each step taking "
                              "up to --max-num-batched-tokens of them")
         return on
+
+    @field_validator("generation_config")
+    @classmethod
+    def _generation_config(cls, v: str) -> str:
+        if v in ("auto", "none", "vllm") or Path(v).is_dir():
+            return v
+        raise ValueError(f"{v!r} is not auto, vllm, none or a directory")
+
+    @field_validator("override_generation_config")
+    @classmethod
+    def _generation_overrides(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        from engine.checkpoint.generation import SAMPLING_KEYS
+
+        try:
+            values = json.loads(v)
+        except ValueError as exc:
+            raise ValueError(f"not JSON: {exc}") from None
+        if not isinstance(values, dict):
+            raise ValueError("a JSON object of generation_config keys")
+        unknown = sorted(set(values) - set(SAMPLING_KEYS))
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)}: not sampling defaults (take "
+                             f"{', '.join(SAMPLING_KEYS)})")
+        return v
 
     @field_validator("speculative_config")
     @classmethod

@@ -66,19 +66,27 @@ def sampling_defaults(model_dir: Path) -> SamplingDefaults:
     """The sampling defaults in ``model_dir``/generation_config.json (none if absent).
     A value of the wrong type raises CheckpointError naming the file and key."""
     path = Path(model_dir) / GENERATION_CONFIG
-    gen = read_json(path) if path.exists() else {}
-    found: dict[str, float | int] = {}
+    return defaults_from(read_json(path) if path.exists() else {}, str(path))
+
+
+def defaults_from(values: dict[str, Any], where: str,
+                  base: SamplingDefaults | None = None) -> SamplingDefaults:
+    """``base`` (none: no defaults) with the sampling keys of ``values`` (generation_config
+    names: max_new_tokens, not max_tokens) set over it; other keys are not sampling
+    defaults and are left out. A value a request could not send raises CheckpointError
+    naming ``where`` and the key."""
+    found: dict[str, float | int] = dict(base.as_dict() if base else {})
     for key, field in SAMPLING_KEYS.items():
-        value = gen.get(key)
+        value = values.get(key)
         if value is None:
             continue
         want = int if field in _INT_FIELDS else (int, float)
         if isinstance(value, bool) or not isinstance(value, want):
             kind = "an integer" if field in _INT_FIELDS else "a number"
-            raise CheckpointError(f"{path}: {key} must be {kind}, got {value!r}")
+            raise CheckpointError(f"{where}: {key} must be {kind}, got {value!r}")
         found[field] = value if field in _INT_FIELDS else float(value)
     try:
         SamplingParams(**found)  # the same checks a request's values get
     except SamplingParamsError as exc:
-        raise CheckpointError(f"{path}: {exc}") from exc
+        raise CheckpointError(f"{where}: {exc}") from exc
     return SamplingDefaults(**found)  # type: ignore[arg-type]

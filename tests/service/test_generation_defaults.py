@@ -9,6 +9,7 @@ import shutil
 import pytest
 from fastapi.testclient import TestClient
 
+from engine.checkpoint.errors import CheckpointError
 from engine.checkpoint.generation import SamplingDefaults
 from service.app import create_app
 from service.backend import load_backend
@@ -67,3 +68,46 @@ def test_load_backend_reads_generation_config_unless_none(tiny_checkpoint, tmp_p
     (model / "generation_config.json").write_text(json.dumps(gen))
     backend = load_backend(Settings(model=model, generation_config=mode, kv_cache_gib=0.01))
     assert backend.sampling_defaults.as_dict() == want
+
+
+def test_vllms_generation_config_forms(tiny_checkpoint, tmp_path) -> None:
+    """--generation-config vllm is none (vLLM's word), a directory reads the
+    generation_config.json there, and --override-generation-config sets its keys over
+    whichever defaults were read (alone with none / vllm), as vLLM does."""
+    model = tmp_path / "m"
+    shutil.copytree(tiny_checkpoint(tokenizer=True), model)
+    gen = json.loads((model / "generation_config.json").read_text())
+    (model / "generation_config.json").write_text(json.dumps({**gen, "temperature": 0.3,
+                                                              "top_p": 0.8}))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "generation_config.json").write_text(json.dumps({"top_k": 7}))
+
+    def defaults(**kw):
+        return load_backend(Settings(model=model, kv_cache_gib=0.01, **kw)
+                            ).sampling_defaults.as_dict()
+
+    assert defaults(generation_config="vllm") == {}
+    assert defaults(generation_config=str(other)) == {"top_k": 7}
+    over = '{"temperature": 0.5, "max_new_tokens": 12}'
+    assert defaults(override_generation_config=over) == {"temperature": 0.5, "top_p": 0.8,
+                                                         "max_tokens": 12}
+    assert defaults(generation_config="vllm", override_generation_config=over) == {
+        "temperature": 0.5, "max_tokens": 12}
+
+
+@pytest.mark.parametrize("kw,words", [
+    ({"override_generation_config": '{"temprature": 1}'}, "temprature: not sampling"),
+    ({"override_generation_config": "[1]"}, "a JSON object"),
+    ({"override_generation_config": "{"}, "not JSON"),
+    ({"generation_config": "/nowhere/at/all"}, "not auto, vllm, none or a directory"),
+])
+def test_bad_generation_config_flags_are_refused(kw, words) -> None:
+    with pytest.raises(ValueError, match=words):
+        Settings(**kw)
+
+
+def test_an_override_a_request_could_not_send_fails_at_startup(tiny_checkpoint) -> None:
+    with pytest.raises(CheckpointError, match="--override-generation-config: top_p"):
+        load_backend(Settings(model=tiny_checkpoint(tokenizer=True), kv_cache_gib=0.01,
+                              override_generation_config='{"top_p": 1.5}'))
