@@ -127,6 +127,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="vLLM's: taken, and changes nothing: no checkpoint code is run")
     p.add_argument("--disable-uvicorn-access-log", action="store_true", default=None,
                    help="no line per HTTP request in the log (vLLM's)")
+    p.add_argument("--quantization", choices=("fp8",), default=None,
+                   help="vLLM's: fp8, the checkpoint's FP8 weights served as they are; a "
+                   "bf16 checkpoint with it fails at startup (no quantization at load)")
     p.add_argument("--enforce-eager", action="store_true", default=None,
                    help="vLLM's: every step runs eagerly here (no graph capture); taken so "
                    "that vLLM command lines run")
@@ -190,7 +193,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
                   "trust_request_chat_template", "dtype", "tensor_parallel_size",
                   "trust_remote_code", "disable_uvicorn_access_log", "disable_log_requests",
                   "reasoning_parser", "lm_head_dtype", "limit_mm_per_prompt",
-                  "kv_cache_dtype", "scheduling_policy", "enforce_eager",
+                  "kv_cache_dtype", "scheduling_policy", "enforce_eager", "quantization",
                   "enable_chunked_prefill", "block_size", "max_logprobs", "disable_log_stats",
                   "uvicorn_log_level"]
                  + [f[0][2:].replace("-", "_") for f in FLAGS]):

@@ -18,6 +18,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from engine.checkpoint.errors import CheckpointError
 from engine.checkpoint.generation import (
     GENERATION_CONFIG,
     SamplingDefaults,
@@ -109,6 +110,10 @@ def load_backend(settings: Settings) -> ModelBackend:
     overrides = overrides_from(settings.kernel, settings.disabled_kernels)
     runner = load_runner(model_dir, cfg, hw=hw, overrides=overrides,
                          layout=settings.checkpoint_layout)
+    if settings.quantization == "fp8" and runner.config.quant.method != "fp8":
+        raise CheckpointError(f"--quantization fp8: {model_dir} holds bf16 weights (no FP8 "
+                              "quantization_config); this server does not quantize at load: "
+                              "serve an FP8 checkpoint, or leave the flag out")
     name = (settings.served_model_name or (model_dir.resolve().name,))[0]
     defaults = generation_defaults(settings, model_dir)
     if defaults.as_dict():

@@ -87,6 +87,9 @@ class Settings(BaseSettings):
     # hold 16 tokens, requests ask for up to 20 logprobs, stats are on /metrics (no
     # periodic stats lines)
     enforce_eager: bool = False
+    # vLLM's --quantization: fp8 = the checkpoint's FP8 weights, served as they are (a
+    # bf16 checkpoint with it fails at startup: weights are not quantized at load here)
+    quantization: Literal["fp8"] | None = None
     enable_chunked_prefill: bool = True
     block_size: int = Field(16, ge=16, le=16)
     max_logprobs: int = Field(20, ge=20, le=20)

@@ -258,3 +258,19 @@ def test_documents_reach_a_template_that_reads_them():
         assert r.status_code == 400 and r.json()["error"]["param"] == "documents"
         assert c.post("/v1/chat/completions", json={**body, "documents": None}
                       ).status_code == 200
+
+
+def test_quantization_fp8_names_what_is_served(tiny_checkpoint):
+    """--quantization fp8 (vLLM's) serves an FP8 checkpoint as it is; with a bf16 one the
+    server does not start (vLLM would quantize at load; this server does not)."""
+    from service.backend import load_backend
+
+    fp8 = load_backend(Settings(model=tiny_checkpoint(tokenizer=True), kv_cache_gib=0.01,
+                                quantization="fp8"))
+    assert fp8.runner.config.quant.method == "fp8"
+    with pytest.raises(CheckpointError, match="--quantization fp8: .* holds bf16 weights"):
+        load_backend(Settings(model=tiny_checkpoint(quant="bf16", tokenizer=True),
+                              kv_cache_gib=0.01, quantization="fp8"))
+    assert settings(["--quantization", "fp8"]).quantization == "fp8"
+    with pytest.raises(SystemExit):
+        settings(["--quantization", "awq"])
