@@ -166,6 +166,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit-mm-per-prompt", type=parse_mm_limit, default=None,
                    metavar="image=N", help="images per chat prompt (default image=4); "
                    "image=0 does not load the vision tower (text-only serving)")
+    p.add_argument("--allowed-origins", default=None, metavar="JSON_OR_LIST",
+                   help="CORS: origins browser pages may call from, a JSON list or commas "
+                   "('[\"*\"]' for any; default none: no CORS headers) (vLLM's)")
+    p.add_argument("--allow-credentials", action="store_true", default=None,
+                   help="CORS: allow cookies and auth headers from those origins (vLLM's)")
+    p.add_argument("--allowed-methods", default=None, metavar="JSON_OR_LIST",
+                   help="CORS: methods those origins may use (default all) (vLLM's)")
+    p.add_argument("--allowed-headers", default=None, metavar="JSON_OR_LIST",
+                   help="CORS: request headers those origins may send (default all) "
+                   "(vLLM's)")
     p.add_argument("--allowed-media-domains", nargs="+", default=None, metavar="HOST",
                    help="hosts (and their subdomains) http(s) image URLs may name "
                    "(default: none, http(s) image URLs refused)")
@@ -195,7 +205,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
                   "reasoning_parser", "lm_head_dtype", "limit_mm_per_prompt",
                   "kv_cache_dtype", "scheduling_policy", "enforce_eager", "quantization",
                   "enable_chunked_prefill", "block_size", "max_logprobs", "disable_log_stats",
-                  "uvicorn_log_level"]
+                  "uvicorn_log_level", "allowed_origins", "allow_credentials",
+                  "allowed_methods", "allowed_headers"]
                  + [f[0][2:].replace("-", "_") for f in FLAGS]):
         if getattr(args, name, None) is not None:
             given[name] = getattr(args, name)

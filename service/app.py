@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from service.backend import ModelBackend, ServingState
 from service.backend import load_backend as default_load_backend
@@ -43,6 +44,11 @@ def create_app(settings: Settings | None = None,
 
     app = FastAPI(title="fp8serve", lifespan=lifespan)
     app.state.serving = state
+    if settings.allowed_origins:  # CORS for browser pages on those origins (vLLM's flags)
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins),
+                           allow_credentials=settings.allow_credentials,
+                           allow_methods=list(settings.allowed_methods),
+                           allow_headers=list(settings.allowed_headers))
     install_error_handlers(app)
     install_openapi(app)
     app.include_router(ops.public)

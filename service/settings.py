@@ -110,6 +110,12 @@ class Settings(BaseSettings):
     limit_mm_per_prompt: int = Field(4, ge=0)
     max_image_size: int | None = Field(None, ge=28)
     allowed_media_domains: Annotated[tuple[str, ...], NoDecode] = ()
+    # CORS (vLLM's flags): origins a browser page may call from (JSON list or commas;
+    # none by default: no CORS headers), and for them credentials, methods, headers
+    allowed_origins: Annotated[tuple[str, ...], NoDecode] = ()
+    allow_credentials: bool = False
+    allowed_methods: Annotated[tuple[str, ...], NoDecode] = ("*",)
+    allowed_headers: Annotated[tuple[str, ...], NoDecode] = ("*",)
     media_fetch_timeout: float = Field(5.0, gt=0)
     max_media_bytes: int = Field(20 * 2**20, ge=1)
     allowed_local_media_path: Path | None = None
@@ -133,7 +139,8 @@ class Settings(BaseSettings):
     vision_encoder_threads: int | None = Field(None, ge=1)
 
     @field_validator("api_keys", "disabled_kernels", "allowed_media_domains",
-                     "served_model_name", mode="before")
+                     "served_model_name", "allowed_origins", "allowed_methods",
+                     "allowed_headers", mode="before")
     @classmethod
     def _split(cls, v: object) -> object:
         if isinstance(v, str):
