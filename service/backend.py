@@ -80,6 +80,19 @@ def generation_defaults(settings: Settings, model_dir: Path) -> SamplingDefaults
     return defaults
 
 
+def check_quantization(settings: Settings, model_dir: Path) -> None:
+    """vLLM's --quantization fp8 names what is served: an FP8 checkpoint (read from its
+    config files, before any weight is loaded); a bf16 one is a CheckpointError."""
+    from engine.loader import read_model_config
+
+    if settings.quantization != "fp8":
+        return
+    if read_model_config(model_dir, settings.checkpoint_layout).quant.method != "fp8":
+        raise CheckpointError(f"--quantization fp8: {model_dir} holds bf16 weights (no FP8 "
+                              "quantization_config); this server does not quantize at load: "
+                              "serve an FP8 checkpoint, or leave the flag out")
+
+
 def load_backend(settings: Settings) -> ModelBackend:
     """Load the checkpoint named by ``settings`` (the demo model when None)."""
     from engine.runner import load_runner
@@ -108,12 +121,9 @@ def load_backend(settings: Settings) -> ModelBackend:
 
     hw = probe_hardware()
     overrides = overrides_from(settings.kernel, settings.disabled_kernels)
+    check_quantization(settings, model_dir)
     runner = load_runner(model_dir, cfg, hw=hw, overrides=overrides,
                          layout=settings.checkpoint_layout)
-    if settings.quantization == "fp8" and runner.config.quant.method != "fp8":
-        raise CheckpointError(f"--quantization fp8: {model_dir} holds bf16 weights (no FP8 "
-                              "quantization_config); this server does not quantize at load: "
-                              "serve an FP8 checkpoint, or leave the flag out")
     name = (settings.served_model_name or (model_dir.resolve().name,))[0]
     defaults = generation_defaults(settings, model_dir)
     if defaults.as_dict():

@@ -167,6 +167,20 @@ class Settings(BaseSettings):
         except argparse.ArgumentTypeError as exc:
             raise ValueError(str(exc)) from None
 
+    @model_validator(mode="after")
+    def _cors_needs_origins(self) -> Settings:
+        """The CORS flags describe answers to allowed origins: without one they would be
+        ignored, so they are refused."""
+        if self.allowed_origins:
+            return self
+        given = [f for f, on in (("--allow-credentials", self.allow_credentials),
+                                 ("--allowed-methods", self.allowed_methods != ("*",)),
+                                 ("--allowed-headers", self.allowed_headers != ("*",))) if on]
+        if given:
+            raise ValueError(f"{', '.join(given)}: CORS settings for --allowed-origins, "
+                             "which is not set")
+        return self
+
     @field_validator("enable_chunked_prefill")
     @classmethod
     def _chunked_prefill(cls, on: bool) -> bool:

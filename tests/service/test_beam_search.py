@@ -301,3 +301,19 @@ def test_a_width_beyond_what_the_server_takes_is_a_400():
         assert r.status_code == 400 and r.json()["error"]["param"] == "n", r.text
         assert cl.post("/v1/completions", json={"prompt": PROMPTS[0], **beams(3)}
                        ).status_code == 200
+
+
+def test_width_one_is_greedy_on_the_published_file_set(tiny_checkpoint):
+    """A chat on tokenizer.json + the published template (its long default system prompt,
+    the mistral reasoning and tool parsers reading the beam)."""
+    model = tiny_checkpoint(tokenizer="published")
+    with TestClient(create_app(Settings(model=model, max_model_len=2048,
+                                        kv_cache_gib=0.1))) as cl:
+        body = {"messages": [{"role": "user", "content": "Name a color."}], "max_tokens": 8}
+        greedy = cl.post("/v1/chat/completions", json={**body, "temperature": 0}).json()
+        beam = cl.post("/v1/chat/completions", json={**body, "n": 1, "use_beam_search": True,
+                                                     "return_token_ids": True}).json()
+        assert [c["message"] for c in beam["choices"]] == [
+            c["message"] for c in greedy["choices"]]
+        wide = cl.post("/v1/chat/completions", json={**body, "n": 3, "use_beam_search": True})
+        assert wide.status_code == 200 and len(wide.json()["choices"]) == 3

@@ -1,6 +1,7 @@
 """CORS with vLLM's flags: no CORS headers by default; --allowed-origins lets browser pages
 on those origins call the API (preflight answered, the origin echoed on answers), with
-the methods, headers and credentials the flags allow; other origins get none."""
+the methods, headers and credentials the flags allow; other origins get none. Those
+three without an origin would change nothing, so they are refused."""
 
 from __future__ import annotations
 
@@ -52,6 +53,13 @@ def test_any_origin_with_credentials():
         r = preflight(c, "https://any.example")
         assert r.headers["access-control-allow-origin"] == "https://any.example"
         assert r.headers["access-control-allow-credentials"] == "true"
+
+
+@pytest.mark.parametrize("kw", [{"allow_credentials": True}, {"allowed_methods": ("GET",)},
+                                {"allowed_headers": ("x-api-key",)}])
+def test_cors_settings_without_an_origin_are_refused(kw):
+    with pytest.raises(ValueError, match="which is not set"):
+        Settings(**kw)
 
 
 @pytest.mark.parametrize("value", ['["https://a.example", "https://b.example"]',
