@@ -5,14 +5,16 @@ amx_w8a16 (per-tensor, per-channel) / amx_block_w8a16 (block scales)
              "scale":  fp32 [N] (per-tensor broadcast at prepare time) or
                        fp32 [ceil(N/bn), ceil(K/bk)] (block)}
     apply:  x[M, K] bf16 -> y[M, N] bf16, batch-invariant: row i is bitwise the same for
-            any M and any other rows. Per 32-column weight tile, K in chunks (256 deep, or
-            one k-block): the chunk's FP8 is unpacked once to its exact BF16 values in an
-            L1-resident buffer, then every 16-row tile of x (the last one zero padded)
-            runs TDPBF16PS over the chunk's 32-deep steps in increasing k; the scale is
-            applied on the fp32 sums (per k-block with block scales). Decode rows ride in
-            one padded row tile, so M = 1 streams the weight once; prefill reuses each
-            unpacked chunk for every row tile. Not bitwise equal to avx512_w8a16 (the
-            tile instruction's internal order is its own), which is why decode runs this
+            any M and any other rows. Every output runs TDPBF16PS over the 32-deep steps
+            of K in increasing k from zero, its FP8 weight unpacked to exact BF16 values;
+            the scale is applied on the fp32 sums (per k-block with block scales). Two
+            walks run these same chains: M > 16, per 32-column weight tile, K in chunks
+            (256 deep, or one k-block) unpacked once into an L1-resident buffer, then
+            every 16-row tile of x (the last one zero padded); M <= 16 (decode), the
+            tiles configured with M rows, each weight tile streamed through a ring of
+            unpacked steps, step s + 1 unpacked before step s's tile work, the sums held
+            in the tiles across K. Not bitwise equal to avx512_w8a16 (the tile
+            instruction's internal order is its own), which is why decode runs this
             kernel too on AMX hosts.
 Gate: AMX tile + bf16 granted by the OS (hw.amx_usable), AVX-512 BF16, extension built,
 dispatch level amx (FP8SERVE_ISA may lower it). Below that level the op runs the same walk

@@ -36,6 +36,12 @@ float ftz(float f) {
 
 class Tiles {
  public:
+  // rows: of the C tiles 0, 1 and the A tile 4, as amx_gemm_tiles.cpp configures them; a
+  // load reads that many rows and zeroes the rest, a store writes that many, as the real
+  // tiles do
+  explicit Tiles(int rows = 16) {
+    for (int i = 0; i < 8; ++i) rows_[i] = i == 0 || i == 1 || i == 4 ? rows : 16;
+  }
   void fence() const {}
   template <int T>
   void zero() {
@@ -43,17 +49,20 @@ class Tiles {
   }
   template <int T>
   void load(const void* p, int64_t stride) {
-    for (int r = 0; r < 16; ++r) {
+    std::memset(t_[T], 0, sizeof(t_[T]));
+    for (int r = 0; r < rows_[T]; ++r) {
       std::memcpy(t_[T][r], static_cast<const char*>(p) + r * stride, 64);
     }
   }
   template <int T>
   void store(void* p, int64_t stride) {
-    for (int r = 0; r < 16; ++r) std::memcpy(static_cast<char*>(p) + r * stride, t_[T][r], 64);
+    for (int r = 0; r < rows_[T]; ++r) {
+      std::memcpy(static_cast<char*>(p) + r * stride, t_[T][r], 64);
+    }
   }
   template <int C, int A, int B>
   void dp() {
-    for (int m = 0; m < 16; ++m) {
+    for (int m = 0; m < rows_[C]; ++m) {
       for (int n = 0; n < 16; ++n) {
         float c = f32(C, m, n);
         for (int k = 0; k < 16; ++k) {
@@ -80,6 +89,7 @@ class Tiles {
     return v;
   }
   alignas(64) unsigned char t_[8][16][64];
+  int rows_[8];
 };
 
 #define TILE_ZERO(tl, t) (tl).zero<t>()

@@ -46,7 +46,8 @@ void fp8_linear_tiles(const GemvArgs& a, int64_t t0, int64_t t1,
 // The AMX tile GEMM (amx_gemm.inc) on the same arguments as fp8_linear: one TDPBF16PS
 // walk over K per output for every M (batch-invariant, but not bitwise equal to
 // fp8_linear). Real tiles when cpu_isa() == kAmx, else the portable stand-in (every host;
-// slow: for tests). Rows are padded inside tiles of kAmxRowTile.
+// slow: for tests). M <= kAmxRowTile: the decode walk (tiles of M rows); above, rows
+// padded inside tiles of kAmxRowTile.
 constexpr int64_t kAmxRowTile = 16;
 void amx_linear(const GemvArgs& a);
 void amx_linear_tiles(const GemvArgs& a, int64_t t0, int64_t t1);

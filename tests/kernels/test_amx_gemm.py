@@ -61,6 +61,20 @@ def check_rows_independent_of_m(ops) -> None:
             assert torch.equal(part.view(torch.int16), y[a:b].view(torch.int16)), (kind, a, b)
 
 
+def check_decode_walk_equals_row_walk(ops) -> None:
+    """M <= 16 runs the decode walk (a ring of unpacked steps, C tiles configured with M
+    rows, x read in place); M > 16 the row-tile walk. Every M from 1 to 17 equals the same
+    rows of a 40-row batch: per-channel over a K that is a multiple of 32 but not of 256
+    (x unpadded), block scales over a K padded to 608 (a partial last k-block)."""
+    for kind, k in ((ScaleKind.PER_CHANNEL, 640), (ScaleKind.BLOCK, 600)):
+        w = make_weight(96, k, kind, seed=11, block=(32, 128))
+        x = make_x(40, k, seed=12)
+        y = _gemm(ops, x, w, make_bias(96))
+        for m in range(1, 18):
+            alone = _gemm(ops, x[:m], w, make_bias(96))
+            assert torch.equal(alone.view(torch.int16), y[:m].view(torch.int16)), (kind, m)
+
+
 def check_row_blocks_do_not_change_rows(ops) -> None:
     """K = 12800: the walk splits 70 rows into row blocks (x per block within 1.5 MiB is
     under the 4-row-tile minimum, so 64 rows); rows on either side of a block edge equal
@@ -100,6 +114,10 @@ def check_every_code_exact(ops) -> None:
 
 def test_rows_independent_of_m():
     check_rows_independent_of_m(torch.ops.fp8serve)
+
+
+def test_decode_walk_equals_row_walk():
+    check_decode_walk_equals_row_walk(torch.ops.fp8serve)
 
 
 def test_row_blocks_do_not_change_rows():
@@ -155,7 +173,7 @@ def test_the_extension_holds_the_real_tile_kernel():
 def test_standin_passes_the_same_checks_on_an_amx_host():
     assert_tests_pass_under_isa("avx512", __name__, "check_rows_independent_of_m",
                                 "check_row_blocks_do_not_change_rows",
-                                "check_tails_match_oracle", "check_every_code_exact")
+                                "check_decode_walk_equals_row_walk", "check_tails_match_oracle", "check_every_code_exact")
 
 
 @needs_amx
