@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Checks for a host with real AMX tiles (e.g. a Sapphire/Emerald Rapids Xeon), where the
-# development machine can only run the AMX code path on oneDNN's AVX-512 kernels:
+# development machine can only run the AMX code path on the portable stand-in:
 #   1. the extension builds against this host's torch and its cpuid probe reports AMX,
 #      and Linux grants the tile-data state (probe_hardware().amx_permitted);
-#   2. the kernel and extension tests (tests/kernels, tests/ext) pass here, AMX kernels
-#      included, now executing AMX tile instructions through cpublas::brgemm;
+#   2. the kernel and extension tests (tests/kernels, tests/ext), the fused decode step
+#      tests and the end-to-end exactness files pass here with the default kernels
+#      (amx_w8a16 chosen), now on the real tiles;
 #   3. the registry picks amx_w8a16 on this host for every 8B shape;
-#   4. fp8serve bench kernels: amx_w8a16 and avx512_w8a16 vs torch bf16 matmul.
-# Usage: tests/device/amx_host_check.sh [OUT_DIR]   (from the repository root)
+#   4. fp8serve bench kernels: amx_w8a16 and avx512_w8a16 vs torch bf16 matmul, on all
+#      threads and on 2; the decode walk against the row-tile walk at M = 1
+#      (FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_DECODE=0 builds the latter);
+#   5. fp8serve bench generate on a 3B-shaped checkpoint (12 layers), 2 threads, the
+#      default kernels against the fused AVX-512 path, alternating.
+# Usage: tests/device/amx_host_check.sh [OUT_DIR]   (from the repository root; the service
+# and test dependencies installed: pip install -e '.[test]')
 set -uo pipefail
 OUT=${1:-${OUT:-/tmp/amx-check}}
 mkdir -p "$OUT"
@@ -35,7 +41,26 @@ for n, k in [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (48, 200)
         print(f"{n}x{k} {kind.value}: {sel.kernel.id}", [(r.kernel_id, r.reason) for r in sel.rejections])
 PYEOF
 [[ ${PIPESTATUS[0]} == 0 ]] || exit 1
-"$PY" -m pytest -q -ra -p no:cacheprovider -m "not slow" tests/kernels tests/ext 2>&1 \
+"$PY" -m pytest -q -ra -p no:cacheprovider -m "not slow" tests/kernels tests/ext \
+    tests/engine/test_decode_step_amx.py tests/engine/test_decode_step.py \
+    tests/engine/test_model_forced_kernels.py tests/engine/test_hardware_probe.py \
+    tests/service/test_e2e_server.py tests/service/test_e2e_kv_fp8.py \
+    tests/service/test_e2e_prefix_cache.py tests/service/test_e2e_spec.py 2>&1 \
     | tee "$OUT/pytest.log" | tail -40
-"$PY" -m cli.main bench kernels --m "${BENCH_M:-1,32,512}" --kernels amx_w8a16,avx512_w8a16 \
+M=${BENCH_M:-1,32,512}
+"$PY" -m cli.main bench kernels --m "$M" --kernels amx_w8a16,avx512_w8a16 --scaled-mm-m '' \
     --json "$OUT/kernels.json" --png "$OUT/kernels.png" 2>&1 | tee "$OUT/bench.log" | tail -45
+OMP_NUM_THREADS=2 "$PY" -m cli.main bench kernels --m 1 --kernels amx_w8a16,avx512_w8a16 \
+    --scaled-mm-m '' --json "$OUT/kernels-2t.json" 2>&1 | tee "$OUT/bench-2t.log" | tail -20
+FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_DECODE=0 OMP_NUM_THREADS=2 "$PY" -m cli.main bench kernels --m 1 \
+    --kernels amx_w8a16 --scaled-mm-m '' --json "$OUT/kernels-2t-rowwalk.json" 2>&1 \
+    | tee "$OUT/bench-2t-rowwalk.log" | tail -20
+"$PY" -m cli.main synth-model --shape ministral-3-3b --layers 12 --out "$OUT/m3b" >/dev/null
+for mode in amx avx512 amx avx512; do
+  if [[ $mode == avx512 ]]; then export FP8SERVE_DISABLED_KERNELS=amx_w8a16,amx_block_w8a16
+  else unset FP8SERVE_DISABLED_KERNELS; fi
+  "$PY" -m cli.main bench generate --model "$OUT/m3b" --baselines '' --prompt-len 512 \
+      --gen-len 32 --threads 2 --rounds 1 2>&1 | tee -a "$OUT/generate.log" | grep -E "^round" \
+      | sed "s/^/$mode: /"
+done
+unset FP8SERVE_DISABLED_KERNELS
