@@ -173,7 +173,8 @@ def test_the_extension_holds_the_real_tile_kernel():
 def test_standin_passes_the_same_checks_on_an_amx_host():
     assert_tests_pass_under_isa("avx512", __name__, "check_rows_independent_of_m",
                                 "check_row_blocks_do_not_change_rows",
-                                "check_decode_walk_equals_row_walk", "check_tails_match_oracle", "check_every_code_exact")
+                                "check_decode_walk_equals_row_walk", "check_tails_match_oracle",
+                                "check_every_code_exact")
 
 
 @needs_amx
