@@ -104,8 +104,9 @@ def _constraint(param: str) -> tuple[Rule, ...]:
     """vLLM's structured_outputs (and its older guided_* / structural_tag fields)."""
     return (
         Rule(param, "invalid constraint", "exactly one of json, regex, choice, grammar, "
-             "json_object, each well formed (a JSON schema, a regex, a non-empty list of "
-             "strings, a Lark or GBNF grammar); structural_tag is not served"),
+             "json_object, structural_tag, each well formed (a JSON schema, a regex, a "
+             "non-empty list of strings, a Lark or GBNF grammar, triggers and structures "
+             "whose begin starts with a trigger; not xgrammar's format form)"),
         Rule(param, "cannot be combined", "the constraint goes alone: not with "
              "response_format, tools the model may call, or its other form"),
         Rule(param, "as a grammar", "the constraint must compile to a grammar for the "

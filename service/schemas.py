@@ -90,7 +90,7 @@ REFUSED_UNLESS_NULL: JsonDict = {HANDLING_KEY: "not implemented: 400 unless `nul
 
 class StructuredOutputs(_Body):
     """vLLM's ``structured_outputs`` (``StructuredOutputsParams``): exactly one constraint
-    (json, regex, choice, grammar, json_object; structural_tag is refused) and the JSON
+    (json, regex, choice, grammar, json_object, structural_tag) and the JSON
     options (engine/structured/outputs.py). Unknown keys are a 400, not ignored."""
 
     model_config = ConfigDict(extra="forbid")
@@ -99,8 +99,7 @@ class StructuredOutputs(_Body):
     choice: list[str] | None = None
     grammar: str | None = None
     json_object: bool | None = None
-    structural_tag: str | dict[str, Any] | None = Field(
-        None, json_schema_extra=REFUSED_UNLESS_NULL)
+    structural_tag: str | dict[str, Any] | None = None
     whitespace_pattern: str | None = None
     disable_any_whitespace: bool = False
     disable_additional_properties: bool = False
@@ -165,8 +164,7 @@ class _Sampling(_Body):
     guided_grammar: str | None = None
     guided_whitespace_pattern: str | None = None
     guided_decoding_backend: str | None = None
-    structural_tag: str | dict[str, Any] | None = Field(
-        None, json_schema_extra=REFUSED_UNLESS_NULL)
+    structural_tag: str | dict[str, Any] | None = None
     # vLLM's beam search (service/beam_search.py): n beams, ranked by cumulative logprob
     # / length ** length_penalty
     use_beam_search: bool = False
@@ -224,8 +222,26 @@ class JsonSchemaResponseFormat(_Body):
     json_schema: JsonSchemaFormat
 
 
-ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaResponseFormat,
-                           Field(discriminator="type")]
+class StructuralTagStructure(_Body):
+    model_config = ConfigDict(extra="forbid")
+    begin: str
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    end: str
+
+
+class StructuralTagResponseFormat(_Body):
+    """vLLM's structural tag (engine/structured/outputs.py structural_tag_spec): free text
+    in which each trigger opens one of the structures. Unknown keys (xgrammar's
+    ``format`` form among them) are a 400."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["structural_tag"]
+    triggers: list[str]
+    structures: list[StructuralTagStructure]
+
+
+ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaResponseFormat
+                           | StructuralTagResponseFormat, Field(discriminator="type")]
 
 
 class CompletionRequest(_Sampling):

@@ -10,7 +10,13 @@ holds exactly one constraint:
 - ``grammar``: a context-free grammar, llguidance's Lark dialect or llama.cpp's GBNF
   (converted by llguidance);
 - ``json_object: true``: any JSON object;
-- ``structural_tag``: not implemented (GrammarError).
+- ``structural_tag``: free text in which every trigger opens a tagged segment:
+  ``{"triggers": [...], "structures": [{"begin", "schema", "end"}]}`` (an object or its
+  JSON text; vLLM's form, also sent as ``response_format`` with ``"type":
+  "structural_tag"``): once the output reaches a trigger it must go on with a structure's
+  ``begin`` (which starts with that trigger), a JSON value valid against its ``schema``
+  and its ``end``; then free text again. Built with llguidance's StructTag, as vLLM's
+  guidance backend builds it. xgrammar's newer ``format`` form is a GrammarError.
 
 and options for the JSON constraints: ``whitespace_pattern`` (the whitespace allowed
 between JSON tokens; without it JSON is written compactly, as ``json.dumps`` writes it),
@@ -30,6 +36,7 @@ from typing import Any
 from engine.structured.spec import (
     GrammarError,
     GrammarSpec,
+    json_lark,
     json_object_spec,
     json_schema_spec,
 )
@@ -105,6 +112,75 @@ def closed_objects(schema: Any) -> Any:
     return out
 
 
+_TAG_KEYS = ("type", "triggers", "structures")
+_STRUCTURE_KEYS = ("begin", "schema", "end")
+
+
+def _tag_object(value: Any) -> Mapping[str, Any]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise GrammarError(f"structural_tag: not JSON: {exc}") from exc
+    if not isinstance(value, Mapping):
+        raise GrammarError("structural_tag: an object with triggers and structures is "
+                           f"needed, got {type(value).__name__}")
+    if value.get("format") is not None:
+        raise GrammarError("structural_tag.format: xgrammar's format form is not served; "
+                           "send triggers and structures")
+    unknown = sorted(k for k in value if k not in _TAG_KEYS and value[k] is not None)
+    if unknown:
+        raise GrammarError(f"structural_tag.{unknown[0]}: not a field (fields: "
+                           f"{', '.join(_TAG_KEYS)})")
+    if value.get("type", "structural_tag") != "structural_tag":
+        raise GrammarError("structural_tag.type: must be 'structural_tag'")
+    return value
+
+
+def structural_tag_spec(value: Any, closed: bool = False) -> GrammarSpec:
+    """vLLM's legacy structural tag (see the module docstring) -> spec. Each structure's
+    trigger is the first of ``triggers`` its ``begin`` starts with; the schemas are
+    compiled leniently in the JSON style of every other constraint here, with
+    ``additionalProperties: false`` added where unset when ``closed``."""
+    import llguidance
+
+    tag = _tag_object(value)
+    triggers = tag.get("triggers")
+    if (not isinstance(triggers, list) or not triggers
+            or not all(isinstance(t, str) and t for t in triggers)):
+        raise GrammarError("structural_tag.triggers: a non-empty list of non-empty strings "
+                           "is needed")
+    structures = tag.get("structures")
+    if not isinstance(structures, list) or not structures:
+        raise GrammarError("structural_tag.structures: a non-empty list of {begin, schema, "
+                           "end} objects is needed")
+    tags = []
+    for i, st in enumerate(structures):
+        where = f"structural_tag.structures[{i}]"
+        if not isinstance(st, Mapping):
+            raise GrammarError(f"{where}: an object with begin, schema and end is needed")
+        extra = sorted(set(st) - set(_STRUCTURE_KEYS))
+        if extra:
+            raise GrammarError(f"{where}.{extra[0]}: not a field (fields: begin, schema, end)")
+        begin, end = st.get("begin"), st.get("end")
+        if not isinstance(begin, str) or not isinstance(end, str):
+            raise GrammarError(f"{where}: begin and end must be strings")
+        trigger = next((t for t in triggers if begin.startswith(t)), None)
+        if trigger is None:
+            raise GrammarError(f"{where}.begin: {begin!r} starts with none of the triggers")
+        try:
+            schema = {} if st.get("schema") is None else _schema(st["schema"])
+        except GrammarError as exc:
+            raise GrammarError(f"{where}.schema: {str(exc).removeprefix('json: ')}") from None
+        if closed:
+            schema = closed_objects(schema)
+        # json_lark's "%json {...}" minus its prefix: the schema text StructTag embeds
+        text = json_lark(schema, strict=False).removeprefix("%json ")
+        tags.append(llguidance.StructTag(trigger=trigger, begin=begin, grammar=text, end=end))
+    return GrammarSpec(llguidance.StructTag.to_grammar(tags), "structural_tag",
+                       "structural_tag")
+
+
 def _schema(value: Any) -> Mapping[str, Any]:
     if isinstance(value, str):
         try:
@@ -142,7 +218,7 @@ def _json_spec(params: Mapping[str, Any]) -> GrammarSpec:
 def spec_from_structured_outputs(params: Mapping[str, Any] | None) -> GrammarSpec | None:
     """``structured_outputs`` (keys of CONSTRAINTS and OPTIONS; None or unset values are
     absent) -> spec; None when ``params`` is None. Raises GrammarError when no constraint
-    or more than one is set, for structural_tag, or when a constraint is malformed."""
+    or more than one is set, or when a constraint is malformed."""
     if params is None:
         return None
     unknown = sorted(set(params) - set(CONSTRAINTS) - set(OPTIONS))
@@ -157,8 +233,8 @@ def spec_from_structured_outputs(params: Mapping[str, Any] | None) -> GrammarSpe
     if params.get("whitespace_pattern") is not None and kind not in ("json", "json_object"):
         raise GrammarError(f"whitespace_pattern: applies to json and json_object, not {kind}")
     if kind == "structural_tag":
-        raise GrammarError("structural_tag: not supported by this server (use json, regex, "
-                           "choice or grammar)")
+        return structural_tag_spec(params["structural_tag"],
+                                   bool(params.get("disable_additional_properties")))
     if kind == "regex":
         return regex_spec(params["regex"])
     if kind == "choice":

@@ -20,8 +20,8 @@ from typing import Any
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 # GrammarSpec.kind: what built the grammar (a small, fixed set of metric label values)
-KINDS = ("grammar", "json_object", "json_schema", "regex", "choice", "tool_mistral",
-         "tool_hermes")
+KINDS = ("grammar", "json_object", "json_schema", "regex", "choice", "structural_tag",
+         "tool_mistral", "tool_hermes")
 
 
 class GrammarError(ValueError):
@@ -76,7 +76,8 @@ def json_schema_spec(schema: Mapping[str, Any], name: str = "schema",
 
 def spec_from_response_format(response_format: Mapping[str, Any] | None
                               ) -> GrammarSpec | None:
-    """OpenAI ``response_format`` dict -> spec; None for ``text`` (or no format).
+    """OpenAI ``response_format`` dict -> spec; None for ``text`` (or no format). vLLM's
+    ``{"type": "structural_tag", "triggers", "structures"}`` as structural_tag_spec.
 
     ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`` (no
     ``schema``: any JSON value, the empty schema): compiled
@@ -89,6 +90,10 @@ def spec_from_response_format(response_format: Mapping[str, Any] | None
         return None
     if kind == "json_object":
         return json_object_spec()
+    if kind == "structural_tag":
+        from engine.structured.outputs import structural_tag_spec
+
+        return structural_tag_spec(response_format)
     if kind != "json_schema":
         raise GrammarError(f"response_format type {kind!r} is not supported")
     body = response_format.get("json_schema")

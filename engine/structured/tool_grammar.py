@@ -131,6 +131,9 @@ def tool_call_grammar(tools: Sequence[Mapping[str, Any]], tool_choice: Any = "au
         return fmt
     if not tools:
         raise GrammarError(f"tool_choice {tool_choice!r} needs at least one tool")
+    if fmt is not None and fmt.kind == "structural_tag":
+        raise GrammarError("a structural_tag response_format goes alone: its tags and the "
+                           "model's tool calls would be two grammars for the same text")
     mode, fns = _chosen(_functions(tools), tool_choice)
     rules = _call_rules(fns, style, vocab)
     head = "call" if style == "mistral" else "fn"

@@ -66,6 +66,61 @@ def test_chat_answers_follow_the_constraint_and_equal_plain(spec_servers, case):
     assert got[0] == got[1]
 
 
+ANSWER = {"type": "object", "properties": {"approved": {"type": "string", "maxLength": 40}},
+          "required": ["approved"], "additionalProperties": False}
+# the demo model starts its answer with "The": the trigger turns that into a tagged answer
+TAG = {"triggers": ["The"], "structures": [{"begin": "The answer: ", "schema": ANSWER,
+                                            "end": "."}]}
+
+
+def tagged(text: str, cut: bool) -> list[dict]:
+    """The tagged segments of ``text``, each checked: every "The" of the free text opens
+    "The answer: " + a JSON value valid against ANSWER + "."; ``cut``: the output ran into
+    max_tokens, so its last segment may be unfinished."""
+    found, i, dec = [], 0, json.JSONDecoder()
+    while (j := text.find("The", i)) >= 0:
+        body = text[j:]
+        assert "The answer: ".startswith(body) if len(body) < 12 and cut else \
+            body.startswith("The answer: "), body[:60]
+        try:
+            value, n = dec.raw_decode(body, len("The answer: "))
+        except json.JSONDecodeError:
+            assert cut, body  # only an output cut short may end inside a segment
+            break
+        if n == len(body) and cut:
+            break
+        jsonschema.validate(value, ANSWER)
+        assert body[n] == ".", body[:n + 10]
+        found.append(value)
+        i = j + n + 1
+    return found
+
+
+def test_structural_tags_open_in_free_text_and_speculate_alike(spec_servers):
+    """vLLM's structural_tag (structured_outputs, its older top-level field, chat's
+    response_format): free text, in which the trigger forces a tagged JSON segment."""
+    answers = []
+    for srv, extra in zip(spec_servers, ({"structured_outputs": {"structural_tag": TAG}},
+                                         {"response_format": {"type": "structural_tag",
+                                                              **TAG}}), strict=True):
+        r = sdk(srv).chat.completions.create(
+            model="demo", messages=[{"role": "user", "content": ASK}], temperature=0,
+            max_tokens=60, extra_body=extra)
+        text = r.choices[0].message.content
+        # at least one whole segment: the constraint was exercised
+        assert tagged(text, r.choices[0].finish_reason == "length"), text
+        answers.append(text)
+    assert answers[0] == answers[1]
+    free = sdk(spec_servers[1]).chat.completions.create(
+        model="demo", messages=[{"role": "user", "content": ASK}], temperature=0,
+        max_tokens=60).choices[0].message.content
+    assert free.startswith("The") and not free.startswith("The answer: "), free
+    r = httpx.post(spec_servers[0]["url"] + "/v1/completions", json={
+        "model": "demo", "prompt": f"{PASSAGE}\nQ: What was approved?\nA:", "max_tokens": 40,
+        "temperature": 0, "structural_tag": json.dumps(TAG)}, timeout=300).json()
+    tagged(r["choices"][0]["text"], r["choices"][0]["finish_reason"] == "length")
+
+
 def test_completions_stream_and_sample_under_the_constraint(spec_servers):
     on, off = spec_servers
     body = {"model": "demo", "prompt": [f"{PASSAGE}\nIn one sentence:", "Name a day:"],
@@ -101,7 +156,17 @@ REFUSED = [
      "exactly one of"),
     ("chat", {"structured_outputs": {}}, "structured_outputs", "exactly one of"),
     ("chat", {"structured_outputs": {"structural_tag": "{}"}}, "structured_outputs",
-     "structural_tag: not supported"),
+     "structural_tag.triggers: a non-empty list"),
+    ("chat", {"structured_outputs": {"structural_tag": {**TAG, "format": {}}}},
+     "structured_outputs", "xgrammar's format form is not served"),
+    ("chat", {"structured_outputs": {"structural_tag": {"triggers": ["<f"], "structures": [
+        {"begin": "<g>", "schema": {}, "end": ""}]}}}, "structured_outputs",
+     "starts with none of the triggers"),
+    ("chat", {"response_format": {"type": "structural_tag", "triggers": ["<tool_call>"],
+                                  "structures": [{"begin": "<tool_call>", "end": ""}]}},
+     "response_format", "unknown special token"),
+    ("chat", {"response_format": {"type": "structural_tag", **TAG}, "tools": [TOOL]},
+     "response_format", "goes alone"),
     ("chat", {"structured_outputs": {"regex": "(a"}}, "structured_outputs",
      "cannot be enforced as a grammar"),
     ("chat", {"structured_outputs": {"grammar": "root ::= ::="}}, "structured_outputs",
@@ -118,7 +183,7 @@ REFUSED = [
     ("chat", {"guided_regex": "a", "guided_choice": ["a"]}, "guided_regex", "exactly one"),
     ("chat", {"guided_choice": ["a"], "guided_decoding_backend": "xgrammar"},
      "guided_decoding_backend", "is not available"),
-    ("chat", {"structural_tag": "{}"}, "structural_tag", "not supported"),
+    ("chat", {"structural_tag": "{}"}, "structural_tag", "structural_tag.triggers"),
     ("completions", {"guided_json": "{oops"}, "guided_json", "not JSON"),
     ("completions", {"guided_choice": ["a"], "response_format": {"type": "json_object"}},
      "guided_choice", "cannot be combined with response_format"),

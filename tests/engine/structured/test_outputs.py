@@ -4,10 +4,17 @@ outputs they accept token by token on the real tokenizers, and by what they refu
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
-from engine.structured import GrammarError, compiler_for, spec_from_structured_outputs
+from engine.structured import (
+    GrammarError,
+    compiler_for,
+    spec_from_response_format,
+    spec_from_structured_outputs,
+    tool_call_grammar,
+)
 from engine.structured.outputs import closed_objects
 from tests.engine.structured.test_grammar_language import accepts
 
@@ -54,6 +61,66 @@ def test_each_constraint_accepts_its_language(any_tokenizer, params, text, ok):
     assert accepts(any_tokenizer, spec_from_structured_outputs(params), text) is ok
 
 
+ADD = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+TAG = {"triggers": ["<f="], "structures": [{"begin": "<f=add>", "schema": ADD, "end": "</f>"},
+                                           {"begin": "<f=neg>", "schema": ADD, "end": "</f>"}]}
+
+
+@pytest.mark.parametrize("text, ok", [
+    ("plain text, no call", True),
+    ('x <f=add>{"a": 1}</f> y', True),
+    ('<f=neg>{"a": 1}</f><f=add>{"a": 2}</f>\nthen text', True),
+    ('x <f=add>{"b": 1}</f>', False),  # the schema holds inside the tag
+    ('x <f=sub>{"a": 1}</f>', False),  # the trigger opens a structure: no other text
+    ('x <f=add>{"a": 1}', False),  # the end is due
+    ('x <f=add> {"a": 1}</f>', False),  # compact JSON right after begin
+])
+@pytest.mark.parametrize("form", ["object", "json_text", "closed"])
+def test_structural_tags_constrain_only_what_follows_a_trigger(demo_tokenizer, text, ok, form):
+    value = json.dumps(TAG) if form == "json_text" else TAG
+    params = {"structural_tag": value, "disable_additional_properties": form == "closed"}
+    assert accepts(demo_tokenizer, spec_from_structured_outputs(params), text) is ok
+
+
+def test_structural_tag_closed_objects_and_response_format_form(demo_tokenizer):
+    extra = 'x <f=add>{"a": 1, "b": 2}</f>'
+    spec = spec_from_structured_outputs({"structural_tag": TAG})
+    assert spec.kind == "structural_tag" and accepts(demo_tokenizer, spec, extra)
+    closed = spec_from_structured_outputs({"structural_tag": TAG,
+                                           "disable_additional_properties": True})
+    assert not accepts(demo_tokenizer, closed, extra)
+    rf = spec_from_response_format({"type": "structural_tag", **TAG})
+    assert rf == spec
+
+
+@pytest.mark.parametrize("value, words", [
+    ("{oops", "structural_tag: not JSON"),
+    ([TAG], "an object with triggers and structures"),
+    ({**TAG, "format": {"type": "triggered_tags"}}, "format form is not served"),
+    ({**TAG, "type": "regex"}, "must be 'structural_tag'"),
+    ({**TAG, "tags": []}, "structural_tag.tags: not a field"),
+    ({"structures": TAG["structures"]}, "structural_tag.triggers"),
+    ({"triggers": ["<f="], "structures": []}, "structural_tag.structures"),
+    ({"triggers": ["<f="], "structures": [{"begin": "<g>", "end": ""}]},
+     "structures[0].begin: '<g>' starts with none of the triggers"),
+    ({"triggers": ["<f="], "structures": [{"begin": "<f=a>", "end": "", "args": {}}]},
+     "structures[0].args: not a field"),
+    ({"triggers": ["<f="], "structures": [{"begin": "<f=a>", "schema": "[", "end": ""}]},
+     "structures[0].schema: the schema text is not JSON"),
+    ({"triggers": ["<f="], "structures": [{"begin": "<f=a>", "end": None}]},
+     "begin and end must be strings"),
+])
+def test_malformed_structural_tags_are_refused_naming_the_part(value, words):
+    with pytest.raises(GrammarError, match=re.escape(words)):
+        spec_from_structured_outputs({"structural_tag": value})
+
+
+def test_tool_calls_and_a_structural_tag_format_do_not_mix():
+    tool = {"type": "function", "function": {"name": "add", "parameters": ADD}}
+    with pytest.raises(GrammarError, match="goes alone"):
+        tool_call_grammar([tool], "auto", response_format={"type": "structural_tag", **TAG})
+
+
 def test_specs_name_their_kind_and_equal_ones_compile_once(demo_tokenizer):
     kinds = {k: spec_from_structured_outputs(p).kind for k, p in {
         "regex": {"regex": "a+"}, "choice": {"choice": ["a"]}, "grammar": {"grammar": GBNF},
@@ -70,7 +137,7 @@ def test_specs_name_their_kind_and_equal_ones_compile_once(demo_tokenizer):
     ({}, "exactly one of"),
     ({"json_object": False}, "exactly one of"),
     ({"regex": "a", "choice": ["a"]}, "got regex, choice"),
-    ({"structural_tag": '{"type": "structural_tag"}'}, "structural_tag: not supported"),
+    ({"structural_tag": '{"type": "structural_tag"}'}, "structural_tag.triggers: a non-empty"),
     ({"choice": []}, "non-empty list"),
     ({"choice": ["a", ""]}, "non-empty list"),
     ({"choice": "ab"}, "non-empty list"),
