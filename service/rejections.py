@@ -142,6 +142,8 @@ TRUNCATE = Rule("truncate_prompt_tokens", "keep at least 1",
 COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
                Rule("response_format", "as a grammar", "the format's schema must compile "
                     "to a grammar for the model's tokenizer (llguidance)"),
+               Rule("response_format", "invalid constraint", "a structural_tag needs "
+                    "non-empty triggers and structures, each begin starting with a trigger"),
                Rule("prompt", "max_model_len", "the prompt must leave room to generate"),
                Rule("best_of", "less than n", "best_of is at least n"),
                Rule("best_of", "not with stream", "best_of above n needs stream false"),
