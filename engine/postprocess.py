@@ -219,9 +219,9 @@ class StepRunner(DraftVerifier):
         """A plain decode's sample: record, emit, and close the request if it ended."""
         self._time_token(lv.req)
         out, done = self._next_output(lv, token, logprob, top)
-        self._emit(lv, out)
-        if done:
+        if done:  # counted before the client can see the end (metrics read after a reply)
             self._close(lv, out.finish_reason)
+        self._emit(lv, out)
         return done
 
     def _next_output(self, lv: LiveRequest, token: int, logprob: float, top: Any
@@ -288,11 +288,11 @@ class StepRunner(DraftVerifier):
         """Finish ``lv`` early (abort, timeout, error) with a final, empty output."""
         req = lv.req
         req.error = error
+        self._close(lv, reason)
         self._emit(lv, RequestOutput(req.request_id, finished=True, finish_reason=reason,
                                      error=error, num_prompt_tokens=len(req.prompt_ids),
                                      num_output_tokens=len(req.output_ids),
                                      num_cached_tokens=req.num_cached_tokens))
-        self._close(lv, reason)
         return True
 
     def _close(self, lv: LiveRequest, reason: FinishReason) -> None:

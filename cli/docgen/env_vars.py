@@ -13,7 +13,13 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("FP8SERVE_EXT_DIR", "ext/build.py",
      "build directory of the C++ extension (default "
      "`$FP8SERVE_CACHE_DIR/ext/<torch>-<source hash>`)"),
-    ("FP8SERVE_EXT_CFLAGS", "ext/build.py", "extra compiler flags for the extension"),
+    ("FP8SERVE_EXT_CFLAGS", "ext/build.py",
+     "extra compiler flags for the extension (a separate build, cached by its flags). The "
+     "AMX tile GEMM's knobs, for timing on an AMX host (no value changes a result bit): "
+     "`-DFP8S_AMX_KC=256` (k per unpacked chunk), `-DFP8S_AMX_XBLOCK=1572864` (bytes of x "
+     "per row block), `-DFP8S_AMX_DECODE=0` (decode rows through the row-tile walk), "
+     "`-DFP8S_AMX_DECODE_ROWS=0` (decode tiles of 16 rows, x padded), `-DFP8S_AMX_PF=8192` "
+     "(the decode walk's prefetch distance, bytes)"),
     ("FP8SERVE_ISA", "ext/csrc/dispatch.cpp",
      "lower the extension's dispatch level: `scalar`, `avx2`, `avx512`, `avx512_vbmi`, "
      "`amx`; the kernel tables then choose as on such a host (`FP8SERVE_ISA=avx2` on an "

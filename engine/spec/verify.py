@@ -96,10 +96,10 @@ class DraftVerifier:
                 self.observer.on_spec_decode(len(drafts), len(got) - 1, kind)
                 reason = got[-1].finish_reason
                 self._time_token(lv.req, len(got))
-                self._flush(lv, got)
-                if done:
+                if done:  # counted before the client can see the end, as _append does
                     self._close(lv, reason)
                     finished.append(lv.req)
+                self._flush(lv, got)
             active = going
             j += 1
         return finished
