@@ -41,12 +41,19 @@ for n, k in [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (48, 200)
         print(f"{n}x{k} {kind.value}: {sel.kernel.id}", [(r.kernel_id, r.reason) for r in sel.rejections])
 PYEOF
 [[ ${PIPESTATUS[0]} == 0 ]] || exit 1
-"$PY" -m pytest -q -ra -p no:cacheprovider -m "not slow" tests/kernels tests/ext \
-    tests/engine/test_decode_step_amx.py tests/engine/test_decode_step.py \
-    tests/engine/test_model_forced_kernels.py tests/engine/test_hardware_probe.py \
-    tests/service/test_e2e_server.py tests/service/test_e2e_kv_fp8.py \
-    tests/service/test_e2e_prefix_cache.py tests/service/test_e2e_spec.py 2>&1 \
-    | tee "$OUT/pytest.log" | tail -40
+TESTS=(tests/kernels tests/ext tests/engine/test_decode_step_amx.py
+       tests/engine/test_decode_step.py tests/engine/test_model_forced_kernels.py
+       tests/engine/test_hardware_probe.py tests/service/test_e2e_server.py
+       tests/service/test_e2e_kv_fp8.py tests/service/test_e2e_prefix_cache.py
+       tests/service/test_e2e_spec.py)
+# the tests of rejected inputs run on their own: under one torch build (2.11.0+cu130) every
+# op that rejects its input crashed the process instead of raising, which would end the
+# whole run
+BAD="bad_inputs or layout_contracts or bad_shapes"
+"$PY" -m pytest -q -ra -p no:cacheprovider -m "not slow" -k "not ($BAD)" "${TESTS[@]}" \
+    2>&1 | tee "$OUT/pytest.log" | tail -40
+"$PY" -m pytest -q -ra -p no:cacheprovider -m "not slow" -k "$BAD" tests/kernels tests/ext \
+    2>&1 | tee "$OUT/pytest-rejections.log" | tail -15
 M=${BENCH_M:-1,32,512}
 "$PY" -m cli.main bench kernels --m "$M" --kernels amx_w8a16,avx512_w8a16 --scaled-mm-m '' \
     --json "$OUT/kernels.json" --png "$OUT/kernels.png" 2>&1 | tee "$OUT/bench.log" | tail -45
