@@ -90,10 +90,13 @@ void tile_offsets(const AttnArgs& a, const int32_t* bt, int64_t h, int64_t j, in
 }
 
 // Next-tile prefetches (tile_prefetch.inc) into L2 (T1), spread over the current tile's
-// work in slices of a few keys (after each query head's scores, the rest before P V)
-// instead of one burst that stalls the loads behind it. Measured on Zen 5 with the KV in
-// DRAM, against one burst per tile: 16 rows x 160 keys of the demo model's 30 layers
-// 3.8-4.4 vs 4.5-5.0 ms; one row x 4096 keys of the 8B shape's 34 layers 32 vs 34 ms.
+// work in slices of a few keys (after each query head's scores, the rest between P V's
+// column chunks) instead of one burst that stalls the loads behind it. Measured on Zen 5
+// with the KV in DRAM, against one burst per tile: 16 rows x 160 keys of the demo model's
+// 30 layers 3.8-4.4 vs 4.5-5.0 ms; one row x 4096 keys of the 8B shape's 34 layers 32 vs
+// 34 ms. Spreading the last slices over P V rather than issuing them before it (the op
+// alone, 8B shape, one decode row, 2 threads, builds alternated three times): bf16
+// 24.7 -> 30.1-31.0 GB/s at 16384 keys, 28.8-29.5 -> 32.7-33.8 at 4096; fp8 +1-3%.
 #include "tile_prefetch.inc"
 
 template <typename T>
@@ -147,7 +150,9 @@ void key_rows(const AttnArgs& a, Item& it, const uint8_t* k, const int64_t off[k
 template <typename T>
 void scores(const AttnArgs& a, Item& it, int64_t g_n, const uint16_t* const kr[kKeyTile],
             bool scaled, const uint16_t* q, Prefetch<T>& pf) {
-  const int64_t slice = (pf.n + g_n) / (g_n + 1);  // g_n + 1 slices: the last in accumulate_v
+  // g_n + 2 slices of the next tile's keys: one after each head's scores, the rest spread
+  // over accumulate_v's column chunks
+  const int64_t slice = (pf.n + g_n + 1) / (g_n + 2);
   const __m512 scale = _mm512_set1_ps(a.scale);
   const __m512 ks = scaled ? _mm512_loadu_ps(it.ks) : _mm512_setzero_ps();
   for (int64_t g = 0; g < g_n; ++g) {
@@ -193,7 +198,9 @@ void softmax_tile(Item& it, int64_t g_n, int64_t n, int64_t d, bool vs) {
 // compile-time bounds keep the G x NC accumulators in registers (independent fma chains).
 template <int G, int NC, typename T>
 void accumulate_v_fixed(const AttnArgs& a, Item& it, const T* v, const int64_t off[kKeyTile],
-                        int64_t n) {
+                        int64_t n, Prefetch<T>& pf) {
+  const int64_t chunks = a.d / (16 * NC);  // the keys scores left, one slice per chunk
+  const int64_t pv_slice = (pf.n - pf.done + chunks - 1) / chunks;
   for (int64_t c0 = 0; c0 < a.d; c0 += 16 * NC) {
     __m512 acc[G][NC];
     for (int g = 0; g < G; ++g)
@@ -209,6 +216,7 @@ void accumulate_v_fixed(const AttnArgs& a, Item& it, const T* v, const int64_t o
     }
     for (int g = 0; g < G; ++g)
       for (int c = 0; c < NC; ++c) _mm512_storeu_ps(it.acc[g] + c0 + 16 * c, acc[g][c]);
+    pf.keys(pv_slice);
   }
 }
 
@@ -216,7 +224,7 @@ void accumulate_v_fixed(const AttnArgs& a, Item& it, const T* v, const int64_t o
 // key order, so the same bits.
 template <typename T>
 void accumulate_v_any(const AttnArgs& a, Item& it, int64_t g_n, const T* v,
-                      const int64_t off[kKeyTile], int64_t n) {
+                      const int64_t off[kKeyTile], int64_t n, Prefetch<T>&) {
   for (int64_t c = 0; c < a.d; c += 16) {
     for (int64_t g = 0; g < g_n; ++g) {
       __m512 acc = _mm512_loadu_ps(it.acc[g] + c);
@@ -231,26 +239,26 @@ void accumulate_v_any(const AttnArgs& a, Item& it, int64_t g_n, const T* v,
 // d is a multiple of 32: two chunks always divide it; four when d % 64 == 0.
 template <int G, typename T>
 void accumulate_v_g(const AttnArgs& a, Item& it, const T* v, const int64_t off[kKeyTile],
-                    int64_t n) {
+                    int64_t n, Prefetch<T>& pf) {
   if (G <= 4 && a.d % 64 == 0) {
-    accumulate_v_fixed<G, 4>(a, it, v, off, n);
+    accumulate_v_fixed<G, 4>(a, it, v, off, n, pf);
   } else {
-    accumulate_v_fixed<G, 2>(a, it, v, off, n);
+    accumulate_v_fixed<G, 2>(a, it, v, off, n, pf);
   }
 }
 
 template <typename T>
 void accumulate_v(const AttnArgs& a, Item& it, int64_t g_n, const T* v,
-                  const int64_t off[kKeyTile], int64_t n) {
+                  const int64_t off[kKeyTile], int64_t n, Prefetch<T>& pf) {
   switch (g_n) {
-    case 1: accumulate_v_g<1>(a, it, v, off, n); break;
-    case 2: accumulate_v_g<2>(a, it, v, off, n); break;
-    case 3: accumulate_v_g<3>(a, it, v, off, n); break;
-    case 4: accumulate_v_g<4>(a, it, v, off, n); break;
-    case 5: accumulate_v_g<5>(a, it, v, off, n); break;
-    case 6: accumulate_v_g<6>(a, it, v, off, n); break;
-    case 8: accumulate_v_g<8>(a, it, v, off, n); break;
-    default: accumulate_v_any(a, it, g_n, v, off, n); break;
+    case 1: accumulate_v_g<1>(a, it, v, off, n, pf); break;
+    case 2: accumulate_v_g<2>(a, it, v, off, n, pf); break;
+    case 3: accumulate_v_g<3>(a, it, v, off, n, pf); break;
+    case 4: accumulate_v_g<4>(a, it, v, off, n, pf); break;
+    case 5: accumulate_v_g<5>(a, it, v, off, n, pf); break;
+    case 6: accumulate_v_g<6>(a, it, v, off, n, pf); break;
+    case 8: accumulate_v_g<8>(a, it, v, off, n, pf); break;
+    default: accumulate_v_any(a, it, g_n, v, off, n, pf); break;
   }
 }
 
@@ -286,8 +294,8 @@ void segment_typed(const AttnArgs& a, Item& it, int64_t t, int64_t h, int64_t j0
     key_rows(a, it, k, cur, n, kr);
     scores(a, it, g_n, kr, kFp8, q, pf);
     softmax_tile(it, g_n, n, a.d, kFp8);
-    pf.keys(pf.n);
-    accumulate_v(a, it, g_n, v, cur, n);
+    accumulate_v(a, it, g_n, v, cur, n, pf);
+    pf.keys(pf.n);  // whatever is left (accumulate_v_any prefetches none)
     for (int64_t jj = 0; jj < n_next; ++jj) cur[jj] = next[jj];
     n = n_next;
   }
