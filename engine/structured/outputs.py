@@ -116,15 +116,21 @@ _TAG_KEYS = ("type", "triggers", "structures")
 _STRUCTURE_KEYS = ("begin", "schema", "end")
 
 
-def _tag_object(value: Any) -> Mapping[str, Any]:
+def _object_or_text(value: Any, not_json: str, not_object: str) -> Mapping[str, Any]:
+    """A JSON object given as itself or as its text; the messages say what was expected."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise GrammarError(f"structural_tag: not JSON: {exc}") from exc
+            raise GrammarError(f"{not_json}: {exc}") from exc
     if not isinstance(value, Mapping):
-        raise GrammarError("structural_tag: an object with triggers and structures is "
-                           f"needed, got {type(value).__name__}")
+        raise GrammarError(f"{not_object}, got {type(value).__name__}")
+    return value
+
+
+def _tag_object(value: Any) -> Mapping[str, Any]:
+    value = _object_or_text(value, "structural_tag: not JSON", "structural_tag: an object "
+                            "with triggers and structures is needed")
     if value.get("format") is not None:
         raise GrammarError("structural_tag.format: xgrammar's format form is not served; "
                            "send triggers and structures")
@@ -182,15 +188,8 @@ def structural_tag_spec(value: Any, closed: bool = False) -> GrammarSpec:
 
 
 def _schema(value: Any) -> Mapping[str, Any]:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise GrammarError(f"json: the schema text is not JSON: {exc}") from exc
-    if not isinstance(value, Mapping):
-        raise GrammarError(f"json: a JSON schema must be an object, got "
-                           f"{type(value).__name__}")
-    return value
+    return _object_or_text(value, "json: the schema text is not JSON",
+                           "json: a JSON schema must be an object")
 
 
 def _json_spec(params: Mapping[str, Any]) -> GrammarSpec:
