@@ -121,6 +121,35 @@ def test_structural_tags_open_in_free_text_and_speculate_alike(spec_servers):
     tagged(r["choices"][0]["text"], r["choices"][0]["finish_reason"] == "length")
 
 
+def test_structural_tags_on_the_published_file_set(tiny_checkpoint):
+    """tokenizer.json + the published template (its system prompt, the mistral reasoning
+    and tool parsers reading the answer): both forms give the same answer, in which every
+    "a" of the free text opens "a=<integer>;"."""
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.settings import Settings
+
+    tag = {"triggers": ["a"], "structures": [{"begin": "a=", "schema": {"type": "integer"},
+                                              "end": ";"}]}
+    model = tiny_checkpoint(tokenizer="published", vocab_size=131072)
+    with TestClient(create_app(Settings(model=model, max_model_len=2048,
+                                        kv_cache_gib=0.1))) as cl:
+        got = []
+        for extra in ({"response_format": {"type": "structural_tag", **tag}},
+                      {"structured_outputs": {"structural_tag": tag}}):
+            r = cl.post("/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "Say a."}], "max_tokens": 40,
+                "temperature": 0, **extra})
+            assert r.status_code == 200, r.text
+            got.append(r.json()["choices"][0]["message"]["content"])
+    assert got[0] == got[1]
+    text = got[0]
+    assert re.search(r"a=-?\d+;", text), text  # the tag was opened at least once
+    # with the whole tags taken out, an "a" is left only where max_tokens cut one short
+    assert "a" not in re.sub(r"a(=-?\d*)?$", "", re.sub(r"a=-?\d+;", "", text)), text
+
+
 def test_completions_stream_and_sample_under_the_constraint(spec_servers):
     on, off = spec_servers
     body = {"model": "demo", "prompt": [f"{PASSAGE}\nIn one sentence:", "Name a day:"],
