@@ -36,13 +36,35 @@ def loaded_status():
     return st
 
 
+# The extension's dispatch levels in order. FP8SERVE_ISA may cap the dispatch below what
+# the CPU has; the suite then runs as on a host of that level (FP8SERVE_ISA=avx2 on an
+# AVX-512 machine: what an AVX2 host runs, and skips the rest as that host would).
+LEVELS = ("scalar", "avx2", "avx512", "avx512_vbmi", "amx")
+
+
+def flag_level(flag: str) -> str:
+    """The dispatch level that executes a cpuid flag's instructions."""
+    if flag.startswith("amx"):
+        return "amx"
+    if flag.startswith("avx512"):
+        return "avx512_vbmi" if flag.startswith("avx512_vbmi") else "avx512"
+    return "avx2"
+
+
 def host_has(*flags: str) -> bool:
-    return all(f in ext.cpuid_features() for f in flags)
+    """The CPU has every flag and the dispatch level (FP8SERVE_ISA) reaches them."""
+    if not all(f in ext.cpuid_features() for f in flags):
+        return False
+    top = LEVELS.index(ext.isa()) if ext.load().built else len(LEVELS) - 1
+    return all(LEVELS.index(flag_level(f)) <= top for f in flags)
 
 
 needs_avx512 = pytest.mark.skipif(
-    not host_has(*AVX512_HOST), reason="host CPU lacks AVX-512 BF16 (cannot execute)")
-needs_avx2 = pytest.mark.skipif(not host_has(*AVX2_HOST), reason="host CPU lacks AVX2/FMA/F16C")
+    not host_has(*AVX512_HOST),
+    reason="host CPU lacks AVX-512 BF16, or FP8SERVE_ISA caps the dispatch below it")
+needs_avx2 = pytest.mark.skipif(
+    not host_has(*AVX2_HOST), reason="host CPU lacks AVX2/FMA/F16C, or FP8SERVE_ISA caps "
+    "the dispatch below it")
 
 
 def fake_hw(*flags: str, amx: bool = False) -> HardwareInfo:
