@@ -20,7 +20,8 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      "per row block), `-DFP8S_AMX_DECODE=0` (decode rows through the row-tile walk), "
      "`-DFP8S_AMX_DECODE_ROWS=0` (decode tiles of 16 rows, x padded), `-DFP8S_AMX_PF=2048` "
      "(the decode walk's L1 prefetch distance, bytes), `-DFP8S_AMX_PF2=16384` (its L2 "
-     "prefetch distance; 0 = none)"),
+     "prefetch distance; 0 = none), `-DFP8S_AMX_FLAT=1` (its ring runs on across weight "
+     "tiles instead of restarting per tile; not yet timed on AMX)"),
     ("FP8SERVE_ISA", "ext/csrc/dispatch.cpp",
      "lower the extension's dispatch level: `scalar`, `avx2`, `avx512`, `avx512_vbmi`, "
      "`amx`; the kernel tables then choose as on such a host (`FP8SERVE_ISA=avx2` on an "

