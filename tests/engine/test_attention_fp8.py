@@ -225,10 +225,38 @@ def test_every_e4m3_code_is_read_exactly(ops) -> None:
         assert torch.equal(out[0].float(), want), r
 
 
+def test_every_e4m3_code_of_k_is_read_exactly(ops) -> None:
+    """Two keys, q one-hot on element 0: key 0 holds code c there (zeros elsewhere), key 1
+    is zero, V 1 for key 0 and 0 for key 1, so the output is sigmoid(e4m3(c) * ks0). With
+    ks0 = 0.5 / |e4m3(c)| every code must give sigmoid(+-0.5) (or 0.5 for the zeros); a
+    value one e4m3 step off moves it by 0.008 or more, twice bf16's step there."""
+    import math
+
+    q = torch.zeros(1, HQ, D).bfloat16()
+    q[..., 0] = 1
+    seq, ctx = torch.zeros(1, dtype=torch.int32), torch.full((1,), 2, dtype=torch.int32)
+    bt = torch.tensor([[0, 1]], dtype=torch.int32)
+    v8 = torch.zeros(2, HKV, 1, D).to(torch.float8_e4m3fn)
+    v8[0] = 1.0
+    vs = torch.ones(2, HKV, 1)
+    for c in range(256):
+        if c & 0x7F == 0x7F:
+            continue  # the NaN codes: writes clamp, never store them
+        k8 = torch.zeros(2, HKV, 1, D, dtype=torch.uint8)
+        k8[0, :, 0, 0] = c
+        k8 = k8.view(torch.float8_e4m3fn)
+        value = k8[0, 0, 0, 0].float().item()
+        ks = torch.ones(2, HKV, 1)
+        ks[0] = 0.5 / abs(value) if value else 1.0
+        out = ops.paged_attention(q, k8, v8, bt, seq, ctx, 1, 1.0, ks, vs)
+        want = 1 / (1 + math.exp(-math.copysign(0.5, value))) if value else 0.5
+        assert (out.float() - want).abs().max().item() <= 3e-3, (c, value, out[0, 0].item())
+
+
 def test_portable_kernel_reads_fp8_too(ops) -> None:
     """FP8SERVE_ISA=scalar: the same checks on the portable kernel (own process)."""
     assert_tests_pass_under_isa(
         "scalar", "tests.engine.test_attention_fp8",
         "test_attention_matches_reference_on_dequantized_kv",
         "test_decode_alone_equals_batched_and_chunked_equals_one_shot",
-        "test_every_e4m3_code_is_read_exactly")
+        "test_every_e4m3_code_is_read_exactly", "test_every_e4m3_code_of_k_is_read_exactly")
