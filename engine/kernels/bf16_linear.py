@@ -44,6 +44,7 @@ TORCH_KERNEL_ID = "torch_mm"
 BF16_VNNI32_LAYOUT = "bf16_vnni32[ceil(N/32)][ceil(K/32)*16][32][2]"
 BF16_AVX2_LAYOUT = "bf16_avx2_16[ceil(N/16)][K][16]"
 AVX512_DISPATCH = ("avx512", "avx512_vbmi", "amx")
+AVX2_DISPATCH = ("avx2", *AVX512_DISPATCH)
 _LAYOUTS = {KERNEL_ID: BF16_VNNI32_LAYOUT, AVX2_KERNEL_ID: BF16_AVX2_LAYOUT}
 
 
@@ -65,6 +66,8 @@ def bf16_avx2_reason(hw: HardwareInfo) -> str | None:
         return reason
     if not hasattr(ext.ops(), "gemm_bf16_avx2"):
         return "C++ extension build lacks gemm_bf16_avx2"
+    if ext.isa() not in AVX2_DISPATCH:  # also for profiles that do not carry the level
+        return f"dispatch ISA {ext.isa()} is below avx2 (FP8SERVE_ISA)"
     return None
 
 

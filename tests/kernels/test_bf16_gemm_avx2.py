@@ -20,7 +20,14 @@ from engine.kernels.bf16_linear import (
     choose_bf16_kernel,
 )
 from engine.model.layers import Bf16Linear
-from tests.ext.support import AVX2_HOST, fake_hw, make_bias, needs_avx2
+from tests.ext.support import (
+    AVX2_HOST,
+    AVX512_HOST,
+    assert_tests_pass_under_isa,
+    fake_hw,
+    make_bias,
+    needs_avx2,
+)
 from tests.kernels.test_batch_invariance import _assert_invariant, _x
 from tests.kernels.test_bf16_gemm import _assert_close, _w
 
@@ -127,3 +134,14 @@ def test_bf16_linear_routes_to_the_avx2_kernel():
     assert slow.kernel_id == "torch_mm" and slow.gemm() is None
     assert torch.equal(slow(x), torch.mm(x, w.t()))
 
+
+
+def check_capped_dispatch_routes_to_torch(ops) -> None:
+    """FP8SERVE_ISA=scalar: the C++ bf16 kernels would refuse to run, so a profile that
+    does not carry the dispatch level (a hand-built one) still gets torch_mm."""
+    kernel, why = choose_bf16_kernel(fake_hw(*AVX512_HOST, *AVX2_HOST))
+    assert kernel == "torch_mm" and "below avx2" in why and "below avx512" in why, why
+
+
+def test_a_capped_dispatch_routes_to_torch():
+    assert_tests_pass_under_isa("scalar", __name__, "check_capped_dispatch_routes_to_torch")
