@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 import ext
-from engine.hardware import HardwareInfo
+from engine.hardware import DISPATCH_LEVELS, HardwareInfo
 from engine.kernels.avx2 import AVX2_FLAGS
 from engine.kernels.avx512 import AVX512_FLAGS, extension_reason, missing_flags
 from engine.kernels.base import LayoutError, PackedWeight
@@ -43,9 +43,16 @@ AVX2_KERNEL_ID = "bf16_avx2"
 TORCH_KERNEL_ID = "torch_mm"
 BF16_VNNI32_LAYOUT = "bf16_vnni32[ceil(N/32)][ceil(K/32)*16][32][2]"
 BF16_AVX2_LAYOUT = "bf16_avx2_16[ceil(N/16)][K][16]"
-AVX512_DISPATCH = ("avx512", "avx512_vbmi", "amx")
-AVX2_DISPATCH = ("avx2", *AVX512_DISPATCH)
 _LAYOUTS = {KERNEL_ID: BF16_VNNI32_LAYOUT, AVX2_KERNEL_ID: BF16_AVX2_LAYOUT}
+
+
+def _dispatch_below(level: str) -> str | None:
+    """Why the loaded extension will not run ``level`` code (FP8SERVE_ISA lowered it), read
+    from the extension itself: a hand-built profile need not carry the level."""
+    isa = ext.isa()
+    if DISPATCH_LEVELS.index(isa) < DISPATCH_LEVELS.index(level):
+        return f"dispatch ISA {isa} is below {level} (FP8SERVE_ISA)"
+    return None
 
 
 def bf16_gemm_reason(hw: HardwareInfo) -> str | None:
@@ -54,9 +61,7 @@ def bf16_gemm_reason(hw: HardwareInfo) -> str | None:
         return reason
     if not hasattr(ext.ops(), "gemm_bf16_avx512"):
         return "C++ extension build lacks gemm_bf16_avx512"
-    if ext.isa() not in AVX512_DISPATCH:
-        return f"dispatch ISA {ext.isa()} is below avx512 (FP8SERVE_ISA)"
-    return None
+    return _dispatch_below("avx512")
 
 
 def bf16_avx2_reason(hw: HardwareInfo) -> str | None:
@@ -66,9 +71,7 @@ def bf16_avx2_reason(hw: HardwareInfo) -> str | None:
         return reason
     if not hasattr(ext.ops(), "gemm_bf16_avx2"):
         return "C++ extension build lacks gemm_bf16_avx2"
-    if ext.isa() not in AVX2_DISPATCH:  # also for profiles that do not carry the level
-        return f"dispatch ISA {ext.isa()} is below avx2 (FP8SERVE_ISA)"
-    return None
+    return _dispatch_below("avx2")
 
 
 def choose_bf16_kernel(hw: HardwareInfo) -> tuple[str, str | None]:

@@ -68,7 +68,8 @@ FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_DECODE=0 OMP_NUM_THREADS=2 "$PY" -m cli.main benc
     --kernels amx_w8a16 --scaled-mm-m '' --json "$OUT/kernels-2t-rowwalk.json" 2>&1 \
     | tee "$OUT/bench-2t-rowwalk.log" | tail -20
 for flat in 0 1 0 1; do  # the demo model's shapes too (K = 576 and 1536: short tiles)
-  FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_FLAT=$flat OMP_NUM_THREADS=2 "$PY" -m cli.main bench kernels \
+  cflags=""; [[ $flat == 1 ]] && cflags=-DFP8S_AMX_FLAT=1  # 0: the default build itself
+  FP8SERVE_EXT_CFLAGS=$cflags OMP_NUM_THREADS=2 "$PY" -m cli.main bench kernels \
       --m 1 --kernels amx_w8a16,avx512_w8a16 --shapes qo,down,576x576,3072x576,576x1536 \
       --scaled-mm-m '' --json "$OUT/kernels-2t-flat$flat.json" 2>&1 \
       | tee -a "$OUT/bench-2t-flat.log" | grep -E "amx_w8a16" | sed "s/^/flat=$flat: /"

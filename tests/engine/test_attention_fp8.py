@@ -16,6 +16,8 @@ one of attention.cpp below AVX2 or under FP8SERVE_ISA=scalar in its own process)
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -230,8 +232,6 @@ def test_every_e4m3_code_of_k_is_read_exactly(ops) -> None:
     is zero, V 1 for key 0 and 0 for key 1, so the output is sigmoid(e4m3(c) * ks0). With
     ks0 = 0.5 / |e4m3(c)| every code must give sigmoid(+-0.5) (or 0.5 for the zeros); a
     value one e4m3 step off moves it by 0.008 or more, twice bf16's step there."""
-    import math
-
     q = torch.zeros(1, HQ, D).bfloat16()
     q[..., 0] = 1
     seq, ctx = torch.zeros(1, dtype=torch.int32), torch.full((1,), 2, dtype=torch.int32)

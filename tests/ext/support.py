@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import ext
-from engine.hardware import HardwareInfo
+from engine.hardware import DISPATCH_LEVELS, HardwareInfo
 from engine.kernels.base import FP8_DTYPE, Fp8Weight, ScaleKind
 from engine.kernels.reference import reference_linear
 
@@ -36,12 +36,9 @@ def loaded_status():
     return st
 
 
-# The extension's dispatch levels in order. FP8SERVE_ISA may cap the dispatch below what
-# the CPU has; the suite then runs as on a host of that level (FP8SERVE_ISA=avx2 on an
-# AVX-512 machine: what an AVX2 host runs, and skips the rest as that host would).
-LEVELS = ("scalar", "avx2", "avx512", "avx512_vbmi", "amx")
-
-
+# FP8SERVE_ISA may cap the dispatch (DISPATCH_LEVELS) below what the CPU has; the suite
+# then runs as on a host of that level (FP8SERVE_ISA=avx2 on an AVX-512 machine: what an
+# AVX2 host runs, and skips the rest as that host would).
 def flag_level(flag: str) -> str:
     """The dispatch level that executes a cpuid flag's instructions."""
     if flag.startswith("amx"):
@@ -55,8 +52,9 @@ def host_has(*flags: str) -> bool:
     """The CPU has every flag and the dispatch level (FP8SERVE_ISA) reaches them."""
     if not all(f in ext.cpuid_features() for f in flags):
         return False
-    top = LEVELS.index(ext.isa()) if ext.load().built else len(LEVELS) - 1
-    return all(LEVELS.index(flag_level(f)) <= top for f in flags)
+    top = (DISPATCH_LEVELS.index(ext.isa()) if ext.load().built
+           else len(DISPATCH_LEVELS) - 1)
+    return all(DISPATCH_LEVELS.index(flag_level(f)) <= top for f in flags)
 
 
 needs_avx512 = pytest.mark.skipif(

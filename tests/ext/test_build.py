@@ -12,12 +12,12 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import ext
-from engine.hardware import CPU_FEATURES, HardwareInfo
+from engine.hardware import CPU_FEATURES, DISPATCH_LEVELS, HardwareInfo
 from engine.kernels.base import Fp8Spec, ScaleKind
 from engine.kernels.registry import select_kernel
 from ext.build import BuildConfig, build, default_build_dir, source_hash
 from ext.cpu import cpuinfo_flags
-from tests.ext.support import AVX512_HOST, LEVELS, loaded_status
+from tests.ext.support import AVX512_HOST, loaded_status
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,7 +47,7 @@ def test_dispatch_isa_follows_features():
     if want.startswith("avx512") and {"amx_tile", "amx_bf16"} <= feats:
         want = "amx"
     cap = os.environ.get("FP8SERVE_ISA", "")
-    if cap in LEVELS and LEVELS.index(cap) < LEVELS.index(want):
+    if cap in DISPATCH_LEVELS and DISPATCH_LEVELS.index(cap) < DISPATCH_LEVELS.index(want):
         want = cap  # a lower level caps the dispatch; a higher one is ignored
     assert ext.isa() == want
 

@@ -135,7 +135,6 @@ def test_bf16_linear_routes_to_the_avx2_kernel():
     assert torch.equal(slow(x), torch.mm(x, w.t()))
 
 
-
 def check_capped_dispatch_routes_to_torch(ops) -> None:
     """FP8SERVE_ISA=scalar: the C++ bf16 kernels would refuse to run, so a profile that
     does not carry the dispatch level (a hand-built one) still gets torch_mm."""
