@@ -17,7 +17,8 @@ amx_w8a16 (per-tensor, per-channel) / amx_block_w8a16 (block scales)
             instruction's internal order is its own), which is why decode runs this
             kernel too on AMX hosts.
 Gate: AMX tile + bf16 granted by the OS (hw.amx_usable), AVX-512 BF16, extension built,
-dispatch level amx (FP8SERVE_ISA may lower it). Below that level the op runs the same walk
+dispatch level amx (the extension's: those plus AVX512_VBMI, whose table unpacks the FP8
+weight; FP8SERVE_ISA may lower it). Below that level the op runs the same walk
 on a portable stand-in of the tile operations (tests on every host; never served).
 """
 

@@ -1,5 +1,5 @@
 // The AMX FP8 W8A16 GEMM on the real tiles: amx_gemm.inc's walk with TDPBF16PS. Compiled
-// for AVX-512 + AMX-TILE/AMX-BF16 only (ISA_BEGIN); called only when dispatch.cpp chose
+// for AVX-512 (VBMI) + AMX-TILE/AMX-BF16 only (ISA_BEGIN); called only when dispatch.cpp chose
 // Isa::kAmx, which needs the OS grant of tile state (arch_prctl XTILEDATA). No torch or STL
 // headers here.
 //
@@ -10,18 +10,21 @@
 // reproduces its bits), which is why the stand-in (amx_gemm_standin.cpp) matches it only
 // within a tolerance. The FP8 weight is unpacked to its exact bf16 value (e4m3 subnormals
 // m * 2^-9 land as bf16 normals, so none is lost to the denormal rule) by the AVX-512
-// unpack_tile (fp8_gemm_avx512*.cpp), and the scale is applied on the fp32 sums.
+// VBMI table (fp8_cvt_vbmi.inc; Isa::kAmx implies VBMI), its tables held in registers by
+// Tiles for the whole call, and the scale is applied on the fp32 sums.
 #include <immintrin.h>
 
 #include <cstdint>
 
 #include "isa.h"
 
-ISA_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16,fma")
+ISA_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,amx-tile,amx-bf16,fma")
 
 namespace fp8serve {
 namespace amx {
 namespace {
+
+#include "fp8_cvt_vbmi.inc"
 
 struct alignas(64) TileConfig {  // palette 1 (the LDTILECFG memory format)
   uint8_t palette_id;
@@ -34,7 +37,7 @@ struct alignas(64) TileConfig {  // palette 1 (the LDTILECFG memory format)
 class Tiles {
  public:
   // rows: of the C tiles 0, 1 and the A tile 4 (the decode walk's m); the others 16
-  explicit Tiles(int rows = 16) : vbmi_(use_vbmi()) {
+  explicit Tiles(int rows = 16) {
     TileConfig cfg;
     __builtin_memset(&cfg, 0, sizeof(cfg));
     cfg.palette_id = 1;
@@ -48,16 +51,18 @@ class Tiles {
   // tileloadd reads memory the compiler does not see (the intrinsic has no memory
   // operand): order the plain stores (padded x, folded sums) before the tile loads.
   void fence() const { __asm__ volatile("" ::: "memory"); }
+  // exact bf16 of every code; dst 64-byte aligned (Grow), so no store splits a line
   void unpack(const uint8_t* w, int64_t pairs, uint16_t* dst) const {
-    if (vbmi_) {
-      avx512_vbmi::unpack_tile(w, 0, pairs, dst, nullptr, 0);
-    } else {
-      avx512::unpack_tile(w, 0, pairs, dst, nullptr, 0);
+    for (int64_t p = 0; p < pairs; ++p) {
+      __m512i lo, hi;
+      cvt_(w + 64 * p, lo, hi);
+      _mm512_store_si512(dst + 64 * p, lo);
+      _mm512_store_si512(dst + 64 * p + 32, hi);
     }
   }
 
  private:
-  bool vbmi_;
+  Cvt<true> cvt_;  // the tables in registers across the call's unpacks
 };
 
 #define TILE_ZERO(tl, t) _tile_zero(t)

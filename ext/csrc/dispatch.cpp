@@ -36,10 +36,13 @@ Isa detect_host() {
   auto f = cpu_features();
   bool avx512 = has_feature(f, "avx512f") && has_feature(f, "avx512bw") &&
                 has_feature(f, "avx512vl") && has_feature(f, "avx512_bf16");
-  if (avx512 && has_feature(f, "amx_tile") && has_feature(f, "amx_bf16") && amx_granted()) {
+  const bool vbmi = avx512 && cpu_has_avx512_vbmi();
+  // kAmx is a level above kAvx512Vbmi: the tile kernel's unpack is the VBMI table (every
+  // AMX CPU so far, Sapphire Rapids on, has VBMI)
+  if (vbmi && has_feature(f, "amx_tile") && has_feature(f, "amx_bf16") && amx_granted()) {
     return Isa::kAmx;
   }
-  if (avx512 && cpu_has_avx512_vbmi()) return Isa::kAvx512Vbmi;
+  if (vbmi) return Isa::kAvx512Vbmi;
   if (avx512) return Isa::kAvx512;
   if (has_feature(f, "avx2") && has_feature(f, "fma") && has_feature(f, "f16c")) {
     return Isa::kAvx2;
