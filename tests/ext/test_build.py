@@ -44,12 +44,24 @@ def test_dispatch_isa_follows_features():
     linux_flags = cpuinfo.read_text().split() if cpuinfo.exists() else []
     if want == "avx512" and "avx512vbmi" in linux_flags:
         want = "avx512_vbmi"
-    if want.startswith("avx512") and {"amx_tile", "amx_bf16"} <= feats:
-        want = "amx"
+    if want == "avx512_vbmi" and {"amx_tile", "amx_bf16"} <= feats:
+        want = "amx"  # the amx level is above avx512_vbmi: its FP8 unpack is the VBMI table
     cap = os.environ.get("FP8SERVE_ISA", "")
     if cap in DISPATCH_LEVELS and DISPATCH_LEVELS.index(cap) < DISPATCH_LEVELS.index(want):
         want = cap  # a lower level caps the dispatch; a higher one is ignored
     assert ext.isa() == want
+
+
+def test_team_profile_build_compiles():
+    """The diagnostic build's timers (-DFP8S_TEAM_PROFILE=1, ext/csrc/team_profile.h)
+    compile; the default build compiles them out."""
+    from torch.utils.cpp_extension import include_paths
+
+    src = REPO / "ext" / "csrc" / "decode_team.cpp"
+    flags = [f"-I{p}" for p in include_paths()] + ["-std=c++17", "-fopenmp", "-fsyntax-only"]
+    for define in ("-DFP8S_TEAM_PROFILE=1", "-DFP8S_TEAM_PROFILE=0"):
+        done = subprocess.run(["c++", *flags, define, str(src)], capture_output=True, text=True)
+        assert done.returncode == 0, (define, done.stderr[-2000:])
 
 
 def test_amx_permission_is_false_without_amx():
