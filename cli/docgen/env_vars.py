@@ -21,7 +21,9 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      "`-DFP8S_AMX_DECODE_ROWS=0` (decode tiles of 16 rows, x padded), `-DFP8S_AMX_PF=2048` "
      "(the decode walk's L1 prefetch distance, bytes), `-DFP8S_AMX_PF2=16384` (its L2 "
      "prefetch distance; 0 = none), `-DFP8S_AMX_FLAT=1` (its ring runs on across weight "
-     "tiles instead of restarting per tile; timed on AMX: no gain established). A "
+     "tiles instead of restarting per tile; timed on AMX: no gain established). For the "
+     "fused decode team: `-DFP8S_TEAM_SPLIT=0` (one shared range per phase, odd threads "
+     "claiming from its back, instead of a contiguous part per thread). A "
      "diagnostic build: `-DFP8S_TEAM_PROFILE=1` prints to stderr, every 256 fused decode "
      "calls, each team thread's microseconds per call in the norms, each GEMM, RoPE, "
      "attention, SiLU and the barrier waits (ext/csrc/team_profile.h)"),

@@ -47,6 +47,17 @@ struct SpinBarrier {
 
 constexpr int kPhases = 5;  // claimable phases per layer: qkv, attention, o, gu, down
 
+// How a phase's items are shared out. 1 (default): one contiguous part per thread (the
+// static split, in whole claims), each claimed from its front, so every thread streams its
+// weight forward (as the prefetchers and the AMX walk's software prefetch expect), then
+// the other parts' backs stolen: the scheme of tile_sched.h, which every GEMM outside the
+// team uses. 0: one range, claimed from the front by even threads and from the back by odd
+// ones (measured on Zen 5, demo and 3B decode: no difference beyond the host's noise; not
+// yet timed on AMX). Which thread computes a tile never changes its bits.
+#ifndef FP8S_TEAM_SPLIT
+#define FP8S_TEAM_SPLIT 1
+#endif
+
 struct Shared {
   const StepRef& step;
   uint16_t* h;                    // bf16 [T, H]
@@ -55,7 +66,8 @@ struct Shared {
   float* part;                    // attention partials [T Hkv nseg partial_floats]
   int64_t nseg;                   // 0: whole (row, KV head) items, else segments per row
   int64_t xld;                    // row stride of the private x buffers: max(H, I)
-  TileRange* ranges;              // [n_layers * kPhases], each set to [0, items)
+  TileRange* ranges;              // [n_layers * kPhases][parts] (FP8S_TEAM_SPLIT)
+  int64_t parts;                  // ranges per phase: 1, or the team size
   const RowOps& ops;              // row_ops() and vector_kernel(), looked up once a step
   const VectorKernel& kern;
   SpinBarrier barrier;
@@ -108,19 +120,37 @@ void gemm_tiles(const LinearRef& l, int64_t rows, const uint16_t* x, int64_t ldx
   }
 }
 
-// Claims chunks of `range` (thread parity picks the end) and runs fn(t0, t1) on each.
+// Claims chunks of a phase's ranges rs[parts] and runs fn(t0, t1) on each: one range,
+// thread parity picking the end; or the thread's own part from its front, then the
+// others' from their backs.
 template <class F>
-void claim_all(TileRange& range, int tid, int64_t chunk, const F& fn) {
+void claim_all(TileRange* rs, int64_t parts, int tid, int64_t chunk, const F& fn) {
   int64_t t0 = 0, t1 = 0;
-  while (range.claim(chunk, tid % 2 == 1, t0, t1)) fn(t0, t1);
+  if (parts == 1) {
+    while (rs[0].claim(chunk, tid % 2 == 1, t0, t1)) fn(t0, t1);
+    return;
+  }
+  for (int64_t j = 0; j < parts; ++j) {
+    TileRange& r = rs[(tid + j) % parts];
+    while (r.claim(chunk, j != 0, t0, t1)) fn(t0, t1);
+  }
+}
+
+// A phase's items [0, n) as `parts` ranges: contiguous, in whole claims of `chunk`.
+void split_range(TileRange* rs, int64_t parts, int64_t n, int64_t chunk) {
+  const int64_t claims = (n + chunk - 1) / chunk;
+  for (int64_t i = 0; i < parts; ++i) {
+    rs[i].set(std::min(n, claims * i / parts * chunk),
+              std::min(n, claims * (i + 1) / parts * chunk));
+  }
 }
 
 // y = x @ W.T over claimed tiles; with `residual`, h[:, cols] += y[:, cols] for those tiles.
-void gemm_phase(Shared& s, TileRange& range, int tid, const LinearRef& l, const uint16_t* x,
+void gemm_phase(Shared& s, TileRange* range, int tid, const LinearRef& l, const uint16_t* x,
                 int64_t ldx, uint16_t* y, bool residual, const Private& p) {
   const int64_t rows = s.step.t_n, cols = tile_cols(l);
   const bool prescaled = l.kind == GemmKind::kAvx2 && widen_rows(x, ldx, rows, l.kp, p.xf);
-  claim_all(range, tid, gemm_chunk(l, rows), [&](int64_t t0, int64_t t1) {
+  claim_all(range, s.parts, tid, gemm_chunk(l, rows), [&](int64_t t0, int64_t t1) {
     gemm_tiles(l, rows, x, ldx, p.xf, prescaled, y, t0, t1);
     if (residual) {
       const int64_t c0 = t0 * cols, c1 = std::min(t1 * cols, l.n);
@@ -181,16 +211,17 @@ void rms_norm_rows(const Shared& s, const uint16_t* w, const Private& p) {
 
 // The layer's attention output rows [T, Hq D]: written to s.attn by whole rows (then a
 // barrier), or as segment partials merged by every thread into its own p.attn.
-const uint16_t* attention(Shared& s, const LayerRef& l, TileRange& range, int tid,
+const uint16_t* attention(Shared& s, const LayerRef& l, TileRange* range, int tid,
                           const Private& p) {
   if (s.nseg == 0) {
     const AttnArgs a = attn_args(s, l, s.attn);
-    claim_all(range, tid, 1, [&](int64_t i0, int64_t i1) { s.kern.items(a, i0, i1); });
+    claim_all(range, s.parts, tid, 1,
+              [&](int64_t i0, int64_t i1) { s.kern.items(a, i0, i1); });
     s.barrier.wait();
     return s.attn;
   }
   const AttnArgs a = attn_args(s, l, p.attn);
-  claim_all(range, tid, 1, [&](int64_t i0, int64_t i1) {
+  claim_all(range, s.parts, tid, 1, [&](int64_t i0, int64_t i1) {
     s.kern.segments(a, s.nseg, i0, i1, s.part);
   });
   s.barrier.wait();
@@ -203,7 +234,7 @@ void layer(Shared& s, const LayerRef& l, TileRange* ranges, int tid, int64_t tea
   const StepRef& t = s.step;
   rms_norm_rows(s, l.input_norm, p);
   clock.mark(kPartNorm);
-  gemm_phase(s, ranges[0], tid, l.qkv, p.x, s.xld, s.qkv, false, p);
+  gemm_phase(s, ranges, tid, l.qkv, p.x, s.xld, s.qkv, false, p);
   clock.mark(kPartQkv);
   s.barrier.wait();
   clock.mark(kPartWait);
@@ -211,15 +242,15 @@ void layer(Shared& s, const LayerRef& l, TileRange* ranges, int tid, int64_t tea
   clock.mark(kPartRope);
   s.barrier.wait();
   clock.mark(kPartWait);
-  const uint16_t* a = attention(s, l, ranges[1], tid, p);
+  const uint16_t* a = attention(s, l, ranges + s.parts, tid, p);
   clock.mark(kPartAttn);
-  gemm_phase(s, ranges[2], tid, l.o, a, t.hq * t.d, s.o, true, p);
+  gemm_phase(s, ranges + 2 * s.parts, tid, l.o, a, t.hq * t.d, s.o, true, p);
   clock.mark(kPartO);
   s.barrier.wait();
   clock.mark(kPartWait);
   rms_norm_rows(s, l.post_norm, p);
   clock.mark(kPartNorm);
-  gemm_phase(s, ranges[3], tid, l.gu, p.x, s.xld, s.gu, false, p);
+  gemm_phase(s, ranges + 3 * s.parts, tid, l.gu, p.x, s.xld, s.gu, false, p);
   clock.mark(kPartGu);
   s.barrier.wait();
   clock.mark(kPartWait);
@@ -228,7 +259,7 @@ void layer(Shared& s, const LayerRef& l, TileRange* ranges, int tid, int64_t tea
     s.ops.silu_mul_row(g, g + t.inter, t.inter, p.x + r * s.xld);
   }
   clock.mark(kPartSilu);
-  gemm_phase(s, ranges[4], tid, l.down, p.x, s.xld, s.down, true, p);
+  gemm_phase(s, ranges + 4 * s.parts, tid, l.down, p.x, s.xld, s.down, true, p);
   clock.mark(kPartDown);
   s.barrier.wait();
   clock.mark(kPartWait);
@@ -270,17 +301,22 @@ void decode_team(const StepRef& step, const LayerRef* layers, int64_t n_layers, 
   for (int64_t i = 0; i < n_layers; ++i) avx2_gemm |= layers[i].qkv.kind == GemmKind::kAvx2;
   const int64_t xf_row = std::max(xld, attn_cols);
   std::vector<float> xf(avx2_gemm ? size_t(team_max * rows * xf_row) : 0);
-  std::unique_ptr<TileRange[]> ranges(new TileRange[n_layers * kPhases]);
+  const int64_t parts = FP8S_TEAM_SPLIT ? team_max : 1;
+  std::unique_ptr<TileRange[]> ranges(new TileRange[n_layers * kPhases * parts]);
   const int64_t attn_items = rows * step.hkv * std::max<int64_t>(nseg, 1);
   for (int64_t i = 0; i < n_layers; ++i) {
     const LayerRef& l = layers[i];
     const int64_t items[kPhases] = {tiles(l.qkv), attn_items, tiles(l.o), tiles(l.gu),
                                     tiles(l.down)};
-    for (int j = 0; j < kPhases; ++j) ranges[i * kPhases + j].set(0, items[j]);
+    const int64_t chunks[kPhases] = {gemm_chunk(l.qkv, rows), 1, gemm_chunk(l.o, rows),
+                                     gemm_chunk(l.gu, rows), gemm_chunk(l.down, rows)};
+    for (int j = 0; j < kPhases; ++j) {
+      split_range(ranges.get() + (i * kPhases + j) * parts, parts, items[j], chunks[j]);
+    }
   }
   uint16_t* b = buf.data();
   Shared s{step, h, b, nullptr, nullptr, nullptr, nullptr, part.data(), nseg, xld,
-           ranges.get(), row_ops(), vector_kernel(), {}};
+           ranges.get(), parts, row_ops(), vector_kernel(), {}};
   s.o = s.qkv + rows * qkv_cols(step);
   s.gu = s.o + rows * step.hid;
   s.down = s.gu + rows * 2 * step.inter;
@@ -296,7 +332,7 @@ void decode_team(const StepRef& step, const LayerRef* layers, int64_t n_layers, 
                     avx2_gemm ? xf.data() + tid * rows * xf_row : nullptr};
     PartClock clock(tid);
     for (int64_t i = 0; i < n_layers; ++i) {
-      layer(s, layers[i], s.ranges + i * kPhases, tid, team, p, clock);
+      layer(s, layers[i], s.ranges + i * kPhases * parts, tid, team, p, clock);
     }
   }
   if (FP8S_TEAM_PROFILE) TeamProfile::get().call_done(team_max, n_layers);

