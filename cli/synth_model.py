@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-SHAPES = ("tiny", "ministral-3-3b", "ministral-3-8b")
+SHAPES = ("tiny", "smollm2-135m", "ministral-3-3b", "ministral-3-8b")
 LAYOUTS = ("hf-multimodal", "hf-text", "native")
 QUANTS = ("fp8-per-tensor", "fp8-block", "bf16")
 TOKENIZERS = ("tekken", "hf", "both", "none")
@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--layers", type=int, default=None, help="override the number of layers")
     p.add_argument("--layout", choices=LAYOUTS, default=None,
-                   help="default: hf-multimodal for real shapes, hf-text for tiny")
+                   help="default: hf-multimodal for the Ministral-3 shapes, hf-text for tiny "
+                        "and smollm2-135m (the demo model's shapes)")
     p.add_argument("--quant", choices=QUANTS, default="fp8-per-tensor")
     p.add_argument("--tied", choices=("yes", "no"), default=None, help="override tied embeddings")
     p.add_argument("--shard-mb", type=int, default=None, help="max shard size (HF layouts)")

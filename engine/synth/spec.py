@@ -83,6 +83,13 @@ PRESETS: dict[str, SynthSpec] = {
         hidden_size=3072, intermediate_size=9216, num_layers=26, num_heads=32, num_kv_heads=8,
         head_dim=128, vocab_size=131072, tie_word_embeddings=True, layout="hf-multimodal",
         vision=PIXTRAL_VISION, shard_bytes=4 << 30),
+    # the demo model's shapes (SmolLM2-135M as engine/demo_model converts it: Ministral3 text
+    # layout, per-tensor FP8, tied, plain RoPE): its decode work without its GGUF
+    "smollm2-135m": SynthSpec(
+        hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9, num_kv_heads=3,
+        head_dim=64, vocab_size=49152, tie_word_embeddings=True, rope="default",
+        rope_theta=1e5, original_max_position_embeddings=8192, max_position_embeddings=8192,
+        llama_4_scaling_beta=0.0),
     "ministral-3-8b": SynthSpec(
         hidden_size=4096, intermediate_size=14336, num_layers=34, num_heads=32, num_kv_heads=8,
         head_dim=128, vocab_size=131072, tie_word_embeddings=False, layout="hf-multimodal",

@@ -112,3 +112,26 @@ def test_spec_validation():
         SynthSpec(num_heads=4, num_kv_heads=3)
     with pytest.raises(ValueError, match="unknown shape"):
         SynthSpec.preset("ministral-3-14b")
+
+
+def test_smollm2_preset_has_the_demo_models_shapes(tmp_path):
+    """--shape smollm2-135m: the demo model's config and linear shapes, random weights (its
+    decode work without its GGUF)."""
+    from engine.demo_model import ensure_demo_model
+
+    demo_dir = ensure_demo_model()
+    out = tmp_path / "s"
+    assert _cli(["synth-model", "--shape", "smollm2-135m", "--out", str(out),
+                 "--no-tokenizer"]) == 0
+    cfg, demo = read_model_config(out), read_model_config(demo_dir)
+    for f in ("architecture", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+              "num_kv_heads", "head_dim", "vocab_size", "tie_word_embeddings",
+              "max_position_embeddings", "rope"):
+        assert getattr(cfg, f) == getattr(demo, f), f
+    assert (cfg.quant.method, cfg.quant.scale_kind) == (demo.quant.method, demo.quant.scale_kind)
+    ws, wd = load_weights(out, progress=False), load_weights(demo_dir, progress=False)
+    for i in (0, demo.num_layers - 1):
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                     "down_proj"):
+            a, b = getattr(ws.layers[i], name).weight, getattr(wd.layers[i], name).weight
+            assert (a.shape, a.dtype) == (b.shape, b.dtype), (i, name)
