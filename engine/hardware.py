@@ -65,13 +65,16 @@ class HardwareInfo:
 
     def dispatch_reason(self, level: str) -> str | None:
         """Why the extension will not run ``level`` code (a DISPATCH_LEVELS name) although
-        the CPU may: FP8SERVE_ISA lowered the dispatch. None when it will, or unknown."""
+        the CPU may: FP8SERVE_ISA lowered the dispatch, or the CPU lacks a feature the level
+        needs beyond the flags checked here (amx also needs AVX512_VBMI). None when it will,
+        or unknown."""
         isa = self.dispatch_isa
         if isa is None or isa not in DISPATCH_LEVELS:
             return None
         if DISPATCH_LEVELS.index(isa) >= DISPATCH_LEVELS.index(level):
             return None
-        return f"extension dispatch level {isa} is below {level} (FP8SERVE_ISA)"
+        return (f"extension dispatch level {isa} is below {level} (FP8SERVE_ISA, or a "
+                f"feature {level} needs that this CPU lacks)")
 
     def feature_map(self) -> dict[str, bool]:
         """Feature name -> available, for /kernels and the hardware_feature metric."""
