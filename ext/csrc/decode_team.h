@@ -6,8 +6,9 @@
 // Per layer the team of threads shares the work of each phase and meets at a spin
 // barrier between phases (6 per layer) instead of forking a region per op:
 //   x = rms_norm(h)              every thread, all rows, into its own buffer (same bits)
-//   qkv = x @ Wqkv.T             column tiles (32, AVX2: 16) claimed front/ | barrier
-//                                back (AVX2: x widened to fp32 per thread first)
+//   qkv = x @ Wqkv.T             column tiles (32, AVX2: 16), a contiguous  | barrier
+//                                part per thread claimed from its front, then the
+//                                others' backs (AVX2: x widened to fp32 per thread first)
 //   rope(q, k), K/V -> cache     rows split over the threads (fp8 caches:   | barrier
 //                                each (row, KV head) quantized as kv_write_fp8 does)
 //   attention                    (row, KV head) items, or with few rows     | barrier
