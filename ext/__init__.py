@@ -16,7 +16,8 @@ Tensor layouts (row-major; N = out_features, K = in_features; Np, Kp padded with
     gemm_amx      same arguments as gemm_avx512; our AMX tile kernel (TDPBF16PS) for every
                   M, on the real tiles at dispatch level amx, else on the portable
                   stand-in of the tile operations (any host; slow, for tests)
-    gemm_avx2     x[M, K] bf16, avx2_16 weight, scale f32 [N], bias f32 [N] | None -> y[M, N]
+    gemm_avx2     x[M, K] bf16, avx2_16 weight, scale f32 [N] (block_k = 0) or
+                  [ceil(N/block_n), ceil(K/block_k)], bias f32 [N] | None -> y[M, N] bf16
     pack_bf16_vnni32  w[N, K] bf16 -> [Np/32, Kp/2, 32, 2] bf16, pack_vnni32's element order
     gemm_bf16_avx512  x[M, K] bf16, bf16 vnni32 weight, bias f32 [N] | None -> y[M, N] bf16
                       (fp32 with out_fp32)
@@ -125,9 +126,11 @@ def gemm_amx(x: torch.Tensor, w_packed: torch.Tensor, scale: torch.Tensor,
 
 
 def gemm_avx2(x: torch.Tensor, w_packed: torch.Tensor, scale: torch.Tensor,
-              bias: torch.Tensor | None, n: int) -> torch.Tensor:
-    """x[M, K] bf16 @ (avx2_16 w * scale[N]).T + bias -> y[M, n] bf16."""
-    return ops().gemm_avx2(x, w_packed, scale, bias, n)
+              bias: torch.Tensor | None, n: int, block_n: int = 0,
+              block_k: int = 0) -> torch.Tensor:
+    """x[M, K] bf16 @ (avx2_16 w * scale).T + bias -> y[M, n] bf16; scale [N], or with
+    block_k > 0 [ceil(N/block_n), ceil(K/block_k)] (block_n, block_k multiples of 32)."""
+    return ops().gemm_avx2(x, w_packed, scale, bias, n, block_n, block_k)
 
 
 def pack_bf16_vnni32(w: torch.Tensor) -> torch.Tensor:

@@ -67,13 +67,13 @@ def gemm_amx(x, w_packed, scale, bias, n, block_n=0, block_k=0):
     return _gemm_vnni("gemm_amx", x, w_packed, scale, bias, n, block_n, block_k)
 
 
-def gemm_avx2(x, w_packed, scale, bias, n):
+def gemm_avx2(x, w_packed, scale, bias, n, block_n=0, block_k=0):
     _check_x(x, "gemm_avx2")
     want = (_cdiv(n, 16), x.shape[1], 16)
     torch._check(tuple(w_packed.shape) == want and w_packed.dtype == FP8,
                  lambda: f"gemm_avx2: w_packed must be [N/16, K, 16] = {want} fp8, "
                          f"got {tuple(w_packed.shape)}")
-    _check_scale(scale, n, x.shape[1], 0, 0, "gemm_avx2")
+    _check_scale(scale, n, x.shape[1], block_n, block_k, "gemm_avx2")
     _check_bias(bias, n, "gemm_avx2")
     return x.new_empty((x.shape[0], n))
 

@@ -9,7 +9,8 @@ The op calls the same FP8 GEMM as the layer's kernels, on the same packed weight
 ext/csrc/decode_team.h GemmKind): the AVX-512 GEMM (gemm.h fp8_linear, what gemm_avx512
 runs) for layers on avx512_w8a16 / avx512_block_w8a16, the AMX tile GEMM (gemm.h
 amx_linear, what gemm_amx runs; dims[5] = GEMM_AMX) for layers on amx_w8a16 /
-amx_block_w8a16, the AVX2 GEMM (gemm_avx2; dims[5] = GEMM_AVX2) for layers on avx2_w8a16.
+amx_block_w8a16, the AVX2 GEMM (gemm_avx2; dims[5] = GEMM_AVX2) for layers on avx2_w8a16 /
+avx2_block_w8a16.
 So the kernel report stays true: each linear still runs on the kernel it reports. The
 norms, RoPE, SwiGLU, residual adds and attention run at the extension's dispatch ISA
 (AVX-512 from level avx512 on, else AVX2), in fp32 with the Python layer's bf16 roundings
@@ -35,7 +36,7 @@ from engine.model.layers import Bf16Linear, Fp8Linear, FusedLinear, Linear, Rope
 
 AVX512_KERNELS = frozenset({"avx512_w8a16", "avx512_block_w8a16"})
 AMX_KERNELS = frozenset({"amx_w8a16", "amx_block_w8a16"})
-AVX2_KERNELS = frozenset({"avx2_w8a16"})
+AVX2_KERNELS = frozenset({"avx2_w8a16", "avx2_block_w8a16"})
 # dims[5] of a layer whose linears run the AMX / AVX2 kernels (decode_team.h kDimsAmx,
 # kDimsAvx2); else GEMV_MAX_M (the AVX-512 GEMM)
 GEMM_AMX = -1

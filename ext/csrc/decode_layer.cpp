@@ -124,7 +124,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 at::Tensor linear(const at::Tensor& x, const Linear& l, int64_t gemm) {
   const int64_t m = x.size(0), k = x.size(1);
   if (gemm_kind(gemm) == GemmKind::kAvx2) {  // the op avx2_w8a16 calls (it widens x)
-    return gemm_avx2(x, l.w, l.scale, std::nullopt, l.n);
+    return gemm_avx2(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk);
   }
   if (k % kPadK != 0 || !x.is_contiguous()) {
     return gemm_kind(gemm) == GemmKind::kAmx

@@ -78,6 +78,8 @@ struct Private {  // one thread's buffers
   uint16_t* attn;  // bf16 [T, Hq D]: the merged attention (segment mode)
   float* xf;       // fp32 [T, max(xld, Hq D)]: a GEMM's x widened (the AVX2 GEMM's
                    // operand; null when no layer runs it)
+  float* xs;       // fp32, as xf: xf times a column block's scales (AVX2 GEMM with block
+                   // scales; null when no layer has them)
 };
 
 // Columns per weight tile: 32 (vnni32), 16 (avx2_16).
@@ -90,25 +92,52 @@ int64_t gemm_chunk(const LinearRef& l, int64_t rows) {
 }
 
 // The AVX2 GEMM's x: rows [T, kp] of bf16 x (stride ldx) widened to fp32 at xf, prescaled
-// (avx2::prescale_x) when every value allows it; returns whether it did. The same rows
-// give the same answer in every thread, and the GEMM's bits do not depend on it (isa.h).
-bool widen_rows(const uint16_t* x, int64_t ldx, int64_t rows, int64_t kp, float* xf) {
+// (avx2::prescale_x) when `prescale` and every value allows it; returns whether it did.
+// The same rows give the same answer in every thread, and the GEMM's bits do not depend on
+// it (isa.h).
+bool widen_rows(const uint16_t* x, int64_t ldx, int64_t rows, int64_t kp, float* xf,
+                bool prescale) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < kp; ++i) {
       const uint32_t u = uint32_t(x[r * ldx + i]) << 16;
       __builtin_memcpy(xf + r * kp + i, &u, 4);
     }
   }
-  return avx2::prescale_x(xf, rows * kp);
+  return prescale && avx2::prescale_x(xf, rows * kp);
+}
+
+// The AVX2 GEMM with block scales over tiles [t0, t1): per column block, xs = xf with
+// each k-block times its scale (one fp32 rounding, each row its own), then the GEMM with
+// no per-column scale, as gemm_avx2 (gemm.cpp) computes it.
+void avx2_block_tiles(const LinearRef& l, int64_t rows, const float* xf, float* xs,
+                      uint16_t* y, int64_t t0, int64_t t1) {
+  const int64_t per = l.bn / kTileN2;
+  for (int64_t a = t0; a < t1;) {
+    const int64_t c = a / per, b = std::min(t1, (c + 1) * per);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t kb = 0; kb < l.k_blocks; ++kb) {
+        const float s = l.scale[c * l.k_blocks + kb];
+        const int64_t k1 = std::min(l.kp, (kb + 1) * l.bk);
+        for (int64_t i = kb * l.bk; i < k1; ++i) xs[r * l.kp + i] = xf[r * l.kp + i] * s;
+      }
+    }
+    const bool prescaled = avx2::prescale_x(xs, rows * l.kp);
+    avx2::gemm_tiles(xs, rows, l.kp, l.w, l.n, nullptr, nullptr, y, a, b, prescaled);
+    a = b;
+  }
 }
 
 // y [T, N] = x [T, ldx] @ W.T over tiles [t0, t1) (gemm.h: the AMX tile GEMM, or the
 // AVX-512 one on its direct path: T <= 32; isa.h avx2::gemm_tiles on xf, widened by
 // widen_rows)
 void gemm_tiles(const LinearRef& l, int64_t rows, const uint16_t* x, int64_t ldx,
-                const float* xf, bool prescaled, uint16_t* y, int64_t t0, int64_t t1) {
+                const Private& p, bool prescaled, uint16_t* y, int64_t t0, int64_t t1) {
+  if (l.kind == GemmKind::kAvx2 && l.bk != 0) {
+    avx2_block_tiles(l, rows, p.xf, p.xs, y, t0, t1);
+    return;
+  }
   if (l.kind == GemmKind::kAvx2) {
-    avx2::gemm_tiles(xf, rows, l.kp, l.w, l.n, l.scale, nullptr, y, t0, t1, prescaled);
+    avx2::gemm_tiles(p.xf, rows, l.kp, l.w, l.n, l.scale, nullptr, y, t0, t1, prescaled);
     return;
   }
   const GemvArgs a{x, ldx, rows, l.w, l.kp, l.n, l.scale, l.bn, l.bk, l.k_blocks, nullptr, y,
@@ -149,9 +178,10 @@ void split_range(TileRange* rs, int64_t parts, int64_t n, int64_t chunk) {
 void gemm_phase(Shared& s, TileRange* range, int tid, const LinearRef& l, const uint16_t* x,
                 int64_t ldx, uint16_t* y, bool residual, const Private& p) {
   const int64_t rows = s.step.t_n, cols = tile_cols(l);
-  const bool prescaled = l.kind == GemmKind::kAvx2 && widen_rows(x, ldx, rows, l.kp, p.xf);
+  const bool prescaled =
+      l.kind == GemmKind::kAvx2 && widen_rows(x, ldx, rows, l.kp, p.xf, l.bk == 0);
   claim_all(range, s.parts, tid, gemm_chunk(l, rows), [&](int64_t t0, int64_t t1) {
-    gemm_tiles(l, rows, x, ldx, p.xf, prescaled, y, t0, t1);
+    gemm_tiles(l, rows, x, ldx, p, prescaled, y, t0, t1);
     if (residual) {
       const int64_t c0 = t0 * cols, c1 = std::min(t1 * cols, l.n);
       for (int64_t r = 0; r < rows; ++r) {
@@ -297,10 +327,17 @@ void decode_team(const StepRef& step, const LayerRef* layers, int64_t n_layers, 
                        0, nullptr, nullptr, 0.0f, nullptr, 0};
   std::vector<float> part(size_t(rows * step.hkv * nseg * partial_floats(probe)));
   // fp32 x per thread for the AVX2 GEMM (K up to max(H, I, Hq D))
-  bool avx2_gemm = false;
-  for (int64_t i = 0; i < n_layers; ++i) avx2_gemm |= layers[i].qkv.kind == GemmKind::kAvx2;
+  bool avx2_gemm = false, avx2_block = false;
+  for (int64_t i = 0; i < n_layers; ++i) {
+    const LayerRef& l = layers[i];
+    avx2_gemm |= l.qkv.kind == GemmKind::kAvx2;
+    for (const LinearRef* r : {&l.qkv, &l.o, &l.gu, &l.down}) {
+      avx2_block |= r->kind == GemmKind::kAvx2 && r->bk != 0;
+    }
+  }
   const int64_t xf_row = std::max(xld, attn_cols);
   std::vector<float> xf(avx2_gemm ? size_t(team_max * rows * xf_row) : 0);
+  std::vector<float> xs(avx2_block ? size_t(team_max * rows * xf_row) : 0);
   const int64_t parts = FP8S_TEAM_SPLIT ? team_max : 1;
   std::unique_ptr<TileRange[]> ranges(new TileRange[n_layers * kPhases * parts]);
   const int64_t attn_items = rows * step.hkv * std::max<int64_t>(nseg, 1);
@@ -329,7 +366,8 @@ void decode_team(const StepRef& step, const LayerRef* layers, int64_t n_layers, 
     if (tid == 0) s.barrier.team = team;
 #pragma omp barrier
     const Private p{priv0 + tid * priv, priv0 + tid * priv + rows * xld,
-                    avx2_gemm ? xf.data() + tid * rows * xf_row : nullptr};
+                    avx2_gemm ? xf.data() + tid * rows * xf_row : nullptr,
+                    avx2_block ? xs.data() + tid * rows * xf_row : nullptr};
     PartClock clock(tid);
     for (int64_t i = 0; i < n_layers; ++i) {
       layer(s, layers[i], s.ranges + i * kPhases * parts, tid, team, p, clock);

@@ -48,7 +48,8 @@ inline GemmKind gemm_kind(int64_t dim5) {
 
 struct LinearRef {
   // kAvx512 / kAmx: vnni32 fp8 [Np/32][Kp/2][32][2] (isa.h), kp = Kp;
-  // kAvx2: avx2_16 fp8 [Np/16][K][16] (isa.h), kp = K, per-channel scales only
+  // kAvx2: avx2_16 fp8 [Np/16][K][16] (isa.h), kp = K; block scales scale x per column
+  // block first (decode_team.cpp gemm_tiles, as the op gemm_avx2 does)
   const uint8_t* w;
   const float* scale;  // fp32 [N] (bk == 0) or [ceil(N/bn), ceil(K/bk)]
   int64_t n, kp, bn, bk, k_blocks;

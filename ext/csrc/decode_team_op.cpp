@@ -18,7 +18,7 @@ LinearRef linear_ref(const at::Tensor& w, const at::Tensor& scale, int64_t n, in
                      int64_t bn, int64_t bk, GemmKind kind) {
   const bool avx2 = kind == GemmKind::kAvx2;
   const bool shape = avx2 ? w.dim() == 3 && w.size(0) == ceil_div(n, kTileN2) &&
-                                w.size(1) == k && w.size(2) == kTileN2 && bk == 0
+                                w.size(1) == k && w.size(2) == kTileN2
                           : w.dim() == 4 && w.size(0) == ceil_div(n, kTileN) &&
                                 w.size(1) == k / 2;
   TORCH_CHECK(w.scalar_type() == at::kFloat8_e4m3fn && w.is_contiguous() && shape &&
@@ -26,7 +26,7 @@ LinearRef linear_ref(const at::Tensor& w, const at::Tensor& scale, int64_t n, in
                   scale.numel() == (bk ? ceil_div(n, bn) * ceil_div(k, bk) : n) &&
                   (bk == 0 || (bn % kTileN == 0 && bk % kPadK == 0)),
               "decode_layer: packed weight / scale do not match N=", n, ", K=", k,
-              avx2 ? " (avx2_16 [N/16, K, 16], per-channel scale)" : " (vnni32)");
+              avx2 ? " (avx2_16 [N/16, K, 16])" : " (vnni32)");
   return LinearRef{reinterpret_cast<const uint8_t*>(w.data_ptr()), scale.data_ptr<float>(),
                    n, k, bn, bk, bk ? ceil_div(k, bk) : 0, kind};
 }

@@ -12,8 +12,12 @@
 //   the portable stand-in of the tile operations (amx_gemm_standin.cpp), which the
 //   registry never picks for serving (the amx kernels need granted AMX) but the tests run
 //   on every host.
-// gemm_avx2: 16-column tiles, FP8 -> FP16 -> FP32 and FMA (fp8_gemm_avx2.cpp).
+// gemm_avx2: 16-column tiles, FP8 -> FP16 -> FP32 and FMA (fp8_gemm_avx2.cpp); block scales
+//   applied to x per column block and k-block before it (ops.h).
 #include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "gemm.h"
 #include "isa.h"
@@ -141,7 +145,8 @@ at::Tensor gemm_amx(const at::Tensor& x, const at::Tensor& w_packed, const at::T
 }
 
 at::Tensor gemm_avx2(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,
-                     const std::optional<at::Tensor>& bias, int64_t n) {
+                     const std::optional<at::Tensor>& bias, int64_t n, int64_t block_n,
+                     int64_t block_k) {
   TORCH_CHECK(cpu_isa() >= Isa::kAvx2, "gemm_avx2: needs AVX2/FMA/F16C; dispatch ISA is ",
               isa_name(cpu_isa()));
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.device().is_cpu(),
@@ -152,21 +157,52 @@ at::Tensor gemm_avx2(const at::Tensor& x, const at::Tensor& w_packed, const at::
                   w_packed.size(1) == k && w_packed.size(2) == kTileN2,
               "gemm_avx2: w_packed must be [N/16, K, 16] = [", ceil_div(n, kTileN2), ", ", k,
               ", 16] fp8 (pack_avx2), got ", w_packed.sizes());
-  check_scale("gemm_avx2", scale, n, k, 0, 0);
+  check_scale("gemm_avx2", scale, n, k, block_n, block_k);
   TORCH_CHECK(!bias || (bias->scalar_type() == at::kFloat && bias->is_contiguous() &&
                         bias->dim() == 1 && bias->size(0) == n),
               "gemm_avx2: bias must be contiguous float32 [N] = [", n, "]");
   at::Tensor y = at::empty({m, n}, x.options());
   if (m == 0) return y;
   at::Tensor xf = x.to(at::kFloat).contiguous();  // x is bf16: always a fresh copy
-  const bool prescaled = avx2::prescale_x(xf.data_ptr<float>(), m * k);
-  const float* xs = xf.data_ptr<float>();
   const auto* w = reinterpret_cast<const uint8_t*>(w_packed.data_ptr());
-  const float* s = scale.data_ptr<float>();
   const float* bs = bias ? bias->data_ptr<float>() : nullptr;
   auto* yp = reinterpret_cast<uint16_t*>(y.data_ptr());
-  at::parallel_for(0, ceil_div(n, kTileN2), 1, [&](int64_t t0, int64_t t1) {
-    avx2::gemm_tiles(xs, m, k, w, n, s, bs, yp, t0, t1, prescaled);
+  if (block_k == 0) {
+    const bool prescaled = avx2::prescale_x(xf.data_ptr<float>(), m * k);
+    const float* xs = xf.data_ptr<float>();
+    const float* s = scale.data_ptr<float>();
+    at::parallel_for(0, ceil_div(n, kTileN2), 1, [&](int64_t t0, int64_t t1) {
+      avx2::gemm_tiles(xs, m, k, w, n, s, bs, yp, t0, t1, prescaled);
+    });
+    return y;
+  }
+  // Block scales: y[:, block c] = (x * s[c, k / block_k]) @ w[block c].T, each row of the
+  // scaled x a function of that row alone (so the GEMM stays batch-invariant), in chunks
+  // of rows that keep the scaled copy cache-sized; no per-column scale then.
+  const float* xfp = xf.data_ptr<float>();
+  const float* sp = scale.data_ptr<float>();
+  const int64_t kb = ceil_div(k, block_k), tiles_per = block_n / kTileN2;
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 20) / (4 * k));
+  at::parallel_for(0, ceil_div(n, block_n), 1, [&](int64_t c0, int64_t c1) {
+    std::vector<float> xs(size_t(std::min(m, chunk) * k));
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t t0 = c * tiles_per, t1 = std::min(ceil_div(n, kTileN2), t0 + tiles_per);
+      for (int64_t r0 = 0; r0 < m; r0 += chunk) {
+        const int64_t rows = std::min(chunk, m - r0);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t b = 0; b < kb; ++b) {
+            const float sb = sp[c * kb + b];
+            const int64_t k1 = std::min(k, (b + 1) * block_k);
+            for (int64_t i = b * block_k; i < k1; ++i) {
+              xs[r * k + i] = xfp[(r0 + r) * k + i] * sb;
+            }
+          }
+        }
+        const bool prescaled = avx2::prescale_x(xs.data(), rows * k);
+        avx2::gemm_tiles(xs.data(), rows, k, w, n, nullptr, bs, yp + r0 * n, t0, t1,
+                         prescaled);
+      }
+    }
   });
   return y;
 }

@@ -110,7 +110,8 @@ void unpack_tile(const uint8_t* w, int64_t p0, int64_t p1, uint16_t* dst,
 namespace avx2 {
 void fp8_to_bf16(const uint8_t* src, uint16_t* dst, int64_t n);
 // y = x @ (w * scale).T + bias over 16-wide column tiles [t0, t1).
-// x [M, K] fp32 (pre-widened), w avx2_16 [Np/16][K][16], scale [N], bias [N] or null.
+// x [M, K] fp32 (pre-widened), w avx2_16 [Np/16][K][16], scale [N] or null (1: block
+// scales are applied to x first), bias [N] or null.
 // x_prescaled: x holds x * 2^112 (prescale_x returned true), and the weights are widened
 // to value * 2^-120 (Fp8TopLoader in fp8_gemm_avx2.cpp): one shuffle, shift and mask per 8
 // codes, where the fp16 route also needs vcvtph2ps. Every product is the same real number

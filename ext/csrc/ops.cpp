@@ -33,7 +33,8 @@ TORCH_LIBRARY(fp8serve, m) {
       "gemm_amx(Tensor x, Tensor w_packed, Tensor scale, Tensor? bias, int n, "
       "int block_n=0, int block_k=0) -> Tensor");
   // x[M, K] bf16, w_packed [N/16, K, 16] fp8, scale f32 [N], bias f32 [N]? -> y[M, n] bf16
-  m.def("gemm_avx2(Tensor x, Tensor w_packed, Tensor scale, Tensor? bias, int n) -> Tensor");
+  m.def("gemm_avx2(Tensor x, Tensor w_packed, Tensor scale, Tensor? bias, int n, "
+        "int block_n=0, int block_k=0) -> Tensor");
   // w[N, K] bf16 -> [N/32, K/2, 32, 2] bf16 (N, K zero-padded to multiples of 32)
   m.def("pack_bf16_vnni32(Tensor w) -> Tensor");
   // x[M, K] bf16, w_packed [N/32, K/2, 32, 2] bf16, bias f32 [N]? -> y[M, n] bf16 | f32

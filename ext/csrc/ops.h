@@ -36,8 +36,12 @@ at::Tensor gemm_avx512(const at::Tensor& x, const at::Tensor& w_packed, const at
 at::Tensor gemm_amx(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,
                     const std::optional<at::Tensor>& bias, int64_t n, int64_t block_n,
                     int64_t block_k);
+// gemm_avx2: scale [N] (block_k == 0) or [ceil(N/block_n), ceil(K/block_k)] fp32 (block_n a
+//   multiple of 32, block_k of 32): x's k-block b is scaled by the column block's scale
+//   (one fp32 rounding per element) before the per-channel GEMM, row by row.
 at::Tensor gemm_avx2(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,
-                     const std::optional<at::Tensor>& bias, int64_t n);
+                     const std::optional<at::Tensor>& bias, int64_t n, int64_t block_n,
+                     int64_t block_k);
 // paged_attention: q [T, Hq, D] bf16, k_cache / v_cache [blocks, Hkv, bs, D] bf16 (k_scale /
 //   v_scale none) or float8_e4m3fn (k_scale / v_scale [blocks, Hkv, bs] fp32 dequant multipliers),
 //   block_tables [C, W] int32, token_seq [T] int32, ctx_lens [T] int32 -> [T, Hq * D] bf16

@@ -20,6 +20,7 @@ import torch
 
 from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.kernels.avx512 import GEMV_MAX_M
+from engine.kernels.base import ScaleKind
 from engine.kernels.registry import KernelOverrides
 from engine.model.attention import build_metadata
 from engine.model.decode_step import GEMM_AVX2
@@ -41,7 +42,10 @@ NONE = LogitsWanted.NONE
 AMX_HOST = (*AVX512_HOST, "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
 # (cpuid flags of the fake profile, the FP8 kernel its layers then run)
 FAMILIES = [pytest.param((AVX512_HOST, "avx512_w8a16"), marks=needs_avx512, id="avx512"),
-            pytest.param((AVX2_HOST, "avx2_w8a16"), marks=needs_avx2, id="avx2")]
+            pytest.param((AVX512_HOST, "avx512_block_w8a16"), marks=needs_avx512,
+                         id="avx512-block"),
+            pytest.param((AVX2_HOST, "avx2_w8a16"), marks=needs_avx2, id="avx2"),
+            pytest.param((AVX2_HOST, "avx2_block_w8a16"), marks=needs_avx2, id="avx2-block")]
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,10 @@ KV_DTYPES = pytest.mark.parametrize("kv_dtype", ["auto", "fp8"])
 @pytest.fixture(scope="module", params=FAMILIES)
 def weights(request):
     flags, kernel = request.param
-    return Case(random_weights(tiny_config(num_layers=3), seed=21), flags, kernel)
+    kind = ScaleKind.BLOCK if "block" in kernel else ScaleKind.PER_TENSOR
+    # 32 x 32 blocks: every tiny shape is a multiple (q, k, v fuse), several per linear
+    return Case(random_weights(tiny_config(num_layers=3), seed=21, kind=kind, block=32),
+                flags, kernel)
 
 
 def _ids(n: int, seed: int) -> list[int]:
@@ -84,7 +91,7 @@ def test_every_layer_fuses_on_the_family_kernels(weights) -> None:
     kernels = {c.kernel_id for c in runner.kernel_report.choices.values()
                if c.layer.startswith("layers.")}
     assert kernels == {weights.kernel}  # the report names the kernel the op calls
-    gemm = GEMM_AVX2 if weights.kernel == "avx2_w8a16" else GEMV_MAX_M
+    gemm = GEMM_AVX2 if weights.kernel.startswith("avx2") else GEMV_MAX_M
     assert [f.dims[5] for f in runner.model.fused] == [gemm] * 3
 
 

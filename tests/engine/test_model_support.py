@@ -34,8 +34,9 @@ def tiny_config(rope: RopeConfig = YARN, quant: str = "fp8", tied: bool = False,
 
 
 def quantize_fp8(w: torch.Tensor, kind: ScaleKind = ScaleKind.PER_TENSOR,
-                 act_scale: float | None = 0.05) -> Fp8Weight:
-    """fp32 [N, K] -> Fp8Weight with amax/448 scales (per-tensor, per-channel or 128-block)."""
+                 act_scale: float | None = 0.05, block: int = 128) -> Fp8Weight:
+    """fp32 [N, K] -> Fp8Weight with amax/448 scales (per-tensor, per-channel or square
+    blocks of `block`)."""
     if kind is ScaleKind.PER_TENSOR:
         scale = (w.abs().max() / FP8_MAX).reshape(())
         q = (w / scale).to(FP8_DTYPE)
@@ -43,19 +44,19 @@ def quantize_fp8(w: torch.Tensor, kind: ScaleKind = ScaleKind.PER_TENSOR,
         scale = w.abs().amax(1) / FP8_MAX
         q = (w / scale[:, None]).to(FP8_DTYPE)
     else:
-        n, k = w.shape
-        pad = torch.zeros(-(-n // 128) * 128, -(-k // 128) * 128)
+        n, k, b = *w.shape, block
+        pad = torch.zeros(-(-n // b) * b, -(-k // b) * b)
         pad[:n, :k] = w
-        blocks = pad.view(pad.shape[0] // 128, 128, pad.shape[1] // 128, 128)
+        blocks = pad.view(pad.shape[0] // b, b, pad.shape[1] // b, b)
         scale = blocks.abs().amax((1, 3)).clamp_min(1e-8) / FP8_MAX
-        full = scale.repeat_interleave(128, 0).repeat_interleave(128, 1)[:n, :k]
+        full = scale.repeat_interleave(b, 0).repeat_interleave(b, 1)[:n, :k]
         q = (w / full).to(FP8_DTYPE)
     act = None if act_scale is None else torch.tensor(act_scale, dtype=torch.float32)
-    return Fp8Weight(q.contiguous(), scale.float().contiguous(), kind, act)
+    return Fp8Weight(q.contiguous(), scale.float().contiguous(), kind, act, (block, block))
 
 
 def random_weights(config: ModelConfig, seed: int = 0, kind: ScaleKind = ScaleKind.PER_TENSOR,
-                   fp8_head: bool = False) -> ModelWeights:
+                   fp8_head: bool = False, block: int = 128) -> ModelWeights:
     g = torch.Generator().manual_seed(seed)
     c = config
     shapes = {"q_proj": (c.q_size, c.hidden_size), "k_proj": (c.kv_size, c.hidden_size),
@@ -66,7 +67,8 @@ def random_weights(config: ModelConfig, seed: int = 0, kind: ScaleKind = ScaleKi
 
     def linear(n: int, k: int) -> LinearWeight:
         w = torch.randn(n, k, generator=g) * (1.5 / k ** 0.5)
-        return quantize_fp8(w, kind) if c.quant.method == "fp8" else w.to(torch.bfloat16)
+        return (quantize_fp8(w, kind, block=block) if c.quant.method == "fp8"
+                else w.to(torch.bfloat16))
 
     def norm() -> torch.Tensor:
         return (1.0 + 0.2 * torch.randn(c.hidden_size, generator=g)).to(torch.bfloat16)

@@ -39,7 +39,7 @@ def _catalog() -> KernelCatalog:
 
 def test_shipping_kernels_declare_batch_invariance():
     for kid in ("amx_w8a16", "amx_block_w8a16", "avx512_w8a16", "avx512_block_w8a16",
-                "avx2_w8a16"):
+                "avx2_w8a16", "avx2_block_w8a16"):
         assert is_batch_invariant(kid), kid
     for kid in ("torch_w8a16", "torch_block_w8a16", "torch_scaled_mm_w8a8", "xpu_w8a16",
                 "cuda_torch_w8a16"):
