@@ -13,8 +13,8 @@
 //   h [T, H] bf16 -> new h [T, H] bf16 (the input is not modified)
 //   weights = [input_norm [H] bf16, post_norm [H] bf16, qkv_w, qkv_scale, o_w, o_scale,
 //              gu_w, gu_scale, down_w, down_scale]  (each *_w and *_scale as for the GEMM
-//              dims[5] names: vnni32 fp8 for gemm_avx512 / gemm_amx, avx2_16 fp8 with
-//              fp32 [N] scales for gemm_avx2)
+//              dims[5] names: vnni32 fp8 for gemm_avx512 / gemm_amx, avx2_16 fp8 for
+//              gemm_avx2; scales fp32 [N], or [ceil(N/bn), ceil(K/bk)] with bk > 0)
 //   dims = [Hq, Hkv, D, I, block_size, gemm, qkv_bn, qkv_bk, o_bn, o_bk, gu_bn,
 //           gu_bk, down_bn, down_bk];  gemm >= 0: the AVX-512 GEMM (gemm_avx512) with
 //           gemv_max_m = gemm; gemm = -1: the AMX tile GEMM (gemm_amx); gemm = -2: the

@@ -38,7 +38,7 @@ constexpr int64_t kTeamMaxRows = 32;
 // Which FP8 GEMM a layer's linears run: the one its kernels report. decode_layer's dims[5]
 // says it: >= 0 the AVX-512 GEMM (avx512_w8a16 / avx512_block_w8a16, with that
 // direct_max_m), kDimsAmx the AMX tile GEMM (amx_w8a16 / amx_block_w8a16), kDimsAvx2 the
-// AVX2 GEMM (avx2_w8a16).
+// AVX2 GEMM (avx2_w8a16 / avx2_block_w8a16).
 enum class GemmKind : int { kAvx512, kAmx, kAvx2 };
 constexpr int64_t kDimsAmx = -1;
 constexpr int64_t kDimsAvx2 = -2;
