@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--m", default="1,8,32,128,512", help="comma list of M (tokens)")
     p.add_argument("--kernels", default=None,
                    help="comma list of kernel ids (default: every CPU kernel this host runs)")
-    p.add_argument("--scale-kind", choices=("per_tensor", "per_channel"), default="per_tensor")
+    p.add_argument("--scale-kind", choices=("per_tensor", "per_channel", "block"),
+                   default="per_tensor", help="block: 128 x 128 blocks")
     p.add_argument("--reps", type=int, default=20, help="timed calls per point (at most)")
     p.add_argument("--scaled-mm-m", default="1,32",
                    help="M values at which torch._scaled_mm runs (it is slow; '' = none)")

@@ -25,6 +25,7 @@ import torch
 from bench.common.timing import copies_to_exceed, llc_bytes, measure_read_bandwidth, time_calls
 from engine.hardware import HardwareInfo
 from engine.kernels.base import FP8_DTYPE, Fp8Spec, Fp8Weight, Platform, ScaleKind
+from engine.kernels.reference import dequantize
 from engine.kernels.registry import DEFAULT_CATALOG, KernelCatalog, hardware_reason
 
 BF16 = "torch_bf16_matmul"
@@ -65,8 +66,6 @@ class KernelBenchConfig:
     def __post_init__(self) -> None:
         if not self.shapes or not self.ms or min(self.ms) < 1 or self.reps < 1:
             raise ValueError("need shapes, M values >= 1 and reps >= 1")
-        if self.scale_kind is ScaleKind.BLOCK:
-            raise ValueError("the benchmark runs per-tensor or per-channel layers")
 
     def quick(self) -> KernelBenchConfig:
         """A smoke run: two M values, 3 reps, 64 MiB bandwidth probe, 1 _scaled_mm call."""
@@ -90,12 +89,14 @@ class BenchResult:
 
 
 def random_fp8_layer(shape: Shape, kind: ScaleKind, gen: torch.Generator) -> Fp8Weight:
-    """Random e4m3 codes (NaN codes zeroed) with a small scale: timing data, not accuracy."""
+    """Random e4m3 codes (NaN codes zeroed) with a small scale: timing data, not accuracy.
+    Block scales: 128 x 128 blocks."""
     codes = torch.randint(0, 256, (shape.n, shape.k), dtype=torch.uint8, generator=gen)
     codes[(codes & 0x7F) == 0x7F] = 0
-    n_scales = () if kind is ScaleKind.PER_TENSOR else (shape.n,)
+    n_scales = {ScaleKind.PER_TENSOR: (), ScaleKind.PER_CHANNEL: (shape.n,),
+                ScaleKind.BLOCK: (-(-shape.n // 128), -(-shape.k // 128))}[kind]
     scale = torch.full(n_scales, 1e-3, dtype=torch.float32)
-    return Fp8Weight(codes.view(FP8_DTYPE), scale, kind, torch.tensor(0.05))
+    return Fp8Weight(codes.view(FP8_DTYPE), scale, kind, torch.tensor(0.05), (128, 128))
 
 
 def _kernel_ids(cfg: KernelBenchConfig, catalog: KernelCatalog) -> list[str]:
@@ -138,8 +139,7 @@ class _ShapeRun:
 
 def _bench_bf16(run: _ShapeRun, rows: list[dict[str, Any]]) -> None:
     s = run.shape
-    mats = [(w.weight.to(torch.bfloat16) * w.scale.to(torch.bfloat16).reshape(-1, 1)
-             if w.scale.dim() else w.weight.to(torch.bfloat16)) for w in run.weights]
+    mats = [dequantize(w).to(torch.bfloat16) for w in run.weights]  # any scale kind
     for m in run.cfg.ms:
         x = run.x(m)
         t = run.time([partial(torch.mm, x, w.t()) for w in mats], run.cfg.reps)

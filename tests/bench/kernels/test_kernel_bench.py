@@ -127,3 +127,26 @@ def test_fp8serve_prints_a_bench_error_as_one_line(capsys) -> None:
     err = capsys.readouterr().err
     assert err.startswith("fp8serve: error: ") and "M values >= 1" in err
     assert err.count("\n") == 1
+
+
+def test_block_scales_run_the_block_kernels(tmp_path: Path) -> None:
+    """--scale-kind block: 128 x 128 block scales; the block kernels run (here torch's and,
+    where the extension runs AVX2, avx2_block_w8a16), _scaled_mm is skipped with why, and
+    the bf16 baseline runs on the dequantized weight."""
+    import ext
+    from engine.hardware_probe import probe_hardware
+
+    hw = probe_hardware()
+    out = tmp_path / "k.json"
+    args = parse("--quick", "--shapes", "256x384", "--m", "1,5", "--scale-kind", "block",
+                 "--kernels", "torch_block_w8a16,avx2_block_w8a16", "--json", str(out),
+                 "--png", str(tmp_path / "k.png"))
+    assert bench_cli.run(args, hw=hw) == 0
+    res = json.loads(out.read_text())
+    assert res["config"]["scale_kind"] == "block"
+    got = {(r["kernel"], r["m"]) for r in res["rows"]}
+    assert {("torch_bf16_matmul", 1), ("torch_block_w8a16", 1), ("torch_block_w8a16", 5)} <= got
+    if ext.load().built and ext.isa() != "scalar":
+        assert {("avx2_block_w8a16", 1), ("avx2_block_w8a16", 5)} <= got
+    assert any(s["kernel"] == "torch_scaled_mm_w8a8" and "block" in s["reason"]
+               for s in res["skipped"])
