@@ -114,13 +114,7 @@ void avx2_block_tiles(const LinearRef& l, int64_t rows, const float* xf, float* 
   const int64_t per = l.bn / kTileN2;
   for (int64_t a = t0; a < t1;) {
     const int64_t c = a / per, b = std::min(t1, (c + 1) * per);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t kb = 0; kb < l.k_blocks; ++kb) {
-        const float s = l.scale[c * l.k_blocks + kb];
-        const int64_t k1 = std::min(l.kp, (kb + 1) * l.bk);
-        for (int64_t i = kb * l.bk; i < k1; ++i) xs[r * l.kp + i] = xf[r * l.kp + i] * s;
-      }
-    }
+    avx2::scale_x_blocks(xf, rows, l.kp, l.scale + c * l.k_blocks, l.bk, xs);
     const bool prescaled = avx2::prescale_x(xs, rows * l.kp);
     avx2::gemm_tiles(xs, rows, l.kp, l.w, l.n, nullptr, nullptr, y, a, b, prescaled);
     a = b;

@@ -90,6 +90,21 @@ void gemm_tiles(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t 
   }
 }
 
+void scale_x_blocks(const float* x, int64_t rows, int64_t k, const float* s, int64_t bk,
+                    float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k0 = 0, b = 0; k0 < k; k0 += bk, ++b) {
+      const int64_t k1 = k - k0 < bk ? k : k0 + bk;
+      const __m256 sb = _mm256_set1_ps(s[b]);
+      int64_t i = k0;
+      for (; i + 8 <= k1; i += 8) {
+        _mm256_storeu_ps(out + r * k + i, _mm256_mul_ps(_mm256_loadu_ps(x + r * k + i), sb));
+      }
+      for (; i < k1; ++i) out[r * k + i] = x[r * k + i] * s[b];
+    }
+  }
+}
+
 bool prescale_x(float* x, int64_t count) {
   const __m256 limit = _mm256_set1_ps(65536.0f);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));

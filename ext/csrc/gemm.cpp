@@ -189,15 +189,7 @@ at::Tensor gemm_avx2(const at::Tensor& x, const at::Tensor& w_packed, const at::
       const int64_t t0 = c * tiles_per, t1 = std::min(ceil_div(n, kTileN2), t0 + tiles_per);
       for (int64_t r0 = 0; r0 < m; r0 += chunk) {
         const int64_t rows = std::min(chunk, m - r0);
-        for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t b = 0; b < kb; ++b) {
-            const float sb = sp[c * kb + b];
-            const int64_t k1 = std::min(k, (b + 1) * block_k);
-            for (int64_t i = b * block_k; i < k1; ++i) {
-              xs[r * k + i] = xfp[(r0 + r) * k + i] * sb;
-            }
-          }
-        }
+        avx2::scale_x_blocks(xfp + r0 * k, rows, k, sp + c * kb, block_k, xs.data());
         const bool prescaled = avx2::prescale_x(xs.data(), rows * k);
         avx2::gemm_tiles(xs.data(), rows, k, w, n, nullptr, bs, yp + r0 * n, t0, t1,
                          prescaled);

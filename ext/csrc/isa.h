@@ -119,6 +119,11 @@ void fp8_to_bf16(const uint8_t* src, uint16_t* dst, int64_t n);
 void gemm_tiles(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n,
                 const float* scale, const float* bias, uint16_t* y, int64_t t0, int64_t t1,
                 bool x_prescaled);
+// Block scales for the AVX2 GEMM: out[r, i] = x[r, i] * s[i / bk] for rows [0, rows) of
+// x [rows, k] and out [rows, k] (both stride k), s one column block's k-block scales; one
+// fp32 rounding per element, so each row's result depends on that row alone.
+void scale_x_blocks(const float* x, int64_t rows, int64_t k, const float* s, int64_t bk,
+                    float* out);
 // x[0 .. count) *= 2^112 and true when every |x| < 2^16 (the product then stays finite
 // and exact); otherwise false and x untouched. NaN entries give false.
 bool prescale_x(float* x, int64_t count);
