@@ -65,7 +65,7 @@ SOURCE_NAMES = (
 HEADER_NAMES = ("isa.h", "ops.h", "cpuid.h", "avx512_kernels.inc", "gemm.h", "attention.h",
                 "decode_layer.h", "decode_team.h", "decode_team_op.h", "avx512_math.inc",
                 "avx2_gemm.inc", "avx2_math.inc", "tile_sched.h", "tile_prefetch.inc",
-                "amx_gemm.inc", "attention_walk.inc", "fp8_cvt_avx512.inc", "fp8_cvt_vbmi.inc",
+                "amx_gemm.inc", "attention_walk.inc", "fp8_cvt_vbmi.inc",
                 "team_profile.h")
 BASE_CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno", "-Wall", "-Wno-unused-function", "-Wno-psabi")
 

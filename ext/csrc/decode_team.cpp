@@ -106,28 +106,14 @@ bool widen_rows(const uint16_t* x, int64_t ldx, int64_t rows, int64_t kp, float*
   return prescale && avx2::prescale_x(xf, rows * kp);
 }
 
-// The AVX2 GEMM with block scales over tiles [t0, t1): per column block, xs = xf with
-// each k-block times its scale (one fp32 rounding, each row its own), then the GEMM with
-// no per-column scale, as gemm_avx2 (gemm.cpp) computes it.
-void avx2_block_tiles(const LinearRef& l, int64_t rows, const float* xf, float* xs,
-                      uint16_t* y, int64_t t0, int64_t t1) {
-  const int64_t per = l.bn / kTileN2;
-  for (int64_t a = t0; a < t1;) {
-    const int64_t c = a / per, b = std::min(t1, (c + 1) * per);
-    avx2::scale_x_blocks(xf, rows, l.kp, l.scale + c * l.k_blocks, l.bk, xs);
-    const bool prescaled = avx2::prescale_x(xs, rows * l.kp);
-    avx2::gemm_tiles(xs, rows, l.kp, l.w, l.n, nullptr, nullptr, y, a, b, prescaled);
-    a = b;
-  }
-}
-
 // y [T, N] = x [T, ldx] @ W.T over tiles [t0, t1) (gemm.h: the AMX tile GEMM, or the
 // AVX-512 one on its direct path: T <= 32; isa.h avx2::gemm_tiles on xf, widened by
 // widen_rows)
 void gemm_tiles(const LinearRef& l, int64_t rows, const uint16_t* x, int64_t ldx,
                 const Private& p, bool prescaled, uint16_t* y, int64_t t0, int64_t t1) {
   if (l.kind == GemmKind::kAvx2 && l.bk != 0) {
-    avx2_block_tiles(l, rows, p.xf, p.xs, y, t0, t1);
+    avx2::gemm_tiles_block(p.xf, rows, l.kp, l.w, l.n, l.scale, l.bn, l.bk, nullptr, y, t0,
+                           t1, p.xs);
     return;
   }
   if (l.kind == GemmKind::kAvx2) {

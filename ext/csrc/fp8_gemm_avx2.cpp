@@ -63,6 +63,22 @@ struct Fp8TopLoader {
 
 #include "avx2_gemm.inc"
 
+// out = x with k-block b times s[b] (x, out [rows, k])
+void scale_x_blocks(const float* x, int64_t rows, int64_t k, const float* s, int64_t bk,
+                    float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k0 = 0, b = 0; k0 < k; k0 += bk, ++b) {
+      const int64_t k1 = k - k0 < bk ? k : k0 + bk;
+      const __m256 sb = _mm256_set1_ps(s[b]);
+      int64_t i = k0;
+      for (; i + 8 <= k1; i += 8) {
+        _mm256_storeu_ps(out + r * k + i, _mm256_mul_ps(_mm256_loadu_ps(x + r * k + i), sb));
+      }
+      for (; i < k1; ++i) out[r * k + i] = x[r * k + i] * s[b];
+    }
+  }
+}
+
 }  // namespace
 
 void fp8_to_bf16(const uint8_t* src, uint16_t* dst, int64_t n) {
@@ -90,21 +106,6 @@ void gemm_tiles(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t 
   }
 }
 
-void scale_x_blocks(const float* x, int64_t rows, int64_t k, const float* s, int64_t bk,
-                    float* out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t k0 = 0, b = 0; k0 < k; k0 += bk, ++b) {
-      const int64_t k1 = k - k0 < bk ? k : k0 + bk;
-      const __m256 sb = _mm256_set1_ps(s[b]);
-      int64_t i = k0;
-      for (; i + 8 <= k1; i += 8) {
-        _mm256_storeu_ps(out + r * k + i, _mm256_mul_ps(_mm256_loadu_ps(x + r * k + i), sb));
-      }
-      for (; i < k1; ++i) out[r * k + i] = x[r * k + i] * s[b];
-    }
-  }
-}
-
 bool prescale_x(float* x, int64_t count) {
   const __m256 limit = _mm256_set1_ps(65536.0f);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
@@ -122,6 +123,18 @@ bool prescale_x(float* x, int64_t count) {
     _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), s));
   for (; i < count; ++i) x[i] *= 0x1p112f;
   return true;
+}
+
+void gemm_tiles_block(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n,
+                      const float* scale, int64_t bn, int64_t bk, const float* bias,
+                      uint16_t* y, int64_t t0, int64_t t1, float* xs) {
+  const int64_t per = bn / kW, k_blocks = (k + bk - 1) / bk;
+  for (int64_t a = t0; a < t1;) {
+    const int64_t c = a / per, b = t1 < (c + 1) * per ? t1 : (c + 1) * per;
+    scale_x_blocks(x, m, k, scale + c * k_blocks, bk, xs);
+    gemm_tiles(xs, m, k, w, n, nullptr, bias, y, a, b, prescale_x(xs, m * k));
+    a = b;
+  }
 }
 
 }  // namespace avx2

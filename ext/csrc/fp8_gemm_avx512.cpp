@@ -1,9 +1,17 @@
-// AVX-512 (F, BW, VL, BF16) FP8 kernels: conversion, the batch-invariant GEMM (direct
-// and panel paths, avx512_kernels.inc), and the exact tile unpack the AMX kernel
-// (amx_gemm_tiles.cpp) feeds its tiles from. Compiled for AVX-512 only (ISA_BEGIN); called only when
-// dispatch.cpp chose Isa::kAvx512 or higher. No torch or STL headers here.
+// AVX-512 (F, BW, VL, BF16) FP8 kernels: conversion and the batch-invariant GEMM (direct
+// and panel paths, avx512_kernels.inc). Compiled for AVX-512 only (ISA_BEGIN); called only
+// when dispatch.cpp chose Isa::kAvx512 or higher. No torch or STL headers here.
 //
-// FP8 e4m3 -> BF16 in registers: fp8_cvt_avx512.inc.
+// FP8 e4m3 -> BF16 in registers (32 codes per zmm):
+//   s = sign-extend(code) to 16 bits; t = s << 4 puts the 7 magnitude bits at 10..4.
+//   normal codes: bf16 = sign | ((t & 0x07F0) + 0x3C00)  (exponent + 120: exact value)
+//            or   bf16 = sign | (t & 0x07F0) | 0x3800    (exponent + 112: value * 2^-8,
+//                                                         one ternlog; the GEMM uses it
+//                                                         and folds 256 into the scale)
+//   exponent-0 codes (zero and subnormals m * 2^-9) are replaced from an 8-entry table
+//   indexed by the mantissa (vpermw under a mask), so they land as exact bf16 *normals*:
+//   _mm512_dpbf16_ps treats bf16 denormals as zero, which the vLLM-style
+//   (x & 0x7F) << 4 (value * 2^-120) encoding would hit for every small weight.
 #include <immintrin.h>
 
 #include "isa.h"
@@ -14,7 +22,40 @@ namespace fp8serve {
 namespace avx512 {
 namespace {
 
-#include "fp8_cvt_avx512.inc"
+alignas(64) const uint16_t kSubExact[32] = {  // m * 2^-9, m = 0..7
+    0x0000, 0x3B00, 0x3B80, 0x3BC0, 0x3C00, 0x3C20, 0x3C40, 0x3C60};
+alignas(64) const uint16_t kSubScaled[32] = {  // m * 2^-17
+    0x0000, 0x3700, 0x3780, 0x37C0, 0x3800, 0x3820, 0x3840, 0x3860};
+
+template <bool kExact>
+struct Cvt {
+  __m512i mag, bias, expo, sign, table;
+
+  // An explicit constructor: GCC does not apply the target pragma to implicit ones.
+  Cvt()
+      : mag(_mm512_set1_epi16(0x07F0)),
+        bias(_mm512_set1_epi16(kExact ? 0x3C00 : 0x3800)),
+        expo(_mm512_set1_epi16(0x0078)),
+        sign(_mm512_set1_epi16(static_cast<short>(0x8000))),
+        table(_mm512_load_si512(kExact ? kSubExact : kSubScaled)) {}
+
+  // 32 fp8 bytes -> 32 bf16 (see file comment)
+  inline __m512i one(__m256i raw) const {
+    const __m512i s = _mm512_cvtepi8_epi16(raw);
+    const __m512i t = _mm512_slli_epi16(s, 4);
+    __m512i v = kExact ? _mm512_add_epi16(_mm512_and_si512(t, mag), bias)
+                       : _mm512_ternarylogic_epi32(t, mag, bias, 0xEA);  // (t&mag)|bias
+    const __mmask32 sub = _mm512_testn_epi16_mask(s, expo);
+    v = _mm512_mask_permutexvar_epi16(v, sub, s, table);
+    return _mm512_ternarylogic_epi32(v, s, sign, 0xF8);  // v | (s & 0x8000)
+  }
+
+  inline void operator()(const uint8_t* p, __m512i& lo, __m512i& hi) const {
+    lo = one(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    hi = one(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+  }
+};
+
 #include "avx512_kernels.inc"
 
 }  // namespace
@@ -38,11 +79,6 @@ void direct_tiles(const GemvArgs& a, int64_t t0, int64_t t1) {
 
 void panel_tiles(const GemvArgs& a, int64_t t0, int64_t t1) {
   panel_tiles_impl<Cvt<false>>(a, t0, t1);
-}
-
-void unpack_tile(const uint8_t* w, int64_t p0, int64_t p1, uint16_t* dst,
-                 const float* block_scale, int64_t block_k) {
-  unpack_tile_impl<Cvt<true>>(w, p0, p1, dst, block_scale, block_k);
 }
 
 void epilogue(const float* c, int64_t rows, const float* scale, float mult, const float* bias,

@@ -1,4 +1,4 @@
-// AVX-512 BF16 + VBMI variant of the GEMV and tile unpack (same vnni32 weight layout).
+// AVX-512 BF16 + VBMI variant of the GEMV (same vnni32 weight layout).
 // Compiled for that ISA only; used when dispatch.cpp chose Isa::kAvx512Vbmi or higher on
 // a host with AVX512_VBMI (Ice Lake and later Intel, AMD Zen 4/5).
 //
@@ -24,11 +24,6 @@ void direct_tiles(const GemvArgs& a, int64_t t0, int64_t t1) {
 
 void panel_tiles(const GemvArgs& a, int64_t t0, int64_t t1) {
   panel_tiles_impl<Cvt<false>>(a, t0, t1);
-}
-
-void unpack_tile(const uint8_t* w, int64_t p0, int64_t p1, uint16_t* dst,
-                 const float* block_scale, int64_t block_k) {
-  unpack_tile_impl<Cvt<true>>(w, p0, p1, dst, block_scale, block_k);
 }
 
 }  // namespace avx512_vbmi

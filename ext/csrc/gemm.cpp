@@ -181,19 +181,14 @@ at::Tensor gemm_avx2(const at::Tensor& x, const at::Tensor& w_packed, const at::
   // of rows that keep the scaled copy cache-sized; no per-column scale then.
   const float* xfp = xf.data_ptr<float>();
   const float* sp = scale.data_ptr<float>();
-  const int64_t kb = ceil_div(k, block_k), tiles_per = block_n / kTileN2;
+  const int64_t tiles_per = block_n / kTileN2, tiles = ceil_div(n, kTileN2);
   const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 20) / (4 * k));
   at::parallel_for(0, ceil_div(n, block_n), 1, [&](int64_t c0, int64_t c1) {
     std::vector<float> xs(size_t(std::min(m, chunk) * k));
-    for (int64_t c = c0; c < c1; ++c) {
-      const int64_t t0 = c * tiles_per, t1 = std::min(ceil_div(n, kTileN2), t0 + tiles_per);
-      for (int64_t r0 = 0; r0 < m; r0 += chunk) {
-        const int64_t rows = std::min(chunk, m - r0);
-        avx2::scale_x_blocks(xfp + r0 * k, rows, k, sp + c * kb, block_k, xs.data());
-        const bool prescaled = avx2::prescale_x(xs.data(), rows * k);
-        avx2::gemm_tiles(xs.data(), rows, k, w, n, nullptr, bs, yp + r0 * n, t0, t1,
-                         prescaled);
-      }
+    const int64_t t0 = c0 * tiles_per, t1 = std::min(tiles, c1 * tiles_per);
+    for (int64_t r0 = 0; r0 < m; r0 += chunk) {
+      avx2::gemm_tiles_block(xfp + r0 * k, std::min(chunk, m - r0), k, w, n, sp, block_n,
+                             block_k, bs, yp + r0 * n, t0, t1, xs.data());
     }
   });
   return y;

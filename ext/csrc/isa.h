@@ -85,11 +85,6 @@ void direct_tiles(const GemvArgs& a, int64_t t0, int64_t t1);
 void panel_tiles(const GemvArgs& a, int64_t t0, int64_t t1);
 // The same chains on a BF16 vnni32 weight (bf16_gemm_avx512.cpp).
 void bf16_tiles(const Bf16GemmArgs& a, int64_t t0, int64_t t1);
-// One tile's k-pairs [p0, p1) ([p1-p0][32][2] fp8 at `w`) -> bf16 VNNI [p1-p0][32][2].
-// block_scale == nullptr: exact values. Else block_scale[kb] (kb = 2p / block_k for the
-// global pair index p) multiplies each value in fp32, rounded once to bf16.
-void unpack_tile(const uint8_t* w, int64_t p0, int64_t p1, uint16_t* dst,
-                 const float* block_scale, int64_t block_k);
 // y[r, j] = bf16(c[r, j] * (scale ? scale[j] : 1) * mult + (bias ? bias[j] : 0)) for
 // r < rows, j < cols (<= 32); c is [rows][32] fp32.
 void epilogue(const float* c, int64_t rows, const float* scale, float mult,
@@ -98,13 +93,11 @@ void epilogue(const float* c, int64_t rows, const float* scale, float mult,
 uint64_t xor_lines(const uint64_t* w, int64_t lines);
 }  // namespace avx512
 
-// Same contracts as avx512::direct_tiles / panel_tiles / unpack_tile, table-based FP8
+// Same contracts as avx512::direct_tiles / panel_tiles, table-based FP8
 // conversion (VBMI); bitwise the same results as the avx512 versions.
 namespace avx512_vbmi {
 void direct_tiles(const GemvArgs& a, int64_t t0, int64_t t1);
 void panel_tiles(const GemvArgs& a, int64_t t0, int64_t t1);
-void unpack_tile(const uint8_t* w, int64_t p0, int64_t p1, uint16_t* dst,
-                 const float* block_scale, int64_t block_k);
 }  // namespace avx512_vbmi
 
 namespace avx2 {
@@ -119,11 +112,13 @@ void fp8_to_bf16(const uint8_t* src, uint16_t* dst, int64_t n);
 void gemm_tiles(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n,
                 const float* scale, const float* bias, uint16_t* y, int64_t t0, int64_t t1,
                 bool x_prescaled);
-// Block scales for the AVX2 GEMM: out[r, i] = x[r, i] * s[i / bk] for rows [0, rows) of
-// x [rows, k] and out [rows, k] (both stride k), s one column block's k-block scales; one
-// fp32 rounding per element, so each row's result depends on that row alone.
-void scale_x_blocks(const float* x, int64_t rows, int64_t k, const float* s, int64_t bk,
-                    float* out);
+// The same GEMM with block scales (scale [ceil(N/bn), ceil(K/bk)], bn a multiple of 32)
+// over tiles [t0, t1): for each column block, xs = x with k-block b times scale[block, b]
+// (one fp32 rounding per element, so each row's result depends on that row alone), then
+// gemm_tiles on xs with no per-column scale. x (not prescaled) and xs are [M, K] fp32.
+void gemm_tiles_block(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n,
+                      const float* scale, int64_t bn, int64_t bk, const float* bias,
+                      uint16_t* y, int64_t t0, int64_t t1, float* xs);
 // x[0 .. count) *= 2^112 and true when every |x| < 2^16 (the product then stays finite
 // and exact); otherwise false and x untouched. NaN entries give false.
 bool prescale_x(float* x, int64_t count);
