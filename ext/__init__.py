@@ -18,16 +18,21 @@ Tensor layouts (row-major; N = out_features, K = in_features; Np, Kp padded with
                   stand-in of the tile operations (any host; slow, for tests)
     gemm_avx2     x[M, K] bf16, avx2_16 weight, scale f32 [N] (block_k = 0) or
                   [ceil(N/block_n), ceil(K/block_k)], bias f32 [N] | None -> y[M, N] bf16
+    gemm_portable gemm_avx2's arguments on any host (baseline ISA, no intrinsics): one
+                  fp32 multiply-then-add chain per output over k, block scales folded per
+                  k-block
     pack_bf16_vnni32  w[N, K] bf16 -> [Np/32, Kp/2, 32, 2] bf16, pack_vnni32's element order
     gemm_bf16_avx512  x[M, K] bf16, bf16 vnni32 weight, bias f32 [N] | None -> y[M, N] bf16
                       (fp32 with out_fp32)
     pack_bf16_avx2    w[N, K] bf16 -> [Np/16, K, 16] bf16, pack_avx2's element order
     gemm_bf16_avx2    x[M, K] bf16, bf16 avx2_16 weight, bias f32 [N] | None -> y[M, N] bf16
                       (fp32 with out_fp32)
+    gemm_bf16_portable  gemm_bf16_avx2's arguments on any host, the same chains as
+                        gemm_portable
     read_xor      buf (any dtype, contiguous, nbytes a positive multiple of 64) -> int64 []:
                   XOR of its 64-bit words, read on all threads (the bandwidth probe)
-gemm_avx512, gemm_amx, gemm_avx2, gemm_bf16_avx512 and gemm_bf16_avx2 are batch-invariant: row i of
-y is bitwise the same for any M and any other rows (ext/csrc/gemm.h, csrc/avx2_gemm.inc).
+Every gemm_* op is batch-invariant: row i of y is bitwise the same for any M and any other
+rows (ext/csrc/gemm.h, csrc/avx2_gemm.inc, csrc/fp8_gemm_portable.cpp).
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ from ext.cpu import cpuinfo_flags, request_amx_permission
 __all__ = [
     "BuildConfig", "load", "ops", "status", "cpuid_features", "request_amx_permission",
     "isa", "fp8_to_bf16", "pack_vnni32", "pack_avx2", "gemm_avx512", "gemm_amx", "gemm_avx2",
-    "pack_bf16_vnni32", "gemm_bf16_avx512", "pack_bf16_avx2", "gemm_bf16_avx2", "read_xor",
+    "gemm_portable", "pack_bf16_vnni32", "gemm_bf16_avx512", "pack_bf16_avx2", "gemm_bf16_avx2",
+    "gemm_bf16_portable", "read_xor",
 ]
 
 _lock = threading.Lock()
@@ -133,6 +139,14 @@ def gemm_avx2(x: torch.Tensor, w_packed: torch.Tensor, scale: torch.Tensor,
     return ops().gemm_avx2(x, w_packed, scale, bias, n, block_n, block_k)
 
 
+def gemm_portable(x: torch.Tensor, w_packed: torch.Tensor, scale: torch.Tensor,
+                  bias: torch.Tensor | None, n: int, block_n: int = 0,
+                  block_k: int = 0) -> torch.Tensor:
+    """gemm_avx2's contract on any host: fp32 multiply-then-add chains (block scales folded
+    per k-block), baseline ISA."""
+    return ops().gemm_portable(x, w_packed, scale, bias, n, block_n, block_k)
+
+
 def pack_bf16_vnni32(w: torch.Tensor) -> torch.Tensor:
     """w[N, K] bf16 contiguous -> [ceil(N/32), ceil(K/32)*16, 32, 2] bf16."""
     return ops().pack_bf16_vnni32(w)
@@ -147,6 +161,12 @@ def gemm_bf16_avx2(x: torch.Tensor, w_packed: torch.Tensor, bias: torch.Tensor |
                    n: int, out_fp32: bool = False) -> torch.Tensor:
     """x[M, K] bf16 @ (bf16 avx2_16 w).T + bias -> y[M, n] bf16 (fp32 if out_fp32)."""
     return ops().gemm_bf16_avx2(x, w_packed, bias, n, out_fp32)
+
+
+def gemm_bf16_portable(x: torch.Tensor, w_packed: torch.Tensor, bias: torch.Tensor | None,
+                       n: int, out_fp32: bool = False) -> torch.Tensor:
+    """gemm_bf16_avx2's contract on any host (gemm_portable's chains)."""
+    return ops().gemm_bf16_portable(x, w_packed, bias, n, out_fp32)
 
 
 def gemm_bf16_avx512(x: torch.Tensor, w_packed: torch.Tensor, bias: torch.Tensor | None,

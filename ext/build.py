@@ -44,6 +44,7 @@ SOURCE_NAMES = (
     "fp8_gemm_avx512.cpp",
     "fp8_gemm_avx512_vbmi.cpp",
     "fp8_gemm_avx2.cpp",
+    "fp8_gemm_portable.cpp",
     "amx_gemm_tiles.cpp",
     "amx_gemm_standin.cpp",
     "bf16_gemm.cpp",

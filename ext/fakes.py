@@ -67,15 +67,21 @@ def gemm_amx(x, w_packed, scale, bias, n, block_n=0, block_k=0):
     return _gemm_vnni("gemm_amx", x, w_packed, scale, bias, n, block_n, block_k)
 
 
-def gemm_avx2(x, w_packed, scale, bias, n, block_n=0, block_k=0):
-    _check_x(x, "gemm_avx2")
-    want = (_cdiv(n, 16), x.shape[1], 16)
-    torch._check(tuple(w_packed.shape) == want and w_packed.dtype == FP8,
-                 lambda: f"gemm_avx2: w_packed must be [N/16, K, 16] = {want} fp8, "
-                         f"got {tuple(w_packed.shape)}")
-    _check_scale(scale, n, x.shape[1], block_n, block_k, "gemm_avx2")
-    _check_bias(bias, n, "gemm_avx2")
-    return x.new_empty((x.shape[0], n))
+def _avx2_16_gemm(op):
+    def fake(x, w_packed, scale, bias, n, block_n=0, block_k=0):
+        _check_x(x, op)
+        want = (_cdiv(n, 16), x.shape[1], 16)
+        torch._check(tuple(w_packed.shape) == want and w_packed.dtype == FP8,
+                     lambda: f"{op}: w_packed must be [N/16, K, 16] = {want} fp8, "
+                             f"got {tuple(w_packed.shape)}")
+        _check_scale(scale, n, x.shape[1], block_n, block_k, op)
+        _check_bias(bias, n, op)
+        return x.new_empty((x.shape[0], n))
+    return fake
+
+
+gemm_avx2 = _avx2_16_gemm("gemm_avx2")
+gemm_portable = _avx2_16_gemm("gemm_portable")
 
 
 def pack_bf16_vnni32(w: torch.Tensor) -> torch.Tensor:
@@ -102,14 +108,21 @@ def pack_bf16_avx2(w: torch.Tensor) -> torch.Tensor:
     return w.new_empty((_cdiv(n, 16), k, 16))
 
 
-def gemm_bf16_avx2(x, w_packed, bias, n, out_fp32=False):
-    _check_x(x, "gemm_bf16_avx2")
-    want = (_cdiv(n, 16), x.shape[1], 16)
-    torch._check(tuple(w_packed.shape) == want and w_packed.dtype == torch.bfloat16,
-                 lambda: f"gemm_bf16_avx2: w_packed must be [N/16, K, 16] = {want} bf16, "
-                         f"got {tuple(w_packed.shape)}")
-    _check_bias(bias, n, "gemm_bf16_avx2")
-    return x.new_empty((x.shape[0], n), dtype=torch.float32 if out_fp32 else torch.bfloat16)
+def _bf16_avx2_16_gemm(op):
+    def fake(x, w_packed, bias, n, out_fp32=False):
+        _check_x(x, op)
+        want = (_cdiv(n, 16), x.shape[1], 16)
+        torch._check(tuple(w_packed.shape) == want and w_packed.dtype == torch.bfloat16,
+                     lambda: f"{op}: w_packed must be [N/16, K, 16] = {want} bf16, "
+                             f"got {tuple(w_packed.shape)}")
+        _check_bias(bias, n, op)
+        return x.new_empty((x.shape[0], n),
+                           dtype=torch.float32 if out_fp32 else torch.bfloat16)
+    return fake
+
+
+gemm_bf16_avx2 = _bf16_avx2_16_gemm("gemm_bf16_avx2")
+gemm_bf16_portable = _bf16_avx2_16_gemm("gemm_bf16_portable")
 
 
 def paged_attention(q, k_cache, v_cache, block_tables, token_seq, ctx_lens, block_size,
@@ -203,6 +216,7 @@ FAKES = {
     "gemm_avx512": gemm_avx512,
     "gemm_amx": gemm_amx,
     "gemm_avx2": gemm_avx2,
+    "gemm_portable": gemm_portable,
     "paged_attention": paged_attention,
     "kv_write": kv_write,
     "kv_write_fp8": kv_write_fp8,
@@ -212,6 +226,7 @@ FAKES = {
     "gemm_bf16_avx512": gemm_bf16_avx512,
     "pack_bf16_avx2": pack_bf16_avx2,
     "gemm_bf16_avx2": gemm_bf16_avx2,
+    "gemm_bf16_portable": gemm_bf16_portable,
     "read_xor": read_xor,
 }
 

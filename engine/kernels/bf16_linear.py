@@ -18,8 +18,16 @@ bf16_avx2 (ext/csrc/bf16_gemm_avx2.cpp, the column tiles of csrc/avx2_gemm.inc)
             same for any M. Widening is shared by up to 48 rows (verify chunks, prefill).
     Gate: avx2, fma, f16c, the extension built with the op, dispatch level >= avx2.
 
-Elsewhere callers use torch.mm, whose row i may depend on M (oneDNN picks its blocking by
-shape) and which emulates bf16 on CPUs without AVX-512 BF16, one weight pass per row.
+bf16_portable (ext/csrc/fp8_gemm_portable.cpp)
+    packed: as bf16_avx2 (BF16_AVX2_LAYOUT).
+    apply:  as bf16_avx2, through gemm_bf16_portable: baseline ISA (no intrinsics), one
+            fp32 multiply-then-add chain per output over K in order, so row i of y is
+            bitwise the same for any M. For hosts below AVX2 (or FP8SERVE_ISA=scalar).
+    Gate: the extension built with the op.
+
+Without the extension callers use torch.mm, whose row i may depend on M (oneDNN picks its
+blocking by shape) and which emulates bf16 on CPUs without AVX-512 BF16, one weight pass
+per row.
 
 Memory: the packed copy is one more N x K bf16 tensor (plus padding to multiples of 32).
 For a tied lm_head the embedding table stays for F.embedding, so the model holds the
@@ -40,10 +48,12 @@ from engine.kernels.base import LayoutError, PackedWeight
 
 KERNEL_ID = "bf16_avx512"
 AVX2_KERNEL_ID = "bf16_avx2"
+PORTABLE_KERNEL_ID = "bf16_portable"
 TORCH_KERNEL_ID = "torch_mm"
 BF16_VNNI32_LAYOUT = "bf16_vnni32[ceil(N/32)][ceil(K/32)*16][32][2]"
 BF16_AVX2_LAYOUT = "bf16_avx2_16[ceil(N/16)][K][16]"
-_LAYOUTS = {KERNEL_ID: BF16_VNNI32_LAYOUT, AVX2_KERNEL_ID: BF16_AVX2_LAYOUT}
+_LAYOUTS = {KERNEL_ID: BF16_VNNI32_LAYOUT, AVX2_KERNEL_ID: BF16_AVX2_LAYOUT,
+            PORTABLE_KERNEL_ID: BF16_AVX2_LAYOUT}
 
 
 def _dispatch_below(level: str) -> str | None:
@@ -74,22 +84,35 @@ def bf16_avx2_reason(hw: HardwareInfo) -> str | None:
     return _dispatch_below("avx2")
 
 
+def bf16_portable_reason(hw: HardwareInfo) -> str | None:
+    """None when bf16_portable can run on this host, else why not."""
+    if reason := extension_reason(hw):
+        return reason
+    if not hasattr(ext.ops(), "gemm_bf16_portable"):
+        return "C++ extension build lacks gemm_bf16_portable"
+    return None
+
+
 def choose_bf16_kernel(hw: HardwareInfo) -> tuple[str, str | None]:
     """(kernel id, None) for the highest-priority C++ kernel this host runs, else
-    ("torch_mm", why neither runs)."""
+    ("torch_mm", why none runs)."""
     avx512 = bf16_gemm_reason(hw)
     if avx512 is None:
         return KERNEL_ID, None
     avx2 = bf16_avx2_reason(hw)
     if avx2 is None:
         return AVX2_KERNEL_ID, None
-    return TORCH_KERNEL_ID, f"{KERNEL_ID}: {avx512}; {AVX2_KERNEL_ID}: {avx2}"
+    portable = bf16_portable_reason(hw)
+    if portable is None:
+        return PORTABLE_KERNEL_ID, None
+    return TORCH_KERNEL_ID, (f"{KERNEL_ID}: {avx512}; {AVX2_KERNEL_ID}: {avx2}; "
+                             f"{PORTABLE_KERNEL_ID}: {portable}")
 
 
 @dataclass(frozen=True, slots=True)
 class Bf16Gemm:
-    """One BF16 weight packed for bf16_avx512 or bf16_avx2. Stateless apart from the
-    packed tensor."""
+    """One BF16 weight packed for bf16_avx512, bf16_avx2 or bf16_portable. Stateless apart
+    from the packed tensor."""
 
     packed: PackedWeight
 
@@ -120,5 +143,6 @@ class Bf16Gemm:
         if x.dim() != 2 or x.shape[1] != p.k or x.dtype != torch.bfloat16:
             raise LayoutError(f"{p.kernel_id}: x must be [M, K={p.k}] bf16, got "
                               f"{tuple(x.shape)} {x.dtype}")
-        gemm = ext.gemm_bf16_avx512 if p.kernel_id == KERNEL_ID else ext.gemm_bf16_avx2
+        gemm = {KERNEL_ID: ext.gemm_bf16_avx512, AVX2_KERNEL_ID: ext.gemm_bf16_avx2,
+                PORTABLE_KERNEL_ID: ext.gemm_bf16_portable}[p.kernel_id]
         return gemm(x, p.tensors["weight"], bias, p.n, out_fp32)

@@ -34,6 +34,8 @@ KERNEL_CLASSES: dict[str, str] = {
     "avx512_block_w8a16": "engine.kernels.avx512:Avx512BlockW8A16",
     "avx2_w8a16": "engine.kernels.avx2:Avx2W8A16",
     "avx2_block_w8a16": "engine.kernels.avx2:Avx2BlockW8A16",
+    "portable_w8a16": "engine.kernels.portable:PortableW8A16",
+    "portable_block_w8a16": "engine.kernels.portable:PortableBlockW8A16",
     "torch_w8a16": "engine.kernels.torch_kernels:TorchW8A16",
     "torch_block_w8a16": "engine.kernels.torch_kernels:TorchBlockW8A16",
     "torch_scaled_mm_w8a8": "engine.kernels.torch_kernels:TorchScaledMmW8A8",
@@ -44,14 +46,15 @@ KERNEL_CLASSES: dict[str, str] = {
     "cuda_torch_w8a16": "engine.kernels.cuda:CudaTorchW8A16",
 }
 
-_CPU_W8A16 = ("amx_w8a16", "avx512_w8a16", "avx2_w8a16", "torch_w8a16",
+_CPU_W8A16 = ("amx_w8a16", "avx512_w8a16", "avx2_w8a16", "portable_w8a16", "torch_w8a16",
               "torch_scaled_mm_w8a8")
 
 PRIORITY: dict[tuple[Platform, ScaleKind], tuple[str, ...]] = {
     (Platform.CPU, ScaleKind.PER_TENSOR): _CPU_W8A16,
     (Platform.CPU, ScaleKind.PER_CHANNEL): _CPU_W8A16,
     (Platform.CPU, ScaleKind.BLOCK): ("amx_block_w8a16", "avx512_block_w8a16",
-                                      "avx2_block_w8a16", "torch_block_w8a16"),
+                                      "avx2_block_w8a16", "portable_block_w8a16",
+                                      "torch_block_w8a16"),
     (Platform.XPU, ScaleKind.PER_TENSOR): ("xpu_w8a16", "xpu_torch_w8a16"),
     (Platform.XPU, ScaleKind.PER_CHANNEL): ("xpu_w8a16", "xpu_torch_w8a16"),
     (Platform.XPU, ScaleKind.BLOCK): ("xpu_block_fp8", "xpu_torch_w8a16"),

@@ -153,10 +153,11 @@ def apply_rope(qk: torch.Tensor, rope: StepRope) -> torch.Tensor:
 class Bf16Linear:
     """y [M, N] bf16 = x [M, K] bf16 @ w.T, w bf16 [N, K] (``weight``, kept as given).
 
-    With ``hw`` able to run bf16_avx512 or bf16_avx2 (engine/kernels/bf16_linear.py) the
-    product is the batch-invariant C++ GEMM on a packed copy of w, made on the first call
-    (a caller that replaces this module before running it never pays for the copy); else
-    torch.mm, whose row i may depend on M. ``kernel_id`` / ``reason`` say which and why."""
+    With ``hw`` able to run bf16_avx512, bf16_avx2 or bf16_portable (the extension built;
+    engine/kernels/bf16_linear.py) the product is the batch-invariant C++ GEMM on a packed
+    copy of w, made on the first call (a caller that replaces this module before running it
+    never pays for the copy); else torch.mm, whose row i may depend on M. ``kernel_id`` /
+    ``reason`` say which and why."""
 
     def __init__(self, name: str, weight: torch.Tensor, hw: HardwareInfo | None = None) -> None:
         if weight.dim() != 2:

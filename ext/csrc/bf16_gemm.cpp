@@ -4,6 +4,8 @@
 //       32-column tiles (bf16_gemm_avx512.cpp).
 //   gemm_bf16_avx2: the weight packed by pack_bf16_avx2 ([Np/16][K][16] bf16), 16-column
 //       tiles of fp32 FMA (bf16_gemm_avx2.cpp, avx2_gemm.inc).
+//   gemm_bf16_portable: the same packed weight, fp32 multiply-then-add chains on any host
+//       (fp8_gemm_portable.cpp).
 #include <ATen/Parallel.h>
 
 #include "gemm.h"
@@ -68,15 +70,15 @@ at::Tensor gemm_bf16_avx512(const at::Tensor& x, const at::Tensor& w_packed,
   return y;
 }
 
-at::Tensor gemm_bf16_avx2(const at::Tensor& x, const at::Tensor& w_packed,
-                          const std::optional<at::Tensor>& bias, int64_t n, bool out_fp32) {
-  const char* op = "gemm_bf16_avx2";
-  TORCH_CHECK(cpu_isa() >= Isa::kAvx2, op, ": needs AVX2/FMA/F16C; dispatch ISA is ",
-              isa_name(cpu_isa()));
+namespace {
+
+// The checks of the ops on the bf16 avx2_16 weight (gemm_bf16_avx2, gemm_bf16_portable).
+void check_bf16_avx2_16(const char* op, const at::Tensor& x, const at::Tensor& w_packed,
+                        const std::optional<at::Tensor>& bias, int64_t n) {
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.device().is_cpu(), op,
               ": x must be a 2-D [M, K] bfloat16 CPU tensor, got ", x.scalar_type(), " ",
               x.sizes());
-  const int64_t m = x.size(0), k = x.size(1);
+  const int64_t k = x.size(1);
   TORCH_CHECK(w_packed.scalar_type() == at::kBFloat16 && w_packed.is_contiguous() &&
                   w_packed.dim() == 3 && w_packed.size(0) == ceil_div(n, kTileN2) &&
                   w_packed.size(1) == k && w_packed.size(2) == kTileN2,
@@ -88,6 +90,35 @@ at::Tensor gemm_bf16_avx2(const at::Tensor& x, const at::Tensor& w_packed,
                     bias->dim() == 1 && bias->size(0) == n,
                 op, ": bias must be contiguous float32 [N] = [", n, "], got ", bias->sizes());
   }
+}
+
+}  // namespace
+
+at::Tensor gemm_bf16_portable(const at::Tensor& x, const at::Tensor& w_packed,
+                              const std::optional<at::Tensor>& bias, int64_t n,
+                              bool out_fp32) {
+  check_bf16_avx2_16("gemm_bf16_portable", x, w_packed, bias, n);
+  const int64_t m = x.size(0), k = x.size(1);
+  at::Tensor y = at::empty({m, n}, x.options().dtype(out_fp32 ? at::kFloat : at::kBFloat16));
+  if (m == 0) return y;
+  const at::Tensor xf = x.to(at::kFloat).contiguous();
+  const float* xs = xf.data_ptr<float>();
+  const auto* w = reinterpret_cast<const uint16_t*>(w_packed.data_ptr());
+  const float* bs = bias ? bias->data_ptr<float>() : nullptr;
+  void* yp = y.data_ptr();
+  parallel_tiles(ceil_div(n, kTileN2), 2, [&](int64_t t0, int64_t t1) {
+    portable::bf16_gemm_tiles(xs, m, k, w, n, bs, yp, out_fp32, t0, t1);
+  });
+  return y;
+}
+
+at::Tensor gemm_bf16_avx2(const at::Tensor& x, const at::Tensor& w_packed,
+                          const std::optional<at::Tensor>& bias, int64_t n, bool out_fp32) {
+  const char* op = "gemm_bf16_avx2";
+  TORCH_CHECK(cpu_isa() >= Isa::kAvx2, op, ": needs AVX2/FMA/F16C; dispatch ISA is ",
+              isa_name(cpu_isa()));
+  check_bf16_avx2_16(op, x, w_packed, bias, n);
+  const int64_t m = x.size(0), k = x.size(1);
   at::Tensor y = at::empty({m, n}, x.options().dtype(out_fp32 ? at::kFloat : at::kBFloat16));
   if (m == 0) return y;
   const at::Tensor xf = x.to(at::kFloat).contiguous();

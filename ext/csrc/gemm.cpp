@@ -14,6 +14,8 @@
 //   on every host.
 // gemm_avx2: 16-column tiles, FP8 -> FP16 -> FP32 and FMA (fp8_gemm_avx2.cpp); block scales
 //   applied to x per column block and k-block before it (ops.h).
+// gemm_portable: gemm_avx2's layout on any host (fp8_gemm_portable.cpp): fp32 multiply-
+//   then-add chains, block scales folded per k-block; batch-invariant, baseline ISA.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -144,23 +146,54 @@ at::Tensor gemm_amx(const at::Tensor& x, const at::Tensor& w_packed, const at::T
   return p.y;
 }
 
+namespace {
+
+// The checks of the ops on the avx2_16 FP8 weight (gemm_avx2, gemm_portable).
+void check_avx2_16(const char* op, const at::Tensor& x, const at::Tensor& w_packed,
+                   const at::Tensor& scale, const std::optional<at::Tensor>& bias, int64_t n,
+                   int64_t block_n, int64_t block_k) {
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.device().is_cpu(), op,
+              ": x must be a 2-D [M, K] bfloat16 CPU tensor, got ", x.sizes());
+  const int64_t k = x.size(1);
+  TORCH_CHECK(w_packed.scalar_type() == at::kFloat8_e4m3fn && w_packed.is_contiguous() &&
+                  w_packed.dim() == 3 && w_packed.size(0) == ceil_div(n, kTileN2) &&
+                  w_packed.size(1) == k && w_packed.size(2) == kTileN2,
+              op, ": w_packed must be [N/16, K, 16] = [", ceil_div(n, kTileN2), ", ", k,
+              ", 16] fp8 (pack_avx2), got ", w_packed.sizes());
+  check_scale(op, scale, n, k, block_n, block_k);
+  TORCH_CHECK(!bias || (bias->scalar_type() == at::kFloat && bias->is_contiguous() &&
+                        bias->dim() == 1 && bias->size(0) == n),
+              op, ": bias must be contiguous float32 [N] = [", n, "]");
+}
+
+}  // namespace
+
+at::Tensor gemm_portable(const at::Tensor& x, const at::Tensor& w_packed,
+                         const at::Tensor& scale, const std::optional<at::Tensor>& bias,
+                         int64_t n, int64_t block_n, int64_t block_k) {
+  check_avx2_16("gemm_portable", x, w_packed, scale, bias, n, block_n, block_k);
+  const int64_t m = x.size(0), k = x.size(1);
+  at::Tensor y = at::empty({m, n}, x.options());
+  if (m == 0) return y;
+  const at::Tensor xf = x.to(at::kFloat).contiguous();
+  const float* xs = xf.data_ptr<float>();
+  const auto* w = reinterpret_cast<const uint8_t*>(w_packed.data_ptr());
+  const float* s = scale.data_ptr<float>();
+  const float* bs = bias ? bias->data_ptr<float>() : nullptr;
+  auto* yp = reinterpret_cast<uint16_t*>(y.data_ptr());
+  parallel_tiles(ceil_div(n, kTileN2), 2, [&](int64_t t0, int64_t t1) {
+    portable::gemm_tiles(xs, m, k, w, n, s, block_n, block_k, bs, yp, t0, t1);
+  });
+  return y;
+}
+
 at::Tensor gemm_avx2(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,
                      const std::optional<at::Tensor>& bias, int64_t n, int64_t block_n,
                      int64_t block_k) {
   TORCH_CHECK(cpu_isa() >= Isa::kAvx2, "gemm_avx2: needs AVX2/FMA/F16C; dispatch ISA is ",
               isa_name(cpu_isa()));
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.device().is_cpu(),
-              "gemm_avx2: x must be a 2-D [M, K] bfloat16 CPU tensor, got ", x.sizes());
+  check_avx2_16("gemm_avx2", x, w_packed, scale, bias, n, block_n, block_k);
   const int64_t m = x.size(0), k = x.size(1);
-  TORCH_CHECK(w_packed.scalar_type() == at::kFloat8_e4m3fn && w_packed.is_contiguous() &&
-                  w_packed.dim() == 3 && w_packed.size(0) == ceil_div(n, kTileN2) &&
-                  w_packed.size(1) == k && w_packed.size(2) == kTileN2,
-              "gemm_avx2: w_packed must be [N/16, K, 16] = [", ceil_div(n, kTileN2), ", ", k,
-              ", 16] fp8 (pack_avx2), got ", w_packed.sizes());
-  check_scale("gemm_avx2", scale, n, k, block_n, block_k);
-  TORCH_CHECK(!bias || (bias->scalar_type() == at::kFloat && bias->is_contiguous() &&
-                        bias->dim() == 1 && bias->size(0) == n),
-              "gemm_avx2: bias must be contiguous float32 [N] = [", n, "]");
   at::Tensor y = at::empty({m, n}, x.options());
   if (m == 0) return y;
   at::Tensor xf = x.to(at::kFloat).contiguous();  // x is bf16: always a fresh copy

@@ -144,6 +144,19 @@ namespace amx_standin {
 void gemm_tiles(const GemvArgs& a, int64_t t0, int64_t t1);
 }  // namespace amx_standin
 
+// The portable GEMMs (fp8_gemm_portable.cpp; baseline ISA, every host): the avx2_16
+// layouts, x [M, K] fp32 (widened bf16), one multiply-then-add fp32 chain per output over
+// k in order, so batch-invariant. gemm_tiles: w FP8, scale per-channel [N] (bk == 0) or
+// block [ceil(N/bn), ceil(K/bk)] (bn a multiple of 16), bias [N] or null, y bf16 [M, N].
+// bf16_gemm_tiles: w bf16, no scale, y [M, N] fp32 (y_fp32) or bf16 bits.
+namespace portable {
+void gemm_tiles(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n,
+                const float* scale, int64_t bn, int64_t bk, const float* bias, uint16_t* y,
+                int64_t t0, int64_t t1);
+void bf16_gemm_tiles(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
+                     const float* bias, void* y, bool y_fp32, int64_t t0, int64_t t1);
+}  // namespace portable
+
 // Portable, exact fp8 e4m3 -> bf16 bits (NaN codes -> bf16 NaN).
 uint16_t fp8_to_bf16_scalar(uint8_t code);
 

@@ -35,6 +35,9 @@ TORCH_LIBRARY(fp8serve, m) {
   // x[M, K] bf16, w_packed [N/16, K, 16] fp8, scale f32 [N], bias f32 [N]? -> y[M, n] bf16
   m.def("gemm_avx2(Tensor x, Tensor w_packed, Tensor scale, Tensor? bias, int n, "
         "int block_n=0, int block_k=0) -> Tensor");
+  // gemm_avx2's arguments on any host (baseline ISA, batch-invariant)
+  m.def("gemm_portable(Tensor x, Tensor w_packed, Tensor scale, Tensor? bias, int n, "
+        "int block_n=0, int block_k=0) -> Tensor");
   // w[N, K] bf16 -> [N/32, K/2, 32, 2] bf16 (N, K zero-padded to multiples of 32)
   m.def("pack_bf16_vnni32(Tensor w) -> Tensor");
   // x[M, K] bf16, w_packed [N/32, K/2, 32, 2] bf16, bias f32 [N]? -> y[M, n] bf16 | f32
@@ -44,6 +47,9 @@ TORCH_LIBRARY(fp8serve, m) {
   m.def("pack_bf16_avx2(Tensor w) -> Tensor");
   // x[M, K] bf16, w_packed [N/16, K, 16] bf16, bias f32 [N]? -> y[M, n] bf16 | f32
   m.def("gemm_bf16_avx2(Tensor x, Tensor w_packed, Tensor? bias, int n, "
+        "bool out_fp32=False) -> Tensor");
+  // gemm_bf16_avx2's arguments on any host (baseline ISA, batch-invariant)
+  m.def("gemm_bf16_portable(Tensor x, Tensor w_packed, Tensor? bias, int n, "
         "bool out_fp32=False) -> Tensor");
   // q [T, Hq, D] bf16, k_cache / v_cache [blocks, Hkv, bs, D] bf16 (or float8_e4m3fn with
   // k_scale / v_scale [blocks, Hkv, bs] fp32), block_tables [C, W] int32, token_seq [T] int32,
@@ -90,10 +96,12 @@ TORCH_LIBRARY_IMPL(fp8serve, CPU, m) {
   m.impl("gemm_avx512", &fp8serve::gemm_avx512);
   m.impl("gemm_amx", &fp8serve::gemm_amx);
   m.impl("gemm_avx2", &fp8serve::gemm_avx2);
+  m.impl("gemm_portable", &fp8serve::gemm_portable);
   m.impl("pack_bf16_vnni32", &fp8serve::pack_bf16_vnni32);
   m.impl("gemm_bf16_avx512", &fp8serve::gemm_bf16_avx512);
   m.impl("pack_bf16_avx2", &fp8serve::pack_bf16_avx2);
   m.impl("gemm_bf16_avx2", &fp8serve::gemm_bf16_avx2);
+  m.impl("gemm_bf16_portable", &fp8serve::gemm_bf16_portable);
   m.impl("paged_attention", &fp8serve::paged_attention);
   m.impl("kv_write", &fp8serve::kv_write);
   m.impl("kv_write_fp8", &fp8serve::kv_write_fp8);

@@ -28,6 +28,10 @@ at::Tensor pack_bf16_avx2(const at::Tensor& w);
 //   -> y[M, n] bf16 (fp32 when out_fp32); batch-invariant
 at::Tensor gemm_bf16_avx2(const at::Tensor& x, const at::Tensor& w_packed,
                           const std::optional<at::Tensor>& bias, int64_t n, bool out_fp32);
+// gemm_bf16_portable: gemm_bf16_avx2's arguments; baseline ISA (any host), batch-invariant
+//   (isa.h portable::)
+at::Tensor gemm_bf16_portable(const at::Tensor& x, const at::Tensor& w_packed,
+                              const std::optional<at::Tensor>& bias, int64_t n, bool out_fp32);
 at::Tensor gemm_bf16_avx512(const at::Tensor& x, const at::Tensor& w_packed,
                             const std::optional<at::Tensor>& bias, int64_t n, bool out_fp32);
 at::Tensor gemm_avx512(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,
@@ -42,6 +46,11 @@ at::Tensor gemm_amx(const at::Tensor& x, const at::Tensor& w_packed, const at::T
 at::Tensor gemm_avx2(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& scale,
                      const std::optional<at::Tensor>& bias, int64_t n, int64_t block_n,
                      int64_t block_k);
+// gemm_portable: gemm_avx2's arguments; baseline ISA (any host), one multiply-then-add
+//   chain per output, block scales folded per k-block (isa.h portable::); batch-invariant
+at::Tensor gemm_portable(const at::Tensor& x, const at::Tensor& w_packed,
+                         const at::Tensor& scale, const std::optional<at::Tensor>& bias,
+                         int64_t n, int64_t block_n, int64_t block_k);
 // paged_attention: q [T, Hq, D] bf16, k_cache / v_cache [blocks, Hkv, bs, D] bf16 (k_scale /
 //   v_scale none) or float8_e4m3fn (k_scale / v_scale [blocks, Hkv, bs] fp32 dequant multipliers),
 //   block_tables [C, W] int32, token_seq [T] int32, ctx_lens [T] int32 -> [T, Hq * D] bf16
