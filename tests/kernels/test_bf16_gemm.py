@@ -1,6 +1,6 @@
 """The bf16-weight GEMM (pack_bf16_vnni32 + gemm_bf16_avx512, engine/kernels/bf16_linear.py)
 against the fp32 oracle, its layout contracts, and Bf16Linear's routing (C++ kernel when
-the host can run it, torch.mm otherwise)."""
+the host can run it, the portable one below, torch.mm without the extension)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,15 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import ext
+from engine.hardware import ExtensionStatus, HardwareInfo
 from engine.kernels.base import LayoutError
-from engine.kernels.bf16_linear import BF16_VNNI32_LAYOUT, KERNEL_ID, Bf16Gemm, bf16_gemm_reason
+from engine.kernels.bf16_linear import (
+    BF16_VNNI32_LAYOUT,
+    KERNEL_ID,
+    PORTABLE_KERNEL_ID,
+    Bf16Gemm,
+    bf16_gemm_reason,
+)
 from engine.model.layers import Bf16Linear
 from tests.ext.support import AVX2_HOST, AVX512_HOST, fake_hw, make_bias, needs_avx512
 
@@ -97,10 +104,15 @@ def test_bf16_linear_routes_to_the_kernel_when_supported():
     assert torch.equal(fast(x), Bf16Gemm.prepare(w)(x))
     assert torch.equal(fast.fp32(x), Bf16Gemm.prepare(w)(x, out_fp32=True))
     assert fast.weight.data_ptr() == w.data_ptr()  # a tied embedding is not copied
-    # AVX2 without FMA/F16C: neither C++ kernel (an AVX2_HOST takes bf16_avx2, whose
-    # routing tests/kernels/test_bf16_gemm_avx2.py checks)
-    slow = Bf16Linear("lm_head", w, fake_hw("avx2"))
-    assert slow.kernel_id == "torch_mm" and "avx512" in (slow.reason or "")
+    # AVX2 without FMA/F16C: neither ISA kernel, the portable one (an AVX2_HOST takes
+    # bf16_avx2, whose routing tests/kernels/test_bf16_gemm_avx2.py checks; the portable
+    # kernel's, tests/kernels/test_portable_gemm.py)
+    plain = Bf16Linear("lm_head", w, fake_hw("avx2"))
+    assert plain.kernel_id == PORTABLE_KERNEL_ID and plain.reason is None
+    # without the extension: torch.mm, and why
+    slow = Bf16Linear("lm_head", w, HardwareInfo.fake(*AVX512_HOST, extension=ExtensionStatus(
+        built=False, error="g++: command not found")))
+    assert slow.kernel_id == "torch_mm" and "g++: command not found" in (slow.reason or "")
     assert slow.gemm() is None and torch.equal(slow(x), torch.mm(x, w.t()))
     _assert_close(fast(x), x.float() @ w.float().t())
     assert bf16_gemm_reason(fake_hw(*AVX512_HOST)) is None

@@ -1,7 +1,7 @@
 """The AVX2 bf16-weight GEMM (pack_bf16_avx2 + gemm_bf16_avx2, engine/kernels/bf16_linear.py):
 the fp32 oracle, bitwise batch invariance across both schedules of csrc/avx2_gemm.inc
 (direct for M <= 3, shared fp32 panels above, in blocks of 48 rows), its layout contracts,
-and Bf16Linear's kernel choice (bf16_avx512, then bf16_avx2, then torch.mm)."""
+and Bf16Linear's kernel choice (bf16_avx512, then bf16_avx2, then bf16_portable)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from engine.kernels.base import LayoutError
 from engine.kernels.bf16_linear import (
     AVX2_KERNEL_ID,
     BF16_AVX2_LAYOUT,
-    KERNEL_ID,
+    PORTABLE_KERNEL_ID,
     Bf16Gemm,
     bf16_avx2_reason,
+    bf16_gemm_reason,
     choose_bf16_kernel,
 )
 from engine.model.layers import Bf16Linear
@@ -118,8 +119,8 @@ def test_fake_impl_shapes():
 
 def test_kernel_choice_by_priority():
     assert choose_bf16_kernel(fake_hw(*AVX2_HOST)) == (AVX2_KERNEL_ID, None)
-    kernel, why = choose_bf16_kernel(fake_hw("avx2"))  # no FMA/F16C: neither C++ kernel
-    assert kernel == "torch_mm" and KERNEL_ID in why and AVX2_KERNEL_ID in why
+    # no FMA/F16C: neither ISA kernel, so the portable one
+    assert choose_bf16_kernel(fake_hw("avx2")) == (PORTABLE_KERNEL_ID, None)
     assert "fma" in (bf16_avx2_reason(fake_hw("avx2")) or "")
 
 
@@ -130,17 +131,19 @@ def test_bf16_linear_routes_to_the_avx2_kernel():
     assert torch.equal(head(x), Bf16Gemm.prepare(w, AVX2_KERNEL_ID)(x))
     assert torch.equal(head.fp32(x), Bf16Gemm.prepare(w, AVX2_KERNEL_ID)(x, out_fp32=True))
     assert head.weight.data_ptr() == w.data_ptr()  # a tied embedding is not copied
-    slow = Bf16Linear("lm_head", w, fake_hw("avx2"))
-    assert slow.kernel_id == "torch_mm" and slow.gemm() is None
-    assert torch.equal(slow(x), torch.mm(x, w.t()))
+    plain = Bf16Linear("lm_head", w, fake_hw("avx2"))
+    assert plain.kernel_id == PORTABLE_KERNEL_ID
+    assert torch.equal(plain(x), Bf16Gemm.prepare(w, PORTABLE_KERNEL_ID)(x))
 
 
-def check_capped_dispatch_routes_to_torch(ops) -> None:
-    """FP8SERVE_ISA=scalar: the C++ bf16 kernels would refuse to run, so a profile that
-    does not carry the dispatch level (a hand-built one) still gets torch_mm."""
-    kernel, why = choose_bf16_kernel(fake_hw(*AVX512_HOST, *AVX2_HOST))
-    assert kernel == "torch_mm" and "below avx2" in why and "below avx512" in why, why
+def check_capped_dispatch_routes_to_portable(ops) -> None:
+    """FP8SERVE_ISA=scalar: the ISA bf16 kernels would refuse to run, so a profile that
+    does not carry the dispatch level (a hand-built one) gets bf16_portable, and says why
+    the others were passed over."""
+    assert choose_bf16_kernel(fake_hw(*AVX512_HOST, *AVX2_HOST)) == (PORTABLE_KERNEL_ID, None)
+    assert "below avx512" in bf16_gemm_reason(fake_hw(*AVX512_HOST, *AVX2_HOST))
+    assert "below avx2" in bf16_avx2_reason(fake_hw(*AVX512_HOST, *AVX2_HOST))
 
 
-def test_a_capped_dispatch_routes_to_torch():
-    assert_tests_pass_under_isa("scalar", __name__, "check_capped_dispatch_routes_to_torch")
+def test_a_capped_dispatch_routes_to_portable():
+    assert_tests_pass_under_isa("scalar", __name__, "check_capped_dispatch_routes_to_portable")

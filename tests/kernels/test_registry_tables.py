@@ -46,10 +46,12 @@ EXPECTED = {
     ("zen5", BLK): ("avx512_block_w8a16", [("amx_block_w8a16", "lacks AMX")]),
     ("zen5_no_ext", PT): ("torch_w8a16", [("amx_w8a16", "lacks AMX"),
                                           ("avx512_w8a16", "g++: command not found"),
-                                          ("avx2_w8a16", "g++: command not found")]),
+                                          ("avx2_w8a16", "g++: command not found"),
+                                          ("portable_w8a16", "g++: command not found")]),
     ("zen5_no_ext", BLK): ("torch_block_w8a16", [
         ("amx_block_w8a16", "lacks AMX"), ("avx512_block_w8a16", "extension not built"),
-        ("avx2_block_w8a16", "extension not built")]),
+        ("avx2_block_w8a16", "extension not built"),
+        ("portable_block_w8a16", "extension not built")]),
     ("avx2", PT): ("avx2_w8a16", [("amx_w8a16", "lacks AMX"), ("avx512_w8a16", "avx512f")]),
     ("avx2", PC): ("avx2_w8a16", [("amx_w8a16", "lacks AMX"), ("avx512_w8a16", "avx512f")]),
     ("avx2", BLK): ("avx2_block_w8a16", [("amx_block_w8a16", "lacks AMX"),
@@ -60,15 +62,16 @@ EXPECTED = {
                                            ("avx512_w8a16", "avx2 is below avx512")]),
     ("zen5_isa_avx2", BLK): ("avx2_block_w8a16", [("amx_block_w8a16", "lacks AMX"),
                                                   ("avx512_block_w8a16", "below avx512")]),
-    ("zen5_isa_scalar", BLK): ("torch_block_w8a16", [
+    # below AVX2 the portable kernels: still batch-invariant
+    ("zen5_isa_scalar", BLK): ("portable_block_w8a16", [
         ("amx_block_w8a16", "lacks AMX"), ("avx512_block_w8a16", "scalar is below avx512"),
         ("avx2_block_w8a16", "scalar is below avx2")]),
-    ("zen5_isa_scalar", PT): ("torch_w8a16", [("amx_w8a16", "lacks AMX"),
+    ("zen5_isa_scalar", PT): ("portable_w8a16", [("amx_w8a16", "lacks AMX"),
                                               ("avx512_w8a16", "scalar is below avx512"),
                                               ("avx2_w8a16", "scalar is below avx2")]),
-    ("arm", PT): ("torch_w8a16", [("amx_w8a16", "lacks AMX"), ("avx512_w8a16", "avx512f"),
+    ("arm", PT): ("portable_w8a16", [("amx_w8a16", "lacks AMX"), ("avx512_w8a16", "avx512f"),
                                   ("avx2_w8a16", "avx2")]),
-    ("arm", BLK): ("torch_block_w8a16", [("amx_block_w8a16", "lacks AMX"),
+    ("arm", BLK): ("portable_block_w8a16", [("amx_block_w8a16", "lacks AMX"),
                                          ("avx512_block_w8a16", "avx512f"),
                                          ("avx2_block_w8a16", "avx2")]),
     # no oneDNN FP8 op is registered in this torch build: the XPU torch fallback
@@ -110,7 +113,7 @@ def test_cpu_tables_always_end_in_a_torch_kernel() -> None:
 
 def test_without_activation_scale_scaled_mm_is_not_a_fallback() -> None:
     sel = select_kernel(spec(PT, act=False), PROFILES["avx2"])
-    assert [k.id for k in sel.fallbacks] == ["torch_w8a16"]
+    assert [k.id for k in sel.fallbacks] == ["portable_w8a16", "torch_w8a16"]
     cuda = select_kernel(spec(PT, act=False), PROFILES["cuda89"])
     assert cuda.kernel.id == "cuda_torch_w8a16"
     assert "activation_scale" in cuda.rejections[0].reason

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -23,14 +24,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: Path, *args: str) -> dict:
-    """Start the server on ``model`` with extra CLI ``args``; returns {url, proc, log}
-    once /health answers 200 (fails with the log's tail if the process exits)."""
+def start_server(model: Path, *args: str, env: dict[str, str] | None = None) -> dict:
+    """Start the server on ``model`` with extra CLI ``args`` (and ``env`` added to this
+    process's environment); returns {url, proc, log} once /health answers 200 (fails with
+    the log's tail if the process exits)."""
     port = free_port()
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     cmd = [sys.executable, "-m", "cli.serve", "--model", str(model), "--port", str(port),
            *args]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                            env=None if env is None else {**os.environ, **env})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + STARTUP_S
     while True:
