@@ -1,4 +1,4 @@
-"""A host below AVX2 with the extension built (an x86-64-v2 virtual CPU, an ARM server, or
+"""A host below AVX2 with the extension built (an x86-64-v2 virtual CPU, or
 FP8SERVE_ISA=scalar): the decoder runs the Python layers on the portable FP8 kernels and
 the bf16_portable head, and greedy answers stay exact: a sequence's logits inside a batch
 of decodes, a batched prefill or a chunked prefill equal its logits alone, bit for bit.

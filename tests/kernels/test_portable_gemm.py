@@ -149,9 +149,9 @@ def test_fake_impl_shapes():
 
 
 def test_hosts_below_avx2_are_served_by_the_portable_kernels():
-    """A host without AVX2 (an x86-64-v2 virtual CPU, an ARM server) with the extension
-    built: every FP8 scale kind and the bf16 head get a batch-invariant kernel, and why
-    the ones above were passed over is recorded."""
+    """A host without AVX2 (an x86-64-v2 virtual CPU, say) with the extension built:
+    every FP8 scale kind and the bf16 head get a batch-invariant kernel, and why the ones
+    above were passed over is recorded."""
     hw = fake_hw()
     for kind, want in ((ScaleKind.PER_TENSOR, "portable_w8a16"),
                        (ScaleKind.PER_CHANNEL, "portable_w8a16"),
