@@ -67,7 +67,11 @@ class Avx2W8A16(Fp8Kernel):
         check_apply(self, packed, AVX2_LAYOUT, x)
         t = packed.tensors
         bn, bk = packed.meta.get("block", (0, 0))  # type: ignore[misc]
-        return ext.gemm_avx2(x, t["weight"], t["scale"], bias, packed.n, bn, bk)
+        return self._gemm(x, t["weight"], t["scale"], bias, packed.n, bn, bk)
+
+    @staticmethod
+    def _gemm(*args) -> torch.Tensor:  # the op on the avx2_16 layout (gemm_avx2's args)
+        return ext.gemm_avx2(*args)
 
 
 class Avx2BlockW8A16(Avx2W8A16):

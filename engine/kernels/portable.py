@@ -20,9 +20,9 @@ import torch
 
 import ext
 from engine.hardware import HardwareInfo
-from engine.kernels.avx2 import AVX2_LAYOUT, Avx2W8A16
-from engine.kernels.avx512 import check_apply, extension_reason
-from engine.kernels.base import PackedWeight, ScaleKind
+from engine.kernels.avx2 import Avx2W8A16
+from engine.kernels.avx512 import extension_reason
+from engine.kernels.base import ScaleKind
 
 
 class PortableW8A16(Avx2W8A16):
@@ -35,12 +35,9 @@ class PortableW8A16(Avx2W8A16):
             return "C++ extension build lacks gemm_portable"
         return None
 
-    def apply(self, packed: PackedWeight, x: torch.Tensor,
-              bias: torch.Tensor | None = None) -> torch.Tensor:
-        check_apply(self, packed, AVX2_LAYOUT, x)
-        t = packed.tensors
-        bn, bk = packed.meta.get("block", (0, 0))  # type: ignore[misc]
-        return ext.gemm_portable(x, t["weight"], t["scale"], bias, packed.n, bn, bk)
+    @staticmethod
+    def _gemm(*args) -> torch.Tensor:
+        return ext.gemm_portable(*args)
 
 
 class PortableBlockW8A16(PortableW8A16):

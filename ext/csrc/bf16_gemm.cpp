@@ -94,29 +94,16 @@ void check_bf16_avx2_16(const char* op, const at::Tensor& x, const at::Tensor& w
 
 }  // namespace
 
-at::Tensor gemm_bf16_portable(const at::Tensor& x, const at::Tensor& w_packed,
-                              const std::optional<at::Tensor>& bias, int64_t n,
-                              bool out_fp32) {
-  check_bf16_avx2_16("gemm_bf16_portable", x, w_packed, bias, n);
-  const int64_t m = x.size(0), k = x.size(1);
-  at::Tensor y = at::empty({m, n}, x.options().dtype(out_fp32 ? at::kFloat : at::kBFloat16));
-  if (m == 0) return y;
-  const at::Tensor xf = x.to(at::kFloat).contiguous();
-  const float* xs = xf.data_ptr<float>();
-  const auto* w = reinterpret_cast<const uint16_t*>(w_packed.data_ptr());
-  const float* bs = bias ? bias->data_ptr<float>() : nullptr;
-  void* yp = y.data_ptr();
-  parallel_tiles(ceil_div(n, kTileN2), 2, [&](int64_t t0, int64_t t1) {
-    portable::bf16_gemm_tiles(xs, m, k, w, n, bs, yp, out_fp32, t0, t1);
-  });
-  return y;
-}
+namespace {
 
-at::Tensor gemm_bf16_avx2(const at::Tensor& x, const at::Tensor& w_packed,
-                          const std::optional<at::Tensor>& bias, int64_t n, bool out_fp32) {
-  const char* op = "gemm_bf16_avx2";
-  TORCH_CHECK(cpu_isa() >= Isa::kAvx2, op, ": needs AVX2/FMA/F16C; dispatch ISA is ",
-              isa_name(cpu_isa()));
+// y = x @ w.T + bias on the bf16 avx2_16 weight through `tiles` (the AVX2 or the
+// portable walk: the same signature), over column tiles split across the threads.
+using Bf16Tiles = void (*)(const float*, int64_t, int64_t, const uint16_t*, int64_t,
+                           const float*, void*, bool, int64_t, int64_t);
+
+at::Tensor run_bf16_avx2_16(const char* op, Bf16Tiles tiles, const at::Tensor& x,
+                            const at::Tensor& w_packed, const std::optional<at::Tensor>& bias,
+                            int64_t n, bool out_fp32) {
   check_bf16_avx2_16(op, x, w_packed, bias, n);
   const int64_t m = x.size(0), k = x.size(1);
   at::Tensor y = at::empty({m, n}, x.options().dtype(out_fp32 ? at::kFloat : at::kBFloat16));
@@ -127,9 +114,26 @@ at::Tensor gemm_bf16_avx2(const at::Tensor& x, const at::Tensor& w_packed,
   const float* bs = bias ? bias->data_ptr<float>() : nullptr;
   void* yp = y.data_ptr();
   parallel_tiles(ceil_div(n, kTileN2), 2, [&](int64_t t0, int64_t t1) {
-    avx2::bf16_gemm_tiles(xs, m, k, w, n, bs, yp, out_fp32, t0, t1);
+    tiles(xs, m, k, w, n, bs, yp, out_fp32, t0, t1);
   });
   return y;
+}
+
+}  // namespace
+
+at::Tensor gemm_bf16_portable(const at::Tensor& x, const at::Tensor& w_packed,
+                              const std::optional<at::Tensor>& bias, int64_t n,
+                              bool out_fp32) {
+  return run_bf16_avx2_16("gemm_bf16_portable", portable::bf16_gemm_tiles, x, w_packed, bias,
+                          n, out_fp32);
+}
+
+at::Tensor gemm_bf16_avx2(const at::Tensor& x, const at::Tensor& w_packed,
+                          const std::optional<at::Tensor>& bias, int64_t n, bool out_fp32) {
+  TORCH_CHECK(cpu_isa() >= Isa::kAvx2, "gemm_bf16_avx2: needs AVX2/FMA/F16C; dispatch ISA is ",
+              isa_name(cpu_isa()));
+  return run_bf16_avx2_16("gemm_bf16_avx2", avx2::bf16_gemm_tiles, x, w_packed, bias, n,
+                          out_fp32);
 }
 
 }  // namespace fp8serve
