@@ -50,6 +50,8 @@ KERNEL_ID = "bf16_avx512"
 AVX2_KERNEL_ID = "bf16_avx2"
 PORTABLE_KERNEL_ID = "bf16_portable"
 TORCH_KERNEL_ID = "torch_mm"
+# the scale_kind a bf16 linear's choice carries in the kernel report (metrics' label)
+BF16_SCALE_KIND = "bf16"
 BF16_VNNI32_LAYOUT = "bf16_vnni32[ceil(N/32)][ceil(K/32)*16][32][2]"
 BF16_AVX2_LAYOUT = "bf16_avx2_16[ceil(N/16)][K][16]"
 _LAYOUTS = {KERNEL_ID: BF16_VNNI32_LAYOUT, AVX2_KERNEL_ID: BF16_AVX2_LAYOUT,
@@ -93,20 +95,35 @@ def bf16_portable_reason(hw: HardwareInfo) -> str | None:
     return None
 
 
+# the C++ bf16 kernels in priority order (all batch-invariant); torch.mm after them is not
+BF16_KERNELS = (KERNEL_ID, AVX2_KERNEL_ID, PORTABLE_KERNEL_ID)
+
+
+def bf16_table(hw: HardwareInfo) -> list[tuple[str, str | None]]:
+    """[(kernel id, None if this host runs it else why not)] in priority order, torch_mm
+    (always runnable) last: the `cpu/bf16` table of the kernel report."""
+    reasons = {KERNEL_ID: bf16_gemm_reason, AVX2_KERNEL_ID: bf16_avx2_reason,
+               PORTABLE_KERNEL_ID: bf16_portable_reason}
+    return [(k, reasons[k](hw)) for k in BF16_KERNELS] + [(TORCH_KERNEL_ID, None)]
+
+
+def bf16_choice(hw: HardwareInfo) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """(the kernel a bf16 linear runs on this host, ((kernel passed over, why), ...))."""
+    passed: list[tuple[str, str]] = []
+    for kernel_id, why in bf16_table(hw):
+        if why is None:
+            return kernel_id, tuple(passed)
+        passed.append((kernel_id, why))
+    raise AssertionError("torch_mm always runs")
+
+
 def choose_bf16_kernel(hw: HardwareInfo) -> tuple[str, str | None]:
     """(kernel id, None) for the highest-priority C++ kernel this host runs, else
     ("torch_mm", why none runs)."""
-    avx512 = bf16_gemm_reason(hw)
-    if avx512 is None:
-        return KERNEL_ID, None
-    avx2 = bf16_avx2_reason(hw)
-    if avx2 is None:
-        return AVX2_KERNEL_ID, None
-    portable = bf16_portable_reason(hw)
-    if portable is None:
-        return PORTABLE_KERNEL_ID, None
-    return TORCH_KERNEL_ID, (f"{KERNEL_ID}: {avx512}; {AVX2_KERNEL_ID}: {avx2}; "
-                             f"{PORTABLE_KERNEL_ID}: {portable}")
+    kernel_id, passed = bf16_choice(hw)
+    if kernel_id != TORCH_KERNEL_ID:
+        return kernel_id, None
+    return kernel_id, "; ".join(f"{k}: {why}" for k, why in passed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,8 +136,14 @@ def exactness_warning(report: KernelReport, overrides: KernelOverrides,
                       catalog: KernelCatalog = DEFAULT_CATALOG) -> str | None:
     """The startup log line when a layer runs a kernel that is not batch-invariant (a
     forced one, or the only one the host has), else None."""
-    ids = sorted({c.kernel_id for c in report.choices.values()
-                  if not is_batch_invariant(c.kernel_id, catalog)})
+    from engine.kernels.bf16_linear import BF16_KERNELS, TORCH_KERNEL_ID
+
+    def invariant(kernel_id: str) -> bool:  # bf16 linears: the C++ kernels, not torch_mm
+        if kernel_id in BF16_KERNELS or kernel_id == TORCH_KERNEL_ID:
+            return kernel_id != TORCH_KERNEL_ID
+        return is_batch_invariant(kernel_id, catalog)
+
+    ids = sorted({c.kernel_id for c in report.choices.values() if not invariant(c.kernel_id)})
     if not ids:
         return None
     forced = " (forced)" if overrides.forced in ids else ""

@@ -21,8 +21,11 @@ Shape (every key always present; lists may be empty)::
          "active": bool,
          "kernels": [{"kernel_id": str, "supported": bool, "reason": str | null,
                       "forced": bool, "disabled": bool, "batch_invariant": bool}]}
+        # ... and after the CPU FP8 tables "cpu/bf16" (scale_kind "bf16"): the bf16
+        # linears' kernels (bf16_avx512, bf16_avx2, bf16_portable, torch_mm), active
       ],
-      # per layer (KernelReport.snapshot(); empty without a model):
+      # per layer (KernelReport.snapshot(); empty without a model), the bf16 ones (a bf16
+      # lm_head) with scale_kind "bf16":
       "layers": [{"layer": str, "kernel_id": str, "platform": str, "scale_kind": str,
                   "n": int, "k": int, "rejections": [{"kernel_id": str, "reason": str}],
                   "warning": str | null}],
@@ -74,11 +77,26 @@ def hardware_dict(hw: HardwareInfo) -> dict[str, Any]:
     }
 
 
+def bf16_table_dict(hw: HardwareInfo) -> dict[str, Any]:
+    """The bf16 linears' table (the lm_head, unquantized linears): engine/kernels/
+    bf16_linear.py's priority, on the CPU wherever the decoder runs; no overrides."""
+    from engine.kernels.bf16_linear import BF16_SCALE_KIND, TORCH_KERNEL_ID, bf16_table
+
+    return {"name": f"cpu/{BF16_SCALE_KIND}", "platform": "cpu", "scale_kind": BF16_SCALE_KIND,
+            "active": True,
+            "kernels": [{"kernel_id": k, "supported": why is None, "reason": why,
+                         "forced": False, "disabled": False,
+                         "batch_invariant": k != TORCH_KERNEL_ID}
+                        for k, why in bf16_table(hw)]}
+
+
 def tables_list(hw: HardwareInfo, overrides: KernelOverrides,
                 catalog: KernelCatalog) -> list[dict[str, Any]]:
-    return [{"name": t.name, "platform": t.platform, "scale_kind": t.scale_kind,
-             "active": t.active, "kernels": [asdict(e) for e in t.entries]}
-            for t in table_infos(hw, overrides, catalog)]
+    tables = [{"name": t.name, "platform": t.platform, "scale_kind": t.scale_kind,
+               "active": t.active, "kernels": [asdict(e) for e in t.entries]}
+              for t in table_infos(hw, overrides, catalog)]
+    at = max((i + 1 for i, t in enumerate(tables) if t["platform"] == "cpu"), default=0)
+    return tables[:at] + [bf16_table_dict(hw)] + tables[at:]
 
 
 def summary_dict(report: KernelReport) -> dict[str, list[dict[str, Any]]]:

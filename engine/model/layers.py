@@ -23,9 +23,15 @@ import torch.nn.functional as F
 from engine.config import RopeConfig
 from engine.hardware import HardwareInfo
 from engine.kernels.base import Fp8Weight, Platform, ScaleKind
-from engine.kernels.bf16_linear import TORCH_KERNEL_ID, Bf16Gemm, choose_bf16_kernel
-from engine.kernels.layer_kernel import KernelReport, LayerKernel
-from engine.kernels.registry import KernelOverrides
+from engine.kernels.bf16_linear import (
+    BF16_SCALE_KIND,
+    TORCH_KERNEL_ID,
+    Bf16Gemm,
+    bf16_choice,
+    choose_bf16_kernel,
+)
+from engine.kernels.layer_kernel import KernelReport, LayerChoice, LayerKernel
+from engine.kernels.registry import KernelOverrides, Rejection
 from engine.memory import WeightSource
 from engine.weights import LinearWeight
 
@@ -167,6 +173,8 @@ class Bf16Linear:
         self.n, self.k = int(weight.shape[0]), int(weight.shape[1])
         self.kernel_id, self.reason = (choose_bf16_kernel(hw) if hw is not None
                                        else (TORCH_KERNEL_ID, "no hardware profile"))
+        # the higher-priority bf16 kernels and why this host does not run them
+        self.passed_over = bf16_choice(hw)[1] if hw is not None else ()
         self._gemm: Bf16Gemm | None = None
         self._lock = threading.Lock()
 
@@ -221,7 +229,12 @@ class LinearFactory:
         """Fp8Linear for an Fp8Weight or WeightSource (built when packed), else Bf16Linear."""
         if isinstance(weight, (Fp8Weight, WeightSource)):
             return Fp8Linear(name, weight, self.hw, self.overrides, self.report)
-        return Bf16Linear(name, weight, self.hw)
+        module = Bf16Linear(name, weight, self.hw)
+        self.report.record_choice(LayerChoice(
+            name, module.kernel_id, "cpu", BF16_SCALE_KIND, module.n, module.k,
+            tuple(Rejection(k, why) for k, why in module.passed_over),
+            first_choice=module.kernel_id))
+        return module
 
     def fused(self, name: str, parts: dict[str, LinearWeight]) -> FusedLinear:
         """One GEMM over the concatenated rows of ``parts`` when they fuse exactly (see

@@ -134,7 +134,10 @@ def test_flag_reaches_the_runner_and_the_kernel_report(runners):
     assert fp8.model.lm_head.kernel.kernel.id == choice.kernel_id
     layers = build_kernel_report(probe_hardware(), None, fp8.kernel_report)["layers"]
     assert [x["kernel_id"] for x in layers if x["layer"] == "lm_head"] == [choice.kernel_id]
-    assert "lm_head" not in runners["bf16"].kernel_report.choices
+    bf16 = runners["bf16"]
+    head = bf16.kernel_report.choices["lm_head"]  # the bf16 head: its bf16 kernel
+    assert head.scale_kind == "bf16" and head.kernel_id == bf16.model.lm_head.kernel_id
+    assert head.n == bf16.config.vocab_size and head.first_choice == head.kernel_id
 
 
 def test_fp8_logits_close_to_bf16_within_the_quantization_bound(runners):

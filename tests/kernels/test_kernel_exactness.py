@@ -99,3 +99,14 @@ def test_runner_startup_log_says_exactness_is_off_when_forced(caplog):
     with caplog.at_level(logging.WARNING, logger="engine.runner"):
         ModelRunner(weights, engine_config(), fake_hw(*AVX2_HOST), KernelOverrides())
     assert not any("exactness is off" in r.getMessage() for r in caplog.records)
+
+
+def test_bf16_linears_warn_only_on_torch_mm():
+    """The bf16 head on a C++ bf16 kernel keeps exactness; on torch.mm (no extension) the
+    startup warning names it."""
+    report = KernelReport()
+    report.record_choice(LayerChoice("lm_head", "bf16_portable", "cpu", "bf16", 320, 64, ()))
+    assert exactness_warning(report, KernelOverrides()) is None
+    report.record_choice(LayerChoice("lm_head", "torch_mm", "cpu", "bf16", 320, 64, ()))
+    assert (exactness_warning(report, KernelOverrides()) or "").startswith(
+        "exactness is off: torch_mm")

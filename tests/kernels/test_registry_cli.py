@@ -98,8 +98,15 @@ def test_kernels_command_with_model_shows_per_layer_choices(tiny_checkpoint, cap
     args = parse("--model", str(model), "--json", "--kernel", "torch_w8a16")
     assert kernels_cli.run(args, hw=ZEN5) == 0
     rep = json.loads(capsys.readouterr().out)
-    assert rep["layers"], "the model's FP8 linears are listed"
-    assert all(c["kernel_id"] == "torch_w8a16" for c in rep["layers"])
+    fp8 = [c for c in rep["layers"] if c["scale_kind"] != "bf16"]
+    assert fp8, "the model's FP8 linears are listed"
+    assert all(c["kernel_id"] == "torch_w8a16" for c in fp8)
+    # the bf16 lm_head too, on the bf16 table's kernel (no override applies to it)
+    head = [c for c in rep["layers"] if c["scale_kind"] == "bf16"]
+    assert [c["layer"] for c in head] == ["lm_head"]
+    table = next(t for t in rep["tables"] if t["name"] == "cpu/bf16")
+    assert head[0]["kernel_id"] == next(e["kernel_id"] for e in table["kernels"]
+                                        if e["supported"])
     assert sum(s["layers"] for s in rep["summary"]["selected"]) == len(rep["layers"])
     # no fused decode op calls torch_w8a16: every decoder layer is on the Python path
     decoder = rep["decoder_layers"]

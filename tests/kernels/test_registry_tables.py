@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+import ext
 from engine.hardware import ExtensionStatus, HardwareInfo
 from engine.kernels.base import Fp8Spec, ScaleKind
 from engine.kernels.registry import KernelOverrides, select_kernel
+from tests.ext.support import needs_avx2, needs_avx512
 
 BUILT = ExtensionStatus(built=True, path="/fake/fp8serve_ext.so")
 AVX2 = ("avx2", "fma", "f16c")
@@ -136,3 +138,40 @@ def test_forcing_an_avx512_kernel_on_avx2_host_falls_back_with_warning() -> None
     sel = select_kernel(spec(PT), PROFILES["avx2"], KernelOverrides(forced="avx512_w8a16"))
     assert sel.kernel.id == "avx2_w8a16"
     assert sel.warning and "avx512_w8a16" in sel.warning and "avx512f" in sel.warning
+
+
+# profile -> the cpu/bf16 table: (kernel, supported, substring of why not)
+BF16 = {
+    "zen5": [("bf16_avx512", True, ""), ("bf16_avx2", True, ""), ("bf16_portable", True, ""),
+             ("torch_mm", True, "")],
+    "avx2": [("bf16_avx512", False, "avx512f"), ("bf16_avx2", True, ""),
+             ("bf16_portable", True, ""), ("torch_mm", True, "")],
+    "zen5_no_ext": [("bf16_avx512", False, "g++: command not found"),
+                    ("bf16_avx2", False, "g++: command not found"),
+                    ("bf16_portable", False, "g++: command not found"), ("torch_mm", True, "")],
+}
+
+
+@pytest.mark.parametrize("profile", [
+    pytest.param("zen5", marks=needs_avx512), pytest.param("avx2", marks=needs_avx2),
+    "zen5_no_ext"])
+def test_the_bf16_table_names_each_kernel_and_why(profile: str) -> None:
+    """The bf16 linears' (the lm_head's) table in the report: priority order, which this
+    host runs and why not, only torch_mm not batch-invariant; placed after the CPU FP8
+    tables, active on every platform (the decoder runs on the CPU). The C++ kernels' gates
+    also read the loaded extension's dispatch level, hence the real ISA each case needs."""
+    from engine.kernels.report import build_kernel_report
+
+    hw = PROFILES[profile]
+    if hw.extension.built:
+        hw = HardwareInfo.fake(*hw.cpu_flags, extension=ext.load())
+    tables = build_kernel_report(hw)["tables"]
+    names = [t["name"] for t in tables]
+    at = names.index("cpu/bf16")
+    assert names[at - 1] == "cpu/block" and tables[at]["active"]
+    got = tables[at]["kernels"]
+    assert [(e["kernel_id"], e["supported"]) for e in got] == [(k, ok) for k, ok, _ in
+                                                                BF16[profile]]
+    for e, (_, _, why) in zip(got, BF16[profile], strict=True):
+        assert why in (e["reason"] or ""), e
+        assert e["batch_invariant"] == (e["kernel_id"] != "torch_mm")

@@ -111,3 +111,21 @@ def test_decoder_layer_paths_are_a_gauge_by_path_and_reason():
 def test_no_model_no_decoder_layers():
     assert KernelReport().snapshot()["decoder_layers"] == []
     assert "fp8serve_decoder_layers{" not in _scrape(KernelReport())
+
+
+def test_a_models_bf16_head_shows_as_a_layer_on_its_kernel():
+    """A real model's report: the bf16 lm_head is a layer of group lm_head on its bf16
+    kernel, selected with scale_kind bf16; no startup fallback (it got its first choice)."""
+    from engine.runner import ModelRunner
+    from tests.engine.test_model_support import engine_config, random_weights, tiny_config
+    from tests.ext.support import fake_hw
+
+    runner = ModelRunner(random_weights(tiny_config()), engine_config(), fake_hw(),
+                         KernelOverrides())
+    head = runner.kernel_report.choices["lm_head"]
+    assert head.kernel_id == "bf16_portable"  # a host below AVX2, the extension built
+    text = _scrape(runner.kernel_report)
+    assert 'fp8serve_layer_group_kernel{kernel="bf16_portable",layer_group="lm_head"} 1.0' in text
+    assert ('fp8serve_kernel_selected{kernel="bf16_portable",platform="cpu",scale_kind="bf16"}'
+            ' 1.0') in text
+    assert "fp8serve_kernel_startup_fallbacks{" not in text
