@@ -139,9 +139,9 @@ def exactness_warning(report: KernelReport, overrides: KernelOverrides,
     from engine.kernels.bf16_linear import BF16_KERNELS, TORCH_KERNEL_ID
 
     def invariant(kernel_id: str) -> bool:  # bf16 linears: the C++ kernels, not torch_mm
-        if kernel_id in BF16_KERNELS or kernel_id == TORCH_KERNEL_ID:
-            return kernel_id != TORCH_KERNEL_ID
-        return is_batch_invariant(kernel_id, catalog)
+        if kernel_id in BF16_KERNELS:
+            return True
+        return kernel_id != TORCH_KERNEL_ID and is_batch_invariant(kernel_id, catalog)
 
     ids = sorted({c.kernel_id for c in report.choices.values() if not invariant(c.kernel_id)})
     if not ids:
