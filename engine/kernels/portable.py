@@ -1,4 +1,4 @@
-"""Portable FP8 W8A16 kernels: batch-invariant on any CPU the extension builds for.
+"""Portable FP8 W8A16 kernels: batch-invariant on any CPU the extension builds for (x86).
 
 portable_w8a16 (per-tensor, per-channel) / portable_block_w8a16 (block scales)
     packed: as avx2_w8a16 (AVX2_LAYOUT: fp8 [ceil(N/16), K, 16], scale fp32 [N] or
