@@ -117,13 +117,18 @@ def bf16_choice(hw: HardwareInfo) -> tuple[str, tuple[tuple[str, str], ...]]:
     raise AssertionError("torch_mm always runs")
 
 
+def fallback_reason(kernel_id: str, passed: tuple[tuple[str, str], ...]) -> str | None:
+    """None for a C++ kernel; for torch_mm, why none of them runs (from bf16_choice)."""
+    if kernel_id != TORCH_KERNEL_ID:
+        return None
+    return "; ".join(f"{k}: {why}" for k, why in passed)
+
+
 def choose_bf16_kernel(hw: HardwareInfo) -> tuple[str, str | None]:
     """(kernel id, None) for the highest-priority C++ kernel this host runs, else
     ("torch_mm", why none runs)."""
     kernel_id, passed = bf16_choice(hw)
-    if kernel_id != TORCH_KERNEL_ID:
-        return kernel_id, None
-    return kernel_id, "; ".join(f"{k}: {why}" for k, why in passed)
+    return kernel_id, fallback_reason(kernel_id, passed)
 
 
 @dataclass(frozen=True, slots=True)

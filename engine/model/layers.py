@@ -28,7 +28,7 @@ from engine.kernels.bf16_linear import (
     TORCH_KERNEL_ID,
     Bf16Gemm,
     bf16_choice,
-    choose_bf16_kernel,
+    fallback_reason,
 )
 from engine.kernels.layer_kernel import KernelReport, LayerChoice, LayerKernel
 from engine.kernels.registry import KernelOverrides, Rejection
@@ -171,10 +171,13 @@ class Bf16Linear:
         self.name = name
         self.weight = weight.to(torch.bfloat16).contiguous()
         self.n, self.k = int(weight.shape[0]), int(weight.shape[1])
-        self.kernel_id, self.reason = (choose_bf16_kernel(hw) if hw is not None
-                                       else (TORCH_KERNEL_ID, "no hardware profile"))
-        # the higher-priority bf16 kernels and why this host does not run them
-        self.passed_over = bf16_choice(hw)[1] if hw is not None else ()
+        # passed_over: the higher-priority bf16 kernels and why this host does not run them
+        if hw is None:
+            self.kernel_id, self.passed_over = TORCH_KERNEL_ID, ()
+            self.reason: str | None = "no hardware profile"
+        else:
+            self.kernel_id, self.passed_over = bf16_choice(hw)
+            self.reason = fallback_reason(self.kernel_id, self.passed_over)
         self._gemm: Bf16Gemm | None = None
         self._lock = threading.Lock()
 

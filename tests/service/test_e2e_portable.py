@@ -15,7 +15,7 @@ import pytest
 
 from engine.demo_model import ensure_demo_model
 from tests.service.serve_process import start_server, stop_server
-from tests.service.test_e2e_prediction import COPY, EDIT, answer, edited
+from tests.service.test_e2e_prediction import COPY, EDIT, answer, edited, request
 from tests.service.test_e2e_spec_grammar import sdk
 
 
@@ -29,17 +29,14 @@ def server():
 
 
 def ask(srv: dict, messages: list, prediction: str | None = None):
-    extra = {} if prediction is None else {"prediction": {"type": "content",
-                                                          "content": prediction}}
-    return sdk(srv).chat.completions.create(model="demo", messages=messages, max_tokens=48,
-                                            temperature=0, logprobs=True, top_logprobs=2,
-                                            **extra)
+    return sdk(srv).chat.completions.create(**request(messages, prediction, logprobs=True,
+                                                      top_logprobs=2))
 
 
 def test_kernels_are_the_portable_ones(server):
     kernels = httpx.get(server["url"] + "/kernels").json()
     linears = {c["layer"]: c["kernel_id"] for c in kernels["layers"]}
-    assert linears.pop("lm_head", "bf16_portable") == "bf16_portable"
+    assert linears.pop("lm_head") == "bf16_portable"
     assert set(linears.values()) == {"portable_w8a16"}, linears
     assert all(d["path"] == "python" for d in kernels["decoder_layers"])
 
@@ -57,11 +54,8 @@ def test_six_at_once_equal_alone(server):
     client = sdk(server, openai.AsyncOpenAI)
 
     async def one(messages, prediction):
-        extra = {} if prediction is None else {"prediction": {"type": "content",
-                                                              "content": prediction}}
         return answer(await client.chat.completions.create(
-            model="demo", messages=messages, max_tokens=48, temperature=0, logprobs=True,
-            top_logprobs=2, **extra))
+            **request(messages, prediction, logprobs=True, top_logprobs=2)))
 
     async def main():
         jobs = [one(m, p) for m, p in ((EDIT, None), (COPY, None), (EDIT, "def rect_area("),

@@ -27,11 +27,16 @@ def servers(spec_servers):
     return spec_servers
 
 
-def ask(srv: dict, messages: list, prediction: str | None = None, **kw):
+def request(messages: list, prediction: str | None = None, **kw) -> dict:
+    """The chat request's arguments (greedy, 64 tokens), with ``prediction`` as content."""
     extra = {} if prediction is None else {"prediction": {"type": "content",
                                                           "content": prediction}}
-    return sdk(srv).chat.completions.create(model="demo", messages=messages, max_tokens=64,
-                                            **{"temperature": 0, **extra, **kw})
+    return {"model": "demo", "messages": messages, "max_tokens": 64, "temperature": 0,
+            **extra, **kw}
+
+
+def ask(srv: dict, messages: list, prediction: str | None = None, **kw):
+    return sdk(srv).chat.completions.create(**request(messages, prediction, **kw))
 
 
 def answer(r) -> list:
@@ -106,10 +111,7 @@ def test_eight_at_once_with_and_without_predictions_equal_alone(servers):
     async def main():
         client = sdk(off, openai.AsyncOpenAI)
         return await asyncio.gather(*(
-            client.chat.completions.create(
-                model="demo", messages=EDIT if name == "edit" else COPY, max_tokens=64,
-                temperature=0, **({} if pred is None else {"prediction": {
-                    "type": "content", "content": pred}}))
+            client.chat.completions.create(**request(EDIT if name == "edit" else COPY, pred))
             for name, pred in jobs))
 
     for (name, pred), r in zip(jobs, asyncio.run(main()), strict=True):
