@@ -139,7 +139,8 @@ def accuracy(runner, st: dict[str, KVStore], prompts: list[list[int]],
     scales = scale_granularity(st["bf16"], len(prompts[-1]) + n)  # the last prefill's K/V
     return {"greedy": per, "greedy_leading_mean": statistics.mean(g["leading_agree"] for g in per),
             "greedy_all_equal": sum(g["equal"] == n for g in per),
-            "kl_mean": float(kl.mean()), "kl_max": float(kl.max()), "top1": float(t1.mean()),
+            "kl_mean": float(kl.mean()), "kl_p99": float(torch.quantile(kl.double(), 0.99)),
+            "kl_max": float(kl.max()), "top1": float(t1.mean()),
             "rows": int(kl.numel()), "scale_granularity_rel_rms": scales}
 
 

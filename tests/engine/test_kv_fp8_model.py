@@ -272,5 +272,6 @@ def test_fp8_kv_greedy_agreement_over_long_generations_on_the_demo_model() -> No
     assert acc["rows"] > 4 * n
     assert acc["greedy_leading_mean"] >= 8, acc["greedy"]
     assert sum(g["leading_agree"] >= 1 for g in acc["greedy"]) >= 3
-    assert acc["kl_mean"] < 0.03 and acc["kl_max"] < 1.0, (acc["kl_mean"], acc["kl_max"])
+    kl = (acc["kl_mean"], acc["kl_p99"], acc["kl_max"])
+    assert acc["kl_mean"] < 0.03 and acc["kl_p99"] < 0.5 and acc["kl_max"] < 3.0, kl
     assert acc["top1"] >= 0.9
