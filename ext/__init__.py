@@ -127,7 +127,7 @@ def gemm_avx512(x: torch.Tensor, w_packed: torch.Tensor, scale: torch.Tensor,
 def gemm_amx(x: torch.Tensor, w_packed: torch.Tensor, scale: torch.Tensor,
              bias: torch.Tensor | None, n: int, block_n: int = 0,
              block_k: int = 0) -> torch.Tensor:
-    """As gemm_avx512, M > 4 through brgemm on 128-deep bf16 tiles (AMX on AMX hosts)."""
+    """As gemm_avx512, through the AMX tile kernel at every M (the stand-in below amx)."""
     return ops().gemm_amx(x, w_packed, scale, bias, n, block_n, block_k)
 
 

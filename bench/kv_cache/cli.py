@@ -60,8 +60,8 @@ def format_summary(res: dict[str, Any]) -> str:
         lines.append(f"greedy: leading agreement {[g['leading_agree'] for g in a['greedy']]} "
                      f"(mean {a['greedy_leading_mean']:.1f}), all equal in "
                      f"{a['greedy_all_equal']} of {len(a['greedy'])}; over {a['rows']} "
-                     f"positions KL(bf16 || fp8) mean {a['kl_mean']:.2e}, p99 {a['kl_p99']:.2e}, max "
-                     f"{a['kl_max']:.2e}, top-1 {a['top1']:.4f}")
+                     f"positions KL(bf16 || fp8) mean {a['kl_mean']:.2e}, p99 "
+                     f"{a['kl_p99']:.2e}, max {a['kl_max']:.2e}, top-1 {a['top1']:.4f}")
         g = a["scale_granularity_rel_rms"]
         lines.append("e4m3 relative RMS error of the real K / V, scale per (token, head): "
                      f"{g['k_token']:.4f} / {g['v_token']:.4f}; per (block, head): "

@@ -36,11 +36,11 @@ float ftz(float f) {
 
 class Tiles {
  public:
-  // rows: of the C tiles 0, 1 and the A tile 4, as amx_gemm_tiles.cpp configures them; a
+  // rows: of the C tiles 0..3 and the A tile 4, as amx_gemm_tiles.cpp configures them; a
   // load reads that many rows and zeroes the rest, a store writes that many, as the real
   // tiles do
   explicit Tiles(int rows = 16) {
-    for (int i = 0; i < 8; ++i) rows_[i] = i == 0 || i == 1 || i == 4 ? rows : 16;
+    for (int i = 0; i < 8; ++i) rows_[i] = i <= 4 ? rows : 16;
   }
   void fence() const {}
   template <int T>

@@ -36,14 +36,14 @@ struct alignas(64) TileConfig {  // palette 1 (the LDTILECFG memory format)
 
 class Tiles {
  public:
-  // rows: of the C tiles 0, 1 and the A tile 4 (the decode walk's m); the others 16
+  // rows: of the C tiles 0..3 and the A tile 4 (the decode walk's m); the others 16
   explicit Tiles(int rows = 16) {
     TileConfig cfg;
     __builtin_memset(&cfg, 0, sizeof(cfg));
     cfg.palette_id = 1;
     for (int i = 0; i < 8; ++i) {
       cfg.colsb[i] = 64;
-      cfg.rows[i] = i == 0 || i == 1 || i == 4 ? rows : 16;
+      cfg.rows[i] = i <= 4 ? rows : 16;
     }
     _tile_loadconfig(&cfg);
   }

@@ -9,8 +9,8 @@
 #   3. the registry picks amx_w8a16 on this host for every 8B shape;
 #   4. fp8serve bench kernels: amx_w8a16 and avx512_w8a16 vs torch bf16 matmul, on all
 #      threads and on 2; the decode walk against the row-tile walk at M = 1
-#      (FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_DECODE=0 builds the latter) and with its ring run on
-#      across tiles (-DFP8S_AMX_FLAT=1, also on the demo model's shapes);
+#      (FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_DECODE=0 builds the latter) and one weight tile at a
+#      time instead of two side by side (-DFP8S_AMX_DECODE_NT=1, also the demo's shapes);
 #   5. fp8serve bench generate on the demo model and a 3B-shaped checkpoint (12 layers),
 #      2 threads, the default kernels against the fused AVX-512 path (--against-disabled:
 #      a second runner in the same process, 9 rounds alternating);
@@ -91,12 +91,12 @@ OMP_NUM_THREADS=2 "$PY" -m cli.main bench kernels --m 1 --kernels amx_w8a16,avx5
 FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_DECODE=0 OMP_NUM_THREADS=2 "$PY" -m cli.main bench kernels --m 1 \
     --kernels amx_w8a16 --scaled-mm-m '' --json "$OUT/kernels-2t-rowwalk.json" 2>&1 \
     | tee "$OUT/bench-2t-rowwalk.log" | tail -20
-for flat in 0 1 0 1; do  # the demo model's shapes too (K = 576 and 1536: short tiles)
-  cflags=""; [[ $flat == 1 ]] && cflags=-DFP8S_AMX_FLAT=1  # 0: the default build itself
+for nt in 2 1 2 1; do  # the demo model's shapes too (K = 576 and 1536: short tiles)
+  cflags=""; [[ $nt == 1 ]] && cflags=-DFP8S_AMX_DECODE_NT=1  # 2: the default build itself
   FP8SERVE_EXT_CFLAGS=$cflags OMP_NUM_THREADS=2 "$PY" -m cli.main bench kernels \
       --m 1 --kernels amx_w8a16,avx512_w8a16 --shapes qo,down,576x576,3072x576,576x1536 \
-      --scaled-mm-m '' --json "$OUT/kernels-2t-flat$flat.json" 2>&1 \
-      | tee -a "$OUT/bench-2t-flat.log" | grep -E "amx_w8a16" | sed "s/^/flat=$flat: /"
+      --scaled-mm-m '' --json "$OUT/kernels-2t-nt$nt.json" 2>&1 \
+      | tee -a "$OUT/bench-2t-nt.log" | grep -E "amx_w8a16" | sed "s/^/nt=$nt: /"
 done
 fi
 if part generate; then

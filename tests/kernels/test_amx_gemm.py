@@ -62,16 +62,19 @@ def check_rows_independent_of_m(ops) -> None:
 
 
 def check_decode_walk_equals_row_walk(ops) -> None:
-    """M <= 16 runs the decode walk (a ring of unpacked steps, C tiles configured with M
-    rows, x read in place); M > 16 the row-tile walk. Every M from 1 to 17 equals the same
-    rows of a 40-row batch: per-channel over a K that is a multiple of 32 but not of 256
-    (x unpadded), block scales over a K padded to 608 (a partial last k-block)."""
-    for kind, k in ((ScaleKind.PER_CHANNEL, 640), (ScaleKind.BLOCK, 600)):
-        w = make_weight(96, k, kind, seed=11, block=(32, 128))
+    """M <= 16 runs the decode walk (a ring of unpacked steps, two weight tiles side by
+    side, C tiles configured with M rows, x read in place); M > 16 the row-tile walk. Every
+    M from 1 to 17 equals the same rows of a 40-row batch: per-channel over a K that is a
+    multiple of 32 but not of 256 (x unpadded), block scales over a K padded to 608 (a
+    partial last k-block), each tile of a side-by-side pair in its own n-block; N = 96
+    (3 tiles: a pair and a lone tile) and 232 (8 tiles, the last partial)."""
+    for (kind, k), n in zip(((ScaleKind.PER_CHANNEL, 640), (ScaleKind.BLOCK, 600)) * 2,
+                            (96, 96, 232, 232), strict=True):
+        w = make_weight(n, k, kind, seed=11, block=(32, 128))
         x = make_x(40, k, seed=12)
-        y = _gemm(ops, x, w, make_bias(96))
+        y = _gemm(ops, x, w, make_bias(n))
         for m in range(1, 18):
-            alone = _gemm(ops, x[:m], w, make_bias(96))
+            alone = _gemm(ops, x[:m], w, make_bias(n))
             assert torch.equal(alone.view(torch.int16), y[:m].view(torch.int16)), (kind, m)
 
 
