@@ -27,6 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reps", type=int, default=20, help="timed calls per point (at most)")
     p.add_argument("--scaled-mm-m", default="1,32",
                    help="M values at which torch._scaled_mm runs (it is slow; '' = none)")
+    p.add_argument("--max-seconds-per-call", type=float, default=5.0,
+                   help="leave out (and list as skipped) an M at which one call would take "
+                   "longer, from a smaller M's time (torch._scaled_mm is a reference loop "
+                   "on some hosts)")
     p.add_argument("--json", type=Path, default=Path("bench-results/kernels.json"))
     p.add_argument("--png", type=Path, default=Path("bench-results/kernels.png"))
     p.add_argument("--quick", action="store_true",
@@ -74,7 +78,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         cfg = KernelBenchConfig(shapes=parse_shapes(args.shapes), ms=_ints(args.m, "--m"),
                                 kernels=kernels, scale_kind=ScaleKind(args.scale_kind),
                                 reps=args.reps, scaled_mm_ms=_ints(args.scaled_mm_m,
-                                                                   "--scaled-mm-m"))
+                                                                   "--scaled-mm-m"),
+                                max_seconds_per_call=args.max_seconds_per_call)
     except ValueError as exc:
         raise BenchError(str(exc)) from exc
     return cfg.quick() if args.quick else cfg

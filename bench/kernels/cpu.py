@@ -59,6 +59,10 @@ class KernelBenchConfig:
     # 4096x4096 GEMV here): measured at fewer M values and with fewer reps.
     scaled_mm_ms: tuple[int, ...] = (1, 32)
     scaled_mm_reps: int = 3
+    # torch._scaled_mm is a reference loop on some hosts (~15 M MAC/s on an AMX Xeon: two
+    # minutes for one 14336x4096 call at M = 32): an M whose call would exceed this many
+    # seconds (from the smaller M's time) is listed as skipped, not timed
+    max_seconds_per_call: float = 5.0
     bandwidth_bytes: int = 1 << 30
     rotate_factor: float = 2.0  # distinct weights together exceed this x the LLC
     seed: int = 0
@@ -66,6 +70,8 @@ class KernelBenchConfig:
     def __post_init__(self) -> None:
         if not self.shapes or not self.ms or min(self.ms) < 1 or self.reps < 1:
             raise ValueError("need shapes, M values >= 1 and reps >= 1")
+        if not self.max_seconds_per_call > 0:
+            raise ValueError("--max-seconds-per-call must be > 0")
 
     def quick(self) -> KernelBenchConfig:
         """A smoke run: two M values, 3 reps, 64 MiB bandwidth probe, 1 _scaled_mm call."""
@@ -147,12 +153,24 @@ def _bench_bf16(run: _ShapeRun, rows: list[dict[str, Any]]) -> None:
 
 
 def _bench_kernel(run: _ShapeRun, kernel: Any, role: str, ms: tuple[int, ...], reps: int,
-                  rows: list[dict[str, Any]]) -> None:
+                  res: BenchResult) -> None:
+    """Times ``kernel`` at each M; an M whose call would take longer than
+    cfg.max_seconds_per_call (one call at a smaller M, scaled by the M ratio: a reference
+    loop, e.g. torch._scaled_mm on some hosts) is left out and listed in res.skipped."""
     packed = [kernel.prepare(w) for w in run.weights]
-    for m in ms:
+    last: tuple[int, float] | None = None
+    for m in sorted(ms):
+        if last is not None and last[1] * m / last[0] > run.cfg.max_seconds_per_call:
+            est = last[1] * m / last[0]
+            res.skipped.append({"kernel": kernel.id, "shape": run.shape.name, "reason": (
+                f"not timed at M={m}: one call at M={last[0]} took {last[1]:.2f} s, about "
+                f"{est:.0f} s at M={m} (over --max-seconds-per-call "
+                f"{run.cfg.max_seconds_per_call:g})")})
+            continue
         x = run.x(m)
         t = run.time([partial(kernel.apply, p, x) for p in packed], reps)
-        rows.append(run.row(m, kernel.id, role, t, run.shape.n * run.shape.k))
+        res.rows.append(run.row(m, kernel.id, role, t, run.shape.n * run.shape.k))
+        last = (m, t)
 
 
 def _add_ratios(rows: list[dict[str, Any]]) -> None:
@@ -194,7 +212,7 @@ def run_kernel_bench(cfg: KernelBenchConfig, hw: HardwareInfo,
         smm, why = _usable(SCALED_MM, shape, cfg, hw, catalog)
         if smm is not None:
             ms = tuple(m for m in cfg.ms if m in cfg.scaled_mm_ms)
-            _bench_kernel(run, smm, "baseline", ms, cfg.scaled_mm_reps, res.rows)
+            _bench_kernel(run, smm, "baseline", ms, cfg.scaled_mm_reps, res)
         else:
             res.skipped.append({"kernel": SCALED_MM, "shape": shape.name, "reason": str(why)})
         for kid in _kernel_ids(cfg, catalog):
@@ -202,7 +220,7 @@ def run_kernel_bench(cfg: KernelBenchConfig, hw: HardwareInfo,
             if kernel is None:
                 res.skipped.append({"kernel": kid, "shape": shape.name, "reason": str(why)})
                 continue
-            _bench_kernel(run, kernel, "kernel", cfg.ms, cfg.reps, res.rows)
+            _bench_kernel(run, kernel, "kernel", cfg.ms, cfg.reps, res)
     _add_ratios(res.rows)
     return res
 

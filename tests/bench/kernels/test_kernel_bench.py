@@ -79,6 +79,25 @@ def test_quick_run_writes_json_table_and_plot(tmp_path: Path, capsys) -> None:
         assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_an_m_too_slow_to_time_is_listed_as_skipped(tmp_path: Path, capsys) -> None:
+    """A kernel whose call at a larger M would take longer than --max-seconds-per-call
+    (estimated from the smaller M's time) is timed at the smaller M only, and the larger
+    one is listed with the reason (torch._scaled_mm's reference loop on AMX hosts took
+    minutes per call)."""
+    out_json = tmp_path / "k.json"
+    args = parse("--quick", "--shapes", "64x128", "--m", "1,64", "--kernels", "torch_w8a16",
+                 "--max-seconds-per-call", "1e-9", "--json", str(out_json),
+                 "--png", str(tmp_path / "k.png"))
+    assert bench_cli.run(args, hw=HW) == 0
+    res = json.loads(out_json.read_text())
+    got = {(r["kernel"], r["m"]) for r in res["rows"]}
+    assert ("torch_w8a16", 1) in got and ("torch_w8a16", 64) not in got
+    assert ("torch_bf16_matmul", 64) in got  # the baseline matmul is timed at every M
+    why = [s["reason"] for s in res["skipped"] if s["kernel"] == "torch_w8a16"]
+    assert len(why) == 1 and why[0].startswith("not timed at M=64: one call at M=1 took")
+    assert "skipped torch_w8a16 on 64x128: not timed at M=64" in capsys.readouterr().out
+
+
 def test_bad_arguments_are_one_line_errors() -> None:
     with pytest.raises(BenchError, match="NxK"):
         bench_cli.config_from_args(parse("--shapes", "q_proj"))
@@ -88,6 +107,8 @@ def test_bad_arguments_are_one_line_errors() -> None:
         bench_cli.config_from_args(parse("--kernels", "avx9000"))
     with pytest.raises(BenchError, match="M values >= 1"):
         bench_cli.config_from_args(parse("--m", "0"))
+    with pytest.raises(BenchError, match="--max-seconds-per-call"):
+        bench_cli.config_from_args(parse("--max-seconds-per-call", "0"))
 
 
 def test_default_shapes_are_ministral_3_8b() -> None:
