@@ -237,7 +237,15 @@ def kernel_section(k: dict[str, Any]) -> list[str]:
              f"{r['time_ms']:.3f}", _f(r.get("vs_bf16"), "{:.2f}"),
              f"{r['pct_of_bound']:.0f}"] for _, r in sorted(best.items())]
     return ([f"### Kernels (`fp8serve bench kernels`, read bandwidth "
-             f"{k['read_bandwidth_gbps']:.1f} GB/s)", ""] + _table(head, rows))
+             f"{k['read_bandwidth_gbps']:.1f} GB/s)", ""] + _table(head, rows)
+            + ["", KERNEL_BOUND_NOTE])
+
+
+KERNEL_BOUND_NOTE = ("% of bw bound = the time to read the FP8 weight at the read bandwidth "
+                     "above, over the call's time (the weights rotate through copies that "
+                     "exceed twice the last-level cache); above 100, the call read faster "
+                     "than the probe did: the probe ran at another moment of a shared host, "
+                     "or part of the weights stayed in a large cache.")
 
 
 def _load(paths: list[Path]) -> list[dict[str, Any]]:
