@@ -16,6 +16,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from service.backend import ModelBackend, ServingState
 from service.backend import load_backend as default_load_backend
+from service.body_text import LoneSurrogateGuard
 from service.errors import install_error_handlers
 from service.openapi import install_openapi
 from service.routers import anthropic, conversations, openai, ops, responses, stored_chat
@@ -44,6 +45,7 @@ def create_app(settings: Settings | None = None,
 
     app = FastAPI(title="fp8serve", lifespan=lifespan)
     app.state.serving = state
+    app.add_middleware(LoneSurrogateGuard)  # inside CORS: its 400s carry CORS headers
     if settings.allowed_origins:  # CORS for browser pages on those origins (vLLM's flags)
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins),
                            allow_credentials=settings.allow_credentials,

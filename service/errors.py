@@ -119,6 +119,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
+        if first.get("type") == "json_invalid":  # loc: ("body", character offset)
+            at = first.get("loc", ("body", "?"))[-1]
+            why = (first.get("ctx") or {}).get("error", "JSON decode error")
+            return _reply(request, 400, f"the request body is not valid JSON: {why} at "
+                          f"character {at}")
         param = _loc_param(tuple(first.get("loc", ())))
         msg = first.get("msg", "invalid request")
         return _reply(request, 400, f"{param}: {msg}" if param else msg, param)
