@@ -74,6 +74,11 @@ class GrammarCompiler:
             raise GrammarError(f"{spec.name}: {exc}") from exc
         if matcher.is_error():
             raise GrammarError(f"{spec.name}: {_first_line(matcher.get_error())}")
+        probe = matcher.deep_copy()  # the first mask, on a copy: an empty language fails here
+        probe.compute_bitmask()
+        if probe.is_error():
+            raise GrammarError(f"{spec.name}: no output satisfies it, not even a first token "
+                               f"({_first_line(probe.get_error())})")
         return CompiledGrammar(spec, tok.vocab_size, matcher)
 
     def __len__(self) -> int:

@@ -58,12 +58,15 @@ def regex_spec(pattern: str) -> GrammarSpec:
 
 
 def choice_spec(choices: Sequence[str]) -> GrammarSpec:
-    """The output is exactly one of ``choices`` (JSON string literals are Lark strings)."""
+    """The output is exactly one of ``choices`` (JSON string literals are Lark strings),
+    as one terminal: the lexer walks the alternatives, so their number is not bounded by
+    the parser's items per row (2000: a rule of 2000 alternatives failed at its first
+    token)."""
     if (isinstance(choices, str) or not choices
             or not all(isinstance(c, str) and c for c in choices)):
         raise GrammarError("choice: a non-empty list of non-empty strings is needed")
     alts = " | ".join(json.dumps(c, ensure_ascii=False) for c in dict.fromkeys(choices))
-    return GrammarSpec(f"start: {alts}\n", "choice", "choice")
+    return GrammarSpec(f"start: CHOICE\nCHOICE: {alts}\n", "choice", "choice")
 
 
 def grammar_text_spec(text: str) -> GrammarSpec:

@@ -56,6 +56,15 @@ def test_invalid_grammar_raises(demo_tokenizer, spec):
         GrammarCompiler(demo_tokenizer).compile(spec)
 
 
+def test_a_grammar_with_no_first_token_is_an_error(any_tokenizer):
+    """A schema that is only a reference to itself admits no output: an error at compile
+    time (a 400), not a request that ends at once with EOS and an empty answer."""
+    with pytest.raises(GrammarError, match="no output satisfies it"):
+        GrammarCompiler(any_tokenizer).compile(json_schema_spec({"$ref": "#"}))
+    # a grammar whose language is the empty string still compiles
+    assert GrammarCompiler(any_tokenizer).compile(GrammarSpec('start: ""\n')) is not None
+
+
 def test_compiles_from_a_thread_pool(tekken_tokenizer):
     c = GrammarCompiler(tekken_tokenizer)
     specs = [json_schema_spec({"type": "array", "maxItems": n % 3}) for n in range(12)]

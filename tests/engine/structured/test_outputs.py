@@ -35,6 +35,9 @@ LARK = 'start: answer " " DIGIT\nanswer: "yes" | "no"\nDIGIT: /[0-9]/'
     ({"choice": ["positive", "negative"]}, "positive negative", False),
     ({"choice": ['say "hi"', "a\\b"]}, 'say "hi"', True),  # quotes and backslashes
     ({"choice": ['say "hi"', "a\\b"]}, "a\\b", True),
+    # more alternatives than the parser's items per row (2000): one terminal, the lexer's
+    ({"choice": [f"c{i}" for i in range(3000)]}, "c2999", True),
+    ({"choice": [f"c{i}" for i in range(3000)]}, "c3000", False),
     ({"grammar": GBNF}, "yes 7", True),  # llama.cpp's GBNF
     ({"grammar": GBNF}, "maybe 7", False),
     ({"grammar": LARK}, "no 0", True),  # llguidance's Lark
