@@ -23,7 +23,8 @@ Processing order per row (OpenAI / vLLM definitions):
      the model's distribution after penalties/bias/min_tokens/the thinking budget, before
      temperature and the top-k/top-p/min-p truncation (so they do not depend on the
      sampling temperature and sum to 1 over the vocabulary).
-  6. temperature 0: argmax of the processed logits. Otherwise divide by temperature, then
+  6. temperature 0: argmax of the processed logits. Otherwise subtract the row's largest
+     logit and divide by temperature (so a tiny temperature tends to greedy), then
      min_p (drop tokens whose probability < min_p * max probability), top_k, top_p
      (smallest prefix of the sorted distribution whose mass reaches top_p), then sample.
 
@@ -259,7 +260,12 @@ def _sample_random(
                          dtype=torch.long)
     top_p = torch.tensor([p.top_p for p in ps], dtype=torch.float32)
     min_p = torch.tensor([p.min_p for p in ps], dtype=torch.float32)
-    y = truncate(_saturated(x[rows] / temp, x[rows]), top_k, top_p, min_p)
+    xr = x[rows]
+    # the row's largest logit first (softmax is shift-invariant): a tiny temperature then
+    # sends every other logit to -F32_MAX, not the positive ones to +F32_MAX (a near-uniform
+    # draw among them), so it tends to greedy as it should
+    y = truncate(_saturated((xr - xr.amax(dim=-1, keepdim=True)) / temp, xr), top_k, top_p,
+                 min_p)
     return _exponential_race(torch.softmax(y, dim=-1), [generators[i] for i in rows])
 
 
@@ -346,8 +352,12 @@ def make_generator(seed: int | None) -> torch.Generator | None:
     """The per-request generator: None for unseeded requests (global RNG)."""
     if seed is None:
         return None
-    # any integer: torch takes 64 bits, and reads a negative seed as its two's complement
-    return torch.Generator().manual_seed(seed % 2**64)
+    # any integer, taken modulo 2**64 (a negative seed as its two's complement). torch's CPU
+    # generator (mt19937) keeps only the low 32 bits of its seed, so the high 32 are folded
+    # in (times an odd constant): seeds below 2**32 draw as torch.manual_seed draws, and
+    # seeds that differ only above bit 31 (0 and 2**32) draw differently
+    s = seed % 2**64
+    return torch.Generator().manual_seed((s ^ ((s >> 32) * 0x9E3779B1)) & 0xFFFFFFFF)
 
 
 def token_logprobs(

@@ -123,7 +123,7 @@ class _Sampling(_Body):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(-1, ge=-1)
     min_p: float = Field(0.0, ge=0, le=1)
-    seed: int | None = None  # any integer (the generator takes it modulo 2**64)
+    seed: int | None = None  # any integer, modulo 2**64 (engine/sampler.py make_generator)
     n: int = Field(1, ge=1, le=32)
     stop: NonEmptyStr | list[NonEmptyStr] | None = None
     stop_token_ids: list[TokenId] | None = None

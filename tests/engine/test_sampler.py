@@ -245,12 +245,28 @@ def test_extreme_parameters_give_finite_logprobs_and_a_real_token(kw):
             prompt=[0, 1, 2, 3, 5], output=[3], eos=[7]).argmax().item()
 
 
+@pytest.mark.parametrize("temperature", [1e-39, 5e-324, 1e-6])
+def test_a_tiny_temperature_with_large_logits_is_greedy(temperature):
+    """Logits of a real model (tens) over a temperature below fp32's smallest normal used to
+    overflow to +F32_MAX together: a near-uniform draw among every positive logit. Now the
+    row's largest logit is subtracted first: every seed draws the argmax."""
+    logits = torch.tensor([[21.0, -1.0, 20.5, 3.0, 19.0, 0.0, 12.0, 20.9]])
+    for seed in range(20):
+        out = _run(logits, [SamplingParams(temperature=temperature, seed=seed)], [[1]], [[]],
+                   gens=[make_generator(seed)])
+        assert out.token_ids.item() == 0, (seed, out.token_ids)
+
+
 def test_any_integer_seed_is_a_generator_seed_modulo_2_64():
     def draws(seed):
         return torch.rand(4, generator=make_generator(seed))
     assert torch.equal(draws(5), draws(5 + 2**64)) and torch.equal(draws(-1), draws(2**64 - 1))
     assert torch.equal(draws(-(2**70)), draws(-(2**70) % 2**64))
     assert not torch.equal(draws(5), draws(6))
+    # the 32 bits torch's generator keeps: the high ones are folded in, not dropped
+    for a, b in ((0, 2**32), (1, 2**32 + 1), (2**32 + 1, 2**33 + 1), (0, -1), (-1, -(2**32) - 1)):
+        assert not torch.equal(draws(a), draws(b)), (a, b)
+    assert torch.equal(draws(7), torch.rand(4, generator=torch.Generator().manual_seed(7)))
 
 
 @pytest.mark.parametrize("kw", [
