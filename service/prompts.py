@@ -93,7 +93,7 @@ def _parts(i: int, content: Any, images: bool = False) -> Any:
     if not isinstance(content, list):
         return content
     parts: list[dict[str, Any]] = []
-    for part in content:
+    for j, part in enumerate(content):
         kind = part.get("type")
         if kind in IMAGE_PART_TYPES:
             if not images:
@@ -103,8 +103,12 @@ def _parts(i: int, content: Any, images: bool = False) -> Any:
         elif kind != "text":
             raise APIError(400, f"unsupported content part type {kind!r}",
                            f"messages[{i}].content")
+        elif not isinstance(text := part.get("text"), str):
+            raise APIError(400, "a text content part needs `text`, a string; got "
+                           f"{'none' if text is None else type(text).__name__}",
+                           f"messages[{i}].content[{j}].text")
         else:
-            parts.append({"type": "text", "text": str(part.get("text", ""))})
+            parts.append({"type": "text", "text": text})
     return parts
 
 

@@ -159,6 +159,8 @@ CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDIC
         *(Rule(p, "use_beam_search", "use_beam_search goes without tools, a prediction or "
                "a cap on reasoning")
           for p in ("tools", "prediction", "thinking_token_budget", "reasoning_effort")),
+        Rule("top_logprobs", "needs logprobs true", "top_logprobs above 0 needs logprobs "
+             "true"),
         Rule("store", "stores no chat completions", "store true needs a server that keeps "
              "them (--responses-store-mib above 0)"),
         Rule("truncate_prompt_tokens", "with images is never cut",

@@ -390,6 +390,13 @@ class ChatCompletionRequest(_Sampling):
     store: bool | None = None
     metadata: Metadata | None = None
 
+    @model_validator(mode="after")
+    def _top_logprobs_needs_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:  # OpenAI's rule (and vLLM's)
+            raise _field_error(type(self).__name__, "top_logprobs", "value_error",
+                               "top_logprobs needs logprobs true", self.top_logprobs)
+        return self
+
     def output_limit(self, default: int | None) -> int | None:
         """max_completion_tokens, else max_tokens; neither: the model's default, else
         None (up to max_model_len)."""

@@ -40,6 +40,7 @@ COUNT_TOKENS = "/v1/messages/count_tokens"
 RESPONSES = "/v1/responses"
 TOKENIZE = "/tokenize"  # vLLM's
 RESPONSES_INPUT_TOKENS = "/v1/responses/input_tokens"
+RESPONSES_TEXT = "text"  # the Responses API's text config (format, verbosity)
 
 _SAMPLING = ("model", "stream", "stream_options", "temperature", "top_p", "n", "seed",
              "stop", "presence_penalty", "frequency_penalty", "logit_bias")
@@ -67,6 +68,7 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
     RESPONSES_INPUT_TOKENS: frozenset({
         "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
         "text", "reasoning", "previous_response_id", "truncation", "conversation"}),
+    RESPONSES_TEXT: frozenset({"format"}),
 }
 
 NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
@@ -103,6 +105,7 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "moderation": (None,),
     },
     RESPONSES_INPUT_TOKENS: {"personality": (None,)},  # a ChatGPT reply style
+    RESPONSES_TEXT: {"verbosity": (None,)},  # as chat's verbosity: no length control
 }
 
 # vLLM's request extensions this server does not implement: a 400 naming the field unless
@@ -140,6 +143,7 @@ HINTS: Mapping[str, frozenset[str]] = {
     COMPLETIONS: frozenset({"user"}),
     CHAT: frozenset(("user", "safety_identifier") + _CACHE_HINTS),
     STREAM_OPTIONS: frozenset({"include_obfuscation"}),
+    RESPONSES_TEXT: frozenset(),
     # Anthropic's: metadata.user_id (abuse monitoring), cache_control (prompt caching
     # breakpoints; the prefix cache here is automatic), where and for whom it runs
     MESSAGES: frozenset({"metadata", "cache_control", "inference_geo", "diagnostics",

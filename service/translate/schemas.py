@@ -219,6 +219,7 @@ class TextFormat(_Body):
 
 
 class TextConfig(_Body):
+    openai_endpoint: ClassVar[str | None] = unsupported.RESPONSES_TEXT
     format: TextFormat | None = None
 
 

@@ -201,3 +201,20 @@ def test_stream_error_event_matches_the_error_schema(doc):
         last = events(cl.post("/v1/completions", json={
             "prompt": "5 6", "max_tokens": 3, "temperature": 0, "stream": True}))[-1]
     validator(doc, "ErrorResponse").validate(last)
+
+
+def test_fields_that_would_be_ignored_are_a_400(c):
+    """top_logprobs without logprobs (OpenAI's and vLLM's rule; 0 asks for nothing and
+    passes) and a text part whose text is not a string: both used to be served, the
+    first without logprobs, the second with the number rendered as text."""
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    err = error_of(c.post("/v1/chat/completions", json={**chat, "top_logprobs": 5}), 400)
+    assert err["param"] == "top_logprobs" and "needs logprobs true" in err["message"]
+    assert c.post("/v1/chat/completions", json={**chat, "top_logprobs": 0}).status_code == 200
+    r = c.post("/v1/chat/completions", json={**chat, "top_logprobs": 5, "logprobs": True})
+    assert r.status_code == 200 and len(r.json()["choices"][0]["logprobs"]["content"][0][
+        "top_logprobs"]) == 5
+    for part, got in (({"type": "text", "text": 5}, "got int"), ({"type": "text"}, "got none")):
+        err = error_of(c.post("/v1/chat/completions", json={
+            **chat, "messages": [{"role": "user", "content": [part]}]}), 400)
+        assert err["param"] == "messages[0].content[0].text" and err["message"].endswith(got)

@@ -13,6 +13,7 @@ from openai.types.chat import chat_completion_stream_options_param as stream_par
 from openai.types.chat import completion_create_params as chat_params
 from openai.types.responses import input_token_count_params as count_in_params
 from openai.types.responses import response_create_params as resp_params
+from openai.types.responses import response_text_config_param as text_params
 
 from service import unsupported
 from service.schemas import (
@@ -26,6 +27,7 @@ from service.translate.schemas import (
     MessagesRequest,
     ResponsesInputTokensRequest,
     ResponsesRequest,
+    TextConfig,
 )
 from tests.service.test_api import client, error_of
 
@@ -45,6 +47,7 @@ SDK = {
     unsupported.COUNT_TOKENS: (CountTokensRequest, [count_params.MessageCountTokensParams]),
     unsupported.RESPONSES_INPUT_TOKENS: (ResponsesInputTokensRequest,
                                          [count_in_params.InputTokenCountParams]),
+    unsupported.RESPONSES_TEXT: (TextConfig, [text_params.ResponseTextConfigParam]),
 }
 # Anthropic's API fields this anthropic SDK no longer types (its clients send them as
 # extra_body; other clients send them as they are)
@@ -110,6 +113,17 @@ def test_not_implemented_value_is_a_400_naming_the_field(c, endpoint, name, valu
     assert "not supported" in err["message"] and err["message"].startswith(f"{name}: ")
 
 
+def test_a_nested_config_names_its_field(c):
+    """The Responses API's text.verbosity, as chat's verbosity: null or left out only."""
+    base = BASE[unsupported.RESPONSES]
+    err = error_of(c.post(unsupported.RESPONSES, json={**base, "text": {"verbosity": "high"}}),
+                   400)
+    assert err["param"] == "text.verbosity", err
+    ok = c.post(unsupported.RESPONSES, json={**base, "text": {"verbosity": None,
+                                                                "format": {"type": "text"}}})
+    assert ok.status_code == 200, ok.text
+
+
 ACCEPTED = [
     (unsupported.CHAT, "modalities", ["text"]),
     (unsupported.CHAT, "service_tier", "auto"), (unsupported.CHAT, "service_tier", "default"),
@@ -136,7 +150,11 @@ def assert_accepted(c, tables) -> None:
     for endpoint, table in tables.items():
         for name, values in table.items():
             for value in values:
-                r = c.post(endpoint, json={**BASE[endpoint], name: value})
+                if endpoint == unsupported.RESPONSES_TEXT:  # a config inside Responses
+                    r = c.post(unsupported.RESPONSES, json={**BASE[unsupported.RESPONSES],
+                                                            "text": {name: value}})
+                else:
+                    r = c.post(endpoint, json={**BASE[endpoint], name: value})
                 assert r.status_code == 200, (endpoint, name, value, r.text)
 
 
