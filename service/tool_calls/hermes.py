@@ -4,8 +4,10 @@
 A call is delivered when its block closes (first delta: id, name, arguments ""; then the
 arguments in one fragment). Content never shows any part of a ``<tool_call>`` tag.
 
-Malformed blocks: a block whose JSON does not parse, is not an object, or has no valid
-``name``, and a block still open at the end of the output, become content verbatim, tags
+A block still open at the end of the output (``max_tokens`` cut its closing tag, or part
+of it) whose JSON is a whole call is that call, as the end of the output closes a Mistral
+call. Malformed blocks: a block whose JSON does not parse, is not an object, or has no
+valid ``name`` (a block cut inside its JSON among them) become content verbatim, tags
 included (what the model wrote is never lost). Special tokens are ignored.
 """
 
@@ -42,7 +44,14 @@ class HermesToolParser:
         out: list[Event] = []
         self._items(self._tags.finish(), out)
         if self._tags.inside:
-            out.append(Content(OPEN + self._block))
+            body = self._block.rstrip()
+            cut = next((k for k in range(len(CLOSE), 0, -1) if body.endswith(CLOSE[:k])), 0)
+            events = call_events(body[:len(body) - cut].strip(), self._count, self._new_id)
+            if events is None:
+                out.append(Content(OPEN + self._block))
+            else:
+                out += events
+                self._count += 1
             self._block = ""
         return out
 

@@ -144,6 +144,17 @@ def test_hermes_calls_between_text(tok):
     assert calls(msg) == [("get_weather", '{"city": "Paris"}'), ("f", "{}")]
 
 
+@pytest.mark.parametrize("tail", ["", "\n", "\n</tool_call", "</tool_"])
+def test_hermes_block_cut_after_its_json_is_a_call(tok, tail):
+    """max_tokens cut the closing tag (or all of it): the call is whole, so it is a call,
+    and no part of the tag reaches the content (it did: the block came back verbatim)."""
+    text = ('ok<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+            '</tool_call>\n<tool_call>\n{"name": "f", "arguments": {"a": 1}}' + tail)
+    msg = check_all_cuts(tok, text, "hermes")
+    assert msg.content == "ok\n"
+    assert calls(msg) == [("get_weather", '{"city": "Paris"}'), ("f", '{"a": 1}')]
+
+
 def test_think_tags_then_hermes(tok):
     msg = check_all_cuts(tok, "<think>2 < 3</think>ok<tool_call>{\"name\": \"f\"}</tool_call>",
                          "hermes", "think", tags_in_content=True)
