@@ -28,6 +28,7 @@ from engine.sampler import Sampler, make_generator, token_logprobs
 from engine.scheduler import SchedulerOutput
 from engine.spec.verify import DraftVerifier
 from engine.stream import EngineObserver, OutputSink, RequestOutput, TokenLogprob
+from engine.structured.matcher import GrammarDeadEnd
 
 log = logging.getLogger(__name__)
 
@@ -169,17 +170,17 @@ class StepRunner(DraftVerifier):
         finished = []
         for lv, res in zip(lives, self._sample_isolated(x, lives), strict=True):
             try:
-                done = (self.end(lv, FinishReason.ERROR, res) if isinstance(res, str)
+                done = (self.fail(lv, res, "sampling failed: ") if isinstance(res, Exception)
                         else self._append(lv, *res))
             except Exception as exc:  # noqa: BLE001
-                done = self.end(lv, FinishReason.ERROR, f"{type(exc).__name__}: {exc}")
+                done = self.fail(lv, exc)
             if done:
                 finished.append(lv.req)
         return finished
 
     def _sample_isolated(self, x: torch.Tensor, lives: list[LiveRequest]) -> list[Any]:
         """:meth:`_sample_rows`, and when the batch fails, each row alone: per row a
-        (token, logprob, top) or the error string of that row."""
+        (token, logprob, top) or the exception of that row."""
         try:
             return self._sample_rows(x, lives)
         except Exception:  # noqa: BLE001 - isolate the failing request(s) below
@@ -188,7 +189,7 @@ class StepRunner(DraftVerifier):
                 try:
                     results += self._sample_rows(x[j:j + 1], [lv])
                 except Exception as exc:  # noqa: BLE001
-                    results.append(f"sampling failed: {type(exc).__name__}: {exc}")
+                    results.append(exc)
             return results
 
     def _sample_rows(self, x: torch.Tensor, lives: list[LiveRequest]) -> list[Any]:
@@ -284,13 +285,21 @@ class StepRunner(DraftVerifier):
             return FinishReason.LENGTH, None
         return None, None
 
-    def end(self, lv: LiveRequest, reason: FinishReason, error: str | None) -> bool:
-        """Finish ``lv`` early (abort, timeout, error) with a final, empty output."""
+    def fail(self, lv: LiveRequest, exc: Exception, prefix: str = "") -> bool:
+        """End ``lv`` with ERROR for ``exc``; a GrammarDeadEnd is the request's own input."""
+        return self.end(lv, FinishReason.ERROR, f"{prefix}{type(exc).__name__}: {exc}",
+                        from_request=isinstance(exc, GrammarDeadEnd))
+
+    def end(self, lv: LiveRequest, reason: FinishReason, error: str | None,
+            from_request: bool = False) -> bool:
+        """Finish ``lv`` early (abort, timeout, error) with a final, empty output;
+        ``from_request``: the request's own input caused the error."""
         req = lv.req
         req.error = error
         self._close(lv, reason)
         self._emit(lv, RequestOutput(req.request_id, finished=True, finish_reason=reason,
-                                     error=error, num_prompt_tokens=len(req.prompt_ids),
+                                     error=error, error_from_request=from_request,
+                                     num_prompt_tokens=len(req.prompt_ids),
                                      num_output_tokens=len(req.output_ids),
                                      num_cached_tokens=req.num_cached_tokens))
         return True

@@ -46,6 +46,9 @@ class RequestOutput:
     # verification accepted / rejected (OpenAI's completion_tokens_details names)
     num_accepted_prediction_tokens: int = 0
     num_rejected_prediction_tokens: int = 0
+    # the request's own input caused the ERROR (a grammar no output completes): the
+    # server answers it as a bad request, not as its own failure
+    error_from_request: bool = False
 
 
 OutputSink = Callable[[RequestOutput], None]

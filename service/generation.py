@@ -178,6 +178,7 @@ class Choice:
     finish_reason: FinishReason | None = None
     stop_reason: int | str | None = None
     error: str | None = None
+    error_from_request: bool = False  # the request's own input caused the error
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0  # of those, served from the prefix cache
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None  # when asked
@@ -197,7 +198,7 @@ class Choice:
         self.num_rejected_prediction_tokens = out.num_rejected_prediction_tokens
         if out.finished:
             self.finish_reason, self.stop_reason = out.finish_reason, out.stop_reason
-            self.error = out.error
+            self.error, self.error_from_request = out.error, out.error_from_request
 
 
 async def collect(sub: Choices, request: Request) -> list[Choice]:
@@ -215,10 +216,20 @@ async def collect(sub: Choices, request: Request) -> list[Choice]:
     return choices
 
 
+def end_status(out: RequestOutput | Choice) -> int:
+    """The HTTP status of a request the engine ended early: 408 on its deadline, 400 when
+    its own input caused the error (a grammar no output completes), else 500."""
+    if out.finish_reason is FinishReason.TIMEOUT:
+        return 408
+    return 400 if out.error_from_request else 500
+
+
 def raise_for_choice(c: Choice) -> None:
     if c.finish_reason is FinishReason.TIMEOUT:
         raise APIError(408, c.error or "request timed out", code="timeout")
     if c.finish_reason is FinishReason.ERROR:
+        if c.error_from_request:
+            raise APIError(400, c.error or "the request cannot be answered")
         raise APIError(500, c.error or "generation failed", code="engine_error")
 
 
@@ -238,7 +249,7 @@ def _events(batch: list[tuple[int, RequestOutput]],
     events: list[str] = []
     for i, out in batch:
         if out.finish_reason in (FinishReason.ERROR, FinishReason.TIMEOUT):
-            status = 408 if out.finish_reason is FinishReason.TIMEOUT else 500
+            status = end_status(out)
             events.append(sse(error_body(status, out.error or "generation failed",
                                          code=out.finish_reason.value)))
             return events, True
@@ -283,7 +294,7 @@ async def stream_named(sub: Choices, s: NamedStream) -> AsyncIterator[str]:
             events: list[Event] = []
             for _, out in batch:
                 if out.finish_reason in (FinishReason.ERROR, FinishReason.TIMEOUT):
-                    status = 408 if out.finish_reason is FinishReason.TIMEOUT else 500
+                    status = end_status(out)
                     yield named_sse(events + s.error(status, out.error or "generation failed"))
                     return
                 events += s.chunk(out)

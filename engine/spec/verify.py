@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from engine.request import FinishReason, Request
+from engine.request import Request
 from engine.sampler import Sampler
 from engine.stream import RequestOutput
 
@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 
 class DraftVerifier:
     """The verification half of StepRunner (its attributes and helpers: spec, observer,
-    sampler, mask counters, _next_output, _sample_isolated, _time_token, _close, _emit)."""
+    sampler, mask counters, _next_output, _sample_isolated, _time_token, fail, _close,
+    _emit)."""
 
     def _verify(self, logits: torch.Tensor,
                 items: list[tuple[LiveRequest, int, tuple[int, ...]]]) -> list[Request]:
@@ -67,16 +68,15 @@ class DraftVerifier:
                 got = pieces[id(lv)]
                 done, kept = True, False
                 try:
-                    if isinstance(res, str):
-                        raise RuntimeError(res)
+                    if isinstance(res, Exception):
+                        raise res
                     piece, done = self._next_output(lv, *res)
                     got.append(piece)
                     kept = not done and j < len(drafts) and res[0] == drafts[j]
                 except Exception as exc:  # noqa: BLE001 - this request only
                     self._time_token(lv.req, len(got))
                     self._flush(lv, got)
-                    self.end(lv, FinishReason.ERROR, str(exc) if isinstance(res, str)
-                             else f"{type(exc).__name__}: {exc}")
+                    self.fail(lv, exc, "sampling failed: " if exc is res else "")
                     finished.append(lv.req)
                     continue
                 if kept:

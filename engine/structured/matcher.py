@@ -30,6 +30,12 @@ class GrammarMatchError(RuntimeError):
     """A matcher rejected a token or is in an error state (ends that request only)."""
 
 
+class GrammarDeadEnd(GrammarMatchError):
+    """The grammar admits no token after the output so far: a schema or grammar that no
+    output completes (required properties that recurse without end), or one past the
+    parser's limits. The request's own input, not the server's failure (a 400)."""
+
+
 class GrammarMatcher:
     def __init__(self, matcher: Any, vocab_size: int, kind: str = "grammar") -> None:
         self._m = matcher  # llguidance.LLMatcher
@@ -42,15 +48,21 @@ class GrammarMatcher:
         return self._m.is_stopped() and not self._m.is_error()
 
     def check(self) -> None:
+        """GrammarDeadEnd when the matcher is in an error state: only llguidance's own
+        parsing puts it there (a token outside its mask fails in :meth:`advance`)."""
         if self._m.is_error():
             reason = (self._m.get_error().strip().splitlines() or ["unknown error"])[0]
-            raise GrammarMatchError(f"grammar matcher: {reason}")
+            raise GrammarDeadEnd(f"the {self.kind} constraint admits no token after the "
+                                 f"output so far ({reason}): no output satisfies it")
 
     def advance(self, token: int) -> None:
-        """Consume the sampled token; GrammarMatchError if the grammar rejects it."""
+        """Consume the sampled token; GrammarMatchError if the grammar rejects it,
+        GrammarDeadEnd if the mask it was sampled under found no way on (llguidance then
+        allows EOS alone and takes it: the answer would end as if the grammar were done)."""
         if not self._m.consume_token(token):
             self.check()
             raise GrammarMatchError(f"grammar matcher rejected token {token}")
+        self.check()
 
     def validate(self, tokens: Sequence[int]) -> int:
         """How many of ``tokens``, in order from the current state, the grammar accepts

@@ -27,7 +27,7 @@ from typing import Any
 
 from engine.request import FinishReason
 from service.errors import error_body
-from service.generation import Event, Submission, named_sse
+from service.generation import Event, Submission, end_status, named_sse
 from service.translate.responses_stream import ResponseStream
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ class BackgroundJob:
                         **self.enc.response, "output": []}))
                 for _, out in batch:
                     if out.finish_reason in (FinishReason.ERROR, FinishReason.TIMEOUT):
-                        status = 408 if out.finish_reason is FinishReason.TIMEOUT else 500
+                        status = end_status(out)
                         self._emit(events)
                         self._fail(status, out.error or "generation failed")
                         return

@@ -261,3 +261,33 @@ def test_token_filters_hold_under_speculation_and_equal_plain(spec_servers):
             assert ok(ids), (extra, ids)
             got.append(ids)
         assert got[0] == got[1], extra
+
+
+ENDLESS = {"type": "object", "properties": {"a": {"$ref": "#/properties/a"}},
+           "required": ["a"]}
+
+
+def test_constraints_no_output_completes_are_400s(spec_servers):
+    """A schema that is only a reference to itself fails at compile time; one whose
+    required property recurses with no end is found after '{"a": ' (llguidance then
+    allows EOS alone): both are 400s, streamed as an error event, on both servers, and
+    the servers serve on. A choice of 2500 strings (past the parser's 2000 items per row)
+    is served."""
+    for srv in spec_servers:
+        url = srv["url"] + "/v1/completions"
+        r = httpx.post(url, json={"model": "demo", "prompt": "JSON:", "max_tokens": 20,
+                                  "structured_outputs": {"json": {"$ref": "#"}}}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "structured_outputs", r.text
+        body = {"model": "demo", "prompt": "JSON:", "max_tokens": 20, "temperature": 0,
+                "structured_outputs": {"json": ENDLESS}}
+        r = httpx.post(url, json=body, timeout=60)
+        assert r.status_code == 400 and "no output satisfies it" in r.text, r.text
+        with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as s:
+            events = [json.loads(line[6:]) for line in s.iter_lines()
+                      if line.startswith("data: {")]
+        assert events[-1]["error"]["type"] == "invalid_request_error", events[-1]
+        choices = [f"item {i}" for i in range(2500)]
+        r = httpx.post(url, json={"model": "demo", "prompt": "Pick one:", "max_tokens": 8,
+                                  "temperature": 0, "structured_outputs": {"choice": choices}},
+                       timeout=60)
+        assert r.status_code == 200 and r.json()["choices"][0]["text"] in choices, r.text

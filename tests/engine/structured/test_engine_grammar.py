@@ -184,6 +184,28 @@ def test_matcher_error_ends_only_that_request(tekken_tokenizer):
     assert eng.stats().state == "ready"
 
 
+# required properties that recurse with no end: the first tokens are allowed ('{"a": '),
+# then no token is; llguidance then allows EOS alone and takes it as if the grammar were done
+ENDLESS = {"type": "object", "properties": {"a": {"$ref": "#/properties/a"}},
+           "required": ["a"]}
+
+
+def test_a_grammar_no_output_completes_is_an_error_of_the_request(tekken_tokenizer):
+    """Not a STOP with '{"a": ' as the answer: an ERROR the request's own input caused
+    (the server answers 400), and the request beside it is served."""
+    tok = tekken_tokenizer
+    good = grammar(tok, json_schema_spec(BOUNDED))
+    reqs = {"endless": (PROMPT, SamplingParams(max_tokens=50, temperature=0.0,
+                                               grammar=grammar(tok, json_schema_spec(ENDLESS)))),
+            "ok": ([*PROMPT, 7], SamplingParams(max_tokens=50, temperature=0.0, grammar=good))}
+    outs = run(make_engine(tok), reqs)
+    last = outs["endless"][-1]
+    assert last.finish_reason is FinishReason.ERROR and last.error_from_request, last
+    assert "no output satisfies it" in last.error and text(outs["endless"]).startswith('{"a":')
+    assert outs["ok"][-1].finish_reason is FinishReason.STOP
+    assert not outs["ok"][-1].error_from_request
+
+
 def test_ending_eos_has_no_text_unconstrained_too(tekken_tokenizer):
     tok = tekken_tokenizer
     eos = min(tok.eos_token_ids)
