@@ -9,6 +9,7 @@ here, in one place."""
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -101,9 +102,27 @@ def from_engine_error(exc: EngineError) -> APIError:
     return APIError(500, str(exc))
 
 
+# pydantic's names of a union's branches in an error's loc ("str", "list[constrained-int]")
+_UNION_BRANCH = re.compile(r"^(str|int|float|bool|dict|list|none|[a-z-]+\[.*\]|constrained-\w+)$")
+
+
 def _loc_param(loc: tuple) -> str | None:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")
+             and not (isinstance(p, str) and _UNION_BRANCH.match(p))]
     return ".".join(parts) or None
+
+
+def _telling_error(errors: list[dict]) -> dict:
+    """The error to report: for a value no branch of a union takes, the first that is a
+    constraint (``greater_than_equal``: a token id of -1) rather than a wrong type, which
+    every other branch reports; else the first."""
+    if not errors:
+        return {}
+    first = errors[0]
+    if any(isinstance(p, str) and _UNION_BRANCH.match(p) for p in first.get("loc", ())):
+        return next((e for e in errors if not str(e.get("type", "")).endswith("_type")),
+                    first)
+    return first
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -118,7 +137,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
+        first = _telling_error(list(exc.errors()))
         if first.get("type") == "json_invalid":  # loc: ("body", character offset)
             at = first.get("loc", ("body", "?"))[-1]
             why = (first.get("ctx") or {}).get("error", "JSON decode error")

@@ -218,3 +218,13 @@ def test_fields_that_would_be_ignored_are_a_400(c):
         err = error_of(c.post("/v1/chat/completions", json={
             **chat, "messages": [{"role": "user", "content": [part]}]}), 400)
         assert err["param"] == "messages[0].content[0].text" and err["message"].endswith(got)
+
+
+def test_a_value_no_union_branch_takes_names_the_broken_constraint(c):
+    """A prompt of token ids with a -1: the ids branch's bound, not the string branch's
+    'Input should be a valid string' under the param 'prompt.str'."""
+    for prompt, param in (([-1], "prompt.0"), ([[1, -2]], "prompt.0.1")):
+        err = error_of(c.post("/v1/completions", json={"prompt": prompt}), 400)
+        assert err["param"] == param and "greater than or equal to 0" in err["message"], err
+    err = error_of(c.post("/v1/completions", json={"prompt": 5}), 400)
+    assert err["param"] == "prompt", err
