@@ -286,9 +286,11 @@ class StepRunner(DraftVerifier):
         return None, None
 
     def fail(self, lv: LiveRequest, exc: Exception, prefix: str = "") -> bool:
-        """End ``lv`` with ERROR for ``exc``; a GrammarDeadEnd is the request's own input."""
-        return self.end(lv, FinishReason.ERROR, f"{prefix}{type(exc).__name__}: {exc}",
-                        from_request=isinstance(exc, GrammarDeadEnd))
+        """End ``lv`` with ERROR for ``exc``; a GrammarDeadEnd is the request's own input
+        (its message goes to the client as it is)."""
+        if isinstance(exc, GrammarDeadEnd):
+            return self.end(lv, FinishReason.ERROR, str(exc), from_request=True)
+        return self.end(lv, FinishReason.ERROR, f"{prefix}{type(exc).__name__}: {exc}")
 
     def end(self, lv: LiveRequest, reason: FinishReason, error: str | None,
             from_request: bool = False) -> bool:
