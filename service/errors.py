@@ -102,27 +102,49 @@ def from_engine_error(exc: EngineError) -> APIError:
     return APIError(500, str(exc))
 
 
-# pydantic's names of a union's branches in an error's loc ("str", "list[constrained-int]")
-_UNION_BRANCH = re.compile(r"^(str|int|float|bool|dict|list|none|[a-z-]+\[.*\]|constrained-\w+)$")
+# pydantic's names of a union's branches in an error's loc: a type ("str",
+# "list[constrained-int]", "literal['a','b']", "list[tagged-union[TextBlock,...]]") or a
+# model class ("NamedToolChoice"); after a tagged union, the tag value (a block's "type")
+_UNION_BRANCH = re.compile(r"^(str|int|float|bool|dict|list|none|[a-z-]+\[.*\]|"
+                           r"constrained-\w+|[A-Z][A-Za-z0-9]*)$")
 
 
 def _loc_param(loc: tuple) -> str | None:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")
-             and not (isinstance(p, str) and _UNION_BRANCH.match(p))]
+    """The request field an error's loc names, pydantic's union branches and tagged-union
+    tags left out: ``messages.0.content.0.text``, not
+    ``messages.0.content.list[tagged-union[...]].0.text.text``."""
+    parts: list[str] = []
+    tag_next = tag_after_index = False
+    for p in loc:
+        if p in ("body", "query", "path", "header"):
+            continue
+        if isinstance(p, str) and _UNION_BRANCH.match(p):
+            if "tagged-union[" in p:  # its tag follows, or follows the list's index
+                tag_after_index = p.startswith(("list[", "dict["))
+                tag_next = not tag_after_index
+            continue
+        if tag_next and isinstance(p, str):
+            tag_next = False
+            continue
+        parts.append(str(p))
+        if tag_after_index:
+            tag_after_index, tag_next = False, True
     return ".".join(parts) or None
 
 
 def _telling_error(errors: list[dict]) -> dict:
-    """The error to report: for a value no branch of a union takes, the first that is a
-    constraint (``greater_than_equal``: a token id of -1) rather than a wrong type, which
-    every other branch reports; else the first."""
+    """The error to report: for a value no branch of a union takes, the one that got
+    furthest into the value (the branch it was meant for), a broken constraint before a
+    wrong type among those; else the first."""
     if not errors:
         return {}
     first = errors[0]
-    if any(isinstance(p, str) and _UNION_BRANCH.match(p) for p in first.get("loc", ())):
-        return next((e for e in errors if not str(e.get("type", "")).endswith("_type")),
-                    first)
-    return first
+    if not any(isinstance(p, str) and _UNION_BRANCH.match(p) for p in first.get("loc", ())):
+        return first
+    depth = max(len(e.get("loc", ())) for e in errors)
+    deepest = [e for e in errors if len(e.get("loc", ())) == depth]
+    return next((e for e in deepest if not str(e.get("type", "")).endswith("_type")),
+                deepest[0])
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -187,6 +187,8 @@ _ANTHROPIC = (
          "a tool_result block answers a tool_use block of an earlier assistant message"),
     Rule("messages", "cannot carry", "user messages carry text, image and tool_result "
          "blocks; assistant messages text, tool_use and thinking blocks"),
+    Rule("messages", "image in a tool_result", "a tool_result holds a string or text "
+         "blocks (tool results are read as text)"),
     Rule("thinking", "no reasoning format",
          "thinking needs a model with a reasoning parser (--reasoning-parser)"),
     Rule("thinking", "not single tokens",

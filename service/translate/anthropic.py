@@ -4,7 +4,8 @@ ChatCompletionRequest it means, and a finished choice becomes Anthropic's messag
 - ``system`` (a string or text blocks) is a system message first;
 - user ``text`` / ``image`` blocks are OpenAI text / ``image_url`` parts (an image's base64
   source a data: URL); each ``tool_result`` block is a ``tool`` message (``is_error``
-  puts "Error: " in front of its content);
+  puts "Error: " in front of its content; an image block in it is a 400 naming it, as
+  chat's tool messages are text);
 - assistant ``text`` blocks are its content, ``tool_use`` blocks its tool calls (input
   as JSON text); ``thinking`` / ``redacted_thinking`` blocks are dropped from the prompt,
   as Anthropic's own models drop earlier turns' thinking (a thinking block's signature is
@@ -55,7 +56,14 @@ def _part(block: TextBlock | ImageBlock) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def _tool_message(block: ToolResultBlock) -> dict[str, Any]:
+def _tool_message(block: ToolResultBlock, where: str) -> dict[str, Any]:
+    """The ``tool`` message of a tool_result block (``where``: its path in the request)."""
+    if not isinstance(block.content, str):
+        for k, b in enumerate(block.content):
+            if isinstance(b, ImageBlock):  # chat's tool messages are text
+                raise APIError(400, f"{where}.content.{k}: an image in a tool_result is not "
+                               "served (tool results are read as text; send the image in a "
+                               "user text turn)", f"{where}.content.{k}")
     parts = ([{"type": "text", "text": block.content}] if isinstance(block.content, str)
              else [_part(b) for b in block.content])
     if block.is_error:
@@ -63,17 +71,17 @@ def _tool_message(block: ToolResultBlock) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": block.tool_use_id, "content": parts}
 
 
-def _user(content: Any) -> list[dict[str, Any]]:
+def _user(content: Any, i: int) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"role": "user", "content": content}]
     out: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
-    for block in content:
+    for j, block in enumerate(content):
         if isinstance(block, ToolResultBlock):
             if parts:
                 out.append({"role": "user", "content": parts})
                 parts = []
-            out.append(_tool_message(block))
+            out.append(_tool_message(block, f"messages.{i}.content.{j}"))
         elif isinstance(block, TextBlock | ImageBlock):
             parts.append(_part(block))
         else:
@@ -105,8 +113,8 @@ def _messages(body: CountTokensRequest | MessagesRequest) -> list[dict[str, Any]
     if isinstance(system, list):
         system = "".join(b.text for b in system)
     out = [{"role": "system", "content": system}] if system else []
-    for m in body.messages:
-        out += _user(m.content) if m.role == "user" else [_assistant(m.content)]
+    for i, m in enumerate(body.messages):
+        out += _user(m.content, i) if m.role == "user" else [_assistant(m.content)]
     return out
 
 
@@ -203,12 +211,12 @@ def stop_reason(reader: ChoiceReader, finish: FinishReason | None,
     reason = reader.finish_reason(finish)
     if reason is None:
         return None, None
+    if isinstance(stop, str):  # a stop sequence ended it, after tool calls too
+        return "stop_sequence", stop
     if reason == "tool_calls":
         return "tool_use", None
     if finish is FinishReason.LENGTH:
         return "max_tokens", None
-    if isinstance(stop, str):
-        return "stop_sequence", stop
     return "end_turn", None
 
 

@@ -279,3 +279,36 @@ def test_metrics_carry_the_api(client):
     after = {api: _success(client, api) for api in before}
     assert {api: after[api] - before[api] for api in before} == {
         "chat": 1, "messages": 2, "responses": 1}
+
+
+def test_a_stop_sequence_after_a_tool_call_is_the_stop_reason():
+    """A stop sequence that cut the output after a whole tool call (the chat answer's
+    finish_reason tool_calls, stop_reason the string): Anthropic's stop_reason is
+    stop_sequence with the string, as without a call; tool_use otherwise."""
+    from engine.request import FinishReason
+    from service.translate.anthropic import stop_reason
+
+    class Calls:  # a ChoiceReader whose output ended on a call
+        def finish_reason(self, reason):
+            return "tool_calls" if reason is FinishReason.STOP else reason.value
+
+    assert stop_reason(Calls(), FinishReason.STOP, "get_time") == ("stop_sequence", "get_time")
+    assert stop_reason(Calls(), FinishReason.STOP, 2) == ("tool_use", None)
+    assert stop_reason(Calls(), FinishReason.LENGTH, None) == ("max_tokens", None)
+
+
+def test_an_image_in_a_tool_result_is_a_400_naming_it(client):
+    """Not chat's 'image parts are accepted in user messages only (messages[3] is
+    'tool')', which names a message the request does not have."""
+    img = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                       "data": "iVBORw0KGgo="}}
+    body = {"model": "m", "max_tokens": 4, "system": "sys", "messages": [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_weather",
+                                           "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                      "content": [{"type": "text", "text": "sun"}, img]}]}]}
+    r = client.post("/v1/messages", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"].startswith(
+        "messages.2.content.0.content.1: an image in a tool_result"), r.text

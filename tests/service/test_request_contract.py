@@ -228,3 +228,28 @@ def test_a_value_no_union_branch_takes_names_the_broken_constraint(c):
         assert err["param"] == param and "greater than or equal to 0" in err["message"], err
     err = error_of(c.post("/v1/completions", json={"prompt": 5}), 400)
     assert err["param"] == "prompt", err
+
+
+@pytest.mark.parametrize(("path", "body", "param"), [
+    ("/v1/messages", {"model": "m", "max_tokens": 2, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": 5}]}]}, "messages.0.content.0.text"),
+    ("/v1/messages", {"model": "m", "max_tokens": 2, "messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "x", "name": "f", "input": "notobj"}]}]},
+     "messages.1.content.0.input"),
+    ("/v1/responses", {"input": [{"role": "user", "content": "hi"}, {
+        "type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}}]},
+     "input.1.arguments"),
+    ("/v1/responses", {"input": [{"type": "message", "role": "user",
+                                  "content": [{"type": "input_text"}]}]}, "input.0.content.0.text"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                              "tool_choice": {"type": "function"}}, "tool_choice.function"),
+])
+def test_a_wrong_value_inside_a_union_of_blocks_names_its_field(c, path, body, param):
+    """Not the parent with the first branch's complaint ('messages.0.content: Input should
+    be a valid string'), and no branch or tag names in the path."""
+    r = c.post(path, json=body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    message = err["message"]
+    assert err.get("param", param) == param and message.startswith(f"{param}: "), err
