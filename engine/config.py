@@ -4,6 +4,7 @@ engine/checkpoint/ (the loader), not here."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,7 +47,8 @@ class RopeConfig:
 
     def __post_init__(self) -> None:
         _require(self.rope_type in ("default", "yarn"), f"rope_type {self.rope_type!r} unsupported")
-        _require(self.theta > 0, "rope theta must be > 0")
+        _require(self.theta > 0 and math.isfinite(self.theta),
+                 "rope theta must be a finite number > 0")
         _require(self.factor >= 1.0, "rope factor must be >= 1")
         _require(self.original_max_position_embeddings > 0, "original_max_position_embeddings > 0")
 
@@ -93,6 +95,10 @@ class ModelConfig:
         _require(self.num_heads % self.num_kv_heads == 0,
                  f"num_heads {self.num_heads} not a multiple of num_kv_heads {self.num_kv_heads}")
         _require(self.head_dim % 2 == 0, "head_dim must be even for RoPE")
+        _require(self.rms_norm_eps > 0 and math.isfinite(self.rms_norm_eps),
+                 f"rms_norm_eps must be a finite number > 0, got {self.rms_norm_eps}")
+        _require(isinstance(self.tie_word_embeddings, bool),
+                 f"tie_word_embeddings must be true or false, got {self.tie_word_embeddings!r}")
 
     @property
     def q_size(self) -> int:

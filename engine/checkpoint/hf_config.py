@@ -72,7 +72,7 @@ def parse_rope(text: dict[str, Any]) -> RopeConfig:
         factor = params.get("factor")
         if factor is None and original:
             factor = text.get("max_position_embeddings", original) / original
-        kw["factor"] = float(factor or 1.0)
+        kw["factor"] = 1.0 if factor is None else float(factor)
     return RopeConfig(**kw)
 
 
@@ -102,6 +102,10 @@ def parse_hf_config(model_dir: Path) -> ModelConfig:
     text = _text_config(cfg)
     bos, eos = special_ids(model_dir, text, HF_CONFIG)
     tied = text.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))
+    act = text.get("hidden_act", text.get("hidden_activation", "silu"))
+    if act != "silu":
+        raise CheckpointError(f"{HF_CONFIG}: hidden_act {act!r} unsupported (the MLP is "
+                              "SiLU-gated: silu)")
     try:
         heads = int(text["num_attention_heads"])
         return ModelConfig(
@@ -115,7 +119,7 @@ def parse_hf_config(model_dir: Path) -> ModelConfig:
             vocab_size=int(text["vocab_size"]),
             rms_norm_eps=float(text.get("rms_norm_eps", 1e-5)),
             max_position_embeddings=int(text.get("max_position_embeddings", 32768)),
-            tie_word_embeddings=bool(tied),
+            tie_word_embeddings=tied,
             rope=parse_rope(text),
             quant=parse_quant(cfg, text),
             bos_token_id=bos,

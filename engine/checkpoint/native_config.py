@@ -71,7 +71,7 @@ def parse_native_config(model_dir: Path) -> ModelConfig:
             rms_norm_eps=float(p.get("norm_eps", 1e-5)),
             max_position_embeddings=int(p.get("max_position_embeddings")
                                         or p.get("max_seq_len") or 32768),
-            tie_word_embeddings=bool(p.get("tied_embeddings", False)),
+            tie_word_embeddings=p.get("tied_embeddings", False),
             rope=parse_native_rope(p),
             quant=parse_native_quant(p),
             bos_token_id=bos,

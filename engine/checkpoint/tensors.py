@@ -46,6 +46,8 @@ def _truncation_culprit(path: Path) -> str | None:
         size = path.stat().st_size
         with path.open("rb") as fh:
             (n,) = struct.unpack("<Q", fh.read(8))
+            if n > size - 8:  # no header of that length: not a cut-short safetensors file
+                return None
             header = json.loads(fh.read(n))
     except (OSError, ValueError, struct.error):
         return None
@@ -64,6 +66,11 @@ def _open(model_dir: Path, file: str):  # type: ignore[no-untyped-def]
     except Exception as exc:  # safetensors raises its own SafetensorError / OSError
         culprit = _truncation_culprit(path)
         reason = " ".join(str(exc).split())
+        with path.open("rb") as fh:
+            start = fh.read(64)
+        if start.startswith(b"version https://git-lfs"):
+            raise CheckpointError(f"{file}: a Git LFS pointer, not the weights (fetch them: "
+                                  "git lfs pull)") from None
         if culprit is not None:
             problem = f"data extends past end of file; truncated? ({reason})"
             raise tensor_error(file, culprit, problem) from None
@@ -79,6 +86,7 @@ class TensorStore:
     def __init__(self, model_dir: Path, files: list[str], index_file: str | None = None,
                  index_map: dict[str, str] | None = None) -> None:
         self.model_dir = Path(model_dir)
+        self._source = index_file or ", ".join(files)  # what a missing tensor is missing from
         self._handles = {}
         self._meta: dict[str, TensorMeta] = {}
         for file in files:
@@ -124,11 +132,15 @@ class TensorStore:
         return name in self._meta
 
     def meta(self, name: str) -> TensorMeta:
-        return self._meta[name]
+        """CheckpointError naming the files when the checkpoint has no such tensor."""
+        got = self._meta.get(name)
+        if got is None:
+            raise CheckpointError(f"{self._source}: tensor '{name}' missing")
+        return got
 
     def get(self, name: str) -> torch.Tensor:
         """The tensor as stored (dtype and shape of :meth:`meta`), memory-mapped."""
-        file = self._meta[name].file
+        file = self.meta(name).file
         try:
             return self._handles[file].get_tensor(name)
         except Exception as exc:

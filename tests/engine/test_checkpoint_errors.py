@@ -189,3 +189,74 @@ def test_rotary_inv_freq_buffers_are_ignored(ckpt):
     name = "model.layers.0.self_attn.rotary_emb.inv_freq"
     _edit(ckpt, lambda t: t.update({name: torch.ones(32)}))
     assert len(load_weights(ckpt, progress=False).layers) == 2
+
+
+def _nan_code(t: dict, name: str, code: int, at: int = 5) -> None:
+    u = t[name].view(torch.uint8).clone()
+    u.view(-1)[at] = code
+    t[name] = u.view(torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("code", [0x7F, 0xFF])
+def test_a_nan_code_in_an_fp8_weight(ckpt, code):
+    """e4m3fn's NaN codes loaded, every answer was empty; now the load names the place."""
+    name = "model.layers.1.self_attn.q_proj.weight"
+    _edit(ckpt, lambda t: _nan_code(t, name, code))
+    assert _error(ckpt) == (f"model.safetensors: tensor '{name}': NaN code at flat index 5 "
+                            "(row 0, column 5)")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("-inf")])
+def test_a_non_finite_bf16_weight(ckpt, value):
+    def put(t):
+        w = t["model.norm.weight"].clone()
+        w[3] = value
+        t["model.norm.weight"] = w
+    _edit(ckpt, put)
+    assert _error(ckpt).startswith("model.safetensors: tensor 'model.norm.weight': value ")
+    assert "at flat index 3: not finite" in _error(ckpt)
+
+
+def test_a_git_lfs_pointer_instead_of_the_weights(ckpt):
+    (ckpt / "model.safetensors").write_text(
+        "version https://git-lfs.github.com/spec/v1\noid sha256:abcd\nsize 2236176\n")
+    assert _error(ckpt) == ("model.safetensors: a Git LFS pointer, not the weights (fetch "
+                            "them: git lfs pull)")
+
+
+def test_a_file_whose_header_length_exceeds_it(ckpt):
+    """Eight bytes of text read as a header length of petabytes: an error naming the
+    file (it was a MemoryError with no name)."""
+    (ckpt / "model.safetensors").write_bytes(b"not a safetensors file at all\n" * 4)
+    assert _error(ckpt).startswith("model.safetensors: unreadable safetensors file")
+
+
+def test_a_missing_vision_tensor_names_it(tiny_checkpoint, tmp_path):
+    from engine.vision.encoder import load_vision_encoder
+
+    d = _copy(tiny_checkpoint(layout="hf-multimodal"), tmp_path / "mm")
+    _edit(d, lambda t: t.pop("vision_tower.patch_conv.weight"))
+    with pytest.raises(CheckpointError) as info:
+        load_vision_encoder(d)
+    assert str(info.value) == "model.safetensors: tensor 'vision_tower.patch_conv.weight' missing"
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("rms_norm_eps", -1.0, "rms_norm_eps must be a finite number > 0"),
+    ("tie_word_embeddings", "false", "tie_word_embeddings must be true or false"),
+    ("hidden_act", "gelu", "hidden_act 'gelu' unsupported"),
+])
+def test_config_values_that_were_read_silently(ckpt, key, value, words):
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg[key] = value
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    assert _error(ckpt).startswith("config.json: ") and words in _error(ckpt)
+
+
+def test_a_yarn_factor_of_zero_is_refused(ckpt):
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["rope_parameters"] = {**cfg.get("rope_parameters", cfg.get("rope_scaling") or {}),
+                              "rope_type": "yarn", "factor": 0}
+    cfg.pop("rope_scaling", None)
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    assert "rope factor must be >= 1" in _error(ckpt)
