@@ -43,6 +43,7 @@ class HfBackend:
     def __init__(self, path: Path) -> None:
         from tokenizers import Tokenizer as HfTokenizer
 
+        self.path = path
         try:
             self._tok = HfTokenizer.from_file(str(path))
         except Exception as exc:  # the library raises a bare Exception on bad JSON
@@ -75,6 +76,11 @@ class HfBackend:
     @property
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def id_bound(self) -> int:
+        """1 + the largest id (ids may be sparse: above vocab_size - 1)."""
+        return 1 + max(self._tok.get_vocab(with_added_tokens=True).values(), default=-1)
 
     @property
     def special_ids(self) -> frozenset[int]:
@@ -205,6 +211,17 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         return self.backend.vocab_size
+
+    def check_fits(self, model_vocab_size: int, model_dir: Path) -> None:
+        """TokenizerLoadError when the tokenizer has ids the model has no row for (each
+        such token in a prompt would fail inside the model: a 500 per request)."""
+        bound = getattr(self.backend, "id_bound", self.backend.vocab_size)
+        if bound > model_vocab_size:
+            path = getattr(self.backend, "path", None) or getattr(self.backend, "_path", model_dir)
+            raise TokenizerLoadError(
+                f"{path}: ids up to {bound - 1} ({self.id_to_token(bound - 1)!r}), but the "
+                f"model's vocab_size is {model_vocab_size}: that tokenizer is not this "
+                "model's")
 
     def id_to_token(self, token_id: int) -> str:
         """The vocabulary entry (byte-level spelling, e.g. 'Ġthe')."""

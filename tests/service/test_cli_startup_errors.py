@@ -49,3 +49,27 @@ def test_missing_model_directory(tmp_path) -> None:
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert "not a directory" in proc.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ("serve", "--port", "0"),
+    ("generate", "--prompt", "hello", "--max-tokens", "2"),
+])
+def test_a_tokenizer_with_ids_past_the_model_fails_at_startup(command, tiny_checkpoint,
+                                                               tmp_path) -> None:
+    """An added token beyond the model's vocab_size: each prompt holding it failed inside
+    the model (a traceback, a 500 per request); now the start names the tokenizer file."""
+    import json
+
+    bad = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint(tokenizer="hf"), bad)
+    tok = json.loads((bad / "tokenizer.json").read_text())
+    tok["added_tokens"].append({"id": 5000, "content": "<zz>", "single_word": False,
+                                "lstrip": False, "rstrip": False, "normalized": False,
+                                "special": False})
+    (bad / "tokenizer.json").write_text(json.dumps(tok))
+    proc = _run(*command, "--model", str(bad))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("fp8serve: error:")]
+    assert len(errors) == 1 and "tokenizer.json: ids up to" in errors[0], proc.stderr
+    assert "vocab_size is 1024" in errors[0] and "Uvicorn running" not in proc.stderr
