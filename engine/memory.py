@@ -186,3 +186,16 @@ class WeightSource:
 
     def release(self) -> int:
         return sum(release_pages(p.weight) for p in self.parts)
+
+
+def available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
+    """The kernel's estimate of memory a new allocation can get without swapping
+    (MemAvailable); None where it cannot be read."""
+    try:
+        with open(meminfo) as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 
 from engine.batch import BatchInputs, LogitsWanted, SeqChunk
-from engine.config import EngineConfig, ModelConfig
+from engine.config import ConfigError, EngineConfig, ModelConfig
 from engine.hardware import HardwareInfo
 from engine.kernels.layer_kernel import KernelReport, exactness_warning
 from engine.kernels.registry import KernelOverrides
-from engine.memory import retain_heap, trim_heap
+from engine.memory import available_bytes, retain_heap, trim_heap
 from engine.model.attention import build_metadata
 from engine.model.kv_store import KV_DTYPE, KVStore, kv_torch_dtype, num_blocks_for
 from engine.model.layers import LinearFactory
@@ -42,6 +42,26 @@ def logit_rows(batch: BatchInputs) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.int64)
 
 
+def check_memory(config: ModelConfig, engine_config: EngineConfig,
+                 available: int | None = None) -> None:
+    """ConfigError naming the flags when the KV cache and the position tables they ask
+    for exceed the memory the host has available (else the allocation fails with a
+    traceback, or the kernel's OOM killer ends the process without a word)."""
+    available = available_bytes() if available is None else available
+    if available is None:
+        return
+    kv = engine_config.kv_cache_gib * 2**30
+    # RopeTables: cos, sin (and the query-scaled pair with Llama-4 scaling), fp32, plus
+    # the angles they are computed from: up to 5 tables of [max_model_len, head_dim / 2]
+    rope = 5 * engine_config.max_model_len * (config.head_dim // 2) * 4
+    if kv + rope > available:
+        raise ConfigError(
+            f"--kv-cache-gib {engine_config.kv_cache_gib:g} and --max-model-len "
+            f"{engine_config.max_model_len} need {(kv + rope) / 2**30:.1f} GiB (KV cache "
+            f"{kv / 2**30:.1f}, position tables {rope / 2**30:.1f}); the host has "
+            f"{available / 2**30:.1f} GiB available")
+
+
 class ModelRunner:
     def __init__(self, weights: ModelWeights, engine_config: EngineConfig, hw: HardwareInfo,
                  overrides: KernelOverrides, report: KernelReport | None = None) -> None:
@@ -49,6 +69,11 @@ class ModelRunner:
             torch.set_num_threads(engine_config.threads)
         self.config: ModelConfig = weights.config
         self.engine_config = engine_config
+        check_memory(self.config, engine_config)
+        if engine_config.max_model_len > self.config.max_position_embeddings:
+            log.warning("max_model_len %d exceeds the model's max_position_embeddings %d: "
+                        "positions past it are beyond what the model was trained on",
+                        engine_config.max_model_len, self.config.max_position_embeddings)
         self.kernel_report = report if report is not None else KernelReport()
         make = LinearFactory(hw, overrides, self.kernel_report)
         eager = os.environ.get("FP8SERVE_FUSED", "") == "0"

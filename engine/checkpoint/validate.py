@@ -7,6 +7,7 @@ import torch
 
 from engine.checkpoint.errors import tensor_error
 from engine.checkpoint.tensors import TensorMeta, TensorStore
+from engine.memory import release_pages
 
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 FP8 = torch.float8_e4m3fn
@@ -53,7 +54,8 @@ def read_float(store: TensorStore, name: str, shape: tuple[int, ...]) -> torch.T
     if at is not None:
         raise tensor_error(meta.file, name, f"value {t.reshape(-1)[at].item()} at flat index "
                            f"{at}: not finite")
-    return t
+    release_pages(t)  # the check read every page: hand them back (an embedding is faulted
+    return t          # in row by row as tokens need it)
 
 
 def read_fp8(store: TensorStore, name: str, shape: tuple[int, int]) -> torch.Tensor:
@@ -70,6 +72,7 @@ def read_fp8(store: TensorStore, name: str, shape: tuple[int, int]) -> torch.Ten
     if at is not None:
         raise tensor_error(meta.file, name, f"NaN code at flat index {at} "
                            f"(row {at // shape[1]}, column {at % shape[1]})")
+    release_pages(t)  # read again from the page cache when packed
     return t
 
 

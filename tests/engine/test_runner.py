@@ -169,3 +169,27 @@ def test_attention_uses_fused_sdpa_kernels_not_the_math_path(weights) -> None:
     names = {e.key for e in prof.key_averages()}
     assert "aten::_scaled_dot_product_attention_math" not in names
     assert "aten::_scaled_dot_product_flash_attention_for_cpu" in names
+
+
+def test_flags_asking_for_more_memory_than_the_host_has_are_refused():
+    """--kv-cache-gib 1000 failed with an allocator traceback, --max-model-len 100000000
+    drew the OOM killer (its position tables alone are gigabytes): both are refused,
+    naming the flags and the sizes, before anything is allocated."""
+    from engine.config import ConfigError, EngineConfig, ModelConfig
+    from engine.runner import check_memory
+
+    cfg = ModelConfig(architecture="MistralForCausalLM", hidden_size=256,
+                      intermediate_size=512, num_layers=2, num_heads=4, num_kv_heads=2,
+                      head_dim=64, vocab_size=1024)
+    gib = 2**30
+    check_memory(cfg, EngineConfig(model_dir=".", kv_cache_gib=1.0), available=2 * gib)
+    with pytest.raises(ConfigError, match=r"--kv-cache-gib 1000 and --max-model-len 4096 "
+                                          r"need 1000\.0 GiB .* 2\.0 GiB available"):
+        check_memory(cfg, EngineConfig(model_dir=".", kv_cache_gib=1000.0), available=2 * gib)
+    with pytest.raises(ConfigError, match=r"position tables 59\.6"):
+        check_memory(cfg, EngineConfig(model_dir=".", max_model_len=100_000_000),
+                     available=2 * gib)
+    from engine.memory import available_bytes
+
+    assert available_bytes("/nonexistent/meminfo") is None  # then nothing is checked
+    assert available_bytes() > 0  # Linux: MemAvailable
