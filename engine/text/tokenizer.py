@@ -26,6 +26,7 @@ from engine.text.chat_template import (
     load_chat_template,
     normalize_messages,
     render_chat_template,
+    template_reads,
 )
 from engine.text.content_format import CONTENT_FORMATS, detect_content_format
 from engine.text.token_bytes import PieceBytes
@@ -168,6 +169,15 @@ class Tokenizer:
         template = (None if mode == "mistral" else
                     chat_template if chat_template is not None else
                     load_chat_template(model_dir))
+        if template is not None:  # a syntax error fails here, not in every chat request
+            try:
+                template_reads(template)
+            except ChatTemplateError as exc:
+                source = ("--chat-template" if chat_template is not None else
+                          model_dir / "chat_template.jinja"
+                          if (model_dir / "chat_template.jinja").is_file()
+                          else model_dir / "tokenizer_config.json")
+                raise TokenizerLoadError(f"{source}: {exc}") from None
         bos, eos = cls._special_ids(model_dir, tok_cfg, backend)
         tok = cls(backend, template, bos, eos, None if template else chat_encoder,
                   _token_text(tok_cfg.get("eos_token")))

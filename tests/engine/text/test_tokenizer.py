@@ -91,6 +91,18 @@ def test_no_template(tmp_path):
         tok.encode_chat(MSGS)
 
 
+@pytest.mark.parametrize("in_config", [False, True])
+def test_a_template_that_does_not_compile_fails_at_load_naming_its_file(tmp_path, in_config):
+    """It loaded, and every chat request was then a 400 blaming the client's messages."""
+    d = write_bpe_dir(tmp_path, chat_template="{% for m in messages %}{{ m.content }",
+                      template_in_config=in_config)
+    where = "tokenizer_config.json" if in_config else "chat_template.jinja"
+    with pytest.raises(TokenizerLoadError, match=rf"{where}: chat template syntax error line 1"):
+        Tokenizer.from_dir(d)
+    with pytest.raises(TokenizerLoadError, match="--chat-template: chat template syntax"):
+        Tokenizer.from_dir(write_bpe_dir(tmp_path / "flag"), chat_template="{{ x")
+
+
 def test_missing_and_broken_tokenizer(tmp_path):
     with pytest.raises(TokenizerLoadError, match="no tokenizer.json"):
         Tokenizer.from_dir(tmp_path)
