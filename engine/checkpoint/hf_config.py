@@ -7,6 +7,7 @@ from typing import Any
 
 from engine.checkpoint.detect import HF_CONFIG, read_json
 from engine.checkpoint.errors import CheckpointError
+from engine.checkpoint.fields import Fields
 from engine.checkpoint.generation import special_ids
 from engine.config import ConfigError, ModelConfig, QuantConfig, RopeConfig
 from engine.kernels.base import DEFAULT_BLOCK, ScaleKind
@@ -52,47 +53,63 @@ def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def parse_rope(text: dict[str, Any]) -> RopeConfig:
     """transformers 5 ``rope_parameters`` or legacy ``rope_scaling`` + ``rope_theta``."""
-    params = dict(text.get("rope_parameters") or text.get("rope_scaling") or {})
+    t = Fields(text, HF_CONFIG)
+    key = "rope_parameters" if t.has("rope_parameters") else "rope_scaling"
+    params = t.section(key) or Fields({}, HF_CONFIG, f"{key}.")
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type not in ("default", "yarn"):
         raise CheckpointError(f"{HF_CONFIG}: rope_type {rope_type!r} unsupported (default, yarn)")
-    theta = params.get("rope_theta", text.get("rope_theta", 10000.0))
-    beta = params.get("llama_4_scaling_beta", text.get("llama_4_scaling_beta")) or 0.0
-    kw: dict[str, Any] = {"theta": float(theta), "rope_type": rope_type,
-                          "llama_4_scaling_beta": float(beta)}
-    original = params.get("original_max_position_embeddings")
-    if original is None and (rope_type == "yarn" or beta):
-        original = text.get("max_position_embeddings")
+    theta = (params.number("rope_theta") if params.has("rope_theta")
+             else t.number("rope_theta", 10000.0))
+    beta = (params.number("llama_4_scaling_beta") if params.has("llama_4_scaling_beta")
+            else t.number("llama_4_scaling_beta", 0.0))
+    kw: dict[str, Any] = {"theta": theta, "rope_type": rope_type, "llama_4_scaling_beta": beta}
+    original: int | None = None
+    if params.has("original_max_position_embeddings"):
+        original = params.integer("original_max_position_embeddings")
+    elif (rope_type == "yarn" or beta) and t.has("max_position_embeddings"):
+        original = t.integer("max_position_embeddings")
     if original is not None:
-        kw["original_max_position_embeddings"] = int(original)
+        kw["original_max_position_embeddings"] = original
     if rope_type == "yarn":
-        for key in YARN_KEYS[2:]:
-            if params.get(key) is not None:
-                kw[key] = float(params[key])
-        factor = params.get("factor")
-        if factor is None and original:
-            factor = text.get("max_position_embeddings", original) / original
-        kw["factor"] = 1.0 if factor is None else float(factor)
+        for name in YARN_KEYS[2:]:
+            if params.has(name):
+                kw[name] = params.number(name)
+        if params.has("factor"):
+            kw["factor"] = params.number("factor")
+        elif original:
+            kw["factor"] = t.number("max_position_embeddings", original) / original
     return RopeConfig(**kw)
 
 
 def parse_quant(cfg: dict[str, Any], text: dict[str, Any]) -> QuantConfig:
-    q = cfg.get("quantization_config") or text.get("quantization_config")
-    if not q:
+    key = "quantization_config"
+    raw = cfg.get(key) or text.get(key)
+    if not raw:
         return QuantConfig(method="none")
+    q = Fields(raw, HF_CONFIG, f"{key}.")
     method = q.get("quant_method")
     if method != "fp8":
         raise CheckpointError(f"{HF_CONFIG}: quantization_config.quant_method {method!r} "
                               "unsupported (fp8, or none for bf16)")
     block = q.get("weight_block_size")
-    if block is not None and (len(block) != 2 or min(block) <= 0):
+    if block is not None and (not isinstance(block, list) or len(block) != 2 or not all(
+            isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
         raise CheckpointError(f"{HF_CONFIG}: weight_block_size {block!r} must be [bn, bk] or null")
+    skip = q.get("modules_to_not_convert") or ()
+    if not isinstance(skip, list | tuple) or not all(isinstance(m, str) for m in skip):
+        raise CheckpointError(f"{HF_CONFIG}: quantization_config.modules_to_not_convert must "
+                              f"be a list of names, got {skip!r}")
+    scheme = q.get("activation_scheme", "static")
+    if scheme not in ("static", "dynamic"):
+        raise CheckpointError(f"{HF_CONFIG}: quantization_config.activation_scheme "
+                              f"{scheme!r} unsupported (static, dynamic)")
     return QuantConfig(
         method="fp8",
         scale_kind=ScaleKind.PER_TENSOR if block is None else ScaleKind.BLOCK,
         block_size=DEFAULT_BLOCK if block is None else (int(block[0]), int(block[1])),
-        activation_scheme=q.get("activation_scheme", "static"),
-        modules_to_not_convert=tuple(q.get("modules_to_not_convert") or ()),
+        activation_scheme=scheme,
+        modules_to_not_convert=tuple(skip),
     )
 
 
@@ -100,25 +117,28 @@ def parse_hf_config(model_dir: Path) -> ModelConfig:
     cfg = read_json(Path(model_dir) / HF_CONFIG)
     arch = _architecture(cfg)
     text = _text_config(cfg)
+    t = Fields(text, HF_CONFIG, "text_config." if text is not cfg else "")
     bos, eos = special_ids(model_dir, text, HF_CONFIG)
-    tied = text.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))
+    tied = (t.flag("tie_word_embeddings", False) if "tie_word_embeddings" in text
+            else Fields(cfg, HF_CONFIG).flag("tie_word_embeddings", False))
     act = text.get("hidden_act", text.get("hidden_activation", "silu"))
     if act != "silu":
         raise CheckpointError(f"{HF_CONFIG}: hidden_act {act!r} unsupported (the MLP is "
                               "SiLU-gated: silu)")
+    heads = t.integer("num_attention_heads")
+    hidden = t.integer("hidden_size")
     try:
-        heads = int(text["num_attention_heads"])
         return ModelConfig(
             architecture=arch,
-            hidden_size=int(text["hidden_size"]),
-            intermediate_size=int(text["intermediate_size"]),
-            num_layers=int(text["num_hidden_layers"]),
+            hidden_size=hidden,
+            intermediate_size=t.integer("intermediate_size"),
+            num_layers=t.integer("num_hidden_layers"),
             num_heads=heads,
-            num_kv_heads=int(text.get("num_key_value_heads") or heads),
-            head_dim=int(text.get("head_dim") or int(text["hidden_size"]) // heads),
-            vocab_size=int(text["vocab_size"]),
-            rms_norm_eps=float(text.get("rms_norm_eps", 1e-5)),
-            max_position_embeddings=int(text.get("max_position_embeddings", 32768)),
+            num_kv_heads=t.integer("num_key_value_heads", heads),
+            head_dim=t.integer("head_dim", hidden // heads if heads > 0 else 0),
+            vocab_size=t.integer("vocab_size"),
+            rms_norm_eps=t.number("rms_norm_eps", 1e-5),
+            max_position_embeddings=t.integer("max_position_embeddings", 32768),
             tie_word_embeddings=tied,
             rope=parse_rope(text),
             quant=parse_quant(cfg, text),
@@ -126,7 +146,5 @@ def parse_hf_config(model_dir: Path) -> ModelConfig:
             eos_token_ids=eos,
             has_vision="vision_config" in cfg,
         )
-    except KeyError as exc:
-        raise CheckpointError(f"{HF_CONFIG}: missing field {exc.args[0]!r}") from None
-    except (ConfigError, TypeError, ValueError) as exc:
+    except ConfigError as exc:
         raise CheckpointError(f"{HF_CONFIG}: {exc}") from None

@@ -17,6 +17,7 @@ from typing import Any
 
 from engine.checkpoint.detect import NATIVE_PARAMS, read_json
 from engine.checkpoint.errors import CheckpointError
+from engine.checkpoint.fields import Fields
 from engine.checkpoint.generation import special_ids
 from engine.config import ConfigError, ModelConfig, QuantConfig, RopeConfig
 from engine.kernels.base import ScaleKind
@@ -25,25 +26,27 @@ NATIVE_ARCHITECTURE = "Ministral3ForCausalLM"  # the text decoder params.json de
 
 
 def parse_native_rope(p: dict[str, Any]) -> RopeConfig:
-    theta = float(p.get("rope_theta", 10000.0))
-    l4 = p.get("llama_4_scaling") or {}
-    beta = float(l4.get("beta") or 0.0)
-    yarn = p.get("yarn")
-    kw: dict[str, Any] = {"theta": theta, "llama_4_scaling_beta": beta}
-    original = l4.get("original_max_position_embeddings")
-    if yarn:
-        original = yarn.get("original_max_position_embeddings", original)
-        kw.update(rope_type="yarn", factor=float(yarn.get("factor", 1.0)),
-                  beta_fast=float(yarn.get("beta", 32.0)), beta_slow=float(yarn.get("alpha", 1.0)),
+    f = Fields(p, NATIVE_PARAMS)
+    l4 = f.section("llama_4_scaling") or Fields({}, NATIVE_PARAMS, "llama_4_scaling.")
+    kw: dict[str, Any] = {"theta": f.number("rope_theta", 10000.0),
+                          "llama_4_scaling_beta": l4.number("beta", 0.0)}
+    original = (l4.integer("original_max_position_embeddings")
+                if l4.has("original_max_position_embeddings") else None)
+    yarn = f.section("yarn")
+    if yarn is not None:
+        if yarn.has("original_max_position_embeddings"):
+            original = yarn.integer("original_max_position_embeddings")
+        kw.update(rope_type="yarn", factor=yarn.number("factor", 1.0),
+                  beta_fast=yarn.number("beta", 32.0), beta_slow=yarn.number("alpha", 1.0),
                   mscale=1.0, mscale_all_dim=1.0)
     if original is not None:
-        kw["original_max_position_embeddings"] = int(original)
+        kw["original_max_position_embeddings"] = original
     return RopeConfig(**kw)
 
 
 def parse_native_quant(p: dict[str, Any]) -> QuantConfig:
-    q = p.get("quantization")
-    if not q:
+    q = Fields(p, NATIVE_PARAMS).section("quantization")
+    if q is None:
         return QuantConfig(method="none")
     fmt = q.get("qformat_weight")
     if fmt != "fp8_e4m3":
@@ -56,29 +59,30 @@ def parse_native_quant(p: dict[str, Any]) -> QuantConfig:
 
 def parse_native_config(model_dir: Path) -> ModelConfig:
     p = read_json(Path(model_dir) / NATIVE_PARAMS)
+    f = Fields(p, NATIVE_PARAMS)
     bos, eos = special_ids(model_dir, {}, NATIVE_PARAMS)
+    heads = f.integer("n_heads")
+    dim = f.integer("dim")
+    max_pos = (f.integer("max_position_embeddings") if f.has("max_position_embeddings")
+               else f.integer("max_seq_len", 32768))
     try:
-        heads = int(p["n_heads"])
         return ModelConfig(
             architecture=NATIVE_ARCHITECTURE,
-            hidden_size=int(p["dim"]),
-            intermediate_size=int(p["hidden_dim"]),
-            num_layers=int(p["n_layers"]),
+            hidden_size=dim,
+            intermediate_size=f.integer("hidden_dim"),
+            num_layers=f.integer("n_layers"),
             num_heads=heads,
-            num_kv_heads=int(p.get("n_kv_heads") or heads),
-            head_dim=int(p.get("head_dim") or int(p["dim"]) // heads),
-            vocab_size=int(p["vocab_size"]),
-            rms_norm_eps=float(p.get("norm_eps", 1e-5)),
-            max_position_embeddings=int(p.get("max_position_embeddings")
-                                        or p.get("max_seq_len") or 32768),
-            tie_word_embeddings=p.get("tied_embeddings", False),
+            num_kv_heads=f.integer("n_kv_heads", heads),
+            head_dim=f.integer("head_dim", dim // heads if heads > 0 else 0),
+            vocab_size=f.integer("vocab_size"),
+            rms_norm_eps=f.number("norm_eps", 1e-5),
+            max_position_embeddings=max_pos,
+            tie_word_embeddings=f.flag("tied_embeddings", False),
             rope=parse_native_rope(p),
             quant=parse_native_quant(p),
             bos_token_id=bos,
             eos_token_ids=eos,
             has_vision=bool(p.get("vision_encoder") or p.get("multimodal")),
         )
-    except KeyError as exc:
-        raise CheckpointError(f"{NATIVE_PARAMS}: missing field {exc.args[0]!r}") from None
-    except (ConfigError, TypeError, ValueError) as exc:
+    except ConfigError as exc:
         raise CheckpointError(f"{NATIVE_PARAMS}: {exc}") from None

@@ -260,3 +260,46 @@ def test_a_yarn_factor_of_zero_is_refused(ckpt):
     cfg.pop("rope_scaling", None)
     (ckpt / "config.json").write_text(json.dumps(cfg))
     assert "rope factor must be >= 1" in _error(ckpt)
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    ({"quantization_config": "fp8"}, "quantization_config must be an object, got 'fp8'"),
+    ({"rope_parameters": "yarn"}, "rope_parameters must be an object, got 'yarn'"),
+    ({"rms_norm_eps": "x"}, "rms_norm_eps must be a finite number, got 'x'"),
+    ({"num_hidden_layers": None}, "missing field 'num_hidden_layers'"),
+    ({"num_attention_heads": [4]}, "num_attention_heads must be an integer, got [4]"),
+    ({"hidden_size": "256"}, "hidden_size must be an integer, got '256'"),
+    ({"hidden_size": 256.5}, "hidden_size must be an integer, got 256.5"),
+    ({"num_hidden_layers": True}, "num_hidden_layers must be an integer, got True"),
+    ({"num_key_value_heads": 0}, "num_kv_heads must be > 0"),
+])
+def test_config_values_of_the_wrong_type_name_their_key(ckpt, edit, words):
+    """Python's own messages ('str' object has no attribute 'get', could not convert
+    string to float) named no key; a string or a float read as an int passed."""
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg.update(edit)
+    if "rope_parameters" in edit:
+        cfg.pop("rope_scaling", None)
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    assert _error(ckpt).startswith("config.json: ") and words in _error(ckpt), _error(ckpt)
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    ({"yarn": "x"}, "yarn must be an object, got 'x'"),
+    ({"n_heads": "four"}, "n_heads must be an integer, got 'four'"),
+    ({"tied_embeddings": "false"}, "tied_embeddings must be true or false"),
+])
+def test_native_params_of_the_wrong_type_name_their_key(tiny_checkpoint, tmp_path, edit, words):
+    d = _copy(tiny_checkpoint(layout="native"), tmp_path / "n")
+    p = json.loads((d / "params.json").read_text())
+    p.update(edit)
+    (d / "params.json").write_text(json.dumps(p))
+    assert _error(d).startswith("params.json: ") and words in _error(d), _error(d)
+
+
+def test_a_rope_parameter_of_the_wrong_type_names_its_place(ckpt):
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["rope_parameters"] = {**cfg["rope_parameters"], "rope_theta": "big"}
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    assert "config.json: rope_parameters.rope_theta must be a finite number, got 'big'" \
+        == _error(ckpt)
