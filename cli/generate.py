@@ -114,19 +114,21 @@ def _load(args: argparse.Namespace, params: Any) -> tuple[Any, Any, list[int]]:
 
     model_dir = args.model
     if model_dir is not None and not Path(model_dir).is_dir():
-        raise FileNotFoundError(f"model directory {model_dir} does not exist")
+        why = "is not a directory" if Path(model_dir).exists() else "does not exist"
+        raise FileNotFoundError(f"model directory {model_dir} {why}")
     if model_dir is None:
         from engine.demo_model import ensure_demo_model
 
         model_dir = ensure_demo_model()
+    model_config = read_model_config(Path(model_dir))  # an empty directory: its config first
     tokenizer = Tokenizer.from_dir(model_dir)
-    tokenizer.check_fits(read_model_config(Path(model_dir)).vocab_size, model_dir)
+    tokenizer.check_fits(model_config.vocab_size, model_dir)
     prompt_ids = _prompt_ids(tokenizer, args)
     need = len(prompt_ids) + params.max_tokens
     if need > args.max_model_len:
         raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_tokens exceeds "
                          f"--max-model-len {args.max_model_len}")
-    per_token = read_model_config(Path(model_dir)).kv_bytes_per_token()
+    per_token = model_config.kv_bytes_per_token()
     cfg = EngineConfig(model_dir=Path(model_dir), max_model_len=args.max_model_len,
                        threads=args.threads, kernel=args.kernel, max_num_seqs=1,
                        lm_head_dtype=args.lm_head_dtype or "auto",

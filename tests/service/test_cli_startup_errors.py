@@ -73,3 +73,14 @@ def test_a_tokenizer_with_ids_past_the_model_fails_at_startup(command, tiny_chec
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("fp8serve: error:")]
     assert len(errors) == 1 and "tokenizer.json: ids up to" in errors[0], proc.stderr
     assert "vocab_size is 1024" in errors[0] and "Uvicorn running" not in proc.stderr
+
+
+def test_generate_names_what_is_wrong_with_the_model_path(tmp_path) -> None:
+    """A file is 'not a directory' (it said 'does not exist'); an empty directory lacks
+    its config (it said there was no tokenizer)."""
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "empty").mkdir()
+    for model, words in (("file", "is not a directory"), ("empty", "config.json: missing")):
+        proc = _run("generate", "--model", str(tmp_path / model), "--prompt", "hi")
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert words in proc.stderr, proc.stderr
