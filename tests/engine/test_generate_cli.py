@@ -77,7 +77,7 @@ def test_cli_errors_are_one_line(tmp_path):
 
     with pytest.raises(CliError, match="does not exist"):
         generate.run(_args(["--model", str(tmp_path / "nope"), "--prompt", "hi"]))
-    with pytest.raises(CliError, match="no tokenizer"):
+    with pytest.raises(CliError, match="config.json: missing config"):
         generate.run(_args(["--model", str(tmp_path), "--prompt", "hi"]))
     with pytest.raises(CliError, match="temperature"):
         generate.run(_args(["--model", str(tmp_path), "--prompt", "hi", "--temperature", "-1"]))
