@@ -122,7 +122,7 @@ def _load(args: argparse.Namespace, params: Any) -> tuple[Any, Any, list[int]]:
         model_dir = ensure_demo_model()
     model_config = read_model_config(Path(model_dir))  # an empty directory: its config first
     tokenizer = Tokenizer.from_dir(model_dir)
-    tokenizer.check_fits(model_config.vocab_size, model_dir)
+    tokenizer.check_fits(model_config.vocab_size)
     prompt_ids = _prompt_ids(tokenizer, args)
     need = len(prompt_ids) + params.max_tokens
     if need > args.max_model_len:

@@ -133,7 +133,7 @@ def load_backend(settings: Settings) -> ModelBackend:
                 else template_from_flag(settings.chat_template))
     tokenizer = Tokenizer.from_dir(model_dir, settings.tokenizer_mode, template,
                                    settings.chat_template_content_format)
-    tokenizer.check_fits(runner.config.vocab_size, model_dir)
+    tokenizer.check_fits(runner.config.vocab_size)
     from service.vision_setup import load_vision_runtime
 
     vision, why = load_vision_runtime(model_dir, settings, tokenizer)

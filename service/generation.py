@@ -225,12 +225,11 @@ def end_status(out: RequestOutput | Choice) -> int:
 
 
 def raise_for_choice(c: Choice) -> None:
-    if c.finish_reason is FinishReason.TIMEOUT:
-        raise APIError(408, c.error or "request timed out", code="timeout")
-    if c.finish_reason is FinishReason.ERROR:
-        if c.error_from_request:
-            raise APIError(400, c.error or "the request cannot be answered")
-        raise APIError(500, c.error or "generation failed", code="engine_error")
+    if c.finish_reason in (FinishReason.TIMEOUT, FinishReason.ERROR):
+        status = end_status(c)
+        raise APIError(status, c.error or ("request timed out" if status == 408
+                                            else "generation failed"),
+                       code={408: "timeout", 500: "engine_error"}.get(status))
 
 
 async def _watch_disconnect(sub: Choices, request: Request) -> None:

@@ -5,6 +5,7 @@ directory's tokenizer cannot be loaded."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 
@@ -13,6 +14,8 @@ class TokenizerLoadError(RuntimeError):
 
 
 class Backend(Protocol):
+    path: Path  # the tokenizer file (tokenizer.json or tekken.json)
+
     def encode(self, text: str, add_special_tokens: bool) -> list[int]: ...
     def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str: ...
     def id_to_token(self, token_id: int) -> str | None: ...
@@ -20,5 +23,9 @@ class Backend(Protocol):
     def token_to_id(self, token: str) -> int | None: ...
     @property
     def vocab_size(self) -> int: ...
+    @property
+    def id_bound(self) -> int:
+        """1 + the largest id (ids may be sparse: above vocab_size - 1)."""
+        ...
     @property
     def special_ids(self) -> frozenset[int]: ...

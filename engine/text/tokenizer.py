@@ -222,16 +222,15 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self.backend.vocab_size
 
-    def check_fits(self, model_vocab_size: int, model_dir: Path) -> None:
+    def check_fits(self, model_vocab_size: int) -> None:
         """TokenizerLoadError when the tokenizer has ids the model has no row for (each
         such token in a prompt would fail inside the model: a 500 per request)."""
-        bound = getattr(self.backend, "id_bound", self.backend.vocab_size)
+        bound = self.backend.id_bound
         if bound > model_vocab_size:
-            path = getattr(self.backend, "path", None) or getattr(self.backend, "_path", model_dir)
             raise TokenizerLoadError(
-                f"{path}: ids up to {bound - 1} ({self.id_to_token(bound - 1)!r}), but the "
-                f"model's vocab_size is {model_vocab_size}: that tokenizer is not this "
-                "model's")
+                f"{self.backend.path}: ids up to {bound - 1} ({self.id_to_token(bound - 1)!r}), "
+                f"but the model's vocab_size is {model_vocab_size}: that tokenizer is not "
+                "this model's")
 
     def id_to_token(self, token_id: int) -> str:
         """The vocabulary entry (byte-level spelling, e.g. 'Ġthe')."""

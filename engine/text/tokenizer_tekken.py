@@ -22,7 +22,7 @@ class TekkenBackend:
             self._tok = Tekkenizer.from_file(str(path))
         except Exception as exc:  # mistral-common raises several unrelated types
             raise TokenizerLoadError(f"{path}: cannot load tekken tokenizer: {exc}") from exc
-        self._path = path
+        self.path = path
         n_special = self._tok.num_special_tokens
         self._special = frozenset(range(n_special))
         self._special_by_text = {self._tok.id_to_piece(i): i for i in range(n_special)}
@@ -68,6 +68,10 @@ class TekkenBackend:
         return self._tok.n_words
 
     @property
+    def id_bound(self) -> int:
+        return self._tok.n_words  # dense ids
+
+    @property
     def special_ids(self) -> frozenset[int]:
         return self._special
 
@@ -80,7 +84,7 @@ class TekkenBackend:
     def _mistral(self) -> Any:
         from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 
-        tok = MistralTokenizer.from_file(str(self._path))
+        tok = MistralTokenizer.from_file(str(self.path))
         img = self._special_by_text.get("[IMG]")
         if img is not None and hasattr(tok.instruct_tokenizer, "image_encoder"):
             tok.instruct_tokenizer.image_encoder = _OneImageToken(img)
