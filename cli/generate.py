@@ -80,7 +80,8 @@ def stream_generate(runner: Any, tokenizer: Any, prompt_ids: list[int], params: 
                                    params.skip_special_tokens, params.include_stop_str_in_output)
     sampler, gen = Sampler(tokenizer.eos_token_ids), make_generator(params.seed)
     out: list[int] = []
-    chunk = SeqChunk(0, tuple(prompt_ids), 0, blocks)
+    n = len(prompt_ids)
+    chunk = SeqChunk(0, tuple(prompt_ids), 0, blocks, prompt_len=n)
     t0, t_first, reason = time.perf_counter(), None, "length"
     while len(out) < params.max_tokens:
         logits = runner.run(BatchInputs((chunk,)))
@@ -92,7 +93,7 @@ def stream_generate(runner: Any, tokenizer: Any, prompt_ids: list[int], params: 
         if step.stopped or _is_stop_token(token, len(out), params, tokenizer.eos_token_ids):
             reason = "stop"
             break
-        chunk = SeqChunk(0, (token,), chunk.start_pos + chunk.num_tokens, blocks)
+        chunk = SeqChunk(0, (token,), chunk.start_pos + chunk.num_tokens, blocks, prompt_len=n)
     write(detok.flush())
     t_end = time.perf_counter()
     t_first = t_first or t_end

@@ -56,6 +56,10 @@ class SeqChunk:
     # sequence's newest token (token_ids[0]); such a chunk wants logits ALL, row j scoring
     # the token after token_ids[j]. The runner treats it as any other chunk.
     num_draft: int = 0
+    # the sequence's prompt length: positions at or past it are generated rows (decode,
+    # drafts, output recomputed after a preemption), which run on the generated-rows kernel
+    # where a layer has one (engine/kernels/amx.py); None: every row is a prompt row
+    prompt_len: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_draft and (self.num_draft >= len(self.token_ids)
@@ -77,6 +81,13 @@ class SeqChunk:
             return 0
         return 1 if self.logits is LogitsWanted.LAST else self.num_tokens
 
+    @property
+    def num_prompt_rows(self) -> int:
+        """Leading token_ids at positions before prompt_len (the rest are generated)."""
+        if self.prompt_len is None:
+            return self.num_tokens
+        return min(self.num_tokens, max(0, self.prompt_len - self.start_pos))
+
 
 @dataclass(frozen=True, slots=True)
 class BatchInputs:
@@ -89,6 +100,17 @@ class BatchInputs:
     @property
     def num_logit_rows(self) -> int:
         return sum(c.num_logit_rows for c in self.chunks)
+
+    def generated_rows(self) -> torch.Tensor | None:
+        """uint8 [T] over the flattened step tokens, 1 for a generated row (SeqChunk
+        prompt_len), 0 for a prompt row; None when every row is a prompt row."""
+        flags: list[int] = []
+        for c in self.chunks:
+            p = c.num_prompt_rows
+            flags += [0] * p + [1] * (c.num_tokens - p)
+        if not any(flags):
+            return None
+        return torch.tensor(flags, dtype=torch.uint8)
 
     def embed_rows(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(rows [N] int64 of the flattened step tokens, values [N, H] bf16) over every

@@ -169,10 +169,12 @@ def generate_greedy(runner: ModelRunner, prompt_ids: list[int], max_new_tokens: 
         raise ValueError(f"{total} tokens need {len(blocks)} KV blocks; "
                          f"{runner.num_kv_blocks} available")
     out: list[int] = []
-    chunk = SeqChunk(seq_id, tuple(prompt_ids), 0, blocks)
+    n = len(prompt_ids)
+    chunk = SeqChunk(seq_id, tuple(prompt_ids), 0, blocks, prompt_len=n)
     for _ in range(max_new_tokens):
         logits = runner.run(BatchInputs((chunk,)))
         nxt = int(torch.argmax(logits[0]))
         out.append(nxt)
-        chunk = SeqChunk(seq_id, (nxt,), chunk.start_pos + chunk.num_tokens, blocks)
+        chunk = SeqChunk(seq_id, (nxt,), chunk.start_pos + chunk.num_tokens, blocks,
+                         prompt_len=n)
     return out

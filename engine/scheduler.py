@@ -307,4 +307,4 @@ class Scheduler:
             embeds = chunk_embeds(req.images, start, start + n)
         return SeqChunk(seq_id=req.seq_id, token_ids=tokens, start_pos=start,
                         block_table=tuple(req.block_table), logits=wanted, embeds=embeds,
-                        num_draft=len(drafts))
+                        num_draft=len(drafts), prompt_len=len(req.prompt_ids))

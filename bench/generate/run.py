@@ -106,12 +106,13 @@ def time_runner(runner: Any, prompt: list[int], gen_len: int) -> GenTiming:
     from engine.batch import BatchInputs, SeqChunk
 
     blocks = tuple(range(-(-(len(prompt) + gen_len) // runner.block_size)))
-    chunk = SeqChunk(0, tuple(prompt), 0, blocks)
+    chunk = SeqChunk(0, tuple(prompt), 0, blocks, prompt_len=len(prompt))
     t0 = time.perf_counter()
     out = [int(torch.argmax(runner.run(BatchInputs((chunk,)))[0]))]
     t1 = time.perf_counter()
     for _ in range(gen_len - 1):
-        chunk = SeqChunk(0, (out[-1],), chunk.start_pos + chunk.num_tokens, blocks)
+        chunk = SeqChunk(0, (out[-1],), chunk.start_pos + chunk.num_tokens, blocks,
+                         prompt_len=len(prompt))
         out.append(int(torch.argmax(runner.run(BatchInputs((chunk,)))[0])))
     t2 = time.perf_counter()
     return GenTiming(len(prompt), t1 - t0, gen_len - 1, t2 - t1, tuple(out))

@@ -84,7 +84,8 @@ def decode_tok_s(runner, store: KVStore, context: int, n: int) -> float:
     blocks = tuple(range(-(-(context + n) // runner.block_size)))
     t0 = time.perf_counter()
     for i in range(n):
-        runner.run(BatchInputs((SeqChunk(0, (1 + i,), context + i, blocks),)))
+        runner.run(BatchInputs((SeqChunk(0, (1 + i,), context + i, blocks,
+                                         prompt_len=context),)))
     return n / (time.perf_counter() - t0)
 
 

@@ -112,11 +112,12 @@ def greedy(runner: Any, head: Head, prompt: list[int], n: int) -> tuple[list[int
     from engine.batch import SeqChunk
 
     blocks = tuple(range(-(-(len(prompt) + n) // runner.block_size)))
-    chunk = SeqChunk(0, tuple(prompt), 0, blocks)
+    chunk = SeqChunk(0, tuple(prompt), 0, blocks, prompt_len=len(prompt))
     out = [_step(runner, head, chunk)]
     t0 = time.perf_counter()
     for _ in range(n - 1):
-        chunk = SeqChunk(0, (out[-1],), chunk.start_pos + chunk.num_tokens, blocks)
+        chunk = SeqChunk(0, (out[-1],), chunk.start_pos + chunk.num_tokens, blocks,
+                         prompt_len=len(prompt))
         out.append(_step(runner, head, chunk))
     return out, time.perf_counter() - t0
 

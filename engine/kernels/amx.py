@@ -14,8 +14,18 @@ amx_w8a16 (per-tensor, per-channel) / amx_block_w8a16 (block scales)
             tiles configured with M rows, each weight tile streamed through a ring of
             unpacked steps, step s + 1 unpacked before step s's tile work, the sums held
             in the tiles across K. Not bitwise equal to avx512_w8a16 (the tile
-            instruction's internal order is its own), which is why decode runs this
-            kernel too on AMX hosts.
+            instruction's internal order is its own).
+Rows by role: a sequence's prompt rows run the tiles; its generated rows (decode, draft
+verification, output recomputed after a preemption) run avx512_w8a16 /
+avx512_block_w8a16 on the same packed weight (both read VNNI32_LAYOUT), where the host
+runs it, it is not disabled and no kernel is forced (generated_rows_kernel,
+registry.generated_kernel). Decode streams the weight from memory, where the AVX-512
+GEMV reads faster than the tiles; prefill is compute-bound, where the tiles win. Both
+kernels are batch-invariant, so a row's bits depend on its role and its own data only:
+alone, batched, chunked and speculated runs agree. What a row's role cannot follow is a
+block of K/V computed as one role and read as the other: the prefix cache then shares
+only blocks inside both requests' prompts (engine/kv/prefix_cache.py prompt_only).
+FP8SERVE_DISABLED_KERNELS=avx512_w8a16,avx512_block_w8a16 runs every row on the tiles.
 Gate: AMX tile + bf16 granted by the OS (hw.amx_usable), AVX-512 BF16, extension built,
 dispatch level amx (the extension's: those plus AVX512_VBMI, whose table unpacks the FP8
 weight; FP8SERVE_ISA may lower it). Below that level the op runs the same walk
@@ -50,8 +60,10 @@ class _AmxKernel(_Vnni32Kernel):
 class AmxW8A16(_AmxKernel):
     id = "amx_w8a16"
     scale_kinds = frozenset({ScaleKind.PER_TENSOR, ScaleKind.PER_CHANNEL})
+    generated_rows_kernel = "avx512_w8a16"
 
 
 class AmxBlockW8A16(_AmxKernel):
     id = "amx_block_w8a16"
     scale_kinds = frozenset({ScaleKind.BLOCK})
+    generated_rows_kernel = "avx512_block_w8a16"

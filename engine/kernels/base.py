@@ -164,6 +164,11 @@ class Fp8Kernel(ABC):
     # (what exact greedy serving needs: alone, batched, chunked and speculated agree). The
     # registry never tries a kernel without it ahead of one with it, unless forced.
     batch_invariant: ClassVar[bool] = False
+    # The kernel a sequence's generated rows (decode, drafts, recomputed output) run on,
+    # over this kernel's packed weight, where the host runs it and no kernel is forced
+    # (registry.select_kernel); None: every row on this kernel. Both must be batch-invariant:
+    # a row's bits then depend only on its role (prompt or generated) and its own data.
+    generated_rows_kernel: ClassVar[str | None] = None
 
     @abstractmethod
     def is_supported(self, hw: HardwareInfo) -> str | None:

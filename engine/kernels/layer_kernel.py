@@ -56,6 +56,9 @@ class LayerChoice:
     # registry.first_choice for this layer's table; kernel_id differing from it at
     # startup is a startup fallback (a later runtime fallback changes kernel_id only)
     first_choice: str | None = None
+    # the kernel of the layer's generated rows (registry.generated_kernel), None: every
+    # row on kernel_id
+    generated_kernel_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +94,8 @@ class KernelReport:
             if old is not None:
                 why = Rejection(fb.from_kernel, f"runtime error ({fb.stage}): {fb.error}")
                 self.choices[fb.layer] = replace(
-                    old, kernel_id=fb.to_kernel, rejections=old.rejections + (why,))
+                    old, kernel_id=fb.to_kernel, rejections=old.rejections + (why,),
+                    generated_kernel_id=None)
 
     def selected_counts(self) -> dict[tuple[str, str, str], int]:
         """(kernel, platform, scale_kind) -> number of layers running on it."""
@@ -104,6 +108,13 @@ class KernelReport:
         with self._lock:
             return dict(Counter((r.kernel_id, r.reason) for c in self.choices.values()
                                 for r in c.rejections))
+
+    def rows_by_role(self) -> bool:
+        """Whether some layer runs its generated rows on another kernel than its prompt
+        rows (then K/V depends on a position's role: the prefix cache shares prompt
+        blocks only)."""
+        with self._lock:
+            return any(c.generated_kernel_id for c in self.choices.values())
 
     def fallback_counts(self) -> dict[tuple[str, str], int]:
         """(from_kernel, to_kernel) -> runtime fallbacks so far (a monotonic counter)."""
@@ -155,6 +166,10 @@ def exactness_warning(report: KernelReport, overrides: KernelOverrides,
 class LayerKernel:
     """Runs one FP8 linear layer: y[M, N] bf16 = x[M, K] bf16 @ W.T (+ bias).
 
+    Rows by role: where the kernel names a ``generated_rows_kernel`` the registry pairs with
+    it (registry.generated_kernel), the rows a call marks generated run on that kernel over
+    the same packed weight, the others on the layer's kernel.
+
     If the chosen kernel fails to prepare the weight, or raises on its first call, the
     layer moves to the next kernel of its fallback chain (logged and recorded); once a
     call has succeeded, later errors propagate.
@@ -183,11 +198,13 @@ class LayerKernel:
         if sel.warning:
             log.warning("%s: %s", name, sel.warning)
         self.kernel: Fp8Kernel = sel.kernel
+        self.generated_kernel: Fp8Kernel | None = sel.generated
         self._chain = list(sel.fallbacks)
         self._verified = False
         report.record_choice(LayerChoice(
             name, self.kernel.id, platform.value, w.scale_kind.value, w.n, w.k,
             sel.rejections, sel.warning, sel.first_choice,
+            sel.generated.id if sel.generated is not None else None,
         ))
         self.packed: PackedWeight = self._prepare_with_fallback(w)
 
@@ -208,8 +225,11 @@ class LayerKernel:
             del w
             self.source.release()
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """x [M, K] bf16 -> [M, N] bf16."""
+    def __call__(self, x: torch.Tensor, generated: torch.Tensor | None = None) -> torch.Tensor:
+        """x [M, K] bf16 -> [M, N] bf16. ``generated``: uint8 or bool [M], nonzero for a
+        generated row (run on the generated-rows kernel, if the layer has one), or None."""
+        if generated is not None and self.generated_kernel is not None and bool(generated.any()):
+            return self._by_role(x, generated.bool())
         if self._verified:
             return self.kernel.apply(self.packed, x, self.bias)
         while True:
@@ -221,6 +241,23 @@ class LayerKernel:
                 self._next_kernel(exc, "apply")
                 self.packed = self._prepare_with_fallback()
 
+    def _by_role(self, x: torch.Tensor, generated: torch.Tensor) -> torch.Tensor:
+        """Prompt rows through __call__ (first-call fallback included), generated rows on
+        the generated-rows kernel, which reads the same packed tensors."""
+        gen = self.generated_kernel
+        assert gen is not None
+        y = torch.empty(x.shape[0], self.n, dtype=torch.bfloat16)
+        rows_g = generated.nonzero().squeeze(1)
+        rows_p = (~generated).nonzero().squeeze(1)
+        if rows_p.numel():
+            y.index_copy_(0, rows_p, self(x.index_select(0, rows_p)))
+        if self.generated_kernel is None:  # the prompt rows' call fell back: one kernel now
+            y.index_copy_(0, rows_g, self(x.index_select(0, rows_g)))
+            return y
+        packed = replace(self.packed, kernel_id=gen.id)
+        y.index_copy_(0, rows_g, gen.apply(packed, x.index_select(0, rows_g), self.bias))
+        return y
+
     def _next_kernel(self, exc: Exception, stage: str) -> None:
         if not self._chain:
             raise NoKernelError(f"{self.name}: {self.kernel.id} failed ({stage}) and no "
@@ -231,3 +268,4 @@ class LayerKernel:
         self._report.record_fallback(RuntimeFallback(
             self.name, self.kernel.id, nxt.id, f"{type(exc).__name__}: {exc}", stage))
         self.kernel = nxt
+        self.generated_kernel = None  # it read the packing of the kernel that failed

@@ -130,6 +130,8 @@ class Selection:
     # The kernel this layer gets when it can implement it (see first_choice): a winner
     # other than this one is a startup fallback.
     first_choice: str | None = None
+    # The kernel of the layer's generated rows (Fp8Kernel.generated_rows_kernel), or None
+    generated: Fp8Kernel | None = None
 
 
 KernelFactory = Callable[[], Fp8Kernel]
@@ -296,7 +298,24 @@ def select_kernel(
         )
     warning = _forced_warning(overrides, ok[0].id, rejections)
     return Selection(ok[0], tuple(rejections), tuple(ok[1:]), warning,
-                     first_choice(platform, spec.scale_kind, hw, overrides, catalog))
+                     first_choice(platform, spec.scale_kind, hw, overrides, catalog),
+                     generated_kernel(ok[0], spec, hw, overrides, catalog))
+
+
+def generated_kernel(kernel: Fp8Kernel, spec: Fp8Spec, hw: HardwareInfo,
+                     overrides: KernelOverrides = KernelOverrides(),
+                     catalog: KernelCatalog = DEFAULT_CATALOG) -> Fp8Kernel | None:
+    """The kernel ``kernel``'s layer runs its generated rows on: its
+    ``generated_rows_kernel`` when no kernel is forced (a forced kernel runs every row) and
+    that kernel is enabled, runs on this host, implements ``spec`` and is batch-invariant,
+    as ``kernel`` is; else None (every row on ``kernel``)."""
+    kid = kernel.generated_rows_kernel
+    if kid is None or overrides.forced or not kernel.batch_invariant:
+        return None
+    if reject_reason(kid, spec, hw, overrides, catalog) is not None:
+        return None
+    gen = get_kernel(kid, catalog)
+    return gen if gen.batch_invariant else None
 
 
 @dataclass(frozen=True, slots=True)

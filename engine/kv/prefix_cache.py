@@ -21,6 +21,13 @@ Rules:
 - generated tokens count too: after a preemption a request recomputes its prompt and its
   output through the cache, and a chat's next turn can reuse the previous answer's blocks
   when the template reproduces its tokens.
+- except with ``prompt_only``, when the model runs a position's rows on a kernel chosen by
+  its role (engine/kernels/amx.py: prompt rows on the AMX tiles, generated rows on the
+  AVX-512 GEMM): the same tokens then have different K/V as a prompt and as an output. A
+  block is committed only when it lies inside its request's prompt, and a request takes
+  only blocks inside its own prompt, so every shared block was computed as prompt rows
+  and is read as prompt rows. A chat's next turn recomputes the previous answer (on the
+  prompt kernel); a preempted request recomputes its output.
 """
 
 from __future__ import annotations
@@ -31,9 +38,17 @@ from engine.request import Request
 
 
 class PrefixCache:
-    def __init__(self, allocator: BlockAllocator, kv_dtype: str = "bfloat16") -> None:
+    def __init__(self, allocator: BlockAllocator, kv_dtype: str = "bfloat16",
+                 prompt_only: bool = False) -> None:
         self.allocator = allocator
         self.hasher = BlockHasher(allocator.block_size, kv_dtype)
+        self.prompt_only = prompt_only
+
+    def _prompt_blocks(self, req: Request, n: int) -> int:
+        """n, capped at the full blocks inside the prompt when ``prompt_only``."""
+        if not self.prompt_only:
+            return n
+        return min(n, len(req.prompt_ids) // self.allocator.block_size)
 
     def match(self, req: Request) -> list[int]:
         """The cached blocks that cover ``req``'s first tokens, in order (possibly none).
@@ -41,7 +56,7 @@ class PrefixCache:
         if req.wants_prompt_logprobs:
             return []
         bs = self.allocator.block_size
-        limit = (req.num_tokens - 1) // bs
+        limit = self._prompt_blocks(req, (req.num_tokens - 1) // bs)
         if limit == 0:
             return []
         hashes = self._hashes(req, limit)
@@ -55,7 +70,8 @@ class PrefixCache:
 
     def commit(self, req: Request) -> None:
         """Register ``req``'s full blocks whose K/V is computed and not yet registered."""
-        full = min(req.num_computed // self.allocator.block_size, len(req.block_table))
+        full = self._prompt_blocks(
+            req, min(req.num_computed // self.allocator.block_size, len(req.block_table)))
         if full <= req.num_committed_blocks:
             return
         hashes = self._hashes(req, full)

@@ -73,6 +73,9 @@ class AttentionMetadata:
     prefills: tuple[PrefillSpan, ...]  # empty unless built with spans=True
     decode: DecodeSpan | None
     paged: PagedIndex
+    # uint8 [T]: 1 for a generated row (BatchInputs.generated_rows), the rows a layer with a
+    # generated-rows kernel runs on it; None when every row is a prompt row
+    generated_rows: torch.Tensor | None = None
 
 
 def _block_tables(batch: BatchInputs, block_size: int, num_slots: int) -> list[list[int]]:
@@ -119,8 +122,9 @@ def build_metadata(batch: BatchInputs, block_size: int, num_slots: int,
     paged = PagedIndex(torch.tensor(rows, dtype=torch.int32),
                        torch.tensor(chunk_of, dtype=torch.int32),
                        torch.tensor([p + 1 for p in positions], dtype=torch.int32), block_size)
+    generated = batch.generated_rows()
     if not spans:
-        return AttentionMetadata(pos, slot_mapping, (), None, paged)
+        return AttentionMetadata(pos, slot_mapping, (), None, paged, generated)
     bt = torch.tensor(rows, dtype=torch.int64)
     counts = [c.num_tokens for c in batch.chunks]
     offsets = torch.tensor([sum(counts[:i]) for i in range(len(counts))], dtype=torch.int64)
@@ -133,7 +137,7 @@ def build_metadata(batch: BatchInputs, block_size: int, num_slots: int,
         row = int(offsets[i])
         prefills.append(_prefill_span(row, c.start_pos, c.num_tokens, bt[i], block_size))
     decode = _decode_span(dec_idx, offsets, starts, bt, block_size) if dec_idx else None
-    return AttentionMetadata(pos, slot_mapping, tuple(prefills), decode, paged)
+    return AttentionMetadata(pos, slot_mapping, tuple(prefills), decode, paged, generated)
 
 
 def _prefill_span(row: int, start: int, n: int, bt_row: torch.Tensor,

@@ -11,7 +11,10 @@ runs) for layers on avx512_w8a16 / avx512_block_w8a16, the AMX tile GEMM (gemm.h
 amx_linear, what gemm_amx runs; dims[5] = GEMM_AMX) for layers on amx_w8a16 /
 amx_block_w8a16, the AVX2 GEMM (gemm_avx2; dims[5] = GEMM_AVX2) for layers on avx2_w8a16 /
 avx2_block_w8a16.
-So the kernel report stays true: each linear still runs on the kernel it reports. The
+Layers on the AMX kernels whose generated rows run the AVX-512 one (LayerKernel
+generated_kernel, engine/kernels/amx.py) pass the step's row roles (generated_rows): the op
+runs those rows on the AVX-512 GEMM over the same packed weight, the prompt rows on the
+tiles. So the kernel report stays true: each linear still runs on the kernel it reports. The
 norms, RoPE, SwiGLU, residual adds and attention run at the extension's dispatch ISA
 (AVX-512 from level avx512 on, else AVX2), in fp32 with the Python layer's bf16 roundings
 but their own reduction order, so a fused layer's output is within an ulp or two of the
@@ -55,8 +58,9 @@ class GemmFamily:
     dims5: int
 
 
+AVX512 = GemmFamily("AVX-512", AVX512_KERNELS, VNNI32_LAYOUT, AVX512_ISAS, GEMV_MAX_M)
 FAMILIES = (
-    GemmFamily("AVX-512", AVX512_KERNELS, VNNI32_LAYOUT, AVX512_ISAS, GEMV_MAX_M),
+    AVX512,
     GemmFamily("AMX", AMX_KERNELS, VNNI32_LAYOUT, AVX512_ISAS, GEMM_AMX),
     GemmFamily("AVX2", AVX2_KERNELS, AVX2_LAYOUT, ("avx2", *AVX512_ISAS), GEMM_AVX2),
 )
@@ -109,7 +113,23 @@ def fusion_reason(layer) -> str | None:  # layer: ministral.DecoderLayer
     assert fam is not None
     if ext.isa() not in fam.isas:
         return f"dispatch ISA {ext.isa()} below {fam.isas[0]} (its linears run {ids[0]})"
+    gen = {_generated_family(m) for m in _modules(layer)}
+    if len(gen) > 1 or (gen != {None} and (fam.dims5 != GEMM_AMX or gen != {AVX512})):
+        names = sorted(str(m.kernel.generated_kernel and m.kernel.generated_kernel.id)
+                       for m in _modules(layer))
+        return (f"its linears' generated rows run {', '.join(names)} (the op takes the "
+                "AVX-512 GEMM for every linear of an AMX layer, or none)")
     return None
+
+
+def _generated_family(m: Fp8Linear) -> GemmFamily | None:
+    gen = m.kernel.generated_kernel
+    return None if gen is None else family_of(gen.id)
+
+
+def by_role(layer) -> bool:  # layer: ministral.DecoderLayer that passed fusion_reason
+    """Whether the layer's op runs generated rows on the AVX-512 GEMM (generated_rows)."""
+    return _generated_family(layer.down_proj) is not None
 
 
 def _modules(layer) -> tuple[Fp8Linear, ...]:
@@ -131,6 +151,7 @@ class FusedDecodeLayer:
     weights: tuple[torch.Tensor, ...]  # norms [H] bf16, then (packed weight, scale) x 4
     dims: tuple[int, ...]  # see decode_layer.cpp
     eps: float
+    by_role: bool = False  # pass the step's generated_rows (layers on AMX, see by_role())
 
     @classmethod
     def of(cls, layer) -> FusedDecodeLayer:
@@ -146,7 +167,7 @@ class FusedDecodeLayer:
         fam = family_of(mods[0].kernel.kernel.id)
         assert fam is not None
         head = (layer.hq, layer.hkv, layer.d, inter, 0, fam.dims5)
-        return cls(tuple(weights), head + tuple(blocks), float(layer.eps))
+        return cls(tuple(weights), head + tuple(blocks), float(layer.eps), by_role(layer))
 
     def __call__(self, h: torch.Tensor, tables: RopeTables, meta: AttentionMetadata,
                  cache: LayerKV) -> torch.Tensor:
@@ -161,7 +182,8 @@ class FusedDecodeLayer:
             h, list(self.weights), dims, self.eps, rope, meta.positions, cache.k, cache.v,
             meta.slot_mapping, [p.block_tables, p.token_seq, p.ctx_lens],
             cache.k_scale if fp8 else None, cache.v_scale if fp8 else None,
-            cache.k_static if fp8 else 0.0, cache.v_static if fp8 else 0.0)
+            cache.k_static if fp8 else 0.0, cache.v_static if fp8 else 0.0,
+            meta.generated_rows if self.by_role else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,13 +194,17 @@ class FusedDecodeStack:
     dims: tuple[int, ...]  # the layers' dims, in order (block_size filled per call)
     eps: float
     num_layers: int
+    by_role: bool = False  # every layer's FusedDecodeLayer.by_role
 
     @classmethod
-    def of(cls, layers: list[FusedDecodeLayer]) -> FusedDecodeStack:
-        if len({f.eps for f in layers}) != 1:
-            raise ValueError("layers with different rms_norm eps cannot stack")
+    def of(cls, layers: list[FusedDecodeLayer]) -> FusedDecodeStack | None:
+        """The stack, or None when the layers differ in eps or in by_role (then each
+        layer runs its own op)."""
+        if len({f.eps for f in layers}) != 1 or len({f.by_role for f in layers}) != 1:
+            return None
         return cls(tuple(w for f in layers for w in f.weights),
-                   tuple(d for f in layers for d in f.dims), layers[0].eps, len(layers))
+                   tuple(d for f in layers for d in f.dims), layers[0].eps, len(layers),
+                   layers[0].by_role)
 
     def __call__(self, h: torch.Tensor, tables: RopeTables, meta: AttentionMetadata,
                  store: KVStore) -> torch.Tensor:
@@ -192,7 +218,7 @@ class FusedDecodeStack:
         return torch.ops.fp8serve.decode_stack(
             h, list(self.weights), dims, self.eps, rope, meta.positions, store.kv,
             meta.slot_mapping, [p.block_tables, p.token_seq, p.ctx_lens], store.scales,
-            statics)
+            statics, meta.generated_rows if self.by_role else None)
 
 class PackedBf16Head:
     """The bf16 lm_head on the batch-invariant C++ bf16 GEMM (engine/kernels/bf16_linear.py)

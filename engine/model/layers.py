@@ -190,7 +190,8 @@ class Bf16Linear:
                 self._gemm = Bf16Gemm.prepare(self.weight, self.kernel_id)
             return self._gemm
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, generated: torch.Tensor | None = None) -> torch.Tensor:
+        """``generated`` (row roles, see Fp8Linear) plays no part: one kernel for every row."""
         gemm = self.gemm()
         return torch.mm(x, self.weight.t()) if gemm is None else gemm(x)
 
@@ -213,8 +214,9 @@ class Fp8Linear:
         self.kernel = LayerKernel(name, weight, hw, overrides, report, platform=Platform.CPU)
         self.n, self.k = self.kernel.n, self.kernel.k
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.kernel(x)
+    def __call__(self, x: torch.Tensor, generated: torch.Tensor | None = None) -> torch.Tensor:
+        """``generated``: uint8 [M] row roles (AttentionMetadata.generated_rows), or None."""
+        return self.kernel(x, generated)
 
 
 Linear = Bf16Linear | Fp8Linear
@@ -271,10 +273,11 @@ class FusedLinear:
     def is_fused(self) -> bool:
         return len(self.modules) == 1 and len(self.sizes) > 1
 
-    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def __call__(self, x: torch.Tensor,
+                 generated: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
         if len(self.modules) == 1:
-            return torch.split(self.modules[0](x), list(self.sizes), dim=-1)
-        return tuple(m(x) for m in self.modules)
+            return torch.split(self.modules[0](x, generated), list(self.sizes), dim=-1)
+        return tuple(m(x, generated) for m in self.modules)
 
 
 def _per_channel(w: Fp8Weight) -> torch.Tensor:

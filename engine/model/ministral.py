@@ -76,14 +76,14 @@ class DecoderLayer:
     def __call__(self, h: torch.Tensor, rope: StepRope, meta: AttentionMetadata,
                  cache: LayerKV) -> torch.Tensor:
         """h [T, H] bf16 -> [T, H] bf16; writes this layer's K/V of the step into cache."""
-        t = h.shape[0]
-        q, k, v = self.qkv(rms_norm(h, self.input_norm, self.eps))
+        t, g = h.shape[0], meta.generated_rows
+        q, k, v = self.qkv(rms_norm(h, self.input_norm, self.eps), g)
         qk = apply_rope(_heads_qk(q, k, self.d), rope)
         q, k = qk[:, : self.hq], qk[:, self.hq:]
         attn = self.attention(q, k, v.reshape(t, self.hkv, self.d), cache, meta)
-        h = h + self.o_proj(attn)
-        gate, up = self.gate_up(rms_norm(h, self.post_norm, self.eps))
-        return h + self.down_proj(F.silu(gate) * up)
+        h = h + self.o_proj(attn, g)
+        gate, up = self.gate_up(rms_norm(h, self.post_norm, self.eps), g)
+        return h + self.down_proj(F.silu(gate) * up, g)
 
 
 class Ministral:
@@ -174,6 +174,8 @@ class Ministral:
         h = self.hidden(tokens, meta, kv, logit_rows, embeds)
         if h.shape[0] == 0:  # only filling the KV cache
             return torch.empty(0, self.config.vocab_size, dtype=torch.float32)
+        if isinstance(self.lm_head, Fp8Linear) and meta.generated_rows is not None:
+            return self.lm_head(h, meta.generated_rows.index_select(0, logit_rows)).float()
         return self.lm_head(h).float()
 
     def hidden(self, tokens: torch.Tensor, meta: AttentionMetadata, kv: KVStore,

@@ -27,6 +27,9 @@
 //   float8_e4m3fn [blocks, Hkv, bs, D] with k_scale / v_scale fp32 [blocks, Hkv, bs] and
 //   the static scales (0 = per row), written as kv_write_fp8 writes and read as
 //   paged_attention reads them.
+//   generated_rows: none, or uint8 / bool [T] for layers on the AMX GEMM: a row marked 1
+//   (a generated token) runs every linear on the AVX-512 GEMM over the same vnni32 weight,
+//   a row marked 0 (a prompt token) on the tiles (decode_team.h StepRef::generated).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -120,16 +123,26 @@ struct Linear {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // y [M, N] bf16 = x [M, K] @ (w * scale).T through gemm.h (no dispatcher, no padding copy
-// when K is a multiple of 32; otherwise the gemm op pads x). gemm: dims[5] (GemmKind).
-at::Tensor linear(const at::Tensor& x, const Linear& l, int64_t gemm) {
+// when K is a multiple of 32; otherwise the gemm op pads x). gemm: dims[5] (GemmKind);
+// generated: null or [M] row roles (decode_team.h StepRef::generated), for the AMX GEMM.
+at::Tensor linear(const at::Tensor& x, const Linear& l, int64_t gemm, const uint8_t* generated) {
   const int64_t m = x.size(0), k = x.size(1);
   if (gemm_kind(gemm) == GemmKind::kAvx2) {  // the op avx2_w8a16 calls (it widens x)
     return gemm_avx2(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk);
   }
   if (k % kPadK != 0 || !x.is_contiguous()) {
-    return gemm_kind(gemm) == GemmKind::kAmx
-               ? gemm_amx(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk)
-               : gemm_avx512(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk, gemm);
+    if (gemm_kind(gemm) != GemmKind::kAmx) {
+      return gemm_avx512(x, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk, gemm);
+    }
+    at::Tensor y = at::empty({m, l.n}, x.options());
+    for_row_runs(generated, m, [&](int64_t r0, int64_t r1, bool gen) {
+      const at::Tensor xr = x.narrow(0, r0, r1 - r0);
+      y.narrow(0, r0, r1 - r0)
+          .copy_(gen ? gemm_avx512(xr, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk,
+                                   kTeamMaxRows)
+                     : gemm_amx(xr, l.w, l.scale, std::nullopt, l.n, l.bn, l.bk));
+    });
+    return y;
   }
   TORCH_CHECK(l.w.scalar_type() == at::kFloat8_e4m3fn && l.w.is_contiguous() &&
                   l.w.dim() == 4 && l.w.size(0) == ceil_div(l.n, kTileN) &&
@@ -143,11 +156,21 @@ at::Tensor linear(const at::Tensor& x, const Linear& l, int64_t gemm) {
                    reinterpret_cast<const uint8_t*>(l.w.data_ptr()), k, l.n,
                    l.scale.data_ptr<float>(), l.bn, l.bk, l.bk ? ceil_div(k, l.bk) : 0,
                    nullptr, bits(y), l.n};
-  if (gemm_kind(gemm) == GemmKind::kAmx) {
-    amx_linear(a);
-  } else {
+  if (gemm_kind(gemm) != GemmKind::kAmx) {
     fp8_linear(a, gemm);
+    return y;
   }
+  for_row_runs(generated, m, [&](int64_t r0, int64_t r1, bool gen) {
+    GemvArgs run = a;
+    run.x += r0 * k;
+    run.m = r1 - r0;
+    run.y += r0 * l.n;
+    if (gen) {
+      fp8_linear(run, kTeamMaxRows);
+    } else {
+      amx_linear(run);
+    }
+  });
   return y;
 }
 
@@ -208,6 +231,24 @@ void check_step(const at::Tensor& h, c10::IntArrayRef dims, at::TensorList rope_
   }
 }
 
+// generated_rows -> its [T] row roles (decode_team.h StepRef::generated), or null: uint8 or
+// bool [T] contiguous, given only when every layer's GEMM (dims[5], 14 per layer) is AMX's.
+const uint8_t* row_roles(const std::optional<at::Tensor>& generated, const at::Tensor& h,
+                         c10::IntArrayRef dims) {
+  if (!generated) return nullptr;
+  const at::Tensor& g = *generated;
+  TORCH_CHECK((g.scalar_type() == at::kByte || g.scalar_type() == at::kBool) && g.dim() == 1 &&
+                  g.numel() == h.size(0) && g.is_contiguous(),
+              "decode_layer: generated_rows must be contiguous uint8 or bool [T = ", h.size(0),
+              "], got ", g.scalar_type(), " ", g.sizes());
+  for (size_t i = 5; i < dims.size(); i += 14) {
+    TORCH_CHECK(gemm_kind(dims[i]) == GemmKind::kAmx,
+                "decode_layer: generated_rows applies to layers on the AMX GEMM (dims[5] = ",
+                kDimsAmx, "), layer ", i / 14, " has dims[5] = ", dims[i]);
+  }
+  return reinterpret_cast<const uint8_t*>(g.data_ptr());
+}
+
 // One layer's weights: 10 tensors, the norms bf16 [H] (the linears are checked where
 // their refs are built).
 void check_weights(const at::Tensor& h, at::TensorList weights) {
@@ -231,12 +272,12 @@ at::Tensor layer_step(const at::Tensor& h, at::TensorList weights, c10::IntArray
                       double eps, at::TensorList rope_tables, const at::Tensor& positions,
                       const at::Tensor& k_cache, const at::Tensor& v_cache,
                       const std::vector<Fp8KvScales>& fp8, const at::Tensor& slot_mapping,
-                      at::TensorList index) {
+                      at::TensorList index, const uint8_t* generated) {
   check_step(h, dims, rope_tables, positions, index);
   check_weights(h, weights);
   if (team_step(h, dims, 1)) {  // T > 1: the per-op path (the team path's reference)
     return decode_team_op(h, {weights}, {dims}, eps, rope_tables, positions, {k_cache},
-                          {v_cache}, fp8, slot_mapping, index);
+                          {v_cache}, fp8, slot_mapping, index, generated);
   }
   const int64_t hq = dims[0], hkv = dims[1], d = dims[2], inter = dims[3], hid = h.size(1);
   const int64_t gm = dims[5];
@@ -247,13 +288,13 @@ at::Tensor layer_step(const at::Tensor& h, at::TensorList weights, c10::IntArray
   const Linear down_l{weights[8], weights[9], hid, dims[12], dims[13]};
   std::vector<at::Tensor> idx(index.begin(), index.end());
 
-  at::Tensor qkv = linear(rms_norm(h, weights[0], eps), qkv_l, gm);
+  at::Tensor qkv = linear(rms_norm(h, weights[0], eps), qkv_l, gm, generated);
   rope(qkv, tables, positions, hq, hkv, d);
   at::Tensor out = h.clone();
-  add_into(out,
-           linear(attention(qkv, k_cache, v_cache, fp8, slot_mapping, idx, dims), o_l, gm));
-  at::Tensor gu = linear(rms_norm(out, weights[1], eps), gu_l, gm);
-  add_into(out, linear(silu_mul(gu, inter), down_l, gm));
+  add_into(out, linear(attention(qkv, k_cache, v_cache, fp8, slot_mapping, idx, dims), o_l,
+                       gm, generated));
+  at::Tensor gu = linear(rms_norm(out, weights[1], eps), gu_l, gm, generated);
+  add_into(out, linear(silu_mul(gu, inter), down_l, gm, generated));
   return out;
 }
 
@@ -265,9 +306,10 @@ at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArr
                         const at::Tensor& slot_mapping, at::TensorList index,
                         const std::optional<at::Tensor>& k_scale,
                         const std::optional<at::Tensor>& v_scale, double k_static,
-                        double v_static) {
+                        double v_static, const std::optional<at::Tensor>& generated_rows) {
   return layer_step(h, weights, dims, eps, rope_tables, positions, k_cache, v_cache,
-                    layer_fp8(k_scale, v_scale, k_static, v_static), slot_mapping, index);
+                    layer_fp8(k_scale, v_scale, k_static, v_static), slot_mapping, index,
+                    row_roles(generated_rows, h, dims));
 }
 
 }  // namespace fp8serve
@@ -282,7 +324,8 @@ at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArr
                         double eps, at::TensorList rope_tables, const at::Tensor& positions,
                         const at::Tensor& kv, const at::Tensor& slot_mapping,
                         at::TensorList index, const std::optional<at::Tensor>& kv_scales,
-                        c10::ArrayRef<double> static_scales) {
+                        c10::ArrayRef<double> static_scales,
+                        const std::optional<at::Tensor>& generated_rows) {
   const int64_t layers = kv.dim() == 6 ? kv.size(0) : -1;
   TORCH_CHECK(layers >= 0 && kv.size(1) == 2 && kv.is_contiguous() &&
                   int64_t(weights.size()) == 10 * layers && int64_t(dims.size()) == 14 * layers,
@@ -299,6 +342,7 @@ at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArr
               " values, got ", static_scales.size());
   // layer i's K (j = 0) or V (j = 1) cache [blocks, Hkv, block_size, D] and its scales
   // [blocks, Hkv, block_size] (attention.h)
+  const uint8_t* generated = row_roles(generated_rows, h, dims);
   auto cache = [&](int64_t i, int64_t j) { return kv.select(0, i).select(0, j); };
   auto fp8_of = [&](int64_t i) -> std::vector<Fp8KvScales> {
     if (!kv_scales) return {};
@@ -322,12 +366,13 @@ at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArr
       for (Fp8KvScales& s : fp8_of(i)) fp8.push_back(std::move(s));
     }
     return decode_team_op(h, ws, ds, eps, rope_tables, positions, ks, vs, fp8, slot_mapping,
-                          index);
+                          index, generated);
   }
   at::Tensor x = h;
   for (int64_t i = 0; i < layers; ++i) {
     x = layer_step(x, weights.slice(10 * i, 10), dims.slice(14 * i, 14), eps, rope_tables,
-                   positions, cache(i, 0), cache(i, 1), fp8_of(i), slot_mapping, index);
+                   positions, cache(i, 0), cache(i, 1), fp8_of(i), slot_mapping, index,
+                   generated);
   }
   return x;
 }

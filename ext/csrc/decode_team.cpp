@@ -106,11 +106,12 @@ bool widen_rows(const uint16_t* x, int64_t ldx, int64_t rows, int64_t kp, float*
   return prescale && avx2::prescale_x(xf, rows * kp);
 }
 
-// y [T, N] = x [T, ldx] @ W.T over tiles [t0, t1) (gemm.h: the AMX tile GEMM, or the
-// AVX-512 one on its direct path: T <= 32; isa.h avx2::gemm_tiles on xf, widened by
-// widen_rows)
-void gemm_tiles(const LinearRef& l, int64_t rows, const uint16_t* x, int64_t ldx,
-                const Private& p, bool prescaled, uint16_t* y, int64_t t0, int64_t t1) {
+// y [T, N] = x [T, ldx] @ W.T over tiles [t0, t1) (gemm.h: the AMX tile GEMM with its
+// generated rows on the AVX-512 one, or the AVX-512 one on its direct path: T <= 32; isa.h
+// avx2::gemm_tiles on xf, widened by widen_rows)
+void gemm_tiles(const LinearRef& l, int64_t rows, const uint8_t* generated, const uint16_t* x,
+                int64_t ldx, const Private& p, bool prescaled, uint16_t* y, int64_t t0,
+                int64_t t1) {
   if (l.kind == GemmKind::kAvx2 && l.bk != 0) {
     avx2::gemm_tiles_block(p.xf, rows, l.kp, l.w, l.n, l.scale, l.bn, l.bk, nullptr, y, t0,
                            t1, p.xs);
@@ -120,13 +121,21 @@ void gemm_tiles(const LinearRef& l, int64_t rows, const uint16_t* x, int64_t ldx
     avx2::gemm_tiles(p.xf, rows, l.kp, l.w, l.n, l.scale, nullptr, y, t0, t1, prescaled);
     return;
   }
+  if (l.kind == GemmKind::kAmx) {  // prompt rows on the tiles, generated rows on AVX-512
+    for_row_runs(generated, rows, [&](int64_t r0, int64_t r1, bool gen) {
+      const GemvArgs a{x + r0 * ldx, ldx, r1 - r0, l.w, l.kp, l.n, l.scale, l.bn, l.bk,
+                       l.k_blocks, nullptr, y + r0 * l.n, l.n};
+      if (gen) {
+        fp8_linear_tiles(a, t0, t1, kTeamMaxRows);
+      } else {
+        amx_linear_tiles(a, t0, t1);
+      }
+    });
+    return;
+  }
   const GemvArgs a{x, ldx, rows, l.w, l.kp, l.n, l.scale, l.bn, l.bk, l.k_blocks, nullptr, y,
                    l.n};
-  if (l.kind == GemmKind::kAmx) {
-    amx_linear_tiles(a, t0, t1);
-  } else {
-    fp8_linear_tiles(a, t0, t1, kTeamMaxRows);
-  }
+  fp8_linear_tiles(a, t0, t1, kTeamMaxRows);
 }
 
 // Claims chunks of a phase's ranges rs[parts] and runs fn(t0, t1) on each: one range,
@@ -161,7 +170,7 @@ void gemm_phase(Shared& s, TileRange* range, int tid, const LinearRef& l, const 
   const bool prescaled =
       l.kind == GemmKind::kAvx2 && widen_rows(x, ldx, rows, l.kp, p.xf, l.bk == 0);
   claim_all(range, s.parts, tid, gemm_chunk(l, rows), [&](int64_t t0, int64_t t1) {
-    gemm_tiles(l, rows, x, ldx, p, prescaled, y, t0, t1);
+    gemm_tiles(l, rows, s.step.generated, x, ldx, p, prescaled, y, t0, t1);
     if (residual) {
       const int64_t c0 = t0 * cols, c1 = std::min(t1 * cols, l.n);
       for (int64_t r = 0; r < rows; ++r) {

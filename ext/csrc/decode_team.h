@@ -83,7 +83,23 @@ struct StepRef {
   int64_t bt_stride;
   const int32_t* token_seq;                // [T] row of block_tables of each token
   const int32_t* ctx_lens;                 // [T] keys each token attends (position + 1)
+  // [T] 1 = a generated row (decode, a draft, a recomputed output token): its linears run
+  // the AVX-512 GEMM on the same vnni32 weight; 0 = a prompt row, on the layer's GEMM.
+  // Only with layers on the AMX GEMM; null = every row on the layer's GEMM.
+  const uint8_t* generated = nullptr;
 };
+
+// fn(r0, r1, generated) over the maximal runs of rows [0, rows) with the same role
+// (StepRef::generated; null: one run of prompt rows). Each kernel is batch-invariant, so
+// a row's bits depend on its role only, not on the runs around it.
+template <class F>
+void for_row_runs(const uint8_t* generated, int64_t rows, const F& fn) {
+  for (int64_t r0 = 0, r1 = 0; r0 < rows; r0 = r1) {
+    const bool g = generated != nullptr && generated[r0] != 0;
+    for (r1 = r0 + 1; r1 < rows && (generated != nullptr && generated[r1] != 0) == g;) ++r1;
+    fn(r0, r1, g);
+  }
+}
 
 // h bf16 [T, H] in place through layers[0 .. n_layers) on up to `threads` threads (and no
 // more than the CPUs the process may run on). Every token's K/V row is written before any

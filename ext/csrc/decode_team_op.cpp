@@ -88,8 +88,10 @@ at::Tensor decode_team_op(const at::Tensor& h, const std::vector<at::TensorList>
                           const std::vector<at::Tensor>& k_caches,
                           const std::vector<at::Tensor>& v_caches,
                           const std::vector<Fp8KvScales>& fp8,
-                          const at::Tensor& slot_mapping, at::TensorList index) {
-  const StepRef tok = step_ref(h, dims[0], eps, rope_tables, positions, slot_mapping, index);
+                          const at::Tensor& slot_mapping, at::TensorList index,
+                          const uint8_t* generated) {
+  StepRef tok = step_ref(h, dims[0], eps, rope_tables, positions, slot_mapping, index);
+  tok.generated = generated;
   const int64_t blocks = k_caches[0].size(0);
   check_index(tok, index[0], blocks);
   std::vector<LayerRef> layers;

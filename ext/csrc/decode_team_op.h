@@ -21,13 +21,15 @@ struct Fp8KvScales {
 // [blocks, Hkv, bs, D] bf16, or float8_e4m3fn with fp8[i] their scales (fp8 empty: bf16
 // caches; token t's K/V rows written at slot_mapping[t]); rope tables, positions [T]
 // (checked by the caller against the tables) and the index tensors (block_tables [C, W],
-// token_seq [T], ctx_lens [T], int32) as for decode_layer.
+// token_seq [T], ctx_lens [T], int32) as for decode_layer; generated: null, or [T] row
+// roles (decode_team.h StepRef::generated) already checked by the caller.
 at::Tensor decode_team_op(const at::Tensor& h, const std::vector<at::TensorList>& weights,
                           const std::vector<c10::IntArrayRef>& dims, double eps,
                           at::TensorList rope_tables, const at::Tensor& positions,
                           const std::vector<at::Tensor>& k_caches,
                           const std::vector<at::Tensor>& v_caches,
                           const std::vector<Fp8KvScales>& fp8,
-                          const at::Tensor& slot_mapping, at::TensorList index);
+                          const at::Tensor& slot_mapping, at::TensorList index,
+                          const uint8_t* generated = nullptr);
 
 }  // namespace fp8serve

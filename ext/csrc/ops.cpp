@@ -69,18 +69,20 @@ TORCH_LIBRARY(fp8serve, m) {
       "kv_write(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, "
       "Tensor slot_mapping) -> ()");
   // one decoder layer: h [T, H] bf16 -> [T, H] bf16 (decode_layer.cpp); an fp8 cache
-  // comes with its k_scale / v_scale [blocks, Hkv, bs] fp32 (written) and static scales
+  // comes with its k_scale / v_scale [blocks, Hkv, bs] fp32 (written) and static scales;
+  // generated_rows: uint8 [T] row roles for layers on the AMX GEMM (1 = the AVX-512 GEMM)
   m.def(
       "decode_layer(Tensor h, Tensor[] weights, int[] dims, float eps, Tensor[] rope_tables, "
       "Tensor positions, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping, "
       "Tensor[] index, Tensor(c!)? k_scale=None, Tensor(d!)? v_scale=None, "
-      "float k_static=0., float v_static=0.) -> Tensor");
+      "float k_static=0., float v_static=0., Tensor? generated_rows=None) -> Tensor");
   // all decoder layers: h [T, H] bf16 -> [T, H] bf16, kv [L, 2, blocks, Hkv, bs, D] written
   // (fp8: with kv_scales [L, 2, blocks, Hkv, bs] fp32, written, and 2 L static scales)
   m.def(
       "decode_stack(Tensor h, Tensor[] weights, int[] dims, float eps, Tensor[] rope_tables, "
       "Tensor positions, Tensor(a!) kv, Tensor slot_mapping, Tensor[] index, "
-      "Tensor(b!)? kv_scales=None, float[] static_scales=[]) -> Tensor");
+      "Tensor(b!)? kv_scales=None, float[] static_scales=[], "
+      "Tensor? generated_rows=None) -> Tensor");
   // buf (any dtype, contiguous, nbytes a positive multiple of 64) -> int64 [] XOR of its
   // 64-bit words, read on all threads (read_probe.cpp: the read-bandwidth probe)
   m.def("read_xor(Tensor buf) -> Tensor");

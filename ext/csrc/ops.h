@@ -75,14 +75,17 @@ void kv_write(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Te
               const at::Tensor& v, const at::Tensor& slot_mapping);
 // decode_layer: one decoder layer h [T, H] bf16 -> [T, H] bf16 (argument list in
 //   decode_layer.cpp), writing the layer's K/V of the step into k_cache / v_cache (bf16,
-//   or float8_e4m3fn with k_scale / v_scale [blocks, Hkv, bs] fp32 and the static scales)
+//   or float8_e4m3fn with k_scale / v_scale [blocks, Hkv, bs] fp32 and the static scales);
+//   generated_rows uint8 [T]: rows whose linears run the AVX-512 GEMM where the layer's is
+//   the AMX one (decode_team.h StepRef::generated)
 at::Tensor decode_layer(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
                         double eps, at::TensorList rope_tables, const at::Tensor& positions,
                         const at::Tensor& k_cache, const at::Tensor& v_cache,
                         const at::Tensor& slot_mapping, at::TensorList index,
                         const std::optional<at::Tensor>& k_scale = std::nullopt,
                         const std::optional<at::Tensor>& v_scale = std::nullopt,
-                        double k_static = 0.0, double v_static = 0.0);
+                        double k_static = 0.0, double v_static = 0.0,
+                        const std::optional<at::Tensor>& generated_rows = std::nullopt);
 // decode_stack: every layer's decode_layer in one call, kv [L, 2, blocks, Hkv, bs, D] bf16,
 //   or float8_e4m3fn with kv_scales [L, 2, blocks, Hkv, bs] fp32 (+ 2 L static scales)
 at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArrayRef dims,
@@ -90,7 +93,8 @@ at::Tensor decode_stack(const at::Tensor& h, at::TensorList weights, c10::IntArr
                         const at::Tensor& kv, const at::Tensor& slot_mapping,
                         at::TensorList index,
                         const std::optional<at::Tensor>& kv_scales = std::nullopt,
-                        c10::ArrayRef<double> static_scales = {});
+                        c10::ArrayRef<double> static_scales = {},
+                        const std::optional<at::Tensor>& generated_rows = std::nullopt);
 // read_xor: buf (any dtype, contiguous CPU, nbytes a positive multiple of 64) -> int64 []
 //   XOR of its 64-bit words, read by every thread (read_probe.cpp: the bandwidth probe)
 at::Tensor read_xor(const at::Tensor& buf);

@@ -16,11 +16,11 @@ from tests.engine.kv.test_block_allocator import check_invariants
 BS = 4
 
 
-def make(num_blocks: int = 64, seqs: int = 8, budget: int = 64
+def make(num_blocks: int = 64, seqs: int = 8, budget: int = 64, prompt_only: bool = False
          ) -> tuple[Scheduler, CacheCheckingRunner]:
     alloc = BlockAllocator(num_blocks, BS)
-    return (Scheduler(alloc, seqs, budget, prefix_cache=PrefixCache(alloc)),
-            CacheCheckingRunner(num_blocks, BS))
+    cache = PrefixCache(alloc, prompt_only=prompt_only)
+    return Scheduler(alloc, seqs, budget, prefix_cache=cache), CacheCheckingRunner(num_blocks, BS)
 
 
 def req(name: str, prompt: list[int], max_tokens: int = 3, salt: str | None = None,
@@ -157,6 +157,30 @@ def test_eviction_under_pressure_is_least_recently_used():
     run(sched, runner, late_drop)
     assert late_keep.num_cached_tokens == 12 and late_drop.num_cached_tokens == 0
     assert sched.allocator.num_evicted > 0
+
+
+def test_prompt_only_commits_and_takes_blocks_inside_the_prompt():
+    """With rows by role (engine/kernels/amx.py) a position's K/V depends on whether it was
+    a prompt or an output token: blocks are committed only inside their request's prompt,
+    and taken only inside the taker's prompt."""
+    sched, runner = make(prompt_only=True)
+    prompt = list(range(1, 15))  # 3 full blocks and 2 tokens
+    a = req("a", prompt, max_tokens=9)
+    run(sched, runner, a)
+    turn2 = req("turn2", prompt + a.output_ids + [7, 8, 9])
+    run(sched, runner, turn2)
+    assert turn2.num_cached_tokens == len(prompt) // BS * BS  # a's answer is recomputed
+    # turn2 committed its whole prompt, a's answer included (computed as prompt rows there)
+    probe = req("probe", [*turn2.prompt_ids, 1, 2, 3, 4, 5])
+    assert len(sched.prefix_cache.match(probe)) == len(turn2.prompt_ids) // BS
+    # a request whose *output* those tokens are (e.g. recomputing after a preemption) may
+    # take only the blocks of its own prompt
+    again = req("again", prompt, max_tokens=9)
+    again.output_ids = list(a.output_ids[:6])
+    assert len(sched.prefix_cache.match(again)) == len(prompt) // BS
+    again_everything = PrefixCache(sched.allocator)  # the rule off: it would take more
+    again_everything.hasher = sched.prefix_cache.hasher
+    assert len(again_everything.match(again)) > len(prompt) // BS
 
 
 def test_preempted_requests_recompute_through_the_cache():

@@ -1,0 +1,273 @@
+"""Rows by role on AMX hosts (engine/kernels/amx.py): a sequence's prompt rows run the AMX
+tiles, its generated rows the AVX-512 GEMM on the same packed weight, in the Python layers
+and in the fused op alike; greedy answers stay the same alone, batched, chunked, preempted,
+served from the prefix cache and speculated.
+
+The host profile is faked (AMX granted); below dispatch level amx the tile GEMM runs its
+portable stand-in, so everything here runs on any AVX-512 host, and on the real tiles on
+an AMX one. The generated rows' AVX-512 GEMM needs AVX-512 BF16: hosts without it skip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+import ext
+from engine.batch import BatchInputs, LogitsWanted, SeqChunk
+from engine.kernels.base import FP8_DTYPE, Fp8Weight, ScaleKind
+from engine.kernels.layer_kernel import KernelReport, LayerKernel
+from engine.kernels.registry import KernelOverrides
+from engine.runner import ModelRunner, generate_greedy
+from engine.weights import LayerWeights, ModelWeights
+from tests.engine.test_model_support import engine_config, random_weights, tiny_config
+from tests.ext.support import AVX512_HOST, fake_hw, needs_avx512
+
+pytestmark = needs_avx512
+
+def _ids(n: int, seed: int) -> list[int]:
+    return torch.randint(3, 320, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+AMX_HOST = (*AVX512_HOST, "avx2", "fma", "f16c", "avx512_vnni", "amx_tile", "amx_bf16",
+            "amx_int8")
+
+
+def amx_runner(weights, overrides: KernelOverrides | None = None, fuse=None,
+               **kw) -> ModelRunner:
+    runner = ModelRunner(weights, engine_config(**kw), fake_hw(*AMX_HOST, amx=True),
+                         overrides or KernelOverrides())
+    if fuse is not None:
+        runner.model.set_fusion(fuse)
+    return runner
+
+
+def _layer_kernels(runner: ModelRunner) -> set[tuple[str, str | None]]:
+    return {(c.kernel_id, c.generated_kernel_id) for c in runner.kernel_report.choices.values()
+            if c.layer.startswith("layers.")}
+
+
+@pytest.mark.parametrize("kind,pair", [
+    (ScaleKind.PER_TENSOR, ("amx_w8a16", "avx512_w8a16")),
+    (ScaleKind.BLOCK, ("amx_block_w8a16", "avx512_block_w8a16")),
+])
+def test_amx_layers_run_generated_rows_on_avx512(kind, pair) -> None:
+    weights = random_weights(tiny_config(num_layers=2), seed=3, kind=kind, block=32)
+    runner = amx_runner(weights)
+    assert _layer_kernels(runner) == {pair}
+    assert runner.kernel_report.rows_by_role()
+    assert runner.model.fusion_reasons == [None, None]
+    assert all(f is not None and f.by_role for f in runner.model.fused)
+
+
+@pytest.mark.parametrize("overrides", [
+    KernelOverrides(disabled=frozenset({"avx512_w8a16"})),
+    KernelOverrides(forced="amx_w8a16"),
+], ids=["avx512-disabled", "amx-forced"])
+def test_every_row_on_the_tiles_when_avx512_is_disabled_or_amx_forced(overrides) -> None:
+    runner = amx_runner(random_weights(tiny_config(num_layers=2), seed=3), overrides)
+    assert _layer_kernels(runner) == {("amx_w8a16", None)}
+    assert not runner.kernel_report.rows_by_role()
+    assert all(f is not None and not f.by_role for f in runner.model.fused)
+
+
+def test_avx512_host_has_one_kernel_for_every_row() -> None:
+    runner = ModelRunner(random_weights(tiny_config(num_layers=2), seed=3), engine_config(),
+                         fake_hw(*AVX512_HOST, "avx2", "fma", "f16c"), KernelOverrides())
+    assert _layer_kernels(runner) == {("avx512_w8a16", None)}
+
+
+# One row that tells the two accumulation orders apart: over the K pairs (0, 1), (2, 3),
+# (4, 5) with unit weights, c = C, then C + A + C, then - A, where A = 2^24 C. The
+# stand-in's tile chain adds a pair's even product first (the SDM's TDPBF16PS), the
+# AVX-512 GEMM's VDPBF16PS the odd one: C + A loses half of C where 2 C + A does not, so
+# the sums differ (0 or 2 ulp(C)), whatever C's scale (kept through the norms: powers of
+# two). The real tiles' internal order is the hardware's own.
+PROBE = (1.0, 0.0, 2.0**24, 1.0, -(2.0**24), 0.0)
+STANDIN = ext.isa() != "amx"  # the tile GEMM runs its portable stand-in here
+
+
+def test_layer_kernel_runs_each_row_on_its_roles_kernel() -> None:
+    """Row i of a mixed call equals row i of the prompt kernel alone (prompt rows) or of
+    the AVX-512 kernel alone (generated rows)."""
+    w = Fp8Weight(torch.ones(96, 160).to(FP8_DTYPE), torch.ones(96), ScaleKind.PER_CHANNEL)
+    report = KernelReport()
+    layer = LayerKernel("l", w, fake_hw(*AMX_HOST, amx=True), KernelOverrides(), report)
+    avx = LayerKernel("a", w, fake_hw(*AVX512_HOST), KernelOverrides(), report)
+    assert (layer.kernel.id, avx.kernel.id) == ("amx_w8a16", "avx512_w8a16")
+    x = torch.zeros(9, 160)
+    x[:, :6] = torch.tensor(PROBE)
+    x = x.to(torch.bfloat16)
+    gen = torch.tensor([0, 1, 1, 0, 0, 1, 0, 1, 0], dtype=torch.uint8)
+    y = layer(x, gen)
+    g, p = gen.bool(), ~gen.bool()
+    assert torch.equal(y[g], avx(x[g]))
+    assert torch.equal(y[p], layer(x[p]))
+    assert torch.equal(layer(x, torch.zeros(9, dtype=torch.uint8)), layer(x))
+    if STANDIN:  # the two kernels' sums differ on this row: the checks above can fail
+        assert not torch.equal(layer(x[:1]), avx(x[:1]))
+
+
+def order_probe_weights() -> ModelWeights:
+    """One layer whose output row shows which GEMM ran it: every token embeds as PROBE;
+    q/k/v and o are zero (attention adds nothing); gate sums the PROBE columns (0 or
+    2 ulp), up reads column 0, and down writes silu(gate) * up into columns 32.., where
+    the residual is zero. Per-channel scales of one; norms of one."""
+    c = tiny_config(num_layers=1)
+    h, i = c.hidden_size, c.intermediate_size
+
+    def fp8(w: torch.Tensor) -> Fp8Weight:
+        return Fp8Weight(w.to(FP8_DTYPE).contiguous(), torch.ones(w.shape[0]),
+                         ScaleKind.PER_CHANNEL)
+
+    gate, up, down = torch.zeros(i, h), torch.zeros(i, h), torch.zeros(h, i)
+    gate[:, :6], up[:, 0], down[32:] = 1.0, 1.0, 1.0
+    ones = torch.ones(h, dtype=torch.bfloat16)
+    layer = LayerWeights(ones, ones, fp8(torch.zeros(c.q_size, h)),
+                         fp8(torch.zeros(c.kv_size, h)), fp8(torch.zeros(c.kv_size, h)),
+                         fp8(torch.zeros(h, c.q_size)), fp8(gate), fp8(up), fp8(down))
+    embed = torch.zeros(c.vocab_size, h)
+    embed[:, :6] = torch.tensor(PROBE)
+    head = torch.randn(c.vocab_size, h, generator=torch.Generator().manual_seed(1))
+    return ModelWeights(c, embed.to(torch.bfloat16), (layer,), ones, head.to(torch.bfloat16))
+
+
+def role_mix_weights() -> ModelWeights:
+    """One layer whose answers follow the roles of the K/V they attend to: every token
+    embeds as PROBE (plus a constant column 16); q and k are zero, so each row attends
+    evenly to its context; v sums the PROBE columns (2 ulp computed as a prompt row by the
+    stand-in, 1 ulp as a generated row by AVX-512); o writes the mean into column 32; the
+    head scores token j as j * c1 * h[32] - j^2 * c2 * h[16], whose argmax follows h[32]:
+    202 when every position was a prompt row, 101 when every one was generated, between
+    for a mix. A row computed in the wrong role, or a cached block read in the other role,
+    moves it."""
+    c = tiny_config(num_layers=1)
+    h, i = c.hidden_size, c.intermediate_size
+
+    def fp8(w: torch.Tensor) -> Fp8Weight:
+        return Fp8Weight(w.to(FP8_DTYPE).contiguous(), torch.ones(w.shape[0]),
+                         ScaleKind.PER_CHANNEL)
+
+    def zero(n: int, k: int) -> Fp8Weight:
+        return fp8(torch.zeros(n, k))
+
+    v, o = torch.zeros(c.kv_size, h), torch.zeros(h, c.q_size)
+    v[:, :6], o[32] = 1.0, 1.0
+    ones = torch.ones(h, dtype=torch.bfloat16)
+    layer = LayerWeights(ones, ones, zero(c.q_size, h), zero(c.kv_size, h), fp8(v), fp8(o),
+                         zero(i, h), zero(i, h), zero(h, i))
+    embed = torch.zeros(c.vocab_size, h)
+    embed[:, :6], embed[:, 16] = torch.tensor(PROBE), 2.0**10
+    j = torch.arange(c.vocab_size, dtype=torch.float32)
+    head = torch.zeros(c.vocab_size, h)
+    head[:, 32], head[:, 16] = 3340.0 * j, -(2.0**-20) * j * j
+    return ModelWeights(c, embed.to(torch.bfloat16), (layer,), ones, head.to(torch.bfloat16))
+
+
+@pytest.mark.skipif(not STANDIN, reason="the real tiles' sums are their own")
+def test_the_role_mix_model_tells_roles_apart() -> None:
+    weights = role_mix_weights()
+    tiles = amx_runner(weights, KernelOverrides(disabled=frozenset({"avx512_w8a16"})))
+    avx = ModelRunner(weights, engine_config(), fake_hw(*AVX512_HOST, "avx2", "fma", "f16c"),
+                      KernelOverrides())
+    prompt = _ids(12, 1)
+    assert generate_greedy(tiles, prompt, 4) == [202] * 4
+    assert generate_greedy(avx, prompt, 4) == [101] * 4
+    mixed = generate_greedy(amx_runner(weights), prompt, 12)
+    assert mixed[0] == 202 and 101 < mixed[-1] < 202 and mixed == sorted(mixed, reverse=True)
+
+
+@pytest.mark.parametrize("fuse", [None, False], ids=["fused", "python"])
+@pytest.mark.parametrize("chunk_len", [6, 40], ids=["team-path", "per-op-path"])
+def test_a_mixed_step_runs_prompt_rows_on_the_tiles_and_generated_rows_on_avx512(
+        fuse, chunk_len) -> None:
+    """One step: a prompt chunk of sequence 0 and a decode row of sequence 1 (36 or 41
+    rows: the fused op's team path or its per-op path). The prompt rows' hidden states
+    equal the step's with every row a prompt row (all tiles); the generated row's equal a
+    runner's on an AVX-512 host profile."""
+    weights = order_probe_weights()
+    amx = amx_runner(weights, fuse=fuse, kv_block_size=16)
+    avx = ModelRunner(weights, engine_config(kv_block_size=16),
+                      fake_hw(*AVX512_HOST, "avx2", "fma", "f16c"), KernelOverrides())
+    if fuse is not None:
+        avx.model.set_fusion(fuse)
+    assert amx.model.fusion_reasons == [None if fuse is None else "fusion disabled"]
+    t0, t1 = (0, 1, 2, 3), (4, 5)
+    step = (SeqChunk(0, tuple(_ids(chunk_len, 3)), 5, t0, LogitsWanted.ALL,
+                     prompt_len=5 + chunk_len),
+            SeqChunk(1, (7,), 11, t1, prompt_len=11))
+    mixed = amx.hidden(BatchInputs(step))
+    tiles = amx.hidden(BatchInputs((step[0], replace(step[1], prompt_len=None))))
+    avx512 = avx.hidden(BatchInputs(step))
+    assert torch.equal(mixed[:chunk_len], tiles[:chunk_len])
+    assert torch.equal(mixed[chunk_len], avx512[chunk_len])
+    if STANDIN:  # the row's role changed its kernel, and the kernels' sums differ here
+        assert not torch.equal(mixed[chunk_len], tiles[chunk_len])
+        assert not torch.equal(mixed[0], avx512[0])
+
+
+def test_engine_answers_equal_each_alone_with_preemption_prefix_cache_and_drafts() -> None:
+    """Greedy requests through the engine on the split kernels, chunked (8-token budget),
+    preempted (14 KV blocks), sharing a prefix through the cache and verifying drafts
+    from predicted outputs: each answer equals generate_greedy alone on a fresh runner; a second turn that
+    repeats the first's answer in its prompt answers as it does alone too. Where the tile
+    GEMM runs its stand-in, whose sums on random data equal AVX-512's, the model is
+    role_mix_weights (answers follow the roles); on the real tiles, random weights."""
+    from engine.config import EngineConfig
+    from engine.engine import Engine, EngineObserver
+    from engine.model.kv_store import KV_DTYPE, bytes_per_block
+    from engine.sampler import Sampler
+    from engine.sampling_params import SamplingParams
+    from tests.engine.fake_runner import FakeDetokenizer, FakeTokenizer
+    from tests.engine.test_engine import collect, run_all
+
+    weights = role_mix_weights() if STANDIN else random_weights(tiny_config(), seed=8)
+    gib = 14 * bytes_per_block(weights.config, 4, KV_DTYPE) / 2**30
+    runner = amx_runner(weights, kv_cache_gib=gib)
+    assert runner.num_kv_blocks == 14 and runner.kernel_report.rows_by_role()
+    seen = {"preempted": 0, "drafted": 0, "hits": 0}
+
+    class Observer(EngineObserver):
+        def on_preempted(self, n: int) -> None:
+            seen["preempted"] += n
+
+        def on_spec_decode(self, num_draft_tokens, num_accepted_tokens, grammar="none"):
+            seen["drafted"] += num_draft_tokens
+
+        def on_prefix_cache(self, num_queried_tokens: int, num_hit_tokens: int) -> None:
+            seen["hits"] += num_hit_tokens
+
+    cfg = EngineConfig(model_dir=".", max_num_seqs=4, max_model_len=64,
+                       max_num_batched_tokens=8)
+    eng = Engine(runner, FakeTokenizer(), cfg, detokenizer=FakeDetokenizer,
+                 sampler=Sampler(()), observer=Observer())
+    assert eng.scheduler.prefix_cache is not None and eng.scheduler.prefix_cache.prompt_only
+    from tests.engine.spec.test_spec_engine import FixedShare
+
+    eng.spec.cost = FixedShare(0.0)  # draft every step: a tiny model's step times say nothing
+    shared = _ids(12, 9)
+    prompts = [shared + _ids(3 + i, 10 + i) for i in range(4)]
+    alone = [generate_greedy(amx_runner(weights), p, 10) for p in prompts]
+    params = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
+    # predicted outputs: drafts right for a while, then wrong (accepted and rejected rows)
+    outs = [collect(eng, f"r{i}", p, params, prediction=tuple(a[:4 + i] + [1, 2, 3]))
+            for i, (p, a) in enumerate(zip(prompts, alone, strict=True))]
+    run_all(eng)
+    assert seen["preempted"] > 0 and seen["drafted"] > 0 and seen["hits"] > 0
+    answers = [[t for x in o for t in x.token_ids] for o in outs]
+    assert answers == alone
+    # the next turn, on an engine whose cache keeps every block: its prompt holds the
+    # first answer, whose blocks were computed as generated rows
+    eng = Engine(amx_runner(weights), FakeTokenizer(), cfg, detokenizer=FakeDetokenizer,
+                 sampler=Sampler(()), observer=Observer())
+    seen["hits"] = 0
+    first = collect(eng, "turn1", prompts[0], params)
+    run_all(eng)
+    turn2 = prompts[0] + [t for x in first for t in x.token_ids] + [5, 6]
+    second = collect(eng, "turn2", turn2, params)
+    run_all(eng)
+    assert seen["hits"] >= len(prompts[0]) // 4 * 4  # the first turn's prompt blocks
+    assert [t for x in second for t in x.token_ids] == generate_greedy(amx_runner(weights),
+                                                                       turn2, 10)
