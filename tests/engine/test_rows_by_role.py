@@ -212,9 +212,10 @@ def test_engine_answers_equal_each_alone_with_preemption_prefix_cache_and_drafts
     """Greedy requests through the engine on the split kernels, chunked (8-token budget),
     preempted (14 KV blocks), sharing a prefix through the cache and verifying drafts
     from predicted outputs: each answer equals generate_greedy alone on a fresh runner; a
-    second turn that repeats the first's answer in its prompt answers as it does alone too. Where the tile
-    GEMM runs its stand-in, whose sums on random data equal AVX-512's, the model is
-    role_mix_weights (answers follow the roles); on the real tiles, random weights."""
+    second turn that repeats the first's answer in its prompt answers as it does alone
+    too. Where the tile GEMM runs its stand-in, whose sums on random data equal AVX-512's,
+    the model is role_mix_weights (answers follow the roles); on the real tiles, random
+    weights."""
     from engine.config import EngineConfig
     from engine.engine import Engine, EngineObserver
     from engine.model.kv_store import KV_DTYPE, bytes_per_block
