@@ -115,7 +115,9 @@ def _table_lines(rep: dict[str, Any]) -> list[str]:
             tag = " (forced)" if e["forced"] else ""
             exact = "batch-invariant" if e["batch_invariant"] else "NOT batch-invariant"
             why = "" if e["supported"] else f"  {e['reason']}"
-            out.append(f"  {i}. {mark} {e['kernel_id']} [{exact}]{tag}{why}")
+            gen = e.get("generated_rows_kernel")
+            rows = f" (generated rows: {gen})" if gen and e["supported"] else ""
+            out.append(f"  {i}. {mark} {e['kernel_id']} [{exact}]{tag}{rows}{why}")
     return out
 
 
@@ -124,13 +126,19 @@ def _layer_lines(rep: dict[str, Any]) -> list[str]:
         return []
     out = ["\nlayers:"]
     for c in rep["layers"]:
-        out.append(f"  {c['layer']} [{c['n']}x{c['k']} {c['scale_kind']}] -> {c['kernel_id']}")
+        gen = c.get("generated_kernel_id")
+        rows = f" (generated rows: {gen})" if gen else ""
+        out.append(f"  {c['layer']} [{c['n']}x{c['k']} {c['scale_kind']}] -> "
+                   f"{c['kernel_id']}{rows}")
         out.extend(f"      passed over {r['kernel_id']}: {r['reason']}" for r in c["rejections"])
         if c["warning"]:
             out.append(f"      warning: {c['warning']}")
     out.append("\nsummary:")
     out.extend(f"  {s['layers']:4d} layers on {s['kernel']} ({s['scale_kind']})"
                for s in rep["summary"]["selected"])
+    out.extend(f"  {g['layers']:4d} layers on {g['kernel']} run generated rows (decode, "
+               f"drafts) on {g['generated_kernel']}"
+               for g in rep["summary"].get("generated_rows", []))
     out.extend(f"  runtime fallback {f['from_kernel']} -> {f['to_kernel']}: {f['count']}"
                for f in rep["summary"]["runtime_fallbacks"])
     decoder = rep["decoder_layers"]

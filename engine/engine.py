@@ -57,9 +57,8 @@ class Engine:
         self.clock = clock
         self.observer = observer or EngineObserver()
         allocator = BlockAllocator(runner.num_kv_blocks, runner.block_size)
-        report = getattr(runner, "kernel_report", None)
         cache = (PrefixCache(allocator, getattr(runner, "kv_dtype", "bfloat16"),
-                             prompt_only=report is not None and report.rows_by_role())
+                             prompt_only=getattr(runner, "rows_by_role", False))
                  if config.enable_prefix_caching else None)
         # drafts: --speculative-config's for every request, predicted outputs' for those
         # that bring one (engine/spec/decoder.py)

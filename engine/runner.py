@@ -110,6 +110,12 @@ class ModelRunner:
         return self.kv.bytes_per_block
 
     @property
+    def rows_by_role(self) -> bool:
+        """Whether some layer runs generated rows on another kernel than prompt rows
+        (engine/kernels/amx.py): the prefix cache then shares prompt blocks only."""
+        return self.kernel_report.rows_by_role()
+
+    @property
     def kv_dtype(self) -> str:
         """The K/V element type ("bfloat16" | "float8_e4m3fn"); part of every prefix-cache
         block key."""

@@ -7,6 +7,9 @@ engine/kernels/report.py).
     fp8serve_kernel_rejections{kernel, reason}                  layers that passed it over
     fp8serve_kernel_runtime_fallbacks_total{from_kernel, to_kernel}
     fp8serve_layer_group_kernel{layer_group, kernel}            layers of a group on a kernel
+    fp8serve_layer_group_generated_rows_kernel{layer_group, kernel}
+        layers of a group whose generated rows (decode, drafts) run another kernel than
+        their prompt rows (kernel_id above): AMX hosts, engine/kernels/amx.py
     fp8serve_kernel_startup_fallbacks{layer_group, from_kernel, to_kernel}
         layers that did not get their first-choice kernel (the forced kernel, else the
         first one this host runs) when the model was loaded
@@ -89,6 +92,11 @@ def kernel_families(snapshot: dict[str, Any]) -> Iterator[Metric]:
                   "gate_up_proj, down_proj, lm_head) running on each kernel.",
                   ["layer_group", "kernel"],
                   Counter((layer_group(x["layer"]), x["kernel_id"]) for x in layers))
+    yield _family(g, "layer_group_generated_rows_kernel", "Layers of each group whose "
+                  "generated rows (decode, drafts) run this kernel, not the group's kernel.",
+                  ["layer_group", "kernel"],
+                  Counter((layer_group(x["layer"]), x["generated_kernel_id"]) for x in layers
+                          if x.get("generated_kernel_id")))
     yield _family(g, "kernel_startup_fallbacks", "Layers that did not get their "
                   "first-choice kernel at load (forced, else the first the host runs).",
                   ["layer_group", "from_kernel", "to_kernel"],

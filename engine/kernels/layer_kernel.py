@@ -11,6 +11,8 @@ Counter data for the metrics (see :meth:`KernelReport.selected_counts`,
 and, per layer group (service/kernel_metrics.py, from :meth:`KernelReport.snapshot`):
 
     fp8serve_layer_group_kernel{layer_group, kernel}            layers on that kernel
+    fp8serve_layer_group_generated_rows_kernel{layer_group, kernel}
+                                              layers whose generated rows run that kernel
     fp8serve_kernel_startup_fallbacks{layer_group, from_kernel, to_kernel}
     fp8serve_decoder_layers{path, reason}     decoder layers on the fused C++ op or the
                                               Python layers (:meth:`KernelReport.decoder_counts`)
@@ -115,6 +117,13 @@ class KernelReport:
         blocks only)."""
         with self._lock:
             return any(c.generated_kernel_id for c in self.choices.values())
+
+    def generated_counts(self) -> dict[tuple[str, str], int]:
+        """(kernel, generated rows' kernel) -> layers whose generated rows run another
+        kernel than their prompt rows."""
+        with self._lock:
+            return dict(Counter((c.kernel_id, c.generated_kernel_id)
+                                for c in self.choices.values() if c.generated_kernel_id))
 
     def fallback_counts(self) -> dict[tuple[str, str], int]:
         """(from_kernel, to_kernel) -> runtime fallbacks so far (a monotonic counter)."""

@@ -318,6 +318,17 @@ def generated_kernel(kernel: Fp8Kernel, spec: Fp8Spec, hw: HardwareInfo,
     return gen if gen.batch_invariant else None
 
 
+def _generated_id(kernel_id: str, hw: HardwareInfo, overrides: KernelOverrides,
+                  catalog: KernelCatalog) -> str | None:
+    """The kernel's generated_rows_kernel when no kernel is forced and the host runs it
+    (enabled); shapes aside, what generated_kernel pairs."""
+    loaded = catalog.load(kernel_id)
+    gid = loaded.kernel.generated_rows_kernel if loaded.kernel is not None else None
+    if gid is None or overrides.forced or gid in overrides.disabled:
+        return None
+    return gid if hardware_reason(gid, hw, catalog) is None else None
+
+
 @dataclass(frozen=True, slots=True)
 class TableEntry:
     kernel_id: str
@@ -326,6 +337,9 @@ class TableEntry:
     forced: bool = False
     disabled: bool = False
     batch_invariant: bool = False  # rows bitwise independent of the batch (Fp8Kernel)
+    # registry.generated_kernel for the table's layers on this host (spec-independent
+    # checks only), else None
+    generated_rows_kernel: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +367,9 @@ def table_infos(hw: HardwareInfo, overrides: KernelOverrides = KernelOverrides()
             reason = DISABLED_REASON if off else hardware_reason(kid, hw, catalog)
             entries.append(TableEntry(kid, reason is None, reason,
                                       forced=kid == overrides.forced, disabled=off,
-                                      batch_invariant=is_batch_invariant(kid, catalog)))
+                                      batch_invariant=is_batch_invariant(kid, catalog),
+                                      generated_rows_kernel=_generated_id(kid, hw, overrides,
+                                                                          catalog)))
         out.append(TableInfo(platform.value, kind.value, platform is active, tuple(entries)))
     return out
 

@@ -20,7 +20,10 @@ Shape (every key always present; lists may be empty)::
         {"name": "cpu/per_tensor", "platform": "cpu", "scale_kind": "per_tensor",
          "active": bool,
          "kernels": [{"kernel_id": str, "supported": bool, "reason": str | null,
-                      "forced": bool, "disabled": bool, "batch_invariant": bool}]}
+                      "forced": bool, "disabled": bool, "batch_invariant": bool,
+                      # the kernel its layers run generated rows on, where the host runs
+                      # it (engine/kernels/amx.py), else null
+                      "generated_rows_kernel": str | null}]}
         # ... and after the CPU FP8 tables "cpu/bf16" (scale_kind "bf16"): the bf16
         # linears' kernels (bf16_avx512, bf16_avx2, bf16_portable, torch_mm), active
       ],
@@ -28,7 +31,10 @@ Shape (every key always present; lists may be empty)::
       # lm_head) with scale_kind "bf16":
       "layers": [{"layer": str, "kernel_id": str, "platform": str, "scale_kind": str,
                   "n": int, "k": int, "rejections": [{"kernel_id": str, "reason": str}],
-                  "warning": str | null}],
+                  "warning": str | null, "first_choice": str | null,
+                  # the kernel of the layer's generated rows when it differs (prompt rows
+                  # run kernel_id), else null
+                  "generated_kernel_id": str | null}],
       "runtime_fallbacks": [{"layer": str, "from_kernel": str, "to_kernel": str,
                              "error": str, "stage": "prepare" | "apply"}],
       # per decoder layer: one fused C++ op (engine/model/decode_step.py) or the Python
@@ -39,7 +45,8 @@ Shape (every key always present; lists may be empty)::
         "selected":  [{"kernel": str, "platform": str, "scale_kind": str, "layers": int}],
         "rejections": [{"kernel": str, "reason": str, "layers": int}],
         "runtime_fallbacks": [{"from_kernel": str, "to_kernel": str, "count": int}],
-        "decoder_layers": [{"path": str, "reason": str, "layers": int}]  # reason "" if fused
+        "decoder_layers": [{"path": str, "reason": str, "layers": int}],  # reason "" if fused
+        "generated_rows": [{"kernel": str, "generated_kernel": str, "layers": int}]
       }
     }
 """
@@ -86,7 +93,8 @@ def bf16_table_dict(hw: HardwareInfo) -> dict[str, Any]:
             "active": True,
             "kernels": [{"kernel_id": k, "supported": why is None, "reason": why,
                          "forced": False, "disabled": False,
-                         "batch_invariant": k != TORCH_KERNEL_ID}
+                         "batch_invariant": k != TORCH_KERNEL_ID,
+                         "generated_rows_kernel": None}
                         for k, why in bf16_table(hw)]}
 
 
@@ -109,6 +117,8 @@ def summary_dict(report: KernelReport) -> dict[str, list[dict[str, Any]]]:
                               for (f, t), n in sorted(report.fallback_counts().items())],
         "decoder_layers": [{"path": p, "reason": r, "layers": n}
                            for (p, r), n in sorted(report.decoder_counts().items())],
+        "generated_rows": [{"kernel": k, "generated_kernel": g, "layers": n}
+                           for (k, g), n in sorted(report.generated_counts().items())],
     }
 
 

@@ -25,8 +25,12 @@ DASHBOARD = json.loads((DEPLOY / "grafana/dashboards/fp8serve.json").read_text()
 ALERTS = yaml.safe_load((DEPLOY / "prometheus/alerts.yml").read_text())
 COMPOSE = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
 
-REPORT = {  # one layer fell back at startup, one at run time: every kernel family has samples
+REPORT = {  # one layer fell back at startup, one at run time, one runs generated rows on
+    # another kernel (AMX hosts): every kernel family has samples
     "layers": [
+        {"layer": "model.layers.0.self_attn.o_proj", "kernel_id": "amx_w8a16",
+         "platform": "cpu", "scale_kind": "per_tensor", "n": 8, "k": 8, "rejections": [],
+         "warning": None, "first_choice": "amx_w8a16", "generated_kernel_id": "avx512_w8a16"},
         {"layer": "model.layers.0.self_attn.qkv_proj", "kernel_id": "torch_w8a16",
          "platform": "cpu", "scale_kind": "per_tensor", "n": 8, "k": 8,
          "rejections": [{"kernel_id": "avx512_w8a16", "reason": "shape"}],
@@ -113,7 +117,8 @@ def _datasource_uid() -> str:
 
 
 @pytest.mark.parametrize("title,needles", [
-    ("Kernel per layer group", ["fp8serve_layer_group_kernel", "layer_group, kernel"]),
+    ("Kernel per layer group", ["fp8serve_layer_group_kernel", "layer_group, kernel",
+                                "fp8serve_layer_group_generated_rows_kernel"]),
     ("Startup fallbacks", ["fp8serve_kernel_startup_fallbacks", "from_kernel, to_kernel"]),
     ("Runtime fallbacks", ["fp8serve_kernel_runtime_fallbacks_total"]),
     ("Decoder layers off the fused op", ['fp8serve_decoder_layers{path="python"']),

@@ -272,3 +272,28 @@ def test_engine_answers_equal_each_alone_with_preemption_prefix_cache_and_drafts
     assert seen["hits"] >= len(prompts[0]) // 4 * 4  # the first turn's prompt blocks
     assert [t for x in second for t in x.token_ids] == generate_greedy(amx_runner(weights),
                                                                        turn2, 10)
+
+
+def test_operators_see_the_generated_rows_kernel() -> None:
+    """`fp8serve kernels`, GET /kernels and the metrics name the generated rows' kernel."""
+    from cli.kernels import format_report
+    from engine.kernels.report import build_kernel_report
+    from tests.service.test_kernel_metrics import _scrape
+
+    runner = amx_runner(random_weights(tiny_config(num_layers=2), seed=3))
+    rep = build_kernel_report(fake_hw(*AMX_HOST, amx=True), KernelOverrides(),
+                              runner.kernel_report)
+    assert rep["summary"]["generated_rows"] == [
+        {"kernel": "amx_w8a16", "generated_kernel": "avx512_w8a16", "layers": 8}]
+    table = next(t for t in rep["tables"] if t["name"] == "cpu/per_tensor")
+    assert table["kernels"][0]["kernel_id"] == "amx_w8a16"
+    assert table["kernels"][0]["generated_rows_kernel"] == "avx512_w8a16"
+    text = format_report(rep)
+    assert "-> amx_w8a16 (generated rows: avx512_w8a16)" in text
+    assert "8 layers on amx_w8a16 run generated rows (decode, drafts) on avx512_w8a16" in text
+    assert ('fp8serve_layer_group_generated_rows_kernel{kernel="avx512_w8a16",'
+            'layer_group="qkv_proj"} 2.0') in _scrape(runner.kernel_report)
+    off = build_kernel_report(fake_hw(*AMX_HOST, amx=True),
+                              KernelOverrides(disabled=frozenset({"avx512_w8a16"})))
+    table = next(t for t in off["tables"] if t["name"] == "cpu/per_tensor")
+    assert table["kernels"][0]["generated_rows_kernel"] is None

@@ -62,7 +62,8 @@ def test_report_dict_shape_and_summary() -> None:
     cpu_pt = next(t for t in rep["tables"] if t["name"] == "cpu/per_tensor")
     assert cpu_pt["active"] and cpu_pt["kernels"][0]["kernel_id"] == "amx_w8a16"
     assert set(cpu_pt["kernels"][0]) == {"kernel_id", "supported", "reason", "forced",
-                                         "disabled", "batch_invariant"}
+                                         "disabled", "batch_invariant",
+                                         "generated_rows_kernel"}
     s = rep["summary"]
     assert s["selected"] == [
         {"kernel": "avx2_w8a16", "platform": "cpu", "scale_kind": "per_channel", "layers": 1},
