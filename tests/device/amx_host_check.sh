@@ -12,8 +12,9 @@
 #      (FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_DECODE=0 builds the latter) and one weight tile at a
 #      time instead of two side by side (-DFP8S_AMX_DECODE_NT=1, also the demo's shapes);
 #   5. fp8serve bench generate on the demo model and a 3B-shaped checkpoint (12 layers),
-#      2 threads, the default kernels against the fused AVX-512 path (--against-disabled:
-#      a second runner in the same process, 9 rounds alternating);
+#      2 threads, the default kernels (rows by role) against the fused AVX-512 path and
+#      against every row on the tiles (--against-disabled: a second runner in the same
+#      process, 9 rounds alternating);
 #   6. where decode time goes on the demo model, default kernels and the AVX-512 path: a
 #      build with -DFP8S_TEAM_PROFILE=1 (each team thread's time per part of the layers);
 #      and demo decode with the team's work split per thread (default) against one shared
@@ -68,7 +69,7 @@ PYEOF
 fi
 if part tests; then
 TESTS=(tests/kernels tests/ext tests/engine/test_decode_step_amx.py
-       tests/engine/test_decode_step.py tests/engine/test_model_forced_kernels.py
+       tests/engine/test_rows_by_role.py tests/engine/test_decode_step.py tests/engine/test_model_forced_kernels.py
        tests/engine/test_hardware_probe.py tests/service/test_e2e_server.py
        tests/service/test_e2e_kv_fp8.py tests/service/test_e2e_prefix_cache.py
        "${DEMO_TESTS[@]}")
@@ -102,11 +103,16 @@ fi
 if part generate; then
 [[ -d $OUT/m3b ]] || "$PY" -m cli.main synth-model --shape ministral-3-3b --layers 12 \
     --out "$OUT/m3b" >/dev/null
-for model in "$DEMO" "$OUT/m3b"; do  # the default kernels against the AVX-512 path, one process
+# the default (prompt rows on the tiles, generated rows on AVX-512) against every row on
+# AVX-512 (amx off) and against every row on the tiles (avx512 off), one process each
+for off in amx_w8a16,amx_block_w8a16 avx512_w8a16,avx512_block_w8a16; do
+for model in "$DEMO" "$OUT/m3b"; do
   "$PY" -m cli.main bench generate --model "$model" --baselines '' --prompt-len 512 \
-      --gen-len 32 --threads 2 --rounds 9 --against-disabled amx_w8a16,amx_block_w8a16 \
-      --json "$OUT/generate-$(basename "$model").json" 2>&1 | tee -a "$OUT/generate.log" \
-      | grep -E "off|fused|per round" | sed "s|^|$(basename "$model"): |"
+      --gen-len 32 --threads 2 --rounds 9 --against-disabled "$off" \
+      --json "$OUT/generate-$(basename "$model")-${off%%,*}-off.json" 2>&1 \
+      | tee -a "$OUT/generate.log" \
+      | grep -E "off|fused|per round" | sed "s|^|$(basename "$model") ${off%%,*} off: |"
+done
 done
 fi
 if part profile; then
