@@ -297,3 +297,38 @@ def test_operators_see_the_generated_rows_kernel() -> None:
                               KernelOverrides(disabled=frozenset({"avx512_w8a16"})))
     table = next(t for t in off["tables"] if t["name"] == "cpu/per_tensor")
     assert table["kernels"][0]["generated_rows_kernel"] is None
+
+
+def test_the_op_refuses_row_roles_it_cannot_honour() -> None:
+    """generated_rows of the wrong length, or for a layer on the AVX-512 GEMM, is an error
+    naming the argument, not a silent misread."""
+    from engine.model.attention import build_metadata
+
+    weights = random_weights(tiny_config(num_layers=1), seed=3)
+    amx = amx_runner(weights)
+    avx = ModelRunner(weights, engine_config(), fake_hw(*AVX512_HOST, "avx2", "fma", "f16c"),
+                      KernelOverrides())
+    step = BatchInputs((SeqChunk(0, (1, 2, 3), 0, (0,), prompt_len=2),))
+    meta = build_metadata(step, amx.block_size, amx.kv.num_slots, spans=False)
+    assert meta.generated_rows is not None and meta.generated_rows.tolist() == [0, 0, 1]
+    h = weights.embed_tokens[:3].contiguous()
+    fused = amx.model.fused[0]
+    assert fused is not None and fused.by_role
+    short = replace(meta, generated_rows=torch.ones(2, dtype=torch.uint8))
+    with pytest.raises(RuntimeError, match=r"generated_rows must be contiguous uint8 or bool "
+                                           r"\[T = 3\]"):
+        fused(h, amx.model.rope, short, amx.kv.layer(0))
+    on_avx = avx.model.fused[0]
+    assert on_avx is not None and not on_avx.by_role
+    with pytest.raises(RuntimeError, match="generated_rows applies to layers on the AMX GEMM"):
+        replace(on_avx, by_role=True)(h, avx.model.rope, meta, avx.kv.layer(0))
+
+
+def test_a_layer_whose_linears_differ_in_the_generated_rows_kernel_does_not_fuse() -> None:
+    from engine.model.decode_step import fusion_reason
+
+    runner = amx_runner(random_weights(tiny_config(num_layers=2), seed=3))
+    layer = runner.model.layers[1]
+    layer.o_proj.kernel.generated_kernel = None
+    assert "generated rows run" in (fusion_reason(layer) or "")
+    assert fusion_reason(runner.model.layers[0]) is None
