@@ -58,7 +58,7 @@ class Engine:
         self.observer = observer or EngineObserver()
         allocator = BlockAllocator(runner.num_kv_blocks, runner.block_size)
         cache = (PrefixCache(allocator, getattr(runner, "kv_dtype", "bfloat16"),
-                             prompt_only=getattr(runner, "rows_by_role", False))
+                             by_role=getattr(runner, "rows_by_role", False))
                  if config.enable_prefix_caching else None)
         # drafts: --speculative-config's for every request, predicted outputs' for those
         # that bring one (engine/spec/decoder.py)

@@ -112,7 +112,7 @@ class ModelRunner:
     @property
     def rows_by_role(self) -> bool:
         """Whether some layer runs generated rows on another kernel than prompt rows
-        (engine/kernels/amx.py): the prefix cache then shares prompt blocks only."""
+        (engine/kernels/amx.py): the prefix cache then keys blocks by role too."""
         return self.kernel_report.rows_by_role()
 
     @property

@@ -22,9 +22,9 @@ runs it, it is not disabled and no kernel is forced (generated_rows_kernel,
 registry.generated_kernel). Decode streams the weight from memory, where the AVX-512
 GEMV reads faster than the tiles; prefill is compute-bound, where the tiles win. Both
 kernels are batch-invariant, so a row's bits depend on its role and its own data only:
-alone, batched, chunked and speculated runs agree. What a row's role cannot follow is a
-block of K/V computed as one role and read as the other: the prefix cache then shares
-only blocks inside both requests' prompts (engine/kv/prefix_cache.py prompt_only).
+alone, batched, chunked and speculated runs agree. A block of K/V computed in one role
+must not be read in the other: the prefix cache then keys each block by its positions'
+roles too (engine/kv/prefix_cache.py by_role).
 FP8SERVE_DISABLED_KERNELS=avx512_w8a16,avx512_block_w8a16 runs every row on the tiles.
 Gate: AMX tile + bf16 granted by the OS (hw.amx_usable), AVX-512 BF16, extension built,
 dispatch level amx (the extension's: those plus AVX512_VBMI, whose table unpacks the FP8

@@ -113,8 +113,8 @@ class KernelReport:
 
     def rows_by_role(self) -> bool:
         """Whether some layer runs its generated rows on another kernel than its prompt
-        rows (then K/V depends on a position's role: the prefix cache shares prompt
-        blocks only)."""
+        rows (then K/V depends on a position's role: the prefix cache keys blocks by role
+        too)."""
         with self._lock:
             return any(c.generated_kernel_id for c in self.choices.values())
 

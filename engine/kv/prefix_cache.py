@@ -21,16 +21,19 @@ Rules:
 - generated tokens count too: after a preemption a request recomputes its prompt and its
   output through the cache, and a chat's next turn can reuse the previous answer's blocks
   when the template reproduces its tokens.
-- except with ``prompt_only``, when the model runs a position's rows on a kernel chosen by
-  its role (engine/kernels/amx.py: prompt rows on the AMX tiles, generated rows on the
-  AVX-512 GEMM): the same tokens then have different K/V as a prompt and as an output. A
-  block is committed only when it lies inside its request's prompt, and a request takes
-  only blocks inside its own prompt, so every shared block was computed as prompt rows
-  and is read as prompt rows. A chat's next turn recomputes the previous answer (on the
-  prompt kernel); a preempted request recomputes its output.
+- ``by_role``: when the model runs a position's rows on a kernel chosen by its role
+  (engine/kernels/amx.py: prompt rows on the AMX tiles, generated rows on the AVX-512
+  GEMM), the same tokens have different K/V as a prompt and as an output. Each block's
+  key then also names how many of its positions are prompt positions (the chain carries
+  the rest), so a block is shared only between requests that computed it in the same
+  roles: a preempted request finds its own output again, and the prompt blocks of
+  requests with a common prefix are shared as before, but a chat's next turn, whose
+  prompt holds the previous answer, recomputes that answer (as prompt rows).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from engine.kv.block_allocator import BlockAllocator
 from engine.kv.block_hash import BlockHasher
@@ -39,16 +42,10 @@ from engine.request import Request
 
 class PrefixCache:
     def __init__(self, allocator: BlockAllocator, kv_dtype: str = "bfloat16",
-                 prompt_only: bool = False) -> None:
+                 by_role: bool = False) -> None:
         self.allocator = allocator
         self.hasher = BlockHasher(allocator.block_size, kv_dtype)
-        self.prompt_only = prompt_only
-
-    def _prompt_blocks(self, req: Request, n: int) -> int:
-        """n, capped at the full blocks inside the prompt when ``prompt_only``."""
-        if not self.prompt_only:
-            return n
-        return min(n, len(req.prompt_ids) // self.allocator.block_size)
+        self.by_role = by_role
 
     def match(self, req: Request) -> list[int]:
         """The cached blocks that cover ``req``'s first tokens, in order (possibly none).
@@ -56,7 +53,7 @@ class PrefixCache:
         if req.wants_prompt_logprobs:
             return []
         bs = self.allocator.block_size
-        limit = self._prompt_blocks(req, (req.num_tokens - 1) // bs)
+        limit = (req.num_tokens - 1) // bs
         if limit == 0:
             return []
         hashes = self._hashes(req, limit)
@@ -70,8 +67,7 @@ class PrefixCache:
 
     def commit(self, req: Request) -> None:
         """Register ``req``'s full blocks whose K/V is computed and not yet registered."""
-        full = self._prompt_blocks(
-            req, min(req.num_computed // self.allocator.block_size, len(req.block_table)))
+        full = min(req.num_computed // self.allocator.block_size, len(req.block_table))
         if full <= req.num_committed_blocks:
             return
         hashes = self._hashes(req, full)
@@ -83,11 +79,25 @@ class PrefixCache:
         if len(req.block_hashes) < num_blocks:
             bs = self.allocator.block_size
             tokens = req.token_slice(len(req.block_hashes) * bs, num_blocks * bs)
-            keys = None
+            self.hasher.extend(req.block_hashes, tokens, req.cache_salt, self._keys(req))
+        return req.block_hashes
+
+    def _keys(self, req: Request) -> Callable[[int, int], tuple[bytes, ...]] | None:
+        """The extra keys of the block at positions [start, end): its images' content
+        hashes, and with ``by_role`` how many of its positions are the prompt's."""
+        if not req.images and not self.by_role:
+            return None
+        prompt_len = len(req.prompt_ids)
+
+        def keys(start: int, end: int) -> tuple[bytes, ...]:
+            out: tuple[bytes, ...] = ()
             if req.images:
                 from engine.vision.prompt_image import block_image_keys
 
-                def keys(start: int, end: int) -> tuple[bytes, ...]:
-                    return block_image_keys(req.images, start, end)
-            self.hasher.extend(req.block_hashes, tokens, req.cache_salt, keys)
-        return req.block_hashes
+                out = tuple(block_image_keys(req.images, start, end))
+            if self.by_role:
+                prompt_rows = min(end, max(start, prompt_len)) - start
+                out += (b"prompt_rows:%d" % prompt_rows,)
+            return out
+
+        return keys

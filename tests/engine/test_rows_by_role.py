@@ -244,7 +244,7 @@ def test_engine_answers_equal_each_alone_with_preemption_prefix_cache_and_drafts
                        max_num_batched_tokens=8)
     eng = Engine(runner, FakeTokenizer(), cfg, detokenizer=FakeDetokenizer,
                  sampler=Sampler(()), observer=Observer())
-    assert eng.scheduler.prefix_cache is not None and eng.scheduler.prefix_cache.prompt_only
+    assert eng.scheduler.prefix_cache is not None and eng.scheduler.prefix_cache.by_role
     from tests.engine.spec.test_spec_engine import FixedShare
 
     eng.spec.cost = FixedShare(0.0)  # draft every step: a tiny model's step times say nothing

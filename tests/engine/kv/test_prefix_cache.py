@@ -16,10 +16,10 @@ from tests.engine.kv.test_block_allocator import check_invariants
 BS = 4
 
 
-def make(num_blocks: int = 64, seqs: int = 8, budget: int = 64, prompt_only: bool = False
+def make(num_blocks: int = 64, seqs: int = 8, budget: int = 64, by_role: bool = False
          ) -> tuple[Scheduler, CacheCheckingRunner]:
     alloc = BlockAllocator(num_blocks, BS)
-    cache = PrefixCache(alloc, prompt_only=prompt_only)
+    cache = PrefixCache(alloc, by_role=by_role)
     return Scheduler(alloc, seqs, budget, prefix_cache=cache), CacheCheckingRunner(num_blocks, BS)
 
 
@@ -159,11 +159,12 @@ def test_eviction_under_pressure_is_least_recently_used():
     assert sched.allocator.num_evicted > 0
 
 
-def test_prompt_only_commits_and_takes_blocks_inside_the_prompt():
+def test_by_role_shares_a_block_only_in_the_roles_it_was_computed_in():
     """With rows by role (engine/kernels/amx.py) a position's K/V depends on whether it was
-    a prompt or an output token: blocks are committed only inside their request's prompt,
-    and taken only inside the taker's prompt."""
-    sched, runner = make(prompt_only=True)
+    a prompt or an output token: a block's key names how many of its positions are the
+    prompt's, so the next turn does not read the previous answer's blocks, while requests
+    that share a prompt prefix, or the same request recomputing its output, still share."""
+    sched, runner = make(by_role=True)
     prompt = list(range(1, 15))  # 3 full blocks and 2 tokens
     a = req("a", prompt, max_tokens=9)
     run(sched, runner, a)
@@ -173,14 +174,31 @@ def test_prompt_only_commits_and_takes_blocks_inside_the_prompt():
     # turn2 committed its whole prompt, a's answer included (computed as prompt rows there)
     probe = req("probe", [*turn2.prompt_ids, 1, 2, 3, 4, 5])
     assert len(sched.prefix_cache.match(probe)) == len(turn2.prompt_ids) // BS
-    # a request whose *output* those tokens are (e.g. recomputing after a preemption) may
-    # take only the blocks of its own prompt
+    # the same tokens as an output (a request recomputing after a preemption) take only
+    # the blocks computed with the same roles: a's, not turn2's
     again = req("again", prompt, max_tokens=9)
-    again.output_ids = list(a.output_ids[:6])
-    assert len(sched.prefix_cache.match(again)) == len(prompt) // BS
-    again_everything = PrefixCache(sched.allocator)  # the rule off: it would take more
-    again_everything.hasher = sched.prefix_cache.hasher
-    assert len(again_everything.match(again)) > len(prompt) // BS
+    again.output_ids = list(a.output_ids)
+    assert [sched.allocator.lookup(h) for h in sched.prefix_cache._hashes(again, 5)] == [
+        sched.allocator.lookup(h) for h in sched.prefix_cache._hashes(a, 5)]
+    assert sched.prefix_cache._hashes(again, 5)[3:] != sched.prefix_cache._hashes(turn2, 5)[3:]
+    # keyed by tokens alone (a request keeps its hashes: fresh ones), they would be one
+    roleless, as_output = PrefixCache(sched.allocator), req("y", prompt, max_tokens=9)
+    as_output.output_ids = list(a.output_ids)
+    assert roleless._hashes(req("x", prompt + a.output_ids), 5) == roleless._hashes(
+        as_output, 5)
+
+
+def test_preempted_requests_find_their_own_output_again_by_role():
+    sched, runner = make(num_blocks=20, seqs=6, budget=32, by_role=True)
+    shared = list(range(1, 25))
+    reqs = [req(f"r{i}", shared + [30 + i], max_tokens=18) for i in range(6)]
+    outs = run(sched, runner, *reqs)
+    assert any(o.preempted for o in outs), "the test must preempt"
+    # a recompute chunk of a preempted request that starts past the shared prompt blocks
+    # (24 tokens) was served its own output blocks from the cache
+    past_prompt = [c for o in outs for r, c in zip(o.requests, o.batch.chunks, strict=True)
+                   if r.num_preemptions and c.num_tokens > 1 and c.start_pos > len(shared)]
+    assert past_prompt, "a preempted request found its own output in the cache"
 
 
 def test_preempted_requests_recompute_through_the_cache():
