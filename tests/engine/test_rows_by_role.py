@@ -166,17 +166,19 @@ def role_mix_weights() -> ModelWeights:
     return ModelWeights(c, embed.to(torch.bfloat16), (layer,), ones, head.to(torch.bfloat16))
 
 
-@pytest.mark.skipif(not STANDIN, reason="the real tiles' sums are their own")
 def test_the_role_mix_model_tells_roles_apart() -> None:
     weights = role_mix_weights()
     tiles = amx_runner(weights, KernelOverrides(disabled=frozenset({"avx512_w8a16"})))
     avx = ModelRunner(weights, engine_config(), fake_hw(*AVX512_HOST, "avx2", "fma", "f16c"),
                       KernelOverrides())
     prompt = _ids(12, 1)
-    assert generate_greedy(tiles, prompt, 4) == [202] * 4
+    all_tiles = generate_greedy(tiles, prompt, 4)
     assert generate_greedy(avx, prompt, 4) == [101] * 4
     mixed = generate_greedy(amx_runner(weights), prompt, 12)
-    assert mixed[0] == 202 and 101 < mixed[-1] < 202 and mixed == sorted(mixed, reverse=True)
+    assert mixed[0] == all_tiles[0]  # the first token is read from prompt rows
+    if STANDIN:  # the real tiles' sums on PROBE are the hardware's own
+        assert all_tiles == [202] * 4
+        assert 101 < mixed[-1] < 202 and mixed == sorted(mixed, reverse=True)
 
 
 @pytest.mark.parametrize("fuse", [None, False], ids=["fused", "python"])
