@@ -170,11 +170,11 @@ def format_table(res: dict[str, Any]) -> str:
     samples = "; ".join(f"{s['label']} {_fmt(s['read_xor_gbps'])} / {s['torch_sum_gbps']:.1f}"
                         for s in res["read_bandwidth_samples"])
     lines.append(f"read bandwidth samples (read_xor / torch sum, GB/s): {samples}")
-    lines.append(f"fp8serve kernels (layers): {ours['kernels']}; lm_head: "
+    lines.append(f"fp8serve kernels (layers): {ours['kernels']}{_generated(ours)}; lm_head: "
                  f"{ours.get('lm_head_kernel')}; fused C++ layers: {ours.get('fused_layers')}; "
                  f"extension built: "
                  f"{ext.get('built')}" + (f" ({ext['error']})" if ext.get("error") else ""))
-    lines += [f"{_label(n, b)}: kernels (layers) {b['kernels']}; lm_head: "
+    lines += [f"{_label(n, b)}: kernels (layers) {b['kernels']}{_generated(b)}; lm_head: "
               f"{b.get('lm_head_kernel')}; fused C++ layers: {b.get('fused_layers')}"
               for n, b in res["baselines"].items() if "kernels" in b]
     lines += _bytes_lines(res)
@@ -183,6 +183,12 @@ def format_table(res: dict[str, Any]) -> str:
     lines.append("(vs bandwidth bound: fraction of the bound reached; "
                  "vs bf16 matmul: fraction of torch's bf16 throughput for the same FLOPs)")
     return "\n".join(lines)
+
+
+def _generated(runner: dict) -> str:
+    """', generated rows: {...}' where some layers decode on another kernel (AMX hosts)."""
+    gen = runner.get("generated_rows")
+    return f", generated rows: {gen}" if gen else ""
 
 
 def _bytes_lines(res: dict[str, Any]) -> list[str]:

@@ -173,6 +173,9 @@ def release_fp8serve(loaded: dict[str, Any]) -> dict[str, Any]:
     runner = loaded.pop("runner")
     kernels = {f"{k}/{p}/{s}": n for (k, p, s), n in
                runner.kernel_report.selected_counts().items()}
+    # layers whose generated rows (decode) run another kernel (AMX hosts: rows by role)
+    generated = {f"{k}->{g}": n for (k, g), n in
+                 runner.kernel_report.generated_counts().items()}
     head = runner.model.lm_head
     head_kernel = getattr(head, "kernel_id", None) or head.kernel.kernel.id
     reasons = runner.model.fusion_reasons
@@ -180,7 +183,8 @@ def release_fp8serve(loaded: dict[str, Any]) -> dict[str, Any]:
     del runner
     gc.collect()
     ext = loaded.pop("hw").extension
-    return {"load_s": loaded["load_s"], "kernels": kernels, "lm_head_kernel": head_kernel,
+    return {"load_s": loaded["load_s"], "kernels": kernels, "generated_rows": generated,
+            "lm_head_kernel": head_kernel,
             "fused_layers": fused, "extension": {"built": ext.built, "error": ext.error}}
 
 
