@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-from engine.batch import BatchInputs, SeqChunk
+from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.model.attention import build_metadata
 
 BS = 4
@@ -55,3 +55,24 @@ def test_rejects_short_tables_foreign_blocks_and_empty_batches():
         build_metadata(foreign, BS, 100)
     with pytest.raises(ValueError, match="empty batch"):
         build_metadata(BatchInputs(()), BS, 100)
+
+
+def test_generated_rows_mark_positions_at_or_past_each_prompt() -> None:
+    """SeqChunk.prompt_len splits a chunk's rows by role (engine/kernels/amx.py): a prompt
+    chunk, a decode row, a chunk spanning the prompt's end (recompute after a preemption)
+    and a verification chunk of drafts; no prompt_len means every row is a prompt row."""
+    chunks = (SeqChunk(0, (1, 2, 3), 0, (0,), prompt_len=5),
+              SeqChunk(1, (4,), 7, (1, 2), prompt_len=7),
+              SeqChunk(2, (5, 6, 7, 8), 2, (3, 4), prompt_len=4),
+              SeqChunk(3, (9, 10, 11), 6, (5, 6, 7), LogitsWanted.ALL, num_draft=2,
+                       prompt_len=3))
+    batch = BatchInputs(chunks)
+    assert [c.num_prompt_rows for c in chunks] == [3, 0, 2, 0]
+    rows = batch.generated_rows()
+    assert rows is not None and rows.dtype == torch.uint8
+    assert rows.tolist() == [0, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1]
+    meta = build_metadata(batch, 4, 64, spans=False)
+    assert torch.equal(meta.generated_rows, rows)
+    prompts = BatchInputs((SeqChunk(0, (1, 2), 0, (0,)), SeqChunk(1, (3,), 0, (1,), prompt_len=4)))
+    assert prompts.generated_rows() is None
+    assert build_metadata(prompts, 4, 64).generated_rows is None
