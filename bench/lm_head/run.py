@@ -101,9 +101,17 @@ def _build(cfg: LmHeadBenchConfig, longest: int) -> tuple[Any, Head, Any]:
 
 
 def _step(runner: Any, head: Head, chunk: Any) -> int:
+    """The chunk's next token through ``head``; an FP8 head is told the logit row's role,
+    as the server does (AMX hosts run a decode row on the generated-rows kernel)."""
     from engine.batch import BatchInputs
+    from engine.model.layers import Fp8Linear
 
-    return int(torch.argmax(head(runner.hidden(BatchInputs((chunk,))))[0]))
+    batch = BatchInputs((chunk,))
+    h = runner.hidden(batch)
+    if isinstance(head, Fp8Linear):
+        roles = batch.generated_rows()
+        return int(torch.argmax(head(h, None if roles is None else roles[-1:])[0]))
+    return int(torch.argmax(head(h)[0]))
 
 
 def greedy(runner: Any, head: Head, prompt: list[int], n: int) -> tuple[list[int], float]:

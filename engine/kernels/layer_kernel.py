@@ -69,7 +69,9 @@ class RuntimeFallback:
     from_kernel: str
     to_kernel: str
     error: str
-    stage: str = "apply"  # "apply" (first call) or "prepare" (packing at load)
+    # "apply" (first call), "prepare" (packing at load), or "apply (generated rows)": the
+    # generated rows' kernel failed its first call, and the layer's own kernel runs them
+    stage: str = "apply"
 
 
 @dataclass
@@ -112,11 +114,13 @@ class KernelReport:
                                 for r in c.rejections))
 
     def rows_by_role(self) -> bool:
-        """Whether some layer runs its generated rows on another kernel than its prompt
-        rows (then K/V depends on a position's role: the prefix cache keys blocks by role
-        too)."""
+        """Whether some decoder layer (``layers.*``, whose outputs feed the K/V) runs its
+        generated rows on another kernel than its prompt rows: K/V then depends on a
+        position's role, and the prefix cache keys blocks by role too. The lm_head's
+        rows feed no K/V."""
         with self._lock:
-            return any(c.generated_kernel_id for c in self.choices.values())
+            return any(c.generated_kernel_id and c.layer.startswith("layers.")
+                       for c in self.choices.values())
 
     def generated_counts(self) -> dict[tuple[str, str], int]:
         """(kernel, generated rows' kernel) -> layers whose generated rows run another
@@ -208,6 +212,7 @@ class LayerKernel:
             log.warning("%s: %s", name, sel.warning)
         self.kernel: Fp8Kernel = sel.kernel
         self.generated_kernel: Fp8Kernel | None = sel.generated
+        self._generated_verified = False
         self._chain = list(sel.fallbacks)
         self._verified = False
         report.record_choice(LayerChoice(
@@ -260,11 +265,25 @@ class LayerKernel:
         rows_p = (~generated).nonzero().squeeze(1)
         if rows_p.numel():
             y.index_copy_(0, rows_p, self(x.index_select(0, rows_p)))
+        xg = x.index_select(0, rows_g)
         if self.generated_kernel is None:  # the prompt rows' call fell back: one kernel now
-            y.index_copy_(0, rows_g, self(x.index_select(0, rows_g)))
+            y.index_copy_(0, rows_g, self(xg))
             return y
         packed = replace(self.packed, kernel_id=gen.id)
-        y.index_copy_(0, rows_g, gen.apply(packed, x.index_select(0, rows_g), self.bias))
+        if self._generated_verified:
+            y.index_copy_(0, rows_g, gen.apply(packed, xg, self.bias))
+            return y
+        try:
+            y.index_copy_(0, rows_g, gen.apply(packed, xg, self.bias))
+            self._generated_verified = True
+        except Exception as exc:  # noqa: BLE001 - its first call failed: every row on one
+            log.warning("%s: generated rows' kernel %s failed (%s: %s); every row runs %s",
+                        self.name, gen.id, type(exc).__name__, exc, self.kernel.id)
+            self._report.record_fallback(RuntimeFallback(
+                self.name, gen.id, self.kernel.id, f"{type(exc).__name__}: {exc}",
+                "apply (generated rows)"))
+            self.generated_kernel = None
+            y.index_copy_(0, rows_g, self(xg))
         return y
 
     def _next_kernel(self, exc: Exception, stage: str) -> None:

@@ -36,7 +36,8 @@ Shape (every key always present; lists may be empty)::
                   # run kernel_id), else null
                   "generated_kernel_id": str | null}],
       "runtime_fallbacks": [{"layer": str, "from_kernel": str, "to_kernel": str,
-                             "error": str, "stage": "prepare" | "apply"}],
+                             "error": str,
+                             "stage": "prepare" | "apply" | "apply (generated rows)"}],
       # per decoder layer: one fused C++ op (engine/model/decode_step.py) or the Python
       # layer, and why (empty without a model):
       "decoder_layers": [{"index": int, "path": "fused" | "python", "reason": str | null}],

@@ -334,3 +334,44 @@ def test_a_layer_whose_linears_differ_in_the_generated_rows_kernel_does_not_fuse
     layer.o_proj.kernel.generated_kernel = None
     assert "generated rows run" in (fusion_reason(layer) or "")
     assert fusion_reason(runner.model.layers[0]) is None
+
+
+def test_a_failing_generated_rows_kernel_falls_back_to_the_layers_kernel(monkeypatch) -> None:
+    """The generated rows' kernel raising on its first call: the layer logs and records a
+    runtime fallback, runs those rows (and every later one) on its own kernel, and the
+    report no longer names a generated rows' kernel."""
+    w = Fp8Weight(torch.ones(64, 96).to(FP8_DTYPE), torch.ones(64), ScaleKind.PER_CHANNEL)
+    report = KernelReport()
+    layer = LayerKernel("layers.0.mlp.down_proj", w, fake_hw(*AMX_HOST, amx=True),
+                        KernelOverrides(), report)
+    gen = layer.generated_kernel
+    assert gen is not None and report.rows_by_role()
+
+    def boom(*a, **k):
+        raise RuntimeError("no such shape")
+
+    monkeypatch.setattr(gen, "apply", boom)
+    x = torch.randn(4, 96, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    roles = torch.tensor([0, 1, 0, 1], dtype=torch.uint8)
+    assert torch.equal(layer(x, roles), layer(x))
+    assert layer.generated_kernel is None and not report.rows_by_role()
+    (fb,) = report.fallbacks
+    assert (fb.from_kernel, fb.to_kernel, fb.stage) == (
+        "avx512_w8a16", "amx_w8a16", "apply (generated rows)")
+    choice = report.choices["layers.0.mlp.down_proj"]
+    assert choice.kernel_id == "amx_w8a16" and choice.generated_kernel_id is None
+
+
+def test_only_decoder_layers_key_the_prefix_cache_by_role() -> None:
+    """An FP8 lm_head's generated rows on AVX-512 change no K/V: the cache keeps sharing
+    blocks by tokens alone."""
+    from engine.kernels.layer_kernel import LayerChoice
+
+    report = KernelReport()
+    report.record_choice(LayerChoice("lm_head", "amx_w8a16", "cpu", "per_tensor", 8, 8, (),
+                                     generated_kernel_id="avx512_w8a16"))
+    assert not report.rows_by_role()
+    report.record_choice(LayerChoice("layers.0.self_attn.o_proj", "amx_w8a16", "cpu",
+                                     "per_tensor", 8, 8, (),
+                                     generated_kernel_id="avx512_w8a16"))
+    assert report.rows_by_role()
