@@ -14,7 +14,7 @@ from engine.checkpoint.names import LINEAR_MODULES, NameMap, module_excluded
 from engine.checkpoint.tensors import TensorStore
 from engine.checkpoint.validate import read_float, read_fp8, read_scale
 from engine.config import ModelConfig
-from engine.kernels.base import Fp8Weight, ScaleKind
+from engine.kernels.base import FP8_DTYPE, Fp8Weight, ScaleKind
 from engine.weights import LayerWeights, LinearWeight, ModelWeights
 
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some older HF checkpoints saved
@@ -83,7 +83,8 @@ def check_names(store: TensorStore, cfg: ModelConfig, names: NameMap, source: st
     required, known = known_names(cfg, names)
     for name in required:
         if name not in store:
-            raise CheckpointError(f"{source}: tensor '{name}' missing")
+            hint = "" if names.native else _unquantized(store, name)
+            raise CheckpointError(f"{source}: tensor '{name}' missing{hint}")
     vision = 0
     for name in store.names():
         if name in known or name.endswith(IGNORED_SUFFIXES):
@@ -94,6 +95,22 @@ def check_names(store: TensorStore, cfg: ModelConfig, names: NameMap, source: st
         raise CheckpointError(f"{store.meta(name).file}: tensor '{name}' unexpected "
                               "(not part of the text decoder, not a vision tensor)")
     return vision
+
+
+def _unquantized(store: TensorStore, missing: str) -> str:
+    """For a missing FP8 scale whose weight is stored unquantized: the config key that
+    should name the module (else '')."""
+    suffix = ".weight_scale_inv" if missing.endswith(".weight_scale_inv") else (
+        ".activation_scale" if missing.endswith(".activation_scale") else None)
+    if suffix is None:
+        return ""
+    weight = missing[: -len(suffix)] + ".weight"
+    if weight not in store or store.meta(weight).dtype == FP8_DTYPE:
+        return ""
+    module = weight.removesuffix(".weight")
+    return (f" ('{weight}' is {str(store.meta(weight).dtype).removeprefix('torch.')}, not "
+            f"FP8: config.json quantization_config.modules_to_not_convert should list "
+            f"'{module}')")
 
 
 def interleaved_to_half_split(w: torch.Tensor, n_heads: int) -> torch.Tensor:

@@ -69,8 +69,8 @@ class NameMap:
     def disk(self, canonical: str) -> str:
         if self.native:
             return _native_name(canonical)
-        if canonical == "lm_head.weight":
-            return self.head
+        if canonical.startswith("lm_head."):  # the head's weight and its FP8 scales
+            return self.head.removesuffix("lm_head.weight") + canonical
         return self.prefix + canonical
 
     def is_vision(self, disk_name: str) -> bool:

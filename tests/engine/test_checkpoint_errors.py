@@ -303,3 +303,42 @@ def test_a_rope_parameter_of_the_wrong_type_names_its_place(ckpt):
     (ckpt / "config.json").write_text(json.dumps(cfg))
     assert "config.json: rope_parameters.rope_theta must be a finite number, got 'big'" \
         == _error(ckpt)
+
+
+def test_a_bf16_module_the_config_does_not_exclude_names_the_config_key(ckpt):
+    """Dropping modules_to_not_convert leaves the bf16 lm_head without an FP8 scale: the
+    error says the weight is not FP8 and which config key should name it."""
+    cfg = json.loads((ckpt / "config.json").read_text())
+    q = cfg.get("quantization_config") or cfg["text_config"]["quantization_config"]
+    assert q.pop("modules_to_not_convert")
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    msg = _error(ckpt)
+    assert "lm_head.weight_scale_inv' missing" in msg, msg
+    assert "lm_head.weight' is bfloat16, not FP8: config.json quantization_config." \
+           "modules_to_not_convert should list" in msg, msg
+
+
+@pytest.mark.parametrize("head", ["lm_head.weight", "language_model.lm_head.weight"])
+def test_a_quantized_lm_head_reads_its_scale_beside_it(ckpt, head):
+    """A checkpoint that quantizes the head too (no modules_to_not_convert) keeps its scale
+    beside the head's weight, outside the decoder's prefix: the head loads as FP8."""
+    from engine.kernels.base import Fp8Weight
+    from tests.engine.test_model_support import quantize_fp8
+
+    cfg = json.loads((ckpt / "config.json").read_text())
+    q = cfg.get("quantization_config") or cfg["text_config"]["quantization_config"]
+    q.pop("modules_to_not_convert")
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+
+    def quantize(t: dict) -> None:
+        w = quantize_fp8(t.pop("lm_head.weight").float())
+        stem = head.removesuffix("weight")
+        t[head] = w.weight
+        t[stem + "weight_scale_inv"] = w.scale.reshape(t[Q_SCALE].shape)
+        if "model.layers.0.mlp.down_proj.activation_scale" in t:  # static activation scales
+            t[stem + "activation_scale"] = w.activation_scale.reshape(
+                t["model.layers.0.mlp.down_proj.activation_scale"].shape)
+
+    _edit(ckpt, quantize)
+    weights = load_weights(ckpt, progress=False)
+    assert isinstance(weights.lm_head, Fp8Weight)
