@@ -92,7 +92,9 @@ def parse_quant(cfg: dict[str, Any], text: dict[str, Any]) -> QuantConfig:
     if method != "fp8":
         raise CheckpointError(f"{HF_CONFIG}: quantization_config.quant_method {method!r} "
                               "unsupported (fp8, or none for bf16)")
-    block = q.get("weight_block_size")
+    # an absent key reads as transformers' FineGrainedFP8Config reads it: 128 x 128 blocks
+    # and dynamic activation scales; an explicit null is per-tensor
+    block = q.get("weight_block_size", list(DEFAULT_BLOCK))
     if block is not None and (not isinstance(block, list) or len(block) != 2 or not all(
             isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
         raise CheckpointError(f"{HF_CONFIG}: weight_block_size {block!r} must be [bn, bk] or null")
@@ -100,7 +102,7 @@ def parse_quant(cfg: dict[str, Any], text: dict[str, Any]) -> QuantConfig:
     if not isinstance(skip, list | tuple) or not all(isinstance(m, str) for m in skip):
         raise CheckpointError(f"{HF_CONFIG}: quantization_config.modules_to_not_convert must "
                               f"be a list of names, got {skip!r}")
-    scheme = q.get("activation_scheme", "static")
+    scheme = q.get("activation_scheme", "dynamic")
     if scheme not in ("static", "dynamic"):
         raise CheckpointError(f"{HF_CONFIG}: quantization_config.activation_scheme "
                               f"{scheme!r} unsupported (static, dynamic)")

@@ -207,3 +207,23 @@ def test_llama_config_plain_rope(tmp_path):
     assert (c.rope.rope_type, c.rope.theta, c.rope.llama_4_scaling_beta) == ("default", 1e5, 0.0)
     assert c.num_kv_heads == 4 and c.tie_word_embeddings and not c.has_vision
     assert (c.bos_token_id, c.eos_token_ids) == (4, (5,))
+
+
+def test_absent_fp8_keys_read_as_transformers_reads_them(tiny_checkpoint, tmp_path):
+    """quantization_config without weight_block_size and activation_scheme: 128 x 128
+    blocks and dynamic activations (FineGrainedFP8Config's defaults), as a block
+    checkpoint needs; an explicit null block size stays per-tensor."""
+    import shutil
+    from pathlib import Path
+
+    src = tiny_checkpoint(quant="fp8-block")
+    d = Path(shutil.copytree(src, tmp_path / "block"))
+    cfg = json.loads((d / "config.json").read_text())
+    q = cfg.get("quantization_config") or cfg["text_config"]["quantization_config"]
+    assert q.pop("weight_block_size") == [128, 128] and q.pop("activation_scheme") == "dynamic"
+    (d / "config.json").write_text(json.dumps(cfg))
+    w = load_weights(d, progress=False)
+    assert w.config.quant.scale_kind is ScaleKind.BLOCK and w.config.quant.block_size == (128, 128)
+    assert w.config.quant.activation_scheme == "dynamic"
+    assert torch.equal(w.layers[1].down_proj.scale,
+                       load_weights(src, progress=False).layers[1].down_proj.scale)
