@@ -42,7 +42,10 @@ def known_names(cfg: ModelConfig, names: NameMap) -> tuple[list[str], set[str]]:
     """(required disk names, every disk name the text decoder may use)."""
     required = ["embed_tokens.weight", "norm.weight"]
     modules = [("lm_head", None)] if not cfg.tie_word_embeddings else []
-    optional = ["lm_head.weight"] if cfg.tie_word_embeddings else []
+    # a tied checkpoint may still carry a copy of the head (in HF files quantized too, with
+    # its scales): unused, not an error
+    copies = ("weight",) if names.native else ("weight", "weight_scale_inv", "activation_scale")
+    optional = [f"lm_head.{n}" for n in copies] if cfg.tie_word_embeddings else []
     for i in range(cfg.num_layers):
         required += [f"layers.{i}.input_layernorm.weight",
                      f"layers.{i}.post_attention_layernorm.weight"]

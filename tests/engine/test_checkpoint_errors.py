@@ -342,3 +342,13 @@ def test_a_quantized_lm_head_reads_its_scale_beside_it(ckpt, head):
     _edit(ckpt, quantize)
     weights = load_weights(ckpt, progress=False)
     assert isinstance(weights.lm_head, Fp8Weight)
+
+
+def test_a_tied_checkpoint_may_carry_a_quantized_head_copy(tiny_checkpoint, tmp_path):
+    """tie_word_embeddings with an FP8 lm_head copy and its scales in the file: the copy
+    is unused (the head is the embedding), not an unexpected tensor."""
+    d = _copy(tiny_checkpoint(tie_word_embeddings=True), tmp_path / "tied")
+    q = torch.zeros(8, 8).to(torch.float8_e4m3fn)
+    _edit(d, lambda t: t.update({"lm_head.weight": q, "lm_head.weight_scale_inv": torch.ones(()),
+                                 "lm_head.activation_scale": torch.ones(())}))
+    assert load_weights(d, progress=False).lm_head is None
