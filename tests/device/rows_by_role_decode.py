@@ -21,18 +21,16 @@ from engine.config import EngineConfig
 from engine.hardware_probe import probe_hardware
 from engine.kernels.registry import KernelOverrides
 from engine.runner import load_runner
-from tests.ext.support import AVX512_HOST, fake_hw
-
-AMX = (*AVX512_HOST, "avx2", "fma", "f16c", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
+from tests.ext.support import AMX_HOST, AVX2_HOST, AVX512_HOST, fake_hw
 
 
 def main(model: str, rounds: int) -> None:
     torch.set_num_threads(2)
     cfg = EngineConfig(model_dir=model, kv_cache_gib=0.25, kv_block_size=16, max_model_len=1024)
     real = probe_hardware()
-    role_hw = real if real.amx_usable else fake_hw(*AMX, amx=True)
+    role_hw = real if real.amx_usable else fake_hw(*AMX_HOST, amx=True)
     role = load_runner(model, cfg, hw=role_hw, overrides=KernelOverrides())
-    avx = load_runner(model, cfg, hw=fake_hw(*AVX512_HOST, "avx2", "fma", "f16c"),
+    avx = load_runner(model, cfg, hw=fake_hw(*AVX512_HOST, *AVX2_HOST),
                       overrides=KernelOverrides())
     print(f"rows by role: {role.rows_by_role} ({'real tiles' if real.amx_usable else 'stand-in'})"
           f"; fused layers {role.model.fusion_reasons.count(None)} and "

@@ -17,9 +17,7 @@ from engine.kernels.registry import KernelOverrides
 from engine.model.decode_step import GEMM_AMX, GEMM_AVX2, fusion_reason
 from engine.runner import ModelRunner
 from tests.engine.test_model_support import engine_config, random_weights, tiny_config
-from tests.ext.support import AVX2_HOST, AVX512_HOST, fake_hw
-
-AMX_HOST = (*AVX512_HOST, *AVX2_HOST, "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
+from tests.ext.support import AMX_HOST, AVX2_HOST, AVX512_HOST, fake_hw
 
 
 def _runner(monkeypatch, isa: str, flags: tuple[str, ...], amx: bool,

@@ -23,7 +23,7 @@ from engine.kernels.registry import KernelOverrides
 from engine.runner import ModelRunner, generate_greedy
 from engine.weights import LayerWeights, ModelWeights
 from tests.engine.test_model_support import engine_config, random_weights, tiny_config
-from tests.ext.support import AVX512_HOST, fake_hw, needs_avx512
+from tests.ext.support import AMX_HOST, AVX2_HOST, AVX512_HOST, fake_hw, needs_avx512
 
 pytestmark = needs_avx512
 
@@ -31,8 +31,7 @@ def _ids(n: int, seed: int) -> list[int]:
     return torch.randint(3, 320, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-AMX_HOST = (*AVX512_HOST, "avx2", "fma", "f16c", "avx512_vnni", "amx_tile", "amx_bf16",
-            "amx_int8")
+AVX512_FULL = (*AVX512_HOST, *AVX2_HOST)  # an AVX-512 host without AMX
 
 
 def amx_runner(weights, overrides: KernelOverrides | None = None, fuse=None,
@@ -75,7 +74,7 @@ def test_every_row_on_the_tiles_when_avx512_is_disabled_or_amx_forced(overrides)
 
 def test_avx512_host_has_one_kernel_for_every_row() -> None:
     runner = ModelRunner(random_weights(tiny_config(num_layers=2), seed=3), engine_config(),
-                         fake_hw(*AVX512_HOST, "avx2", "fma", "f16c"), KernelOverrides())
+                         fake_hw(*AVX512_FULL), KernelOverrides())
     assert _layer_kernels(runner) == {("avx512_w8a16", None)}
 
 
@@ -169,7 +168,7 @@ def role_mix_weights() -> ModelWeights:
 def test_the_role_mix_model_tells_roles_apart() -> None:
     weights = role_mix_weights()
     tiles = amx_runner(weights, KernelOverrides(disabled=frozenset({"avx512_w8a16"})))
-    avx = ModelRunner(weights, engine_config(), fake_hw(*AVX512_HOST, "avx2", "fma", "f16c"),
+    avx = ModelRunner(weights, engine_config(), fake_hw(*AVX512_FULL),
                       KernelOverrides())
     prompt = _ids(12, 1)
     all_tiles = generate_greedy(tiles, prompt, 4)
@@ -192,7 +191,7 @@ def test_a_mixed_step_runs_prompt_rows_on_the_tiles_and_generated_rows_on_avx512
     weights = order_probe_weights()
     amx = amx_runner(weights, fuse=fuse, kv_block_size=16)
     avx = ModelRunner(weights, engine_config(kv_block_size=16),
-                      fake_hw(*AVX512_HOST, "avx2", "fma", "f16c"), KernelOverrides())
+                      fake_hw(*AVX512_FULL), KernelOverrides())
     if fuse is not None:
         avx.model.set_fusion(fuse)
     assert amx.model.fusion_reasons == [None if fuse is None else "fusion disabled"]
@@ -308,7 +307,7 @@ def test_the_op_refuses_row_roles_it_cannot_honour() -> None:
 
     weights = random_weights(tiny_config(num_layers=1), seed=3)
     amx = amx_runner(weights)
-    avx = ModelRunner(weights, engine_config(), fake_hw(*AVX512_HOST, "avx2", "fma", "f16c"),
+    avx = ModelRunner(weights, engine_config(), fake_hw(*AVX512_FULL),
                       KernelOverrides())
     step = BatchInputs((SeqChunk(0, (1, 2, 3), 0, (0,), prompt_len=2),))
     meta = build_metadata(step, amx.block_size, amx.kv.num_slots, spans=False)

@@ -27,6 +27,8 @@ from engine.kernels.reference import reference_linear
 
 AVX512_HOST = ("avx512f", "avx512bw", "avx512vl", "avx512_bf16")
 AVX2_HOST = ("avx2", "fma", "f16c")
+# an AMX host's cpuid flags (fake_hw(*AMX_HOST, amx=True) also grants the tiles)
+AMX_HOST = (*AVX512_HOST, *AVX2_HOST, "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
 TOL = 2.0**-7
 
 

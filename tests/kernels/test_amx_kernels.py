@@ -14,7 +14,7 @@ from engine.kernels.amx import AmxBlockW8A16, AmxW8A16
 from engine.kernels.base import Fp8Spec, ScaleKind
 from engine.kernels.registry import select_kernel
 from tests.ext.support import (
-    AVX2_HOST,
+    AMX_HOST,
     AVX512_HOST,
     assert_close_to_oracle,
     fake_hw,
@@ -23,7 +23,6 @@ from tests.ext.support import (
     make_x,
 )
 
-AMX_HOST = (*AVX512_HOST, *AVX2_HOST, "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
 DENSE, BLOCK = AmxW8A16(), AmxBlockW8A16()
 
 

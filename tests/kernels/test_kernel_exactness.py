@@ -21,10 +21,9 @@ from engine.kernels.registry import (
 from engine.kernels.report import build_kernel_report
 from engine.runner import ModelRunner
 from tests.engine.test_model_support import engine_config, random_weights, tiny_config
-from tests.ext.support import AVX2_HOST, AVX512_HOST, fake_hw
+from tests.ext.support import AMX_HOST, AVX2_HOST, fake_hw
 from tests.kernels.test_registry import FakeKernel, factory
 
-AMX_HOST = (*AVX512_HOST, *AVX2_HOST, "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
 SPEC = Fp8Spec(n=64, k=128, scale_kind=ScaleKind.PER_CHANNEL)
 
 
