@@ -88,6 +88,9 @@ class ModelRunner:
         if (note := exactness_warning(self.kernel_report, overrides)) is not None:
             log.warning(note)
         self.kernel_report.decoder_reasons = lambda: self.model.fusion_reasons
+        # some linear (the head included) runs generated rows on another kernel: each step
+        # then marks its rows' roles (a runtime fallback only ever turns a split off)
+        self._roles = bool(self.kernel_report.generated_counts())
         reasons = self.model.fusion_reasons
         why = next((r for r in reasons if r), None)
         log.info("fused C++ layers: %d of %d%s", reasons.count(None), len(reasons),
@@ -137,7 +140,7 @@ class ModelRunner:
 
     def _step(self, batch: BatchInputs, fn) -> torch.Tensor:
         meta = build_metadata(batch, self.block_size, self.kv.num_slots,
-                              spans=not self.model.attention.use_ext)
+                              spans=not self.model.attention.use_ext, roles=self._roles)
         ids = [t for c in batch.chunks for t in c.token_ids]
         vocab = self.config.vocab_size
         if ids and (min(ids) < 0 or max(ids) >= vocab):

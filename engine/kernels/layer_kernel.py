@@ -258,24 +258,26 @@ class LayerKernel:
     def _by_role(self, x: torch.Tensor, generated: torch.Tensor) -> torch.Tensor:
         """Prompt rows through __call__ (first-call fallback included), generated rows on
         the generated-rows kernel, which reads the same packed tensors."""
-        gen = self.generated_kernel
-        assert gen is not None
         y = torch.empty(x.shape[0], self.n, dtype=torch.bfloat16)
         rows_g = generated.nonzero().squeeze(1)
         rows_p = (~generated).nonzero().squeeze(1)
         if rows_p.numel():
             y.index_copy_(0, rows_p, self(x.index_select(0, rows_p)))
-        xg = x.index_select(0, rows_g)
-        if self.generated_kernel is None:  # the prompt rows' call fell back: one kernel now
-            y.index_copy_(0, rows_g, self(xg))
-            return y
+        y.index_copy_(0, rows_g, self._generated(x.index_select(0, rows_g)))
+        return y
+
+    def _generated(self, x: torch.Tensor) -> torch.Tensor:
+        """Generated rows on the generated-rows kernel; if its first call fails (logged and
+        recorded), on the layer's own kernel from then on, as when the prompt rows' call
+        just fell back."""
+        gen = self.generated_kernel
+        if gen is None:
+            return self(x)
         packed = replace(self.packed, kernel_id=gen.id)
         if self._generated_verified:
-            y.index_copy_(0, rows_g, gen.apply(packed, xg, self.bias))
-            return y
+            return gen.apply(packed, x, self.bias)
         try:
-            y.index_copy_(0, rows_g, gen.apply(packed, xg, self.bias))
-            self._generated_verified = True
+            y = gen.apply(packed, x, self.bias)
         except Exception as exc:  # noqa: BLE001 - its first call failed: every row on one
             log.warning("%s: generated rows' kernel %s failed (%s: %s); every row runs %s",
                         self.name, gen.id, type(exc).__name__, exc, self.kernel.id)
@@ -283,7 +285,8 @@ class LayerKernel:
                 self.name, gen.id, self.kernel.id, f"{type(exc).__name__}: {exc}",
                 "apply (generated rows)"))
             self.generated_kernel = None
-            y.index_copy_(0, rows_g, self(xg))
+            return self(x)
+        self._generated_verified = True
         return y
 
     def _next_kernel(self, exc: Exception, stage: str) -> None:

@@ -305,28 +305,26 @@ def select_kernel(
 def generated_kernel(kernel: Fp8Kernel, spec: Fp8Spec, hw: HardwareInfo,
                      overrides: KernelOverrides = KernelOverrides(),
                      catalog: KernelCatalog = DEFAULT_CATALOG) -> Fp8Kernel | None:
-    """The kernel ``kernel``'s layer runs its generated rows on: its
-    ``generated_rows_kernel`` when no kernel is forced (a forced kernel runs every row) and
-    that kernel is enabled, runs on this host, implements ``spec`` and is batch-invariant,
-    as ``kernel`` is; else None (every row on ``kernel``)."""
+    """The kernel ``kernel``'s layer runs its generated rows on (:func:`generated_id`, when
+    it also implements ``spec``); else None (every row on ``kernel``)."""
+    kid = generated_id(kernel, hw, overrides, catalog)
+    if kid is None:
+        return None
+    gen = get_kernel(kid, catalog)
+    return gen if _guarded("can_implement", lambda: gen.can_implement(spec)) is None else None
+
+
+def generated_id(kernel: Fp8Kernel, hw: HardwareInfo, overrides: KernelOverrides,
+                 catalog: KernelCatalog) -> str | None:
+    """``kernel``'s ``generated_rows_kernel`` when no kernel is forced (a forced kernel runs
+    every row), the operator left it enabled, this host runs it, and it and ``kernel`` are
+    batch-invariant; else None. Shapes play no part (generated_kernel checks them)."""
     kid = kernel.generated_rows_kernel
     if kid is None or overrides.forced or not kernel.batch_invariant:
         return None
-    if reject_reason(kid, spec, hw, overrides, catalog) is not None:
+    if kid in overrides.disabled or hardware_reason(kid, hw, catalog) is not None:
         return None
-    gen = get_kernel(kid, catalog)
-    return gen if gen.batch_invariant else None
-
-
-def _generated_id(kernel_id: str, hw: HardwareInfo, overrides: KernelOverrides,
-                  catalog: KernelCatalog) -> str | None:
-    """The kernel's generated_rows_kernel when no kernel is forced and the host runs it
-    (enabled); shapes aside, what generated_kernel pairs."""
-    loaded = catalog.load(kernel_id)
-    gid = loaded.kernel.generated_rows_kernel if loaded.kernel is not None else None
-    if gid is None or overrides.forced or gid in overrides.disabled:
-        return None
-    return gid if hardware_reason(gid, hw, catalog) is None else None
+    return kid if is_batch_invariant(kid, catalog) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +352,13 @@ class TableInfo:
         return f"{self.platform}/{self.scale_kind}"
 
 
+def _table_generated(kernel_id: str, hw: HardwareInfo, overrides: KernelOverrides,
+                     catalog: KernelCatalog) -> str | None:
+    loaded = catalog.load(kernel_id)
+    return None if loaded.kernel is None else generated_id(loaded.kernel, hw, overrides,
+                                                            catalog)
+
+
 def table_infos(hw: HardwareInfo, overrides: KernelOverrides = KernelOverrides(),
                 catalog: KernelCatalog = DEFAULT_CATALOG) -> list[TableInfo]:
     """Every table in trial order, every kernel, supported or not and why: for
@@ -368,8 +373,8 @@ def table_infos(hw: HardwareInfo, overrides: KernelOverrides = KernelOverrides()
             entries.append(TableEntry(kid, reason is None, reason,
                                       forced=kid == overrides.forced, disabled=off,
                                       batch_invariant=is_batch_invariant(kid, catalog),
-                                      generated_rows_kernel=_generated_id(kid, hw, overrides,
-                                                                          catalog)))
+                                      generated_rows_kernel=_table_generated(
+                                          kid, hw, overrides, catalog)))
         out.append(TableInfo(platform.value, kind.value, platform is active, tuple(entries)))
     return out
 

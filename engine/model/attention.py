@@ -101,10 +101,12 @@ def _slots(bt_rows: torch.Tensor, pos: torch.Tensor, block_size: int) -> torch.T
 
 
 def build_metadata(batch: BatchInputs, block_size: int, num_slots: int,
-                   spans: bool = True) -> AttentionMetadata:
+                   spans: bool = True, roles: bool = True) -> AttentionMetadata:
     """The step's attention inputs; ``spans=False`` skips the SDPA path's spans and masks
-    (enough for the C++ op). Index lists are built in Python and turned into tensors once
-    each: tiny torch ops (repeat_interleave, cumsum) cost an OpenMP region per call."""
+    (enough for the C++ op), ``roles=False`` the row roles (generated_rows: None; for a
+    model whose kernels are the same for every row). Index lists are built in Python and
+    turned into tensors once each: tiny torch ops (repeat_interleave, cumsum) cost an
+    OpenMP region per call."""
     if not batch.chunks:
         raise ValueError("empty batch")
     rows = _block_tables(batch, block_size, num_slots)
@@ -122,7 +124,7 @@ def build_metadata(batch: BatchInputs, block_size: int, num_slots: int,
     paged = PagedIndex(torch.tensor(rows, dtype=torch.int32),
                        torch.tensor(chunk_of, dtype=torch.int32),
                        torch.tensor([p + 1 for p in positions], dtype=torch.int32), block_size)
-    generated = batch.generated_rows()
+    generated = batch.generated_rows() if roles else None
     if not spans:
         return AttentionMetadata(pos, slot_mapping, (), None, paged, generated)
     bt = torch.tensor(rows, dtype=torch.int64)
