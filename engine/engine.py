@@ -154,12 +154,18 @@ class Engine:
         InvalidRequestError naming the parameter. ``asked`` None means as many as
         max_model_len and the KV cache allow."""
         limit = self.config.max_model_len
+        cap = self.scheduler.allocator.num_blocks * self.scheduler.allocator.block_size
+        # a prompt that alone leaves no room for one token is the prompt's fault, whatever
+        # max_tokens says (a client that lowers max_tokens on its param would retry in vain)
+        if num_prompt >= limit:
+            raise InvalidRequestError(f"prompt ({num_prompt} tokens) leaves no room to "
+                                      f"generate within max_model_len {limit}", "prompt")
+        if num_prompt >= cap:
+            raise InvalidRequestError(f"prompt ({num_prompt} tokens) leaves no room to "
+                                      f"generate within the KV cache capacity of {cap} "
+                                      "tokens", "prompt")
         if asked is None:
-            cap = self.scheduler.allocator.num_blocks * self.scheduler.allocator.block_size
             asked = min(limit, cap) - num_prompt
-            if asked < 1:
-                raise InvalidRequestError(f"prompt ({num_prompt} tokens) leaves no room to "
-                                          f"generate within max_model_len {limit}", "prompt")
         if num_prompt + asked > limit:
             raise InvalidRequestError(
                 f"prompt ({num_prompt} tokens) + max_tokens ({asked}) exceeds "

@@ -148,6 +148,13 @@ def test_errors_have_openai_shape(c):
     assert err["param"] == "temperature"
     err = error_of(c.post("/v1/completions", json={"prompt": "1 2", "max_tokens": 63}), 400)
     assert err["param"] == "max_tokens" and "max_model_len" in err["message"]
+    # a prompt that alone fills max_model_len is the prompt's fault, whatever max_tokens is
+    long = " ".join(["5"] * 64)
+    err = error_of(c.post("/v1/completions", json={"prompt": long, "max_tokens": 1}), 400)
+    assert err["param"] == "prompt" and "no room" in err["message"]
+    err = error_of(c.post("/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": long}], "max_tokens": 1}), 400)
+    assert err["param"] == "messages" and "no room" in err["message"]
     err = error_of(c.post("/v1/completions", json={"model": "nope", "prompt": "1"}), 404)
     assert err["param"] == "model" and err["type"] == "not_found_error"
     err = error_of(c.post("/v1/chat/completions", json={"messages": [{"role": "user",
