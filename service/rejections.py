@@ -38,11 +38,14 @@ CONTEXT = (
     Rule("max_tokens", "max_model_len", "the prompt plus the output limit must fit max_model_len"),
     Rule("max_tokens", "KV", "the prompt plus the output limit must fit the KV cache"),
     Rule("messages", "max_model_len", "the rendered prompt must leave room to generate"),
+    Rule("messages", "KV cache", "the rendered prompt must leave room to generate in the "
+         "KV cache"),
 )
 SAMPLING = (
     Rule("prompt_logprobs", "stream is true", "prompt_logprobs come with a whole answer, "
          "not a stream"),
     Rule("min_tokens", "exceeds max_tokens", "min_tokens must not exceed max_tokens"),
+    Rule("stream_options", "when stream is true", "stream_options needs stream true"),
     Rule("stream_options.continuous_usage_stats", "needs include_usage",
          "continuous_usage_stats needs include_usage true"),
     _vocab("logit_bias"), _vocab("stop_token_ids"), _vocab("allowed_token_ids"),
@@ -145,6 +148,8 @@ COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
                Rule("response_format", "invalid constraint", "a structural_tag needs "
                     "non-empty triggers and structures, each begin starting with a trigger"),
                Rule("prompt", "max_model_len", "the prompt must leave room to generate"),
+               Rule("prompt", "KV cache", "the prompt must leave room to generate in the KV "
+                    "cache"),
                Rule("best_of", "less than n", "best_of is at least n"),
                Rule("best_of", "not with stream", "best_of above n needs stream false"),
                TRUNCATE, *BEAM, *BEAM_CONSTRAINTS,

@@ -188,6 +188,14 @@ class _Sampling(_Body):
             allowed_token_ids=self.allowed_token_ids,
         )
 
+    @model_validator(mode="after")
+    def _stream_options_need_stream(self) -> _Sampling:
+        if self.stream_options is not None and not self.stream:  # OpenAI's rule (vLLM's)
+            raise _field_error(type(self).__name__, "stream_options", "value_error",
+                               "stream_options is only allowed when stream is true",
+                               self.stream_options.model_dump())
+        return self
+
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)

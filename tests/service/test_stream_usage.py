@@ -68,6 +68,20 @@ def test_continuous_usage_needs_include_usage(c, path, body):
     assert "include_usage" in err["message"]
 
 
+@pytest.mark.parametrize("path, body", [
+    ("/v1/completions", {"prompt": "2"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "2"}]})])
+@pytest.mark.parametrize("stream", [False, None])
+def test_stream_options_need_stream(c, path, body, stream):
+    """OpenAI's and vLLM's rule: stream_options without stream true is a 400 naming it,
+    not options silently dropped."""
+    extra = {} if stream is None else {"stream": stream}
+    err = error_of(c.post(path, json={**body, **extra, "stream_options": {
+        "include_usage": True}}), 400)
+    assert err["param"] == "stream_options", err
+    assert "stream is true" in err["message"]
+
+
 def test_chunks_held_back_are_counted_on_the_next_one_sent():
     """Tool-call names and reasoning markers are held back until they are whole: their
     tokens show in the usage of the next chunk that goes out, as their ids do."""
