@@ -194,6 +194,13 @@ def _arguments_as_objects(messages: list[dict[str, Any]]) -> list[dict[str, Any]
     return messages
 
 
+def _developer_as_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI's ``developer`` messages as ``system`` ones, for a template that knows no
+    developer role (OpenAI's own reading: developer messages replace system messages; the
+    mistral-common encoding does the same)."""
+    return [{**m, "role": "system"} if m["role"] == "developer" else m for m in messages]
+
+
 def content_text(content: Any) -> str:
     """A message content's text: a string as it is, a part list's text parts joined (as a
     "string" template reads them), None as ""."""
@@ -238,6 +245,8 @@ def render_chat_template(
     variables = {**(special_tokens or {}), **kwargs}
     fmt = content_format or detect_content_format(source)
     messages = _arguments_as_objects(normalize_messages(messages, fmt))
+    if "developer" not in source:
+        messages = _developer_as_system(messages)
     try:
         return template.render(messages=messages,
                                add_generation_prompt=add_generation_prompt, **variables)

@@ -10,7 +10,7 @@ import pytest
 from engine.demo_model.tokenizer_files import CHATML_TOOLS
 from engine.synth import SynthSpec, write_checkpoint
 from engine.synth.tokenizer import PUBLISHED_TEMPLATE
-from engine.text.chat_template import normalize_messages
+from engine.text.chat_template import normalize_messages, render_chat_template
 from engine.text.content_format import detect_content_format
 from engine.text.tokenizer import Tokenizer
 
@@ -86,3 +86,24 @@ def test_published_template_takes_the_sdks_tool_call_turn(published, content):
                          'Sunny.</s>[INST]Thanks![/INST]')
     # both Mistral paths get the same normalized messages, so the same ids
     assert hf.encode_chat(chat, tools=TOOLS) == tekken.encode_chat(chat, tools=TOOLS)
+
+
+def test_developer_messages_read_as_system_on_the_published_template(published):
+    """The published template knows no developer role (it raised); OpenAI's clients send
+    one for system instructions: both Mistral paths read it as a system message."""
+    hf, tekken = published
+    for content in ("Be brief.", [{"type": "text", "text": "Be brief."}]):
+        chat = [{"role": "developer", "content": content}, {"role": "user", "content": "Hi"}]
+        text = hf.apply_chat_template(chat)
+        assert text == hf.apply_chat_template([{**chat[0], "role": "system"}, chat[1]])
+        assert text.startswith("<s>[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT][INST]Hi")
+        assert hf.encode_chat(chat) == tekken.encode_chat(chat)
+
+
+def test_a_template_that_reads_developer_gets_it_as_sent():
+    source = "{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}"
+    chat = [{"role": "developer", "content": "a"}, {"role": "user", "content": "b"}]
+    assert render_chat_template(source, chat, False) == "system:a;user:b;"
+    reads = "{% for m in messages %}{{ m.role }}{% if m.role == 'developer' %}!{% endif %}" \
+            "{% endfor %}"
+    assert render_chat_template(reads, chat, False) == "developer!user"
