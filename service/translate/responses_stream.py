@@ -6,7 +6,8 @@
 non-streaming feeds the whole output's events (in output order) as one delta and returns
 the last snapshot, so both answers are the same items in the same order.
 ``response.completed`` ends every stream (status ``incomplete`` inside when
-max_output_tokens cut it), as vLLM does and the SDK's stream helper expects."""
+max_output_tokens cut it, and on the item it cut), as vLLM does and the SDK's stream
+helper expects."""
 
 from __future__ import annotations
 
@@ -86,13 +87,15 @@ class ResponseStream:
                                    content_index=0, part=part))
         return events
 
-    def _close(self) -> list[Event]:
+    def _close(self, status: str = "completed") -> list[Event]:
+        """The open item's done events; ``status`` "incomplete" for the item
+        max_output_tokens cut (OpenAI's; the items before it are whole)."""
         if self.open is None:
             return []
         kind, _ = self.open
         self.open = None
         item, where = self._item, self._where()
-        item["status"] = "completed"
+        item["status"] = status
         events = []
         if kind in _PART:
             part = item["content"][0]
@@ -151,7 +154,7 @@ class ResponseStream:
         if self.pending and messages:  # before the done events, which carry the part
             messages[-1]["content"][0]["logprobs"] += self.pending
         self.pending = []
-        events = self._close()
+        events = self._close("incomplete" if finish is FinishReason.LENGTH else "completed")
         r = self.response
         if finish is FinishReason.LENGTH:
             r["status"], r["incomplete_details"] = "incomplete", {"reason": "max_output_tokens"}

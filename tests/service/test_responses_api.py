@@ -113,7 +113,16 @@ def test_max_output_tokens_is_incomplete(client):
     body = client.post("/v1/responses", json=ask(3, max_output_tokens=2)).json()
     assert body["status"] == "incomplete"
     assert body["incomplete_details"] == {"reason": "max_output_tokens"}
-    assert events(client, ask(3, max_output_tokens=2))[-1]["response"]["status"] == "incomplete"
+    evs = events(client, ask(3, max_output_tokens=2))
+    assert evs[-1]["response"]["status"] == "incomplete"
+    # the item the limit cut is incomplete too (OpenAI's), in both modes
+    assert [o["status"] for o in body["output"]] == ["incomplete"]
+    assert [o["status"] for o in evs[-1]["response"]["output"]] == ["incomplete"]
+    done = [e["item"]["status"] for e in evs if e["type"] == "response.output_item.done"]
+    assert done == ["incomplete"]
+    whole = client.post("/v1/responses", json=ask(3)).json()
+    assert whole["status"] == "completed"
+    assert {o["status"] for o in whole["output"]} == {"completed"}
 
 
 def test_input_items_with_a_call_and_its_output(client):
