@@ -218,10 +218,12 @@ class JsonSchemaFormat(_Body):
 
 
 class TextFormat(_Body):
+    model_config = ConfigDict(extra="forbid")  # a json_schema here would go unused: a 400
     type: Literal["text"]
 
 
 class JsonObjectFormat(_Body):
+    model_config = ConfigDict(extra="forbid")  # a json_schema here would go unused: a 400
     type: Literal["json_object"]
 
 

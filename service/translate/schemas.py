@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic.config import JsonDict
 
 from service import unsupported
 from service.schemas import (
@@ -210,12 +211,32 @@ class NamedFunction(_Body):
     name: str
 
 
+# name, description, schema and strict belong to a json_schema format (OpenAI's); on
+# another type they would go unused: a 400 naming the field, as the schema says
+_JSON_SCHEMA_ONLY = ("name", "description", "schema", "strict")
+_FORMAT_RULES: JsonDict = {"if": {"properties": {"type": {"not": {"const": "json_schema"}}}},
+                           "then": {"properties": {k: {"type": "null"}
+                                                   for k in _JSON_SCHEMA_ONLY}}}
+
+
 class TextFormat(_Body):
+    model_config = ConfigDict(json_schema_extra=_FORMAT_RULES)
     type: Literal["text", "json_object", "json_schema"]
     name: str | None = Field(None, pattern=NAME_PATTERN)
     description: str | None = None
     schema_: dict[str, Any] | None = Field(None, alias="schema")
     strict: bool | None = None
+
+    @model_validator(mode="after")
+    def _json_schema_fields(self) -> TextFormat:
+        if self.type != "json_schema":
+            for name in _JSON_SCHEMA_ONLY:
+                value = getattr(self, "schema_" if name == "schema" else name)
+                if value is not None:
+                    raise _field_error(type(self).__name__, name, "extra_forbidden",
+                                       f"{name} goes with type json_schema, not "
+                                       f"{self.type}", value)
+        return self
 
 
 class TextConfig(_Body):

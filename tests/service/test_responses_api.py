@@ -260,3 +260,25 @@ def test_max_tool_calls_caps_built_in_tools_only(client):
                                                **bad})
         assert r.status_code == 400, r.text
         assert r.json()["error"]["param"].startswith(param), r.json()
+
+
+@pytest.mark.parametrize("fmt, field", [
+    ({"type": "json_object", "schema": {"type": "object", "required": ["a"]}}, "schema"),
+    ({"type": "text", "strict": True}, "strict"),
+    ({"type": "json_object", "name": "answer"}, "name")])
+def test_json_schema_fields_on_another_format_are_400s(client, fmt, field):
+    """A schema sent with type json_object would go unenforced (and be echoed as if it
+    were): a 400 naming it."""
+    r = client.post("/v1/responses", json=ask(0, text={"format": fmt}))
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == f"text.format.{field}" and "json_schema" in err["message"]
+
+
+@pytest.mark.parametrize("fmt", [{"type": "json_object", "json_schema": {"name": "a"}},
+                                 {"type": "text", "json_schema": {"name": "a"}}])
+def test_chat_response_format_takes_no_unused_schema(client, fmt):
+    r = client.post("/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "1"}], "response_format": fmt})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"].endswith("json_schema")
