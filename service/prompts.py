@@ -142,8 +142,10 @@ def message_dicts(messages: Sequence[ChatMessage], map_id: Callable[[str], str] 
     keep = map_id or (lambda x: x)
     out = []
     for i, m in enumerate(messages):
-        d = m.model_dump(exclude_none=True)
-        d["content"] = _parts(i, m.content, images)
+        d = m.model_dump(exclude_none=True, exclude={"refusal", "reasoning"})
+        d["content"] = _parts(i, m.content if m.refusal is None else m.refusal, images)
+        if m.reasoning is not None:  # one name for the template (and mistral-common)
+            d["reasoning_content"] = m.reasoning
         if m.tool_calls:
             d["tool_calls"] = [{**c.model_dump(), "id": keep(c.id)} for c in m.tool_calls]
         if m.tool_call_id is not None:

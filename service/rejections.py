@@ -88,6 +88,10 @@ MESSAGES = (
          "(some templates refuse roles out of turn)"),
     Rule("messages", "is not valid JSON", "a tool call's arguments are JSON text"),
     Rule("messages", "prompt is empty", "the rendered prompt must hold a token"),
+    Rule("messages", "two names for one text", "an assistant message's reasoning and "
+         "reasoning_content, when both are sent, are equal"),
+    Rule("messages", "one of content and refusal", "an assistant message with a refusal "
+         "has no content"),
     *IMAGES,
 )
 TOOLS = (

@@ -318,7 +318,11 @@ _ROLE_RULES: JsonDict = {"allOf": [
      "then": {"required": ["tool_call_id"],
               "properties": {"tool_call_id": {"type": "string", "minLength": 1}}}},
     {"if": {"properties": {"role": {"not": {"const": "assistant"}}}},
-     "then": {"properties": {"tool_calls": {"type": "null"}}}}]}
+     "then": {"properties": {name: {"type": "null"} for name in (
+         "tool_calls", "reasoning_content", "reasoning", "refusal")}}}]}
+# an assistant turn's earlier reasoning (vLLM's and mistral-common's reading of OpenAI
+# history; the published Ministral-3 template renders it as [THINK]...[/THINK])
+_REASONING = ("reasoning_content", "reasoning")
 
 
 class ChatMessage(_Body):
@@ -328,15 +332,40 @@ class ChatMessage(_Body):
     name: str | None = None
     tool_calls: list[AssistantToolCall] | None = None  # assistant turns
     tool_call_id: str | None = None  # tool turns: the call this result answers
+    # assistant turns: the reasoning before the answer (either name, equal if both), and
+    # OpenAI's refusal text (the turn's text when it has no content)
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    refusal: str | None = None
+    # OpenAI's deprecated single call (top-level functions are refused): tool_calls
+    function_call: Annotated[dict[str, Any] | None, WithJsonSchema(
+        {"type": "null", "description": "deprecated: send tool_calls",
+         **REFUSED_UNLESS_NULL})] = None
 
     @model_validator(mode="after")
     def _role_fields(self) -> ChatMessage:
+        name = type(self).__name__
         if self.role == "tool" and not self.tool_call_id:
-            raise _field_error(type(self).__name__, "tool_call_id", "missing",
+            raise _field_error(name, "tool_call_id", "missing",
                                "a tool message needs tool_call_id", self.tool_call_id)
-        if self.tool_calls is not None and self.role != "assistant":
-            raise _field_error(type(self).__name__, "tool_calls", "extra_forbidden",
-                               "only assistant messages carry tool_calls", self.tool_calls)
+        for field in ("tool_calls", *_REASONING, "refusal"):
+            if getattr(self, field) is not None and self.role != "assistant":
+                raise _field_error(name, field, "extra_forbidden",
+                                   f"only assistant messages carry {field}",
+                                   getattr(self, field))
+        if self.function_call is not None:
+            raise _field_error(name, "function_call", "unsupported_value",
+                               "function_call (deprecated) is not supported: send the call "
+                               "as tool_calls", self.function_call)
+        if None not in (self.reasoning, self.reasoning_content) and \
+                self.reasoning != self.reasoning_content:
+            raise _field_error(name, "reasoning", "value_error", "reasoning and "
+                               "reasoning_content are two names for one text: send one, or "
+                               "equal ones", self.reasoning)
+        if self.refusal is not None and self.content not in (None, "", []):
+            raise _field_error(name, "refusal", "value_error", "refusal is the text of a "
+                               "turn without content: send one of content and refusal",
+                               self.refusal)
         return self
 
 
