@@ -180,19 +180,27 @@ class Formatter:
     def completion_chunk(self, index: int, text: str, lps: Sequence[TokenLogprob] | None,
                          reason: FinishReason | None, stop_reason: Any = None,
                          echo: tuple[str, Sequence[int], Sequence[TokenLogprob | None]]
-                         | None = None) -> dict[str, Any]:
+                         | None = None, offset: int = 0) -> dict[str, Any]:
         """``echo`` (text, ids, logprobs of the prompt) puts the prompt in front of this
-        chunk, logprobs included: the first chunk of an echo + logprobs stream."""
+        chunk, logprobs included: the first chunk of an echo + logprobs stream.
+        ``offset``: the text_offset of this chunk's first generated token (the choice's
+        text before it: next_offset of the chunk before), so that a stream's offsets equal
+        the whole answer's however its tokens were grouped."""
         prefix = "" if echo is None else echo[0]
         logprobs = None
         if lps is not None:
-            logprobs = (self.completion_logprobs(lps, len(prefix), echo[1], echo[2])
-                        if echo is not None else self.completion_logprobs(lps, 0))
+            logprobs = (self.completion_logprobs(lps, len(prefix) + offset, echo[1], echo[2])
+                        if echo is not None else self.completion_logprobs(lps, offset))
         choice = {"index": index, "text": prefix + text, "logprobs": logprobs,
                   "finish_reason": finish_reason(reason)}
         if reason is not None:
             choice["stop_reason"] = stop_reason
         return {**self._head("text_completion"), "choices": [choice]}
+
+    def next_offset(self, offset: int, lps: Sequence[TokenLogprob]) -> int:
+        """The text_offset after ``lps``, whose first token is at ``offset`` (as
+        completion_logprobs counts: each token's decoded text)."""
+        return offset + sum(len(self.decoded_of(lp.token_id)) for lp in lps)
 
     def chat(self, choices: Sequence[Choice], want_logprobs: bool,
              readers: Sequence[ChoiceReader], details: dict[str, int] | None = None,

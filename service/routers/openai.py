@@ -214,6 +214,7 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
              for i in range(len(sub.ids))] if echo and not echo_lps else []
     ids_sent: set[int] = set()  # choices whose prompt ids went out (return_token_ids)
     made = [0] * len(sub.ids)  # each choice's tokens so far (continuous_usage_stats)
+    offset = [0] * len(sub.ids)  # each choice's next token's text_offset (logprobs)
     if body.continuous_usage:
         for c in first:
             c["usage"] = usage(len(prompts[c["choices"][0]["index"] // body.n]), 0)
@@ -233,7 +234,9 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
         if echo_lps and out.prompt_logprobs is not None:
             head = (echo[i // body.n], prompts[i // body.n], out.prompt_logprobs)
         got = fmt.completion_chunk(i, out.text, lps, out.finish_reason, out.stop_reason,
-                                   head)
+                                   head, offset[i])
+        if lps is not None:
+            offset[i] = fmt.next_offset(offset[i] + (len(head[0]) if head else 0), lps)
         if body.return_token_ids:
             if i not in ids_sent:
                 got["choices"][0]["prompt_token_ids"] = prompts[i // body.n]

@@ -94,3 +94,19 @@ def test_paced_greedy_streams_are_the_plain_answer_on_the_demo_model():
         ids = [t for e in events if e["choices"] for t in e["choices"][0]["token_ids"]]
         assert ids == whole["token_ids"] and max(sizes(events)) == 5
         assert text(events) == whole["message"]["content"]
+
+
+@pytest.mark.parametrize("interval", [1, 4])
+@pytest.mark.parametrize("echo", [False, True])
+def test_streamed_logprobs_offsets_equal_the_whole_answers(c, interval, echo):
+    """text_offset runs on from the choice's text already sent: a stream's offsets, however
+    its tokens were grouped into chunks, are the whole answer's (they restarted at 0 in
+    every chunk)."""
+    body = {**CMPL, "logprobs": 1, "echo": echo, "n": 2, "stream_interval": interval}
+    whole = c.post("/v1/completions", json={**body, "stream": False}).json()
+    events = sse_events(c.post("/v1/completions", json=body))
+    for i in range(2):
+        got = [o for e in events for ch in e["choices"] if ch["index"] == i
+               and ch["logprobs"] for o in ch["logprobs"]["text_offset"]]
+        want = whole["choices"][i]["logprobs"]["text_offset"]
+        assert got == want and len(set(want)) == len(want), (got, want)
