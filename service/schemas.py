@@ -278,11 +278,30 @@ class CompletionRequest(_Sampling):
         return default
 
 
+# a function's parameters schema describes an object (OpenAI's rule: the arguments are a
+# JSON object); a schema that names another type is a 400, not arguments a client cannot
+# take as keyword arguments
+ObjectParameters = Annotated[dict[str, Any], WithJsonSchema({
+    "type": "object", "properties": {"type": {"const": "object"}}})]
+
+
+def check_object_parameters(model: str, field: str, schema: dict[str, Any] | None) -> None:
+    if schema is not None and schema.get("type", "object") != "object":
+        raise _field_error(model, field, "value_error", f"{field} must describe an object "
+                           f"(type 'object'): a call's arguments are a JSON object; got type "
+                           f"{schema.get('type')!r}", schema)
+
+
 class FunctionDefinition(_Body):
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
-    parameters: dict[str, Any] | None = None  # a JSON schema; None: no arguments
+    parameters: ObjectParameters | None = None  # a JSON schema; None: no arguments
     strict: bool | None = None
+
+    @model_validator(mode="after")
+    def _object(self) -> FunctionDefinition:
+        check_object_parameters(type(self).__name__, "parameters", self.parameters)
+        return self
 
 
 class ToolDefinition(_Body):

@@ -41,6 +41,7 @@ RESPONSES = "/v1/responses"
 TOKENIZE = "/tokenize"  # vLLM's
 RESPONSES_INPUT_TOKENS = "/v1/responses/input_tokens"
 RESPONSES_TEXT = "text"  # the Responses API's text config (format, verbosity)
+ANTHROPIC_TOOL = "tools[] (Anthropic)"  # a /v1/messages tool definition
 
 _SAMPLING = ("model", "stream", "stream_options", "temperature", "top_p", "n", "seed",
              "stop", "presence_penalty", "frequency_penalty", "logit_bias")
@@ -69,6 +70,7 @@ IMPLEMENTED: Mapping[str, frozenset[str]] = {
         "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
         "text", "reasoning", "previous_response_id", "truncation", "conversation"}),
     RESPONSES_TEXT: frozenset({"format"}),
+    ANTHROPIC_TOOL: frozenset({"type", "name", "description", "input_schema", "strict"}),
 }
 
 NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
@@ -106,6 +108,14 @@ NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
     },
     RESPONSES_INPUT_TOKENS: {"personality": (None,)},  # a ChatGPT reply style
     RESPONSES_TEXT: {"verbosity": (None,)},  # as chat's verbosity: no length control
+    ANTHROPIC_TOOL: {
+        "defer_loading": (None, False),  # no tool search: every tool is in the prompt
+        "allowed_callers": (None, ["direct"]),  # no code-execution callers
+        "input_examples": (None, []),  # examples are not rendered into the prompt
+        # a call's input streams as it is generated (input_json_delta) either way; false
+        # (buffer the whole input) is not served
+        "eager_input_streaming": (None, True),
+    },
 }
 
 # vLLM's request extensions this server does not implement: a 400 naming the field unless
@@ -144,6 +154,7 @@ HINTS: Mapping[str, frozenset[str]] = {
     CHAT: frozenset(("user", "safety_identifier") + _CACHE_HINTS),
     STREAM_OPTIONS: frozenset({"include_obfuscation"}),
     RESPONSES_TEXT: frozenset(),
+    ANTHROPIC_TOOL: frozenset({"cache_control"}),
     # Anthropic's: metadata.user_id (abuse monitoring), cache_control (prompt caching
     # breakpoints; the prefix cache here is automatic), where and for whom it runs
     MESSAGES: frozenset({"metadata", "cache_control", "inference_geo", "diagnostics",

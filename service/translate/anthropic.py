@@ -123,7 +123,8 @@ def _tool_fields(body: CountTokensRequest | MessagesRequest) -> dict[str, Any]:
     if body.tools:
         out["tools"] = [{"type": "function", "function": {
             "name": t.name, "parameters": t.input_schema,
-            **({"description": t.description} if t.description else {})}}
+            **({"description": t.description} if t.description else {}),
+            **({"strict": t.strict} if t.strict is not None else {})}}
             for t in body.tools]
     tc = body.tool_choice
     if tc is not None:

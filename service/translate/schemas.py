@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import ConfigDict, Discriminator, Field, Tag, WithJsonSchema, model_validator
 from pydantic.config import JsonDict
 
 from service import unsupported
@@ -13,9 +13,11 @@ from service.schemas import (
     NAME_PATTERN,
     Metadata,
     NonEmptyStr,
+    ObjectParameters,
     ReasoningEffort,
     _Body,
     _field_error,
+    check_object_parameters,
 )
 
 
@@ -75,10 +77,24 @@ class AnthropicMessage(_Body):
 
 
 class AnthropicTool(_Body):
+    openai_endpoint: ClassVar[str | None] = unsupported.ANTHROPIC_TOOL
     type: Literal["custom"] = "custom"  # server tools (bash, web search, ...): a 400
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
-    input_schema: dict[str, Any]
+    # Anthropic's rule: a tool's input is an object (a call's input is one)
+    input_schema: Annotated[dict[str, Any], WithJsonSchema({
+        "type": "object", "required": ["type"],
+        "properties": {"type": {"const": "object"}}})]
+    strict: bool | None = None  # the input schema enforced as chat's function.strict
+
+    @model_validator(mode="after")
+    def _object_input(self) -> AnthropicTool:
+        if self.input_schema.get("type") != "object":
+            raise _field_error(type(self).__name__, "input_schema", "value_error",
+                               "input_schema.type must be 'object' (a tool's input is an "
+                               f"object), got {self.input_schema.get('type')!r}",
+                               self.input_schema)
+        return self
 
 
 class AnthropicToolChoice(_Body):
@@ -202,8 +218,13 @@ class FunctionTool(_Body):
     type: Literal["function"]
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: ObjectParameters | None = None
     strict: bool | None = None
+
+    @model_validator(mode="after")
+    def _object(self) -> FunctionTool:
+        check_object_parameters(type(self).__name__, "parameters", self.parameters)
+        return self
 
 
 class NamedFunction(_Body):

@@ -237,3 +237,24 @@ def test_return_token_ids_keeps_the_ids_of_held_back_outputs():
     assert chunks[0]["prompt_token_ids"] == whole["prompt_token_ids"]
     sent = [ch for ch in chunks if ch["choices"]]
     assert len(sent) - 1 < len(ids)  # some outputs were held back (a tag in progress)
+
+
+@pytest.mark.parametrize("path, tool, param", [
+    ("/v1/chat/completions", {"type": "function", "function": {
+        "name": "pick", "parameters": {"type": "string", "enum": ["a"]}}},
+     "tools.0.function.parameters"),
+    ("/v1/responses", {"type": "function", "name": "pick", "parameters": {"type": "array"}},
+     "tools.0.parameters")])
+def test_parameters_that_describe_no_object_are_400s(path, tool, param):
+    """OpenAI's rule: a call's arguments are a JSON object, so a parameters schema of
+    another type is a 400 naming it (it was served: arguments a client cannot unpack)."""
+    body = ({"messages": [{"role": "user", "content": "<script0>"}]}
+            if path.endswith("completions") else {"input": "<script0>"})
+    with make_client() as c:
+        r = c.post(path, json={**body, "tools": [tool]})
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["param"] == param and "object" in err["message"]
+        ok = {**tool, "parameters": {"type": "object"}} if "parameters" in tool else {
+            **tool, "function": {**tool["function"], "parameters": {"type": "object"}}}
+        assert c.post(path, json={**body, "tools": [ok]}).status_code == 200

@@ -169,6 +169,19 @@ def test_history_with_system_tool_use_and_tool_result(client):
     ({"max_tokens": None}, "max_tokens"),
     ({"output_config": {"effort": "high"}}, "output_config.effort"),
     ({"output_config": {"format": {"type": "json_schema"}}}, "schema"),
+    # a tool's input is an object (Anthropic's rule): a string schema's call had lost its
+    # input ({}) and broke the SDK's stream helper
+    ({"tools": [{"name": "pick", "input_schema": {"type": "string", "enum": ["a"]}}]},
+     "tools.0.input_schema: input_schema.type must be 'object'"),
+    ({"tools": [{"name": "pick", "input_schema": {}}]}, "tools.0.input_schema"),
+    # tool fields this server does not serve are named, not dropped
+    ({"tools": [{**TOOLS[0], "defer_loading": True}]}, "tools.0.defer_loading"),
+    ({"tools": [{**TOOLS[0], "input_examples": [{"city": "Paris"}]}]},
+     "tools.0.input_examples"),
+    ({"tools": [{**TOOLS[0], "allowed_callers": ["code_execution_20250825"]}]},
+     "tools.0.allowed_callers"),
+    ({"tools": [{**TOOLS[0], "eager_input_streaming": False}]},
+     "tools.0.eager_input_streaming"),
 ])
 def test_errors_in_anthropic_shape(client, extra, words):
     r = client.post("/v1/messages", json=ask(0, **{"tools": TOOLS, **extra}))
@@ -312,3 +325,20 @@ def test_an_image_in_a_tool_result_is_a_400_naming_it(client):
     assert r.status_code == 400, r.text
     assert r.json()["error"]["message"].startswith(
         "messages.2.content.0.content.1: an image in a tool_result"), r.text
+
+
+def test_tool_fields_served_as_they_are_sent(client):
+    """strict goes to the chat function's strict (its schema enforced as chat enforces
+    it); the no-op values of the other tool fields and cache_control are accepted."""
+    from service.translate.anthropic import _tool_fields
+    from service.translate.schemas import MessagesRequest
+
+    body = MessagesRequest.model_validate(ask(0, tools=[{**TOOLS[0], "strict": True},
+                                                        TOOLS[1]]))
+    fns = [t["function"] for t in _tool_fields(body)["tools"]]
+    assert fns[0]["strict"] is True and "strict" not in fns[1]
+    noop = {**TOOLS[0], "defer_loading": False, "allowed_callers": ["direct"],
+            "input_examples": [], "eager_input_streaming": True,
+            "cache_control": {"type": "ephemeral"}}
+    r = client.post("/v1/messages", json=ask(0, tools=[noop]))
+    assert r.status_code == 200, r.text
