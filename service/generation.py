@@ -224,12 +224,17 @@ def end_status(out: RequestOutput | Choice) -> int:
     return 400 if out.error_from_request else 500
 
 
+def end_code(status: int) -> str | None:
+    """The error ``code`` of an early end with ``status`` (end_status), the same whole or
+    streamed: "timeout", "engine_error", or None for the request's own input (a 400)."""
+    return {408: "timeout", 500: "engine_error"}.get(status)
+
+
 def raise_for_choice(c: Choice) -> None:
     if c.finish_reason in (FinishReason.TIMEOUT, FinishReason.ERROR):
         status = end_status(c)
         raise APIError(status, c.error or ("request timed out" if status == 408
-                                            else "generation failed"),
-                       code={408: "timeout", 500: "engine_error"}.get(status))
+                                            else "generation failed"), code=end_code(status))
 
 
 async def _watch_disconnect(sub: Choices, request: Request) -> None:
@@ -250,7 +255,7 @@ def _events(batch: list[tuple[int, RequestOutput]],
         if out.finish_reason in (FinishReason.ERROR, FinishReason.TIMEOUT):
             status = end_status(out)
             events.append(sse(error_body(status, out.error or "generation failed",
-                                         code=out.finish_reason.value)))
+                                         code=end_code(status))))
             return events, True
         body = chunk(i, out)
         if body is not None:

@@ -271,4 +271,8 @@ def test_error_after_stream_started_sends_error_event_then_done():
             "stream": True}))
         assert [e["choices"][0]["text"] for e in events[:2]] == [f" {seq[0]}", f" {seq[1]}"]
         assert "poisoned" in events[-1]["error"]["message"]
+        # the same error code as the whole answer's (the stream said "error")
+        whole = error_of(cl.post("/v1/completions", json={
+            "prompt": "5 6", "max_tokens": 4, "temperature": 0, "ignore_eos": True}), 500)
+        assert events[-1]["error"]["code"] == whole["code"] == "engine_error"
         assert cl.get("/health").json()["status"] == "ready"
