@@ -40,6 +40,8 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
     ("--stream-interval", int, "streamed outputs go out every N tokens (the first at once; "
                                "default 1); requests may set their own (vLLM's)"),
     ("--max-queue", int, "waiting requests before 429 (default 256)"),
+    ("--max-request-body-mib", int, "request bodies beyond this many MiB are a 413 before "
+                                    "they are read (default 128; 0 = no limit)"),
     ("--request-timeout", float, "seconds per request (default 600)"),
     ("--drain-timeout", float, "SIGTERM grace period for in-flight requests (30)"),
     ("--threads", int, "torch threads for the model (default: all cores)"),

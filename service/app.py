@@ -45,7 +45,9 @@ def create_app(settings: Settings | None = None,
 
     app = FastAPI(title="fp8serve", lifespan=lifespan)
     app.state.serving = state
-    app.add_middleware(LoneSurrogateGuard)  # inside CORS: its 400s carry CORS headers
+    # inside CORS: its 400s and 413s carry CORS headers
+    app.add_middleware(LoneSurrogateGuard, max_bytes=settings.max_request_body_mib * 2**20
+                       if settings.max_request_body_mib else None)
     if settings.allowed_origins:  # CORS for browser pages on those origins (vLLM's flags)
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins),
                            allow_credentials=settings.allow_credentials,

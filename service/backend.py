@@ -134,6 +134,7 @@ def load_backend(settings: Settings) -> ModelBackend:
     tokenizer = Tokenizer.from_dir(model_dir, settings.tokenizer_mode, template,
                                    settings.chat_template_content_format)
     tokenizer.check_fits(runner.config.vocab_size)
+    _ = tokenizer.max_token_bytes  # the prompt-length bound, read once here, not by a request
     from service.vision_setup import load_vision_runtime
 
     vision, why = load_vision_runtime(model_dir, settings, tokenizer)

@@ -31,6 +31,32 @@ def _check_ids(state: ServingState, ids: Sequence[int], param: str) -> list[int]
     return list(ids)
 
 
+def check_text_fits(state: ServingState, chars: int, param: str) -> None:
+    """A 400 for a text that cannot fit max_model_len however it encodes, before the
+    tokenizer spends seconds (and the memory of an encoding) on it: N characters are at
+    least N bytes, and a token stands for at most ``max_token_bytes`` of them (twice that
+    here, room for a normalizer that shortens text)."""
+    limit = state.settings.max_model_len
+    most = 2 * limit * getattr(state.backend.tokenizer, "max_token_bytes", 1 << 30)
+    if chars > most:
+        raise APIError(400, f"{param}: {chars} characters cannot fit max_model_len {limit} "
+                       f"(the longest token of this vocabulary holds {most // limit // 2} "
+                       "bytes): the prompt leaves no room to generate", param)
+
+
+def chat_text_chars(messages: Sequence[ChatMessage]) -> int:
+    """The characters of the messages' text (string contents and text parts): a rendered
+    chat prompt holds at least these."""
+    n = 0
+    for m in messages:
+        if isinstance(m.content, str):
+            n += len(m.content)
+        elif m.content:
+            n += sum(len(p["text"]) for p in m.content
+                     if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return n
+
+
 def _document_start(tok: Any) -> list[int]:
     """What a text that encodes to no tokens ("" included) prompts with: as in OpenAI's
     API, the start of a new document: the BOS token, else the end-of-text token that
@@ -69,6 +95,8 @@ def encode_prompts(state: ServingState, prompt: Any, add_special_tokens: bool = 
     for i, p in enumerate(prompt):
         param = f"prompt[{i}]" if len(prompt) > 1 else "prompt"
         if isinstance(p, str):
+            if truncate is None:
+                check_text_fits(state, len(p), param)
             encoded = tok.encode(p, add_special_tokens=add_special_tokens)
             encoded = encoded or _document_start(tok)
             kept = truncate_prompt(state, encoded, truncate)

@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     # once, the last when the answer ends); requests may set their own
     stream_interval: int = Field(1, ge=1)
     max_queue: int | None = Field(256, ge=0)  # waiting requests beyond this: 429
+    # a request body beyond this is a 413 before it is read (0: no limit); room for
+    # limit_mm_per_prompt base64 images of max_media_bytes
+    max_request_body_mib: int = Field(128, ge=0)
     request_timeout: float | None = Field(600.0, gt=0)  # seconds per request
     drain_timeout: float = Field(30.0, ge=0)  # SIGTERM grace period for in-flight requests
     threads: int | None = Field(None, ge=1)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +245,13 @@ class Tokenizer:
         """The token's own bytes (a piece of a UTF-8 character stays that piece: the
         bytes of consecutive tokens join into the text); a special token's text."""
         return self.backend.token_bytes(token_id)
+
+    @cached_property
+    def max_token_bytes(self) -> int:
+        """The most bytes one token stands for (its own bytes; a special token's text): a
+        text of N bytes encodes to at least N / max_token_bytes tokens."""
+        return max((len(self.backend.token_bytes(i)) for i in range(self.backend.id_bound)),
+                   default=1) or 1
 
     def token_to_text(self, token_id: int) -> str:
         """The token's own text, for logprobs (a partial UTF-8 byte shows as U+FFFD)."""

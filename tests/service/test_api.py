@@ -276,3 +276,46 @@ def test_error_after_stream_started_sends_error_event_then_done():
             "prompt": "5 6", "max_tokens": 4, "temperature": 0, "ignore_eos": True}), 500)
         assert events[-1]["error"]["code"] == whole["code"] == "engine_error"
         assert cl.get("/health").json()["status"] == "ready"
+
+
+def test_a_body_over_the_limit_is_a_413_before_it_is_read():
+    """--max-request-body-mib: by Content-Length, and by the bytes read when a chunked body
+    has none; a body within the limit is served."""
+    with client(max_request_body_mib=1) as cl:
+        big = b'{"prompt": "' + b"5 " * (2**20) + b'"}'
+        err = error_of(cl.post("/v1/completions", content=big,
+                               headers={"content-type": "application/json"}), 413)
+        assert "--max-request-body-mib" in err["message"]
+
+        def chunks():
+            yield big[:1000]
+            yield big[1000:]
+        err = error_of(cl.post("/v1/completions", content=chunks(),
+                               headers={"content-type": "application/json"}), 413)
+        r = cl.post("/v1/messages", content=big, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.json()["type"] == "error"
+        assert cl.post("/v1/completions", json={"prompt": "5", "max_tokens": 1}
+                       ).status_code == 200
+
+
+def test_a_prompt_too_long_for_any_encoding_is_refused_before_it_is_encoded(monkeypatch):
+    """A text of more characters than max_model_len tokens can hold is a 400 without the
+    tokenizer seeing it (it took seconds and gigabytes for megabytes of text)."""
+    with client() as cl:
+        tok = cl.app.state.serving.backend.tokenizer
+        seen = []
+        monkeypatch.setattr(tok, "encode", lambda text, *a, **k: seen.append(text) or [5])
+        monkeypatch.setattr(tok, "max_token_bytes", 2, raising=False)  # the fake has none
+        most = 2 * 64 * tok.max_token_bytes
+        long = "5" * (most + 1)
+        err = error_of(cl.post("/v1/completions", json={"prompt": long}), 400)
+        assert err["param"] == "prompt" and "cannot fit max_model_len" in err["message"]
+        err = error_of(cl.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": [{"type": "text", "text": long}]}]}), 400)
+        assert err["param"] == "messages" and "cannot fit" in err["message"]
+        assert not seen
+        # at the bound it is the tokenizer's to count (and with truncation it is kept)
+        cl.post("/v1/completions", json={"prompt": long[1:], "max_tokens": 1})
+        cl.post("/v1/completions", json={"prompt": long, "max_tokens": 1,
+                                         "truncate_prompt_tokens": 8})
+        assert len(seen) == 2
