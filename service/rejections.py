@@ -253,6 +253,8 @@ CONVERSATIONS = (
          "function_call earlier in items or in the conversation"),
     Rule("item_id", "whose output is in the conversation", "a function_call goes after "
          "its function_call_output"),
+    Rule("items", "over the store's budget", "one conversation fits the store's budget "
+         "(--conversations-store-mib)"),
 )
 STORED_CHAT = (
     Rule("after", "is no", "after names an entry of the list"),

@@ -17,7 +17,7 @@ from service.errors import APIError
 from service.openai_format import page_items
 from service.openapi import errors, ok
 from service.schemas import MetadataUpdate
-from service.store.conversations import Conversation, ConversationStore
+from service.store.conversations import Conversation, ConversationStore, ConversationTooLarge
 from service.translate.refusals import check_function_outputs
 from service.translate.responses import items_json
 from service.translate.schemas import (
@@ -61,7 +61,10 @@ def add_items(state: ServingState, request: Request, conv: Conversation, items: 
     conversation or of ``items``); returns them as listed."""
     check_function_outputs(items, conv.items, name)
     listed = items_json(items, status=True)
-    store_of(state).append(store_tenant(request), conv, items, listed)
+    try:
+        store_of(state).append(store_tenant(request), conv, items, listed)
+    except ConversationTooLarge as exc:
+        raise APIError(400, f"{name}: {exc}", name) from None
     return listed
 
 

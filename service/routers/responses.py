@@ -8,6 +8,7 @@ created with ``stream``, follows its events (``?stream=true&starting_after=N``),
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -28,7 +29,7 @@ from service.openapi import errors, ok, ok_events
 from service.routers import conversations
 from service.routers.openai import SSE_HEADERS, token_bytes, token_text
 from service.store.background import BackgroundJob
-from service.store.conversations import Conversation
+from service.store.conversations import Conversation, ConversationTooLarge
 from service.store.responses import StoredResponse, json_bytes
 from service.translate.refusals import check_function_outputs, in_responses
 from service.translate.responses import items_json, output_items, own_items, to_chat
@@ -36,6 +37,7 @@ from service.translate.responses_stream import ResponseStream
 from service.translate.schemas import ResponsesInputTokensRequest, ResponsesRequest
 from service.translate.truncation import fit
 
+log = logging.getLogger(__name__)
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
 
@@ -185,8 +187,12 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
             state.responses.put(tenant, response, context, context_bytes, listed, frames)
         if conv is not None and response["status"] in ("completed", "incomplete"):
             outputs = [dict(o) for o in response["output"]]
-            state.conversations.append(tenant, conv, [*own, *output_items(outputs)],
-                                       [*items_json(own, status=True), *outputs])
+            try:
+                state.conversations.append(tenant, conv, [*own, *output_items(outputs)],
+                                           [*items_json(own, status=True), *outputs])
+            except ConversationTooLarge as exc:  # the answer went out; the turn is not kept
+                log.warning("response %s not added to conversation %s: %s",
+                            response["id"], conv.id, exc)
     head = {**_head(run.model, body, store),
             "conversation": {"id": conv.id} if conv is not None else None}
     enc = ResponseStream(run.sub.id.replace("-", "_", 1), head, run.readers[0],

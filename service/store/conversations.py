@@ -44,6 +44,10 @@ class Conversation:
         return next((i for i, d in enumerate(self.listed) if d["id"] == item_id), None)
 
 
+class ConversationTooLarge(ValueError):
+    """Items that would make one conversation bigger than the whole store's budget."""
+
+
 class ConversationStore:
     """Least recently used conversations within ``budget_bytes``; every call is made on
     the event loop (no lock)."""
@@ -77,12 +81,18 @@ class ConversationStore:
     def append(self, tenant: str, conv: Conversation, items: Sequence[Any],
                listed: Sequence[dict[str, Any]]) -> bool:
         """Add items (validated, and as JSON with ids) at the end; False when the
-        conversation is no longer kept (deleted or evicted meanwhile)."""
+        conversation is no longer kept (deleted or evicted meanwhile). Raises
+        ConversationTooLarge, changing nothing, when the conversation would outgrow the
+        whole budget: no other conversation is evicted for one that cannot be kept."""
         if self._convs.get((tenant, conv.id)) is not conv:
             return False
+        grown = sum(json_bytes(d) for d in listed)
+        if conv.nbytes + grown > self.budget:
+            raise ConversationTooLarge(
+                f"the conversation would hold {conv.nbytes + grown} bytes, over the store's "
+                f"budget of {self.budget} (--conversations-store-mib)")
         conv.items += items
         conv.listed += listed
-        grown = sum(json_bytes(d) for d in listed)
         conv.nbytes += grown
         self.used += grown
         self._convs.move_to_end((tenant, conv.id))
@@ -110,11 +120,11 @@ class ConversationStore:
         return True
 
     def _evict(self, keep: Conversation) -> None:
-        """Least recently used first, until the budget holds; ``keep`` (just grown) goes
-        last, and only when it alone is over the budget."""
-        while self.used > self.budget and self._convs:
+        """Least recently used first, until the budget holds; never ``keep`` (just grown,
+        and within the budget on its own: append refuses more)."""
+        while self.used > self.budget and len(self._convs) > 1:
             key, old = next(iter(self._convs.items()))
-            if old is keep and len(self._convs) > 1:
+            if old is keep:
                 self._convs.move_to_end(key)
                 continue
             del self._convs[key]

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.app import create_app
 from service.settings import Settings
-from service.store.conversations import ConversationStore
+from service.store.conversations import ConversationStore, ConversationTooLarge
 from tests.service.conformance import response_items
 from tests.service.scripted_backend import scripted_loader
 from tests.service.test_chat_tools_api import SCRIPTS, make_client
@@ -194,9 +194,29 @@ def test_least_recently_used_conversations_go_first_within_the_byte_budget():
     assert store.used == a.nbytes <= store.budget
     store.remove_item(a, 0)
     assert store.used == a.nbytes and len(a.items) == len(a.listed) == 4
-    assert store.append("t", a, [None] * 5, big)  # alone over the budget: it goes too
-    assert store.get("t", a.id) is None and store.used == 0
+    c = store.create("u", {})  # another key's
+    used = store.used
+    # a conversation that would outgrow the whole budget is refused, changing nothing:
+    # it emptied the store, every key's conversations, and then went itself
+    with pytest.raises(ConversationTooLarge, match="--conversations-store-mib"):
+        store.append("t", a, [None] * 5, big)
+    assert store.used == used and len(a.items) == 4
+    assert store.get("t", a.id) is a and store.get("u", c.id) is c
+    assert store.delete("t", a.id)
     assert not store.append("t", a, [None], big[:1])  # no longer kept
+
+
+def test_items_that_outgrow_the_store_are_a_400_and_evict_nothing():
+    settings = Settings(max_model_len=256, max_num_seqs=4, conversations_store_mib=1)
+    with TestClient(create_app(settings, load_backend=scripted_loader(SCRIPTS))) as c:
+        keep = [conversation(c) for _ in range(3)]
+        item = {"type": "message", "role": "user", "content": "x" * 60_000}
+        r = c.post("/v1/conversations", json={"items": [item] * 20})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "items", r.text
+        r = c.post(f"/v1/conversations/{keep[0]}/items", json={"items": [item] * 20})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "items", r.text
+        assert all(c.get(f"/v1/conversations/{k}").status_code == 200 for k in keep)
+        assert items(c, keep[0]) == []
 
 
 def test_the_openai_sdk(client):
