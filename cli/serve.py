@@ -229,6 +229,11 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         raise CliError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
 
 
+# After the drain: the seconds the last answers (error events of requests the drain
+# timeout ended included) have to reach their clients before connections are closed
+END_GRACE_S = 3
+
+
 def uvicorn_config(app: Any, settings: Any) -> Any:
     """The server's uvicorn.Config. Event loop and HTTP parser stay "auto": uvloop and
     httptools (dependencies) where installed, else asyncio and h11. They take about a fifth
@@ -238,7 +243,7 @@ def uvicorn_config(app: Any, settings: Any) -> Any:
     level = (settings.uvicorn_log_level
              or logging.getLevelName(logging.getLogger().level).lower())
     return uvicorn.Config(app, host=settings.host, port=settings.port, log_level=level,
-                          timeout_graceful_shutdown=max(1, int(settings.drain_timeout)),
+                          timeout_graceful_shutdown=END_GRACE_S,
                           access_log=not settings.disable_uvicorn_access_log)
 
 
@@ -297,8 +302,13 @@ class DrainingServer:
 
             def _drain(self) -> None:
                 if not state.wait_drained(drain_timeout):
-                    log.warning("drain timeout: %d requests still in flight",
-                                state.engine.num_unfinished)
+                    log.warning("drain timeout: %d requests still in flight end with an "
+                                "error", state.engine.num_unfinished)
+                    # each ends as an error of its own (a stream's error event and
+                    # [DONE], a whole answer's JSON), not a connection cut mid-chunk
+                    state.engine.end_all("the server shut down before this request "
+                                         f"finished (--drain-timeout {drain_timeout:g} s)")
+                    state.wait_drained(END_GRACE_S)
                 self.should_exit = True
 
         return _Server(config)

@@ -77,6 +77,7 @@ class Engine:
         self._lock = threading.Condition()
         self._inbox: list[LiveRequest] = []
         self._aborts: list[str] = []
+        self._end_all: str | None = None  # end_all's message, until the engine thread acts
         self._resets: list[Future[int]] = []  # reset_prefix_cache calls to answer
         self._stats = EngineStats("ready", 0, 0, 0.0)
         self._stop = False
@@ -181,6 +182,14 @@ class Engine:
             self._aborts.append(request_id)
             self._lock.notify()
 
+    def end_all(self, message: str) -> None:
+        """End every request in flight (running, waiting, or just added) with an error of
+        ``message``: what a stream then sends is its error event, a whole answer its
+        error. A drain that ran out of time calls this; new requests are refused already."""
+        with self._lock:
+            self._end_all = message
+            self._lock.notify()
+
     def reset_prefix_cache(self, timeout: float = 10.0) -> int:
         """Drop every cached KV block (blocks running requests hold stay theirs); blocks
         until the engine thread has done it and returns how many were dropped. Raises
@@ -254,7 +263,7 @@ class Engine:
             while True:
                 with self._lock:
                     while not (self._stop or self._inbox or self._aborts or self._resets
-                               or self._live):
+                               or self._live or self._end_all):
                         self._lock.wait()
                     if self._stop:
                         break
@@ -268,6 +277,7 @@ class Engine:
             new, self._inbox = self._inbox, []
             aborts, self._aborts = self._aborts, []
             resets, self._resets = self._resets, []
+            end_all, self._end_all = self._end_all, None
             for live in new:
                 live.req.seq_id = self._next_seq
                 self._next_seq += 1
@@ -281,6 +291,10 @@ class Engine:
                 self._finish(live.req)
         for done in resets:
             done.set_result(self.scheduler.reset_prefix_cache())
+        if end_all is not None:
+            for live in list(self._live.values()):
+                self.steps.end(live, FinishReason.ERROR, end_all)
+                self._finish(live.req)
 
     def _expire(self) -> None:
         now = self.clock()

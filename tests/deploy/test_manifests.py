@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cli.serve import END_GRACE_S
 from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,4 +141,4 @@ def test_grace_period_covers_prestop_sleep_plus_drain(k8s, container):
     assert cmd[0] == "sleep"
     drain = k8s["ConfigMap"]["data"].get("FP8SERVE_DRAIN_TIMEOUT")
     drain_s = float(drain) if drain is not None else Settings.model_fields["drain_timeout"].default
-    assert spec["terminationGracePeriodSeconds"] > float(cmd[1]) + drain_s
+    assert spec["terminationGracePeriodSeconds"] > float(cmd[1]) + drain_s + END_GRACE_S

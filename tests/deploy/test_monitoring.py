@@ -14,6 +14,7 @@ import pytest
 import yaml
 from prometheus_client import generate_latest
 
+from cli.serve import END_GRACE_S
 from service.backend import ServingState
 from service.metrics import build_registry
 from service.settings import Settings
@@ -186,4 +187,4 @@ def test_compose_stop_grace_covers_the_drain_timeout():
     fp8 = COMPOSE["services"]["fp8serve"]
     drain = re.fullmatch(r"\$\{FP8SERVE_DRAIN_TIMEOUT:-(\d+)\}",
                          fp8["environment"]["FP8SERVE_DRAIN_TIMEOUT"])
-    assert int(fp8["stop_grace_period"].rstrip("s")) > int(drain.group(1))
+    assert int(fp8["stop_grace_period"].rstrip("s")) > int(drain.group(1)) + END_GRACE_S

@@ -7,7 +7,7 @@ import uvloop
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from cli.main import build_parser
-from cli.serve import settings_from_args, uvicorn_config
+from cli.serve import END_GRACE_S, settings_from_args, uvicorn_config
 
 
 async def _app(scope, receive, send) -> None:  # pragma: no cover - never called
@@ -21,7 +21,8 @@ def test_server_uses_uvloop_and_httptools() -> None:
     config.load()
     assert config.http_protocol_class is HttpToolsProtocol
     assert config.get_loop_factory() is uvloop.new_event_loop
-    assert (config.port, config.timeout_graceful_shutdown) == (8123, 5)
+    # the drain waits --drain-timeout itself; uvicorn only lets the last answers out
+    assert (config.port, config.timeout_graceful_shutdown) == (8123, END_GRACE_S)
     assert config.access_log
 
 

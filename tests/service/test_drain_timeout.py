@@ -1,0 +1,55 @@
+"""SIGTERM with requests that outlast --drain-timeout: each ends as an error of its own
+(a stream's error event then ``[DONE]``, a whole answer's JSON error), and the process
+exits a few seconds after the drain timeout, not twice it. Before, streams were cut
+mid-chunk, whole answers got a plain-text 500, and uvicorn waited the timeout again."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+
+import httpx
+
+from cli.serve import END_GRACE_S
+from tests.service.serve_process import start_server, stop_server
+
+DRAIN_S = 1.0
+LONG = {"model": "tiny", "prompt": "drain me", "max_tokens": 3000, "ignore_eos": True,
+        "temperature": 0}
+
+
+def test_requests_past_the_drain_timeout_end_with_their_own_errors(tiny_checkpoint):
+    model = tiny_checkpoint(tokenizer=True)
+    srv = start_server(model, "--drain-timeout", str(DRAIN_S), "--max-model-len", "4096",
+                       "--served-model-name", "tiny", "--threads", "1")
+    try:
+        proc, url = srv["proc"], srv["url"]
+        whole: dict = {}
+
+        def post_whole() -> None:
+            r = httpx.post(url + "/v1/completions", json=LONG, timeout=60)
+            whole.update(status=r.status_code, body=r.json())
+
+        t = threading.Thread(target=post_whole)
+        with httpx.Client(base_url=url, timeout=60) as hc:
+            with hc.stream("POST", "/v1/completions", json={**LONG, "stream": True}) as r:
+                lines = r.iter_lines()
+                next(lines)
+                t.start()
+                time.sleep(0.3)  # the whole-answer request is in flight too
+                proc.send_signal(signal.SIGTERM)
+                sent = time.monotonic()
+                rest = [ln for ln in lines if ln.startswith("data: ")]
+        t.join(30)
+        assert proc.wait(30) == 0
+        took = time.monotonic() - sent
+    finally:
+        stop_server(srv)
+    assert rest[-1] == "data: [DONE]"
+    err = json.loads(rest[-2][6:])["error"]
+    assert "--drain-timeout" in err["message"] and err["code"] == "engine_error", err
+    assert whole["status"] == 500, whole
+    assert "--drain-timeout" in whole["body"]["error"]["message"]
+    assert took < DRAIN_S + END_GRACE_S + 4, took  # was twice the timeout and more
