@@ -13,6 +13,8 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -69,6 +71,9 @@ def fetch_http(url: str, param: str, policy: MediaPolicy) -> bytes:
                    "--allowed-media-domains); send a base64 data URL", param)
     if not _host_allowed(host, policy.allowed_domains):
         raise _bad(f"image host {host!r} is not in --allowed-media-domains", param)
+    # httpx's timeout bounds each read; the deadline bounds the whole fetch (a server that
+    # drips a byte a second held a worker thread as long as it kept dripping)
+    deadline = time.monotonic() + policy.fetch_timeout
     try:
         with httpx.Client(timeout=policy.fetch_timeout, follow_redirects=False) as client:
             with client.stream("GET", url) as resp:
@@ -81,6 +86,8 @@ def fetch_http(url: str, param: str, policy: MediaPolicy) -> bytes:
                     if len(data) > policy.max_bytes:
                         raise _bad(f"image at {host} is over the limit of "
                                    f"{policy.max_bytes} bytes", param)
+                    if time.monotonic() > deadline:
+                        raise httpx.ReadTimeout("the whole fetch took too long")
                 return bytes(data)
     except httpx.TimeoutException:
         raise _bad(f"image fetch from {host} timed out after {policy.fetch_timeout:g} s",
@@ -98,7 +105,10 @@ def read_file(url: str, param: str, policy: MediaPolicy) -> bytes:
     if not path.is_relative_to(root):
         raise _bad(f"image path is outside --allowed-local-media-path {root}", param)
     try:
-        if path.stat().st_size > policy.max_bytes:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or device would block the read
+            raise _bad("image path is not a regular file", param)
+        if info.st_size > policy.max_bytes:
             raise _bad(f"image file is over the limit of {policy.max_bytes} bytes", param)
         return path.read_bytes()
     except OSError as exc:

@@ -14,8 +14,9 @@ from starlette.concurrency import run_in_threadpool
 from service import rejections
 from service.deps import ReadyStateDep, StateDep, check_model, require_api_key
 from service.errors import APIError
+from service.images import encode_chat_prompt
 from service.openapi import errors, ok
-from service.prompts import _check_ids, encode_chat
+from service.prompts import _check_ids
 from service.schemas import DetokenizeRequest, TokenizeRequest
 from service.tool_calls.plan import plan_chat
 
@@ -101,9 +102,10 @@ async def tokenize(body: TokenizeRequest, state: ReadyStateDep) -> dict[str, Any
         ids = await run_in_threadpool(tok.encode, body.prompt, special)
     else:
         chat = body.chat_request()
-        ids = await run_in_threadpool(encode_chat, state, body.messages,
-                                      body.add_generation_prompt,
-                                      plan_chat(chat, state.parsers))
+        # as a chat request's prompt: images expanded to their tokens (count_tokens too)
+        ids, _ = await run_in_threadpool(encode_chat_prompt, state, body.messages,
+                                         body.add_generation_prompt,
+                                         plan_chat(chat, state.parsers))
     out: dict[str, Any] = {"tokens": ids, "count": len(ids),
                            "max_model_len": state.settings.max_model_len}
     if body.return_token_strs:

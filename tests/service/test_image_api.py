@@ -75,6 +75,11 @@ def test_data_url_image_counts_its_tokens(client) -> None:
     grid_tokens = 3 * (4 + 1)  # 84 x 112 -> 3 rows of 4 [IMG] + a break/end each
     assert img.json()["usage"]["prompt_tokens"] == text.json()["usage"]["prompt_tokens"] + (
         grid_tokens)
+    # /tokenize counts what the chat request's prompt holds (it refused image parts)
+    tok = client.post("/tokenize", json={"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "describe"}, part(data_url(png(112, 84)))]}]})
+    assert tok.status_code == 200, tok.text
+    assert tok.json()["count"] == img.json()["usage"]["prompt_tokens"]
 
 
 def test_same_image_is_encoded_once_and_reuses_kv(client) -> None:

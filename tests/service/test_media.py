@@ -4,6 +4,8 @@ file paths, size caps), and the encoded-image cache's LRU bound."""
 from __future__ import annotations
 
 import base64
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -44,8 +46,10 @@ def test_file_policy(tmp_path: Path) -> None:
     (tmp_path / "link.png").symlink_to("/etc/hostname")
     policy = MediaPolicy(local_root=tmp_path, max_bytes=10)
     assert load_media(f"file://{tmp_path / 'ok.png'}", "p", policy) == b"12345"
+    os.mkfifo(tmp_path / "pipe.png")  # its read would block the worker thread for good
     for name, msg in (("big.png", "over the limit"), ("link.png", "outside"),
-                      ("missing.png", "cannot read"), ("../x.png", "outside")):
+                      ("missing.png", "cannot read"), ("../x.png", "outside"),
+                      ("pipe.png", "not a regular file")):
         with pytest.raises(APIError, match=msg):
             load_media(f"file://{tmp_path / name}", "p", policy)
     with pytest.raises(APIError, match="non-empty string"):
@@ -77,6 +81,15 @@ def local_http():
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - http.server's name
+            if self.path == "/drip":  # a byte at a time, each well within a read timeout
+                self.send_response(200)
+                self.send_header("Content-Length", "100")
+                self.end_headers()
+                for _ in range(100):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    time.sleep(0.1)
+                return
             routes = {"/img": (200, body), "/big": (200, body * 100),
                       "/moved": (302, b""), "/missing": (404, b"")}
             status, data = routes.get(self.path, (404, b""))
@@ -108,3 +121,14 @@ def test_http_fetch_from_an_allowed_host(local_http) -> None:
         load_media(base + "/missing", "p", policy)
     with pytest.raises(APIError, match="not in --allowed-media-domains"):
         load_media(base + "/img", "p", MediaPolicy(allowed_domains=("example.com",)))
+
+
+def test_a_fetch_that_drips_ends_at_the_fetch_timeout(local_http) -> None:
+    """--media-fetch-timeout bounds the whole fetch, not each read: a server sending a
+    byte every 0.1 s (10 s in all) is cut at 0.5 s."""
+    base, _ = local_http
+    policy = MediaPolicy(allowed_domains=("127.0.0.1",), fetch_timeout=0.5)
+    start = time.monotonic()
+    with pytest.raises(APIError, match="timed out after 0.5 s"):
+        load_media(base + "/drip", "p", policy)
+    assert time.monotonic() - start < 2
