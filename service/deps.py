@@ -78,3 +78,15 @@ def check_model(state: ServingState, model: str | None) -> str:
         raise APIError(404, f"model {model!r} not found; this server serves {served}",
                        "model", "model_not_found")
     return model
+
+
+PAGING = ("limit", "order", "after")
+
+
+def refuse_other_query(request: Request, served: tuple[str, ...], why: str) -> None:
+    """A 400 naming the first query parameter outside ``served`` (never one ignored);
+    ``name[]``, how the SDKs send a list, is ``name``; ``why`` ends the message."""
+    for name, value in request.query_params.multi_items():
+        base = name[:-2] if name.endswith("[]") else name
+        if base not in served:
+            raise APIError(400, f"{base}: {value!r} is not supported here: {why}", base)

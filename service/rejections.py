@@ -265,6 +265,7 @@ CONVERSATION_ITEMS = (
     *CONVERSATIONS,
     Rule("after", "is no item", "after names an item of the conversation"),
     Rule("include", "is not supported here", "items are returned whole"),
+    Rule("before", "is not supported here", "item lists page with limit, order and after"),
 )
 
 

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from service import rejections
 from service.backend import ServingState
-from service.deps import StateDep, require_api_key, store_tenant
+from service.deps import PAGING, StateDep, refuse_other_query, require_api_key, store_tenant
 from service.errors import APIError
 from service.openai_format import page_items
 from service.openapi import errors, ok
@@ -49,10 +49,10 @@ def lookup(state: ServingState, request: Request, conv_id: str) -> Conversation:
     return found
 
 
-def _no_include(request: Request) -> None:
-    if "include" in request.query_params:
-        raise APIError(400, "include: is not supported here: items are returned whole",
-                       "include")
+def _query(request: Request, paged: bool = False) -> None:
+    """Items are returned whole (no ``include``); lists take the paging parameters."""
+    refuse_other_query(request, PAGING if paged else (), "items are returned whole, and "
+                       "lists page with limit, order and after")
 
 
 def add_items(state: ServingState, request: Request, conv: Conversation, items: list[Any],
@@ -111,7 +111,7 @@ async def delete(conversation_id: str, request: Request, state: StateDep) -> dic
     **_errors(400, 401, 404, rules=rejections.CONVERSATION_ITEMS)})
 async def create_items(conversation_id: str, body: ConversationItemsRequest,
                        request: Request, state: StateDep) -> dict[str, Any]:
-    _no_include(request)
+    _query(request)
     conv = lookup(state, request, conversation_id)
     listed = add_items(state, request, conv, list(body.items))
     return {"object": "list", "data": listed, "first_id": listed[0]["id"],
@@ -125,7 +125,7 @@ async def list_items(conversation_id: str, request: Request, state: StateDep,
                      limit: int = Query(20, ge=1, le=100),
                      order: Literal["asc", "desc"] = "desc",
                      after: str | None = None) -> dict[str, Any]:
-    _no_include(request)
+    _query(request, paged=True)
     conv = lookup(state, request, conversation_id)
     return page_items(list(conv.listed), limit, order, after,
                       f"item of conversation {conversation_id!r}")
@@ -144,7 +144,7 @@ def _item_at(conv: Conversation, item_id: str) -> int:
                        **_errors(400, 401, 404, rules=rejections.CONVERSATION_ITEMS)})
 async def retrieve_item(conversation_id: str, item_id: str, request: Request,
                         state: StateDep) -> dict[str, Any]:
-    _no_include(request)
+    _query(request)
     conv = lookup(state, request, conversation_id)
     return conv.listed[_item_at(conv, item_id)]
 

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from service import rejections
 from service.backend import ServingState
-from service.deps import StateDep, require_api_key, store_tenant
+from service.deps import PAGING, StateDep, refuse_other_query, require_api_key, store_tenant
 from service.errors import APIError
 from service.openai_format import page_items
 from service.openapi import errors, ok
@@ -126,6 +126,8 @@ async def list_messages(completion_id: str, request: Request, state: StateDep,
                         limit: int = Query(20, ge=1, le=100),
                         order: Literal["asc", "desc"] = "asc",
                         after: str | None = None) -> dict[str, Any]:
+    refuse_other_query(request, PAGING, "a stored completion's messages page with limit, "
+                       "order and after")
     found = _lookup(state, request, completion_id)
     return page_items(list(found.input_items), limit, order, after,
                  f"message of chat completion {completion_id!r}")

@@ -269,3 +269,23 @@ def test_metrics_show_what_the_stores_hold(client):
     assert metric(client, "background_responses_running") == 1
     client.post(f"/v1/responses/{running['id']}/cancel")
     assert metric(client, "background_responses_running") == 0
+
+
+def test_query_parameters_not_served_are_400s_naming_them(client):
+    """include as the SDK sends it (include[]) and any parameter the routes do not take
+    were answered 200 and ignored."""
+    cid = conversation(client, items=[{"type": "message", "role": "user", "content": "hi"}])
+    item = items(client, cid)[0]["id"]
+    for method, path, query in (
+            ("GET", f"/v1/conversations/{cid}/items", {"include[]": "message.output_text"
+                                                        ".logprobs"}),
+            ("GET", f"/v1/conversations/{cid}/items", {"before": item}),
+            ("GET", f"/v1/conversations/{cid}/items/{item}", {"include[]": "x"}),
+            ("GET", f"/v1/conversations/{cid}/items/{item}", {"limit": "3"})):
+        r = client.request(method, path, params=query)
+        name = next(iter(query)).removesuffix("[]")
+        assert r.status_code == 400 and r.json()["error"]["param"] == name, (path, r.text)
+    r = client.post(f"/v1/conversations/{cid}/items", params={"include[]": "x"},
+                    json={"items": [{"type": "message", "role": "user", "content": "a"}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "include"
+    assert len(items(client, cid, after=item, order="asc")) == 0  # paging still served

@@ -97,6 +97,10 @@ def test_update_delete_and_messages(client):
     assert listed["data"][1]["content_parts"] == [{"type": "text", "text": "<script5>"}]
     one = client.get(f"{CHAT}/{rid}/messages", params={"order": "desc", "limit": 1}).json()
     assert one["data"] == listed["data"][1:] and one["has_more"]
+    for query in ({"before": f"{rid}-1"}, {"metadata[tag]": "x"}):  # were ignored
+        r = client.get(f"{CHAT}/{rid}/messages", params=query)
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == next(iter(query)), r.text
     updated = client.post(f"{CHAT}/{rid}", json={"metadata": {"tag": "x"}}).json()
     assert updated["metadata"] == {"tag": "x"}
     assert client.get(f"{CHAT}/{rid}").json() == updated
