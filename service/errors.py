@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -31,11 +32,15 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error",
 
 
 class APIError(Exception):
+    """``admitted``: the request ran in the engine, which counted how it ended (an error
+    at its end, not a refusal)."""
+
     def __init__(self, status: int, message: str, param: str | None = None,
-                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
+                 code: str | None = None, headers: dict[str, str] | None = None,
+                 admitted: bool = False) -> None:
         super().__init__(message)
         self.status, self.message, self.param = status, message, param
-        self.code, self.headers = code, headers or {}
+        self.code, self.headers, self.admitted = code, headers or {}, admitted
 
     def body(self) -> dict[str, object]:
         return error_body(self.status, self.message, self.param, self.code)
@@ -85,8 +90,19 @@ def body_for(anthropic: bool, status: int, message: str, param: str | None = Non
     return error_body(status, message, param, code)
 
 
+def count_refusal(app: Any, status: int) -> None:
+    """``fp8serve_requests_rejected_total{reason="http_<status>"}`` for a request the
+    service refused (4xx but 408) before the engine saw it; the engine counts its own."""
+    metrics = getattr(getattr(getattr(app, "state", None), "serving", None), "metrics", None)
+    if metrics is not None and 400 <= status < 500 and status != 408:
+        metrics.on_rejected(f"http_{status}")
+
+
 def _reply(request: Request, status: int, message: str, param: str | None = None,
-           code: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
+           code: str | None = None, headers: dict[str, str] | None = None,
+           counted: bool = False) -> JSONResponse:
+    if not counted:
+        count_refusal(request.app, status)
     return JSONResponse(body_for(speaks_anthropic(request), status, message, param, code),
                         status, headers=headers)
 
@@ -150,12 +166,16 @@ def _telling_error(errors: list[dict]) -> dict:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api(request: Request, exc: APIError) -> JSONResponse:
-        return _reply(request, exc.status, exc.message, exc.param, exc.code, exc.headers)
+        # an engine refusal said again in the API's words was counted by the engine
+        counted = exc.admitted or isinstance(exc.__cause__, EngineError)
+        return _reply(request, exc.status, exc.message, exc.param, exc.code, exc.headers,
+                      counted)
 
     @app.exception_handler(EngineError)
     async def _engine(request: Request, exc: EngineError) -> JSONResponse:
         err = from_engine_error(exc)
-        return _reply(request, err.status, err.message, err.param, err.code, err.headers)
+        return _reply(request, err.status, err.message, err.param, err.code, err.headers,
+                      counted=True)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

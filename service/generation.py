@@ -234,7 +234,8 @@ def raise_for_choice(c: Choice) -> None:
     if c.finish_reason in (FinishReason.TIMEOUT, FinishReason.ERROR):
         status = end_status(c)
         raise APIError(status, c.error or ("request timed out" if status == 408
-                                            else "generation failed"), code=end_code(status))
+                                            else "generation failed"), code=end_code(status),
+                       admitted=True)
 
 
 async def _watch_disconnect(sub: Choices, request: Request) -> None:

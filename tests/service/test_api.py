@@ -319,3 +319,29 @@ def test_a_prompt_too_long_for_any_encoding_is_refused_before_it_is_encoded(monk
         cl.post("/v1/completions", json={"prompt": long, "max_tokens": 1,
                                          "truncate_prompt_tokens": 8})
         assert len(seen) == 2
+
+
+def rejected(cl) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+    fams = text_string_to_metric_families(cl.get("/metrics").text)
+    return {s.labels["reason"]: s.value for f in fams
+            if f.name == "fp8serve_requests_rejected" for s in f.samples
+            if s.name.endswith("_total")}
+
+
+def test_every_refusal_is_counted_once():
+    """fp8serve_requests_rejected_total counts the service's refusals by status (only the
+    engine's were counted: a bad field, a wrong model, a missing key moved nothing), and
+    an engine refusal once, under its own reason."""
+    with client(api_keys=("k",), max_request_body_mib=1) as cl:
+        auth = {"Authorization": "Bearer k"}
+        cl.post("/v1/completions", json={"prompt": "1", "max_tokens": 0}, headers=auth)
+        cl.post("/v1/completions", json={"prompt": [999]}, headers=auth)
+        cl.post("/v1/completions", json={"prompt": "1", "model": "nope"}, headers=auth)
+        cl.post("/v1/completions", json={"prompt": "1"})
+        cl.post("/v1/completions", content=b"x" * (2**20 + 1), headers=auth)
+        cl.post("/v1/completions", json={"prompt": "1 2", "max_tokens": 63}, headers=auth)
+        assert cl.post("/v1/completions", json={"prompt": "1", "max_tokens": 1},
+                       headers=auth).status_code == 200
+        assert rejected(cl) == {"http_400": 2, "http_404": 1, "http_401": 1, "http_413": 1,
+                                "InvalidRequestError": 1}
