@@ -90,8 +90,13 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "intermediate_size", "num_layers", "num_heads",
-                     "num_kv_heads", "head_dim", "vocab_size"):
+                     "num_kv_heads", "head_dim", "vocab_size", "max_position_embeddings"):
             _require(getattr(self, name) > 0, f"{name} must be > 0")
+        for name, ids in (("bos_token_id", () if self.bos_token_id is None
+                           else (self.bos_token_id,)), ("eos_token_id", self.eos_token_ids)):
+            bad = [i for i in ids if not 0 <= i < self.vocab_size]
+            _require(not bad, f"{name} {bad[0] if bad else ''} is outside the vocabulary "
+                              f"[0, {self.vocab_size})")
         _require(self.num_heads % self.num_kv_heads == 0,
                  f"num_heads {self.num_heads} not a multiple of num_kv_heads {self.num_kv_heads}")
         _require(self.head_dim % 2 == 0, "head_dim must be even for RoPE")

@@ -65,6 +65,11 @@ def check_memory(config: ModelConfig, engine_config: EngineConfig,
 class ModelRunner:
     def __init__(self, weights: ModelWeights, engine_config: EngineConfig, hw: HardwareInfo,
                  overrides: KernelOverrides, report: KernelReport | None = None) -> None:
+        fused_env = os.environ.get("FP8SERVE_FUSED", "")
+        if fused_env not in ("", "0", "1"):
+            raise ValueError(f"FP8SERVE_FUSED={fused_env!r}: 0 (the Python reference layers) "
+                             "or 1 / unset (the fused op where it runs)")
+        eager = fused_env == "0"
         if engine_config.threads is not None:
             torch.set_num_threads(engine_config.threads)
         self.config: ModelConfig = weights.config
@@ -76,7 +81,6 @@ class ModelRunner:
                         engine_config.max_model_len, self.config.max_position_embeddings)
         self.kernel_report = report if report is not None else KernelReport()
         make = LinearFactory(hw, overrides, self.kernel_report)
-        eager = os.environ.get("FP8SERVE_FUSED", "") == "0"
         self.model = Ministral(weights, make, max_positions=engine_config.max_model_len,
                                fuse=False if eager else None,
                                lm_head_dtype=engine_config.lm_head_dtype,

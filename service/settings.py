@@ -226,9 +226,16 @@ class Settings(BaseSettings):
         parsed = SpeculativeConfig.parse(v)  # ConfigError (a ValueError) names the key
         return None if parsed is None else parsed.to_json()
 
-    @field_validator("vision_encoder_threads")
+    @field_validator("allowed_local_media_path")
     @classmethod
-    def _encoder_threads_fit(cls, v: int | None) -> int | None:
+    def _media_dir_exists(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.is_dir():
+            raise ValueError(f"{v} is not a directory")
+        return v
+
+    @field_validator("threads", "vision_encoder_threads")
+    @classmethod
+    def _threads_fit(cls, v: int | None) -> int | None:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
             os.cpu_count() or 1)
         if v is not None and v > cpus:

@@ -272,6 +272,9 @@ def test_a_yarn_factor_of_zero_is_refused(ckpt):
     ({"hidden_size": 256.5}, "hidden_size must be an integer, got 256.5"),
     ({"num_hidden_layers": True}, "num_hidden_layers must be an integer, got True"),
     ({"num_key_value_heads": 0}, "num_kv_heads must be > 0"),
+    # read with a warning only, before
+    ({"max_position_embeddings": -5}, "max_position_embeddings must be > 0"),
+    ({"eos_token_id": 99999}, "eos_token_id 99999 is outside the vocabulary"),
 ])
 def test_config_values_of_the_wrong_type_name_their_key(ckpt, edit, words):
     """Python's own messages ('str' object has no attribute 'get', could not convert

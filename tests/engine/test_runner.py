@@ -193,3 +193,12 @@ def test_flags_asking_for_more_memory_than_the_host_has_are_refused():
 
     assert available_bytes("/nonexistent/meminfo") is None  # then nothing is checked
     assert available_bytes() > 0  # Linux: MemAvailable
+
+
+def test_fused_switch_takes_0_or_1_only(monkeypatch) -> None:
+    """FP8SERVE_FUSED other than 0 / 1 / unset is an error naming it (it was ignored)."""
+    from engine.runner import ModelRunner
+
+    monkeypatch.setenv("FP8SERVE_FUSED", "banana")
+    with pytest.raises(ValueError, match="FP8SERVE_FUSED='banana'"):
+        ModelRunner(None, None, None, None)  # type: ignore[arg-type]

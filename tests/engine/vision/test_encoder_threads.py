@@ -94,3 +94,15 @@ def test_flag_and_bad_values_at_startup(monkeypatch) -> None:
             _settings(["--vision-encoder-threads", bad])
     monkeypatch.setenv("FP8SERVE_VISION_ENCODER_THREADS", "1")
     assert _settings([]).vision_encoder_threads == 1
+
+
+def test_model_threads_and_the_media_directory_are_checked_at_startup(tmp_path) -> None:
+    """--threads past the CPUs this process may use (it started 10000 torch threads'
+    worth of pool without a word) and an --allowed-local-media-path that is no directory
+    are startup errors naming the setting."""
+    assert _settings(["--threads", "1"]).threads == 1
+    with pytest.raises(CliError, match="threads: .*CPUs"):
+        _settings(["--threads", str(available_cpus() + 1)])
+    assert _settings(["--allowed-local-media-path", str(tmp_path)]).allowed_local_media_path
+    with pytest.raises(CliError, match="allowed_local_media_path: .*not a directory"):
+        _settings(["--allowed-local-media-path", str(tmp_path / "missing")])
