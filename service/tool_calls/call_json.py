@@ -8,6 +8,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from pydantic_core import from_json
+
 from service.tool_calls.call_ids import is_call_id
 from service.tool_calls.deltas import CallArgs, CallStart, Event
 
@@ -21,6 +23,17 @@ def valid_name(name: str) -> bool:
 def arguments_text(args: Any) -> str:
     """Arguments as a JSON string: a string is kept as given, anything else is dumped."""
     return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+
+
+def complete_members(arguments: str) -> dict[str, Any]:
+    """A call's arguments as an object: a call cut by max_tokens keeps its complete
+    members (a cut string is left out, as the anthropic SDK's stream accumulator parses
+    the same text); text that is no object at all is ``{}``."""
+    try:
+        value = from_json(arguments or "{}", allow_partial=True)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def call_events(raw: str, index: int, new_id: Callable[[], str]) -> list[Event] | None:

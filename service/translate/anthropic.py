@@ -30,11 +30,11 @@ import json
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_core import from_json
 
 from engine.request import FinishReason
 from service.errors import APIError
 from service.schemas import ChatCompletionRequest
+from service.tool_calls.call_json import complete_members
 from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.select import ParserChoice
 from service.tool_calls.thinking import thinking_budget
@@ -222,15 +222,9 @@ def stop_reason(reader: ChoiceReader, finish: FinishReason | None,
 
 
 def tool_input(arguments: str) -> dict[str, Any]:
-    """A call's arguments as an object. A call cut by max_tokens keeps its complete
-    members (a cut string is left out), as the anthropic SDK's stream accumulator parses
-    the same ``input_json_delta`` text, so both modes give one input; text that is no
-    object at all is ``{}``."""
-    try:
-        value = from_json(arguments or "{}", allow_partial=True)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+    """A call's arguments as an object (complete_members): the anthropic SDK's stream
+    accumulator parses the same ``input_json_delta`` text, so both modes give one input."""
+    return complete_members(arguments)
 
 
 def usage(prompt_tokens: int, output_tokens: int, cached: int) -> dict[str, int]:

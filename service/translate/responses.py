@@ -29,6 +29,7 @@ are this request's only.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -37,6 +38,7 @@ from pydantic import TypeAdapter
 
 from service.errors import APIError
 from service.schemas import ChatCompletionRequest
+from service.tool_calls.call_json import complete_members
 from service.tool_calls.select import ParserChoice
 from service.tool_calls.thinking import effort_budget, thinking_budget
 from service.translate.anthropic import validated
@@ -91,8 +93,14 @@ def _parts(content: Any) -> Any:
 
 
 def _call(item: FunctionCallItem) -> dict[str, Any]:
+    """A call of the history; one max_output_tokens cut (status incomplete, as this
+    server stores and returns it) with its complete members only, so that the turn after
+    it can be rendered (its cut JSON was a 400 on every later turn)."""
+    arguments = item.arguments
+    if item.status == "incomplete":
+        arguments = json.dumps(complete_members(arguments), ensure_ascii=False)
     return {"id": item.call_id, "type": "function",
-            "function": {"name": item.name, "arguments": item.arguments}}
+            "function": {"name": item.name, "arguments": arguments}}
 
 
 def _messages(body: ResponsesRequest, context: Sequence[InputItem]) -> list[dict[str, Any]]:

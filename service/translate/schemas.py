@@ -189,6 +189,8 @@ class FunctionCallItem(_Body):
     call_id: str = Field(min_length=1)
     name: str
     arguments: str
+    # "incomplete": max_output_tokens cut the call (its arguments may be cut JSON)
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
 class FunctionCallOutputItem(_Body):

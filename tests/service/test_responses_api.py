@@ -282,3 +282,39 @@ def test_chat_response_format_takes_no_unused_schema(client, fmt):
         "messages": [{"role": "user", "content": "1"}], "response_format": fmt})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"].endswith("json_schema")
+
+
+def test_a_call_cut_by_max_output_tokens_can_be_continued(client):
+    """A function_call max_output_tokens cut (status incomplete, as this server returns
+    and stores it; its arguments may be cut JSON) goes back into the prompt with its
+    complete members: the next turn is served (it was a 400 naming chat's messages, on
+    every later turn, previous_response_id included)."""
+    def history(arguments: str, status: str | None) -> list[dict]:
+        call = {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                "arguments": arguments, **({"status": status} if status else {})}
+        return [{"role": "user", "content": "<script0>"}, call,
+                {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+                {"role": "user", "content": "<script5>"}]
+
+    def count(items: list[dict]) -> int:
+        r = client.post("/v1/responses/input_tokens", json={"input": items, "tools": TOOLS})
+        assert r.status_code == 200, r.text
+        return r.json()["input_tokens"]
+
+    cut = '{"city": "Paris", "unit": "cel'
+    r = client.post("/v1/responses", json={**ask(5, tools=TOOLS),
+                                           "input": history(cut, "incomplete")})
+    assert r.status_code == 200, r.text
+    assert count(history(cut, "incomplete")) == count(history('{"city": "Paris"}', None))
+    # what a chat template reads: valid JSON (Jinja templates parse it: cut JSON was a
+    # 400); a call sent as whole keeps its text, still the client's to get right
+    from service.translate.responses import _call
+    from service.translate.schemas import FunctionCallItem
+
+    def arguments(status):
+        item = FunctionCallItem(type="function_call", call_id="c", name="f", arguments=cut,
+                                status=status)
+        return _call(item)["function"]["arguments"]
+
+    assert json.loads(arguments("incomplete")) == {"city": "Paris"}
+    assert arguments("completed") == arguments(None) == cut
