@@ -188,11 +188,15 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
         if conv is not None and response["status"] in ("completed", "incomplete"):
             outputs = [dict(o) for o in response["output"]]
             try:
+                # again: a call this input answers may have been deleted from the
+                # conversation while the response ran (every output answers a call before
+                # it, or every later turn on the conversation is a 400)
+                check_function_outputs(own, conv.items)
                 state.conversations.append(tenant, conv, [*own, *output_items(outputs)],
                                            [*items_json(own, status=True), *outputs])
-            except ConversationTooLarge as exc:  # the answer went out; the turn is not kept
-                log.warning("response %s not added to conversation %s: %s",
-                            response["id"], conv.id, exc)
+            except (ConversationTooLarge, APIError) as exc:  # the answer went out; the turn
+                log.warning("response %s not added to conversation %s: %s",  # is not kept
+                            response["id"], conv.id, getattr(exc, "message", exc))
     head = {**_head(run.model, body, store),
             "conversation": {"id": conv.id} if conv is not None else None}
     enc = ResponseStream(run.sub.id.replace("-", "_", 1), head, run.readers[0],

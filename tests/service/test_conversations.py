@@ -289,3 +289,26 @@ def test_query_parameters_not_served_are_400s_naming_them(client):
                     json={"items": [{"type": "message", "role": "user", "content": "a"}]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "include"
     assert len(items(client, cid, after=item, order="asc")) == 0  # paging still served
+
+
+def test_an_output_whose_call_was_deleted_meanwhile_is_not_added(client):
+    """A background response answers call c1; c1 is deleted from the conversation while
+    it runs: its turn is not added (it left an output with no call before it, and every
+    later turn on the conversation was a 400)."""
+    cid = conversation(client, items=[
+        {"type": "message", "role": "user", "content": "<script0>"},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather",
+         "arguments": "{}"}])
+    call = items(client, cid)[-1]["id"]
+    slow(client)
+    try:
+        bg = post(client, conversation=cid, background=True, tools=TOOLS, input=[
+            {"type": "function_call_output", "call_id": "c1", "output": "sunny"}])
+        r = client.delete(f"/v1/conversations/{cid}/items/{call}")
+        assert r.status_code == 200, r.text
+    finally:
+        slow(client, False)
+    assert wait(client, bg["id"])["status"] == "completed"
+    assert [i["type"] for i in items(client, cid, order="asc")] == ["message"]
+    nxt = client.post("/v1/responses", json={"input": "<script5>", "conversation": cid})
+    assert nxt.status_code == 200, nxt.text
