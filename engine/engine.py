@@ -150,10 +150,19 @@ class Engine:
                 raise InvalidRequestError(str(exc), "messages") from exc
         return self.steps.make_live(req, sink, max_tokens)
 
-    def output_budget(self, num_prompt: int, asked: int | None) -> int:
+    def output_budget(self, num_prompt: int, asked: int | None, count: bool = False) -> int:
         """The output budget of a request with a prompt of ``num_prompt`` tokens; raises
         InvalidRequestError naming the parameter. ``asked`` None means as many as
-        max_model_len and the KV cache allow."""
+        max_model_len and the KV cache allow. ``count``: a refusal counts as one (a caller
+        that checks before its own submissions: add counts its own)."""
+        try:
+            return self._output_budget(num_prompt, asked)
+        except InvalidRequestError as exc:
+            if count:
+                self.observer.on_rejected(type(exc).__name__)
+            raise
+
+    def _output_budget(self, num_prompt: int, asked: int | None) -> int:
         limit = self.config.max_model_len
         cap = self.scheduler.allocator.num_blocks * self.scheduler.allocator.block_size
         # a prompt that alone leaves no room for one token is the prompt's fault, whatever

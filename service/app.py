@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.backend import ModelBackend, ServingState
 from service.backend import load_backend as default_load_backend
@@ -24,6 +25,24 @@ from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
+
+
+class InFlight:
+    """ASGI middleware: ``state.http_in_flight`` counts the HTTP requests being answered,
+    streams until their last byte (what a drain waits for besides the engine)."""
+
+    def __init__(self, app: ASGIApp, state: ServingState) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        self.state.http_in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.state.http_in_flight -= 1
 
 def create_app(settings: Settings | None = None,
                load_backend: Callable[[Settings], ModelBackend] | None = None) -> FastAPI:
@@ -45,6 +64,7 @@ def create_app(settings: Settings | None = None,
 
     app = FastAPI(title="fp8serve", lifespan=lifespan)
     app.state.serving = state
+    app.add_middleware(InFlight, state=state)
     # inside CORS: its 400s and 413s carry CORS headers
     app.add_middleware(LoneSurrogateGuard, max_bytes=settings.max_request_body_mib * 2**20
                        if settings.max_request_body_mib else None)

@@ -154,6 +154,9 @@ class ServingState:
         self.metrics: ServingMetrics | None = None
         self.dispatcher: LoopDispatcher | None = None  # engine thread -> event loop
         self.started = time.time()
+        # HTTP requests being answered (service/app.py InFlight): the drain waits for
+        # those still before the engine too (fetching an image, tokenizing)
+        self.http_in_flight = 0
         self.parsers: ParserChoice = ParserChoice(None, None, "")  # set by attach
         key = settings.thinking_signature_key
         self.signer = ThinkingSigner(key.get_secret_value().encode() if key else None)
@@ -247,9 +250,12 @@ class ServingState:
             self.engine.begin_drain()
 
     def wait_drained(self, timeout: float, poll: float = 0.05) -> bool:
-        """Block until no request is in flight or ``timeout`` passes; True if drained."""
+        """Block until no request is in flight (in the engine, background responses
+        among them, or still being answered over HTTP) or ``timeout`` passes; True if
+        drained."""
         end = time.monotonic() + timeout
-        while self.engine is not None and self.engine.num_unfinished > 0:
+        while self.http_in_flight > 0 or (self.engine is not None
+                                          and self.engine.num_unfinished > 0):
             if time.monotonic() >= end:
                 return False
             time.sleep(poll)

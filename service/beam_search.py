@@ -133,7 +133,7 @@ class BeamSubmission(Choices):
                                    "priority": priority}
         self.searches = []
         for prompt in prompts:
-            budget = state.engine.output_budget(len(prompt), beam.max_tokens)
+            budget = state.engine.output_budget(len(prompt), beam.max_tokens, count=True)
             search = BeamSearch(len(prompt), beam.width, budget, beam.stop_ids,
                                 beam.length_penalty)
             self.searches.append(_Search(prompt, search))

@@ -181,7 +181,7 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
     except InvalidRequestError as exc:  # the engine's "prompt" is the rendered messages
         if exc.param != "prompt":
             raise
-        raise APIError(400, f"messages: {exc}", "messages") from exc
+        raise APIError(400, f"messages: {exc}", "messages", counted=True) from exc
     tok = state.backend.tokenizer
     readers = [ChoiceReader(tok, plan, bool(params.stop)) for _ in sub.ids]
     return ChatRun(model, prompt, plan, params, sub, readers, body.prediction is not None)

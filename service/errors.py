@@ -32,15 +32,16 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error",
 
 
 class APIError(Exception):
-    """``admitted``: the request ran in the engine, which counted how it ended (an error
-    at its end, not a refusal)."""
+    """``counted``: the engine counted this request already (its refusal, said again in
+    the API's words, or how it ended after it ran): the service's refusal counter skips
+    it. Keep it when an error is renamed for another API."""
 
     def __init__(self, status: int, message: str, param: str | None = None,
                  code: str | None = None, headers: dict[str, str] | None = None,
-                 admitted: bool = False) -> None:
+                 counted: bool = False) -> None:
         super().__init__(message)
         self.status, self.message, self.param = status, message, param
-        self.code, self.headers, self.admitted = code, headers or {}, admitted
+        self.code, self.headers, self.counted = code, headers or {}, counted
 
     def body(self) -> dict[str, object]:
         return error_body(self.status, self.message, self.param, self.code)
@@ -108,14 +109,15 @@ def _reply(request: Request, status: int, message: str, param: str | None = None
 
 
 def from_engine_error(exc: EngineError) -> APIError:
+    """The engine's refusal in the API's words (counted: the engine counted it)."""
     if isinstance(exc, InvalidRequestError):
-        return APIError(400, str(exc), exc.param)
+        return APIError(400, str(exc), exc.param, counted=True)
     if isinstance(exc, QueueFullError):
         return APIError(429, f"server busy: {exc}; retry later", code="queue_full",
-                        headers={"Retry-After": "1"})
+                        headers={"Retry-After": "1"}, counted=True)
     if isinstance(exc, EngineUnavailableError):
-        return APIError(503, f"server unavailable: {exc}", code=exc.state)
-    return APIError(500, str(exc))
+        return APIError(503, f"server unavailable: {exc}", code=exc.state, counted=True)
+    return APIError(500, str(exc), counted=True)
 
 
 # pydantic's names of a union's branches in an error's loc: a type ("str",
@@ -166,10 +168,8 @@ def _telling_error(errors: list[dict]) -> dict:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api(request: Request, exc: APIError) -> JSONResponse:
-        # an engine refusal said again in the API's words was counted by the engine
-        counted = exc.admitted or isinstance(exc.__cause__, EngineError)
         return _reply(request, exc.status, exc.message, exc.param, exc.code, exc.headers,
-                      counted)
+                      exc.counted)
 
     @app.exception_handler(EngineError)
     async def _engine(request: Request, exc: EngineError) -> JSONResponse:

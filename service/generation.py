@@ -235,7 +235,7 @@ def raise_for_choice(c: Choice) -> None:
         status = end_status(c)
         raise APIError(status, c.error or ("request timed out" if status == 408
                                             else "generation failed"), code=end_code(status),
-                       admitted=True)
+                       counted=True)
 
 
 async def _watch_disconnect(sub: Choices, request: Request) -> None:

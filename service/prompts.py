@@ -171,7 +171,7 @@ def message_dicts(messages: Sequence[ChatMessage], map_id: Callable[[str], str] 
     out = []
     for i, m in enumerate(messages):
         d = m.model_dump(exclude_none=True, exclude={"refusal", "reasoning"})
-        d["content"] = _parts(i, m.content if m.refusal is None else m.refusal, images)
+        d["content"] = _parts(i, m.refusal or m.content, images)
         if m.reasoning is not None:  # one name for the template (and mistral-common)
             d["reasoning_content"] = m.reasoning
         if m.tool_calls:

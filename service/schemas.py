@@ -217,14 +217,37 @@ class JsonSchemaFormat(_Body):
     strict: bool | None = None
 
 
+# a json_schema beside type text or json_object would go unused: a 400 unless null (vLLM's
+# ResponseFormat model sends null there)
+_UNUSED_SCHEMA = Annotated[Any, WithJsonSchema(
+    {"type": "null", "description": "only with type json_schema", **REFUSED_UNLESS_NULL})]
+
+
+def _no_schema(model: BaseModel) -> None:
+    if model.json_schema is not None:  # type: ignore[attr-defined]
+        raise _field_error(type(model).__name__, "json_schema", "extra_forbidden",
+                           f"json_schema goes with type json_schema, not "
+                           f"{model.type}", model.json_schema)  # type: ignore[attr-defined]
+
+
 class TextFormat(_Body):
-    model_config = ConfigDict(extra="forbid")  # a json_schema here would go unused: a 400
     type: Literal["text"]
+    json_schema: _UNUSED_SCHEMA = None
+
+    @model_validator(mode="after")
+    def _unused(self) -> TextFormat:
+        _no_schema(self)
+        return self
 
 
 class JsonObjectFormat(_Body):
-    model_config = ConfigDict(extra="forbid")  # a json_schema here would go unused: a 400
     type: Literal["json_object"]
+    json_schema: _UNUSED_SCHEMA = None
+
+    @model_validator(mode="after")
+    def _unused(self) -> JsonObjectFormat:
+        _no_schema(self)
+        return self
 
 
 class JsonSchemaResponseFormat(_Body):
@@ -381,7 +404,7 @@ class ChatMessage(_Body):
             raise _field_error(name, "reasoning", "value_error", "reasoning and "
                                "reasoning_content are two names for one text: send one, or "
                                "equal ones", self.reasoning)
-        if self.refusal is not None and self.content not in (None, "", []):
+        if self.refusal and self.content not in (None, "", []):
             raise _field_error(name, "refusal", "value_error", "refusal is the text of a "
                                "turn without content: send one of content and refusal",
                                self.refusal)

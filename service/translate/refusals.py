@@ -52,7 +52,7 @@ def _renamed(exc: APIError | InvalidRequestError, field: Callable[[str], str]) -
     message = exc.message
     if message.startswith(exc.param):
         message = message[len(exc.param):].lstrip(":").lstrip()
-    return APIError(400, f"{param}: {message}", param, exc.code, exc.headers)
+    return APIError(400, f"{param}: {message}", param, exc.code, exc.headers, exc.counted)
 
 
 def in_responses(exc: APIError | InvalidRequestError) -> APIError:

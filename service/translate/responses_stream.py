@@ -18,8 +18,7 @@ from typing import Any
 
 from engine.request import FinishReason
 from engine.stream import RequestOutput, TokenLogprob
-from service.errors import error_body
-from service.generation import Event
+from service.generation import Event, end_code
 from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.deltas import CallStart, Content, DeltaMessage, Reasoning
 
@@ -190,5 +189,5 @@ class ResponseStream:
         return self.response
 
     def error(self, status: int, message: str) -> list[Event]:
-        err = error_body(status, message)["error"]
-        return [self.ev("error", code=err["type"], message=message, param=None)]
+        """The stream's last event: the code the whole answer's error has (end_code)."""
+        return [self.ev("error", code=end_code(status), message=message, param=None)]

@@ -141,4 +141,5 @@ def test_grace_period_covers_prestop_sleep_plus_drain(k8s, container):
     assert cmd[0] == "sleep"
     drain = k8s["ConfigMap"]["data"].get("FP8SERVE_DRAIN_TIMEOUT")
     drain_s = float(drain) if drain is not None else Settings.model_fields["drain_timeout"].default
-    assert spec["terminationGracePeriodSeconds"] > float(cmd[1]) + drain_s + END_GRACE_S
+    # then the last answers go out (END_GRACE_S) and the engine stops (its join: 5 s)
+    assert spec["terminationGracePeriodSeconds"] > float(cmd[1]) + drain_s + END_GRACE_S + 5

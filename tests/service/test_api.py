@@ -345,3 +345,15 @@ def test_every_refusal_is_counted_once():
                        headers=auth).status_code == 200
         assert rejected(cl) == {"http_400": 2, "http_404": 1, "http_401": 1, "http_413": 1,
                                 "InvalidRequestError": 1}
+        # an engine refusal renamed for each API, and beam search's own budget check
+        long = " ".join(["5"] * 64)
+        user = [{"role": "user", "content": long}]
+        for path, body in (("/v1/chat/completions", {"messages": user, "max_tokens": 1}),
+                           ("/v1/messages", {"messages": user, "max_tokens": 1}),
+                           ("/v1/responses", {"input": long, "max_output_tokens": 16}),
+                           ("/v1/completions", {"prompt": "1 2", "max_tokens": 63,
+                                                "use_beam_search": True, "n": 2})):
+            r = cl.post(path, json=body, headers=auth)
+            assert r.status_code == 400, (path, r.text)
+        assert rejected(cl) == {"http_400": 2, "http_404": 1, "http_401": 1, "http_413": 1,
+                                "InvalidRequestError": 5}

@@ -219,7 +219,7 @@ class _QueueFullEngine:
         self.refuse = 0
         self.refused = 0
 
-    def output_budget(self, num_prompt: int, asked: int | None) -> int:
+    def output_budget(self, num_prompt: int, asked: int | None, count: bool = False) -> int:
         return asked or 4
 
     def add_request(self, rid, prompt, params, sink, **kw) -> None:
