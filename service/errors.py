@@ -127,11 +127,14 @@ _UNION_BRANCH = re.compile(r"^(str|int|float|bool|dict|list|none|[a-z-]+\[.*\]|"
                            r"constrained-\w+|[A-Z][A-Za-z0-9]*)$")
 
 
-def _loc_param(loc: tuple) -> str | None:
+def _loc_param(loc: tuple, body: Any = None) -> str | None:
     """The request field an error's loc names, pydantic's union branches and tagged-union
     tags left out: ``messages.0.content.0.text``, not
-    ``messages.0.content.list[tagged-union[...]].0.text.text``."""
-    parts: list[str] = []
+    ``messages.0.content.list[tagged-union[...]].0.text.text``; with the request ``body``,
+    also the tags pydantic puts bare (an optional tagged union's:
+    ``response_format.json_schema.name``, not ``response_format.json_schema.json_schema
+    .name``)."""
+    parts: list[Any] = []
     tag_next = tag_after_index = False
     for p in loc:
         if p in ("body", "query", "path", "header"):
@@ -144,10 +147,40 @@ def _loc_param(loc: tuple) -> str | None:
         if tag_next and isinstance(p, str):
             tag_next = False
             continue
-        parts.append(str(p))
+        parts.append(p)
         if tag_after_index:
             tag_after_index, tag_next = False, True
-    return ".".join(parts) or None
+    if body is not None:
+        parts = _without_tags(parts, body)
+    return ".".join(map(str, parts)) or None
+
+
+def _without_tags(parts: list[Any], body: Any) -> list[Any]:
+    """``parts`` read against ``body``: a key or index of the value reached is a step into
+    it (tried first), a part equal to that value's "type" (not the last part: a tag names
+    the branch of a field that follows) is a tag, left out; the last part may name a field
+    the body lacks. ``parts`` as they are when no reading fits."""
+    def walk(i: int, node: Any) -> list[Any] | None:
+        if i == len(parts):
+            return []
+        p, last = parts[i], i == len(parts) - 1
+        child = _MISSING
+        if isinstance(node, dict) and isinstance(p, str) and p in node:
+            child = node[p]
+        elif isinstance(node, list) and isinstance(p, int) and 0 <= p < len(node):
+            child = node[p]
+        if child is not _MISSING and (rest := walk(i + 1, child)) is not None:
+            return [p, *rest]
+        if (not last and isinstance(node, dict) and isinstance(p, str)
+                and node.get("type") == p and (rest := walk(i + 1, node)) is not None):
+            return rest
+        return [p] if last else None
+
+    got = walk(0, body)
+    return parts if got is None else got
+
+
+_MISSING = object()
 
 
 def _telling_error(errors: list[dict]) -> dict:
@@ -185,7 +218,7 @@ def install_error_handlers(app: FastAPI) -> None:
             why = (first.get("ctx") or {}).get("error", "JSON decode error")
             return _reply(request, 400, f"the request body is not valid JSON: {why} at "
                           f"character {at}")
-        param = _loc_param(tuple(first.get("loc", ())))
+        param = _loc_param(tuple(first.get("loc", ())), exc.body)
         msg = first.get("msg", "invalid request")
         return _reply(request, 400, f"{param}: {msg}" if param else msg, param)
 

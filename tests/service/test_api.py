@@ -163,6 +163,22 @@ def test_errors_have_openai_shape(c):
     err = error_of(c.post("/v1/chat/completions", json={"messages": [
         {"role": "bad", "content": "1"}]}), 400)
     assert err["param"] == "messages.0.role"  # the schema names the template's roles
+    # a tagged union's tag is no field: response_format.json_schema.name, not
+    # response_format.json_schema.json_schema.name (nor the source's type in a block's)
+    err = error_of(c.post("/v1/chat/completions", json={"messages": [
+        {"role": "user", "content": "1"}], "response_format": {
+            "type": "json_schema", "json_schema": {}}}), 400)
+    assert err["param"] == "response_format.json_schema.name", err
+    err = error_of(c.post("/v1/chat/completions", json={"messages": [
+        {"role": "user", "content": "1"}], "response_format": {"type": "json_schema"}}), 400)
+    assert err["param"] == "response_format.json_schema", err
+    err = error_of(c.post("/v1/chat/completions", json={"messages": [
+        {"role": "user", "content": "1"}], "tools": [{"type": "function", "function": {}}]}),
+        400)
+    assert err["param"] == "tools.0.function.name", err  # a key equal to a type value
+    r = c.post("/v1/messages", json={"max_tokens": 5, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png"}}]}]})
+    assert r.json()["error"]["message"].startswith("messages.0.content.0.source.data:"), r.text
     error_of(c.post("/v1/completions", json={"prompt": [999]}), 400)
     error_of(c.post("/v1/completions", content=b"{not json"), 400)
     error_of(c.get("/nope"), 404)

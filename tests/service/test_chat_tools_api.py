@@ -175,7 +175,7 @@ BAD = [
     ({"tools": TOOLS + TOOLS[:1]}, "tools"),
     ({"tools": [{"type": "retrieval", "function": {"name": "x"}}]}, "tools.0.type"),
     # pydantic's loc through the discriminated union: field, tag, missing field
-    ({"response_format": {"type": "json_schema"}}, "response_format.json_schema.json_schema"),
+    ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
     ({"response_format": {"type": "yaml"}}, "response_format"),
     ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}},
      "response_format"),
