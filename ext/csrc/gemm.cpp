@@ -63,6 +63,8 @@ Problem make_problem(const char* op, const at::Tensor& x, const at::Tensor& w,
               ": x must be a 2-D [M, K] bfloat16 CPU tensor, got ", x.scalar_type(), " ",
               x.sizes());
   const int64_t m = x.size(0), k = x.size(1), kp = ceil_div(k, kPadK) * kPadK;
+  // an empty reduction: the tile walks read their first K step before counting steps
+  TORCH_CHECK(k > 0, op, ": K must be > 0, got x ", x.sizes());
   TORCH_CHECK(w.scalar_type() == at::kFloat8_e4m3fn && w.is_contiguous() && w.dim() == 4 &&
                   w.size(0) == ceil_div(n, kTileN) && w.size(1) == kp / 2 &&
                   w.size(2) == kTileN && w.size(3) == 2,

@@ -142,6 +142,11 @@ def test_empty_batch():
 
 
 def test_bad_shapes_name_the_expected_shape():
+    # K = 0: an error naming it, not a crash (the tile walks read a first K step)
+    empty = ext.pack_vnni32(torch.zeros(64, 0, dtype=torch.float8_e4m3fn))
+    for m in (3, 20):  # the decode walk and the row-tile walk
+        with pytest.raises(RuntimeError, match=r"gemm_amx: K must be > 0"):
+            ext.gemm_amx(make_x(m, 0), empty, torch.ones(64), None, 64)
     w = make_weight(48, 200, ScaleKind.PER_CHANNEL)
     wp, s, _, _ = _pack(w)
     x = make_x(3, 200)
