@@ -45,6 +45,9 @@ class Tiles {
       cfg.colsb[i] = 64;
       cfg.rows[i] = i <= 4 ? rows : 16;
     }
+    // GCC 12's _tile_loadconfig asm names only the config's first 8 bytes as its input:
+    // a compiler barrier keeps the colsb / rows stores from being dropped as dead
+    __asm__ volatile("" : : "m"(cfg) : "memory");
     _tile_loadconfig(&cfg);
   }
   ~Tiles() { _tile_release(); }
