@@ -71,7 +71,8 @@ def output_items(output: list[dict[str, Any]]) -> list[InputItem]:
 def items_json(items: Sequence[InputItem], status: bool = False) -> list[dict[str, Any]]:
     """Input items as ``GET /v1/responses/{id}/input_items`` lists them: each with an id,
     a message's string content as one text part; ``status``: each (but reasoning) also
-    ``"status": "completed"``, as conversation items are listed."""
+    a status, as conversation items are listed: its own (a cut call's "incomplete"), else
+    "completed"."""
     out = []
     for item in items:
         data = item.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -79,7 +80,7 @@ def items_json(items: Sequence[InputItem], status: bool = False) -> list[dict[st
             kind = "output_text" if item.role == "assistant" else "input_text"
             data["content"] = [{"type": kind, "text": item.content}]
         if status and item.type != "reasoning":
-            data["status"] = "completed"
+            data.setdefault("status", "completed")
         out.append({"id": f"{_ID_PREFIX[item.type]}_{uuid.uuid4().hex}", **data})
     return out
 

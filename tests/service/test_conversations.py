@@ -312,3 +312,14 @@ def test_an_output_whose_call_was_deleted_meanwhile_is_not_added(client):
     assert [i["type"] for i in items(client, cid, order="asc")] == ["message"]
     nxt = client.post("/v1/responses", json={"input": "<script5>", "conversation": cid})
     assert nxt.status_code == 200, nxt.text
+
+
+def test_a_cut_call_is_listed_as_incomplete(client):
+    """An item's own status (a call max_output_tokens cut) is kept in the listing: all
+    were listed completed, beside their cut arguments."""
+    cid = conversation(client, items=[
+        {"type": "message", "role": "user", "content": "<script0>"},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather",
+         "arguments": '{"ci', "status": "incomplete"}])
+    assert [i["status"] for i in items(client, cid, order="asc")] == [
+        "completed", "incomplete"]
