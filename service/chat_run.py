@@ -141,14 +141,23 @@ async def chat_prompt(state: ServingState, body: ChatCompletionRequest
     return model, plan, prompt
 
 
+def grammar_field(plan: ChatPlan, grammar: Any) -> str | None:
+    """The field that built a chat request's grammar (structured_outputs or a guided_*
+    field, tools, response_format); None without one."""
+    if grammar is None:
+        return None
+    if plan.structured is not None:
+        return plan.structured[0]
+    return "tools" if plan.tools and plan.tool_parser else "response_format"
+
+
 def beam_refusal(plan: ChatPlan, grammar: Any, thinking: ThinkingBudget | None
                  ) -> str | None:
     """The field that asks a chat request for what beam search cannot do: a constrained
     output (tools, response_format, structured_outputs) or a cap on reasoning."""
-    if grammar is not None:
-        if plan.structured is not None:
-            return plan.structured[0]
-        return "tools" if plan.tools and plan.tool_parser else "response_format"
+    field = grammar_field(plan, grammar)
+    if field is not None:
+        return field
     return None if thinking is None else "reasoning_effort"
 
 
@@ -182,6 +191,7 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
         if exc.param != "prompt":
             raise
         raise APIError(400, f"messages: {exc}", "messages", counted=True) from exc
+    sub.grammar_param = grammar_field(plan, grammar)
     tok = state.backend.tokenizer
     readers = [ChoiceReader(tok, plan, bool(params.stop)) for _ in sub.ids]
     return ChatRun(model, prompt, plan, params, sub, readers, body.prediction is not None)

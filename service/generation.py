@@ -33,6 +33,9 @@ class Choices:
 
     id: str
     ids: list[str]
+    # the request field that built the choices' grammar (tools, response_format,
+    # structured_outputs, ...): what a grammar dead end met while generating names
+    grammar_param: str | None = None
 
     def batches(self, idle: float | None = None
                 ) -> AsyncIterator[list[tuple[int, RequestOutput]]]:
@@ -212,7 +215,7 @@ async def collect(sub: Choices, request: Request) -> list[Choice]:
         watcher.cancel()
         sub.abort_all()
     for c in choices:
-        raise_for_choice(c)
+        raise_for_choice(c, sub.grammar_param)
     return choices
 
 
@@ -230,12 +233,15 @@ def end_code(status: int) -> str | None:
     return {408: "timeout", 500: "engine_error"}.get(status)
 
 
-def raise_for_choice(c: Choice) -> None:
+def raise_for_choice(c: Choice, grammar_param: str | None = None) -> None:
+    """The error of a choice the engine ended early; its own input's (a grammar no output
+    completes) names ``grammar_param``, the field that built the grammar."""
     if c.finish_reason in (FinishReason.TIMEOUT, FinishReason.ERROR):
         status = end_status(c)
-        raise APIError(status, c.error or ("request timed out" if status == 408
-                                            else "generation failed"), code=end_code(status),
-                       counted=True)
+        param = grammar_param if c.error_from_request else None
+        message = c.error or ("request timed out" if status == 408 else "generation failed")
+        raise APIError(status, f"{param}: {message}" if param else message, param,
+                       code=end_code(status), counted=True)
 
 
 async def _watch_disconnect(sub: Choices, request: Request) -> None:
@@ -247,16 +253,18 @@ async def _watch_disconnect(sub: Choices, request: Request) -> None:
 
 
 def _events(batch: list[tuple[int, RequestOutput]],
-            chunk: Callable[[int, RequestOutput], dict[str, Any] | None]
-            ) -> tuple[list[str], bool]:
+            chunk: Callable[[int, RequestOutput], dict[str, Any] | None],
+            grammar_param: str | None = None) -> tuple[list[str], bool]:
     """SSE events of one batch of outputs, and whether an error or timeout ended it (its
-    error event is the last one)."""
+    error event is the last one, as raise_for_choice would answer it)."""
     events: list[str] = []
     for i, out in batch:
         if out.finish_reason in (FinishReason.ERROR, FinishReason.TIMEOUT):
             status = end_status(out)
-            events.append(sse(error_body(status, out.error or "generation failed",
-                                         code=end_code(status))))
+            param = grammar_param if out.error_from_request else None
+            message = out.error or "generation failed"
+            events.append(sse(error_body(status, f"{param}: {message}" if param else message,
+                                         param, code=end_code(status))))
             return events, True
         body = chunk(i, out)
         if body is not None:
@@ -320,7 +328,7 @@ async def stream_events(sub: Choices, first: list[dict[str, Any]],
             yield sse(c)
         failed = False
         async for batch in sub.batches():
-            events, failed = _events(batch, chunk)
+            events, failed = _events(batch, chunk, sub.grammar_param)
             if events:
                 yield "".join(events)
             if failed:

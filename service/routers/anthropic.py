@@ -42,7 +42,11 @@ async def messages(body: MessagesRequest, request: Request, state: ReadyStateDep
     reader = run.readers[0]
     enc = MessageStream(msg_id, run.model, reader, len(run.prompt), state.signer)
     if not body.stream:
-        return enc.whole((await run.collect(request))[0])
+        try:
+            choice = (await run.collect(request))[0]
+        except APIError as exc:  # a grammar's dead end names chat's field
+            raise in_messages(exc) from exc
+        return enc.whole(choice)
     events = NamedStream(enc.first(), enc.chunk, enc.error, PING, PING_EVERY_S)
     return StreamingResponse(stream_named(run.sub, events),
                              media_type="text/event-stream", headers=SSE_HEADERS)

@@ -194,6 +194,7 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
     else:
         sub = submit(state, "cmpl", prompts, params, best_of, body.cache_salt,
                      priority=body.priority, stream_interval=body.stream_interval)
+    sub.grammar_param = constraint[0] if constraint else None
     fmt = formatter(state, sub.id, model, body)
     echo = texts if body.echo else []
     if not body.stream:

@@ -215,7 +215,10 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
         return StreamingResponse(job.follow(), media_type="text/event-stream",
                                  headers=SSE_HEADERS)
     if not body.stream:
-        choice = (await run.collect(request))[0]
+        try:
+            choice = (await run.collect(request))[0]
+        except APIError as exc:  # a grammar's dead end names chat's field
+            raise in_responses(exc) from exc
         return enc.whole(choice.finish_reason, len(choice.token_ids), choice.num_cached_tokens,
                          choice.logprobs)
     events = NamedStream(enc.first(), enc.chunk, enc.error)

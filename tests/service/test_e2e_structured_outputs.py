@@ -282,10 +282,23 @@ def test_constraints_no_output_completes_are_400s(spec_servers):
                 "structured_outputs": {"json": ENDLESS}}
         r = httpx.post(url, json=body, timeout=60)
         assert r.status_code == 400 and "no output satisfies it" in r.text, r.text
+        # found while generating, it names the field that built the grammar (was null)
+        assert r.json()["error"]["param"] == "structured_outputs", r.text
         with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as s:
             events = [json.loads(line[6:]) for line in s.iter_lines()
                       if line.startswith("data: {")]
         assert events[-1]["error"]["type"] == "invalid_request_error", events[-1]
+        assert events[-1]["error"]["param"] == "structured_outputs", events[-1]
+        chat = {"model": "demo", "max_tokens": 20, "temperature": 0,
+                "messages": [{"role": "user", "content": "JSON:"}],
+                "response_format": {"type": "json_schema", "json_schema": {
+                    "name": "endless", "schema": ENDLESS}}}
+        r = httpx.post(srv["url"] + "/v1/chat/completions", json=chat, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "response_format", r.text
+        r = httpx.post(srv["url"] + "/v1/responses", timeout=60, json={
+            "model": "demo", "input": "JSON:", "max_output_tokens": 20, "temperature": 0,
+            "text": {"format": {"type": "json_schema", "name": "endless", "schema": ENDLESS}}})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "text.format", r.text
         choices = [f"item {i}" for i in range(2500)]
         r = httpx.post(url, json={"model": "demo", "prompt": "Pick one:", "max_tokens": 8,
                                   "temperature": 0, "structured_outputs": {"choice": choices}},
