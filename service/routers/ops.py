@@ -92,7 +92,7 @@ async def reset_prefix_cache(state: ReadyStateDep) -> dict[str, Any]:
 @private.post("/tokenize", response_model=None,
               responses={**ok("Tokens"),
                          **errors(400, 401, 404, 503, rules=rejections.TOKENIZE)})
-async def tokenize(body: TokenizeRequest, state: ReadyStateDep) -> dict[str, Any]:
+async def tokenize(body: TokenizeRequest, state: ReadyStateDep) -> Response:
     check_model(state, body.model)
     tok = state.backend.tokenizer
     if (body.prompt is None) == (body.messages is None):
@@ -106,11 +106,17 @@ async def tokenize(body: TokenizeRequest, state: ReadyStateDep) -> dict[str, Any
         ids, _ = await run_in_threadpool(encode_chat_prompt, state, body.messages,
                                          body.add_generation_prompt,
                                          plan_chat(chat, state.parsers))
-    out: dict[str, Any] = {"tokens": ids, "count": len(ids),
-                           "max_model_len": state.settings.max_model_len}
-    if body.return_token_strs:
-        out["token_strs"] = [tok.id_to_token(i) for i in ids]
-    return out
+
+    def answer() -> JSONResponse:
+        out: dict[str, Any] = {"tokens": ids, "count": len(ids),
+                               "max_model_len": state.settings.max_model_len}
+        if body.return_token_strs:
+            out["token_strs"] = [tok.id_to_token(i) for i in ids]
+        return JSONResponse(out)
+
+    # built and serialized off the event loop: a text of megabytes is millions of ids,
+    # a second and more of work that held every other request (/health among them)
+    return await run_in_threadpool(answer)
 
 
 @private.post("/detokenize", response_model=None,
