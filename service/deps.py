@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Mapping
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -80,13 +81,16 @@ def check_model(state: ServingState, model: str | None) -> str:
     return model
 
 
-PAGING = ("limit", "order", "after")
+# the paging parameters of OpenAI's lists (validated by the route)
+PAGING: dict[str, tuple[str, ...] | None] = {"limit": None, "order": None, "after": None}
 
 
-def refuse_other_query(request: Request, served: tuple[str, ...], why: str) -> None:
-    """A 400 naming the first query parameter outside ``served`` (never one ignored);
+def refuse_other_query(request: Request, served: Mapping[str, tuple[str, ...] | None],
+                       why: str) -> None:
+    """A 400 naming the first query parameter outside ``served``, or with a value its
+    entry does not list (None: any value, the route checks it): never one ignored.
     ``name[]``, how the SDKs send a list, is ``name``; ``why`` ends the message."""
     for name, value in request.query_params.multi_items():
         base = name[:-2] if name.endswith("[]") else name
-        if base not in served:
+        if base not in served or (served[base] is not None and value not in served[base]):
             raise APIError(400, f"{base}: {value!r} is not supported here: {why}", base)

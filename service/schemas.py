@@ -217,37 +217,29 @@ class JsonSchemaFormat(_Body):
     strict: bool | None = None
 
 
-# a json_schema beside type text or json_object would go unused: a 400 unless null (vLLM's
-# ResponseFormat model sends null there)
-_UNUSED_SCHEMA = Annotated[Any, WithJsonSchema(
-    {"type": "null", "description": "only with type json_schema", **REFUSED_UNLESS_NULL})]
+class _PlainFormat(_Body):
+    """A response_format without a schema (text, json_object): a json_schema beside it
+    would go unused, so it is a 400 unless null (vLLM's ResponseFormat model sends null)."""
+
+    json_schema: Annotated[Any, WithJsonSchema(
+        {"type": "null", "description": "only with type json_schema",
+         **REFUSED_UNLESS_NULL})] = None
+
+    @model_validator(mode="after")
+    def _no_schema(self) -> _PlainFormat:
+        if self.json_schema is not None:
+            raise _field_error(type(self).__name__, "json_schema", "extra_forbidden",
+                               "json_schema goes with type json_schema, not "
+                               f"{getattr(self, 'type', '?')}", self.json_schema)
+        return self
 
 
-def _no_schema(model: BaseModel) -> None:
-    if model.json_schema is not None:  # type: ignore[attr-defined]
-        raise _field_error(type(model).__name__, "json_schema", "extra_forbidden",
-                           f"json_schema goes with type json_schema, not "
-                           f"{model.type}", model.json_schema)  # type: ignore[attr-defined]
-
-
-class TextFormat(_Body):
+class TextFormat(_PlainFormat):
     type: Literal["text"]
-    json_schema: _UNUSED_SCHEMA = None
-
-    @model_validator(mode="after")
-    def _unused(self) -> TextFormat:
-        _no_schema(self)
-        return self
 
 
-class JsonObjectFormat(_Body):
+class JsonObjectFormat(_PlainFormat):
     type: Literal["json_object"]
-    json_schema: _UNUSED_SCHEMA = None
-
-    @model_validator(mode="after")
-    def _unused(self) -> JsonObjectFormat:
-        _no_schema(self)
-        return self
 
 
 class JsonSchemaResponseFormat(_Body):

@@ -51,7 +51,7 @@ def lookup(state: ServingState, request: Request, conv_id: str) -> Conversation:
 
 def _query(request: Request, paged: bool = False) -> None:
     """Items are returned whole (no ``include``); lists take the paging parameters."""
-    refuse_other_query(request, PAGING if paged else (), "items are returned whole, and "
+    refuse_other_query(request, PAGING if paged else {}, "items are returned whole, and "
                        "lists page with limit, order and after")
 
 

@@ -21,7 +21,14 @@ from engine.request import InvalidRequestError
 from service import rejections
 from service.backend import ServingState
 from service.chat_run import chat_prompt, start_chat
-from service.deps import ReadyStateDep, StateDep, require_api_key, store_tenant
+from service.deps import (
+    PAGING,
+    ReadyStateDep,
+    StateDep,
+    refuse_other_query,
+    require_api_key,
+    store_tenant,
+)
 from service.errors import APIError
 from service.generation import NamedStream, stream_named
 from service.openai_format import chat_logprobs, page_items
@@ -233,15 +240,9 @@ _errors = partial(errors, not_found=_STORED)
 
 def _no_query(request: Request, allowed: dict[str, tuple[str, ...] | None]) -> None:
     """Query parameters of OpenAI's retrieval routes this server does not serve: a 400
-    naming the parameter unless its value is one ``allowed`` lists (None: any value, the
-    route checks it)."""
-    for name, value in request.query_params.multi_items():
-        if name in allowed and (allowed[name] is None or value in allowed[name]):
-            continue
-        if name in ("limit", "order", "after"):
-            continue  # declared, validated by the route
-        raise APIError(400, f"{name}: {value!r} is not supported here: stored responses "
-                       "are returned whole, with what their request included", name)
+    naming the parameter unless ``allowed`` (or paging) lists it and its value."""
+    refuse_other_query(request, {**PAGING, **allowed}, "stored responses are returned "
+                       "whole, with what their request included")
 
 
 def _lookup(state: ServingState, request: Request, response_id: str) -> StoredResponse:
