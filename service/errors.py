@@ -47,10 +47,21 @@ class APIError(Exception):
         return error_body(self.status, self.message, self.param, self.code)
 
 
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
+def dotted(param: str | None) -> str | None:
+    """A field path in the one form every ``param`` has, schema errors' and the server's
+    own alike: ``messages[0].content[1]`` -> ``messages.0.content.1`` (messages keep
+    brackets: they are read, not parsed)."""
+    return None if param is None else _INDEX.sub(r".\1", param)
+
+
 def error_body(status: int, message: str, param: str | None = None,
                code: str | None = None) -> dict[str, object]:
     kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return {"error": {"message": message, "type": kind, "param": dotted(param),
+                      "code": code}}
 
 
 # Anthropic's error types by status (its SDK raises its own exception class per status)

@@ -50,15 +50,18 @@ def image_parts(messages: Sequence[ChatMessage]) -> list[ImagePart]:
     return out
 
 
-def _vision(state: ServingState, n: int) -> Any:
+def _vision(state: ServingState, parts: Sequence[ImagePart]) -> Any:
+    """The vision tower, or a 400 naming the first image part it cannot take."""
     vision = getattr(state.backend, "vision", None)
     if vision is None:
         why = getattr(state.backend, "vision_off_reason", None) or "no vision tower"
-        raise APIError(400, f"this model does not take images ({why})", "messages")
+        raise APIError(400, f"{parts[0].param}: this model does not take images ({why})",
+                       parts[0].param)
     limit = vision.limits.max_images
-    if n > limit:
-        raise APIError(400, f"{n} images in the prompt; this server takes at most {limit} "
-                       "(--limit-mm-per-prompt)", "messages")
+    if len(parts) > limit:
+        raise APIError(400, f"{parts[limit].param}: {len(parts)} images in the prompt; this "
+                       f"server takes at most {limit} (--limit-mm-per-prompt)",
+                       parts[limit].param)
     return vision
 
 
@@ -80,7 +83,7 @@ def encode_chat_prompt(state: ServingState, messages: Sequence[ChatMessage],
     parts = image_parts(messages)
     if not parts:
         return encode_chat(state, messages, add_generation_prompt, plan), ()
-    vision = _vision(state, len(parts))
+    vision = _vision(state, parts)
     policy = policy_of(state)
     encoded = []
     for p in parts:

@@ -18,13 +18,15 @@ def _document_unsupported(schema: dict[str, Any], cls: type) -> None:
     endpoint = getattr(cls, "openai_endpoint", None) or ""
     for name, prop in unsupported.schema_properties(endpoint).items():
         props.setdefault(name, prop)  # a declared field (user) keeps its own
+    if unsupported.rejects_unknown(endpoint):
+        schema["additionalProperties"] = False  # any other field is a 400
 
 
 class _Body(BaseModel):
     """Strict JSON types (``"5"`` is not an integer, ``1`` not a boolean, as OpenAI
     answers; ``5.0`` is an integer, as in JSON Schema); fields outside the model go through
-    service/unsupported.py: a not-implemented OpenAI value is a 400, an unknown field is
-    ignored (debug log)."""
+    service/unsupported.py: a not-implemented OpenAI value is a 400, and so is an unknown
+    field of an endpoint's body (a nested object's is logged)."""
 
     model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False,
                               json_schema_extra=_document_unsupported)
@@ -36,11 +38,12 @@ class _Body(BaseModel):
         if not isinstance(data, dict):
             return data
         known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
-        # a body outside OpenAI's API (/tokenize, a message) only logs its unknown fields
+        # a nested object (a message, a content part) only logs its unknown fields
         bad = unsupported.check_fields(cls.openai_endpoint or cls.__name__, data, known)
         if bad is not None:
-            raise _field_error(cls.__name__, bad.field, "unsupported_value", bad.message(),
-                               bad.value)
+            kind = ("unrecognized_argument" if isinstance(bad, unsupported.Unrecognized)
+                    else "unsupported_value")
+            raise _field_error(cls.__name__, bad.field, kind, bad.message(), bad.value)
         return unsupported.whole_numbers(data)
 
 

@@ -12,9 +12,13 @@
   against length side channels, which carries no content.
 
 VLLM_NOOP and VLLM_HINTS classify vLLM's request extensions the same way (clients written
-for vLLM send them as extra_body). Any other field the request model does not declare (an
-extension of another server, or an IMPLEMENTED field whose model field has not landed
-yet) is ignored and named in a debug log, as vLLM does.
+for vLLM send them as extra_body). Any other top-level field of an endpoint's body (a
+typo, an extension of another server) is a 400 naming it, as OpenAI ("Unrecognized
+request argument supplied") and Anthropic ("Extra inputs are not permitted") answer: a
+``max_token`` ignored would quietly generate 16 tokens. Null is a field left out. Nested
+objects (messages, content parts, tool definitions of OpenAI's API) only log theirs:
+clients echo response objects back into the next request with fields that carry nothing
+for the prompt.
 tests/service/test_unsupported_fields.py walks the installed openai SDK's request
 TypedDicts and fails on a field in none of the classes.
 
@@ -200,10 +204,29 @@ class Unsupported:
                 f"(accepted: {ok}; or leave it out)")
 
 
+@dataclass(frozen=True)
+class Unrecognized:
+    """A top-level field no class names for its endpoint."""
+
+    field: str
+    value: Any
+
+    def message(self) -> str:
+        return (f"unrecognized request argument supplied: {self.field!r} is not a field of "
+                "this endpoint (GET /openapi.json lists them); leave it out")
+
+
+def rejects_unknown(endpoint: str) -> bool:
+    """Whether a field no class names is a 400 on ``endpoint`` (its top-level bodies), or
+    only logged (a nested object's, by its model's name)."""
+    return endpoint in IMPLEMENTED or endpoint == TOKENIZE
+
+
 def check_fields(endpoint: str, data: Mapping[str, Any], known: Iterable[str]
-                 ) -> Unsupported | None:
+                 ) -> Unsupported | Unrecognized | None:
     """The first field of ``data`` the server does not implement (None: all fine).
-    Fields the request model does not know and OpenAI does not define are logged."""
+    Fields nothing names are a 400 on an endpoint's body (:func:`rejects_unknown`), else
+    logged."""
     noop = {**VLLM_NOOP.get(endpoint, {}), **NOOP.get(endpoint, {})}
     hints = HINTS.get(endpoint, frozenset()) | VLLM_HINTS.get(endpoint, frozenset())
     unknown = []
@@ -213,6 +236,9 @@ def check_fields(endpoint: str, data: Mapping[str, Any], known: Iterable[str]
                 return Unsupported(name, data[name], noop[name])
         elif name not in hints:
             unknown.append(name)
+    asked = sorted(n for n in unknown if data[n] is not None)  # null: left out
+    if asked and rejects_unknown(endpoint):
+        return Unrecognized(asked[0], data[asked[0]])
     if unknown:
         log.debug("%s: the following fields were present in the request but ignored: %s",
                   endpoint, sorted(unknown))

@@ -160,6 +160,7 @@ def test_errors_have_openai_shape(c):
     err = error_of(c.post("/v1/chat/completions", json={"messages": [{"role": "user",
         "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}), 400)
     assert "does not take images" in err["message"]
+    assert err["param"] == "messages.0.content.0"  # the part, in the one dotted form
     err = error_of(c.post("/v1/chat/completions", json={"messages": [
         {"role": "bad", "content": "1"}]}), 400)
     assert err["param"] == "messages.0.role"  # the schema names the template's roles

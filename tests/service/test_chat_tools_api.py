@@ -198,7 +198,7 @@ BAD_TURNS = [
      "messages.1.tool_call_id"),
     ([{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [CALL]},
       {"role": "tool", "tool_call_id": "call_other", "content": "18C"}],
-     "messages[2].tool_call_id"),
+     "messages.2.tool_call_id"),
     ([{"role": "user", "content": "x", "tool_calls": [CALL]}], "messages.0.tool_calls"),
 ]
 

@@ -125,11 +125,11 @@ def test_refusals_name_their_field(client):
     assert r.status_code == 400 and r.json()["error"]["param"] == "conversation"
     stray = [{"type": "function_call_output", "call_id": "call_nope", "output": "x"}]
     r = client.post(f"/v1/conversations/{cid}/items", json={"items": stray})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "items[0].call_id"
+    assert r.status_code == 400 and r.json()["error"]["param"] == "items.0.call_id"
     r = client.post("/v1/conversations", json={"items": stray})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "items[0].call_id"
+    assert r.status_code == 400 and r.json()["error"]["param"] == "items.0.call_id"
     r = client.post("/v1/responses", json={"input": stray, "conversation": cid})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "input[0].call_id"
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input.0.call_id"
     assert items(client, cid) == []  # nothing refused was kept
     r = client.post("/v1/conversations", json={"items": [{"role": "user", "content": "x"}]
                                                * 21})

@@ -49,14 +49,14 @@ LONG = " ".join(["7"] * VOCAB + ["8"] * 20)  # more words than max_model_len (64
 # (path, body, the field its 400 names): schema-valid, refused by a documented rule
 REFUSED = [
     ("/v1/completions", {"prompt": [3, VOCAB], "max_tokens": 1}, "prompt"),
-    ("/v1/completions", {"prompt": [[3], [VOCAB + 7]], "max_tokens": 1}, "prompt[1]"),
+    ("/v1/completions", {"prompt": [[3], [VOCAB + 7]], "max_tokens": 1}, "prompt.1"),
     ("/v1/completions", {"prompt": "3", "logit_bias": {str(VOCAB): 1}}, "logit_bias"),
     ("/v1/chat/completions", {"messages": CALL, "stop_token_ids": [VOCAB]}, "stop_token_ids"),
     ("/detokenize", {"tokens": [1, VOCAB]}, "tokens"),
     ("/v1/completions", {"prompt": "3", "max_tokens": 64}, "max_tokens"),
     ("/v1/completions", {"prompt": "3", "min_tokens": 5, "max_tokens": 2}, "min_tokens"),
-    ("/v1/chat/completions", {"messages": STRAY}, "messages[1].tool_call_id"),
-    ("/tokenize", {"messages": STRAY}, "messages[1].tool_call_id"),
+    ("/v1/chat/completions", {"messages": STRAY}, "messages.1.tool_call_id"),
+    ("/tokenize", {"messages": STRAY}, "messages.1.tool_call_id"),
     ("/v1/messages", {"messages": THOUGHT, "max_tokens": 2}, "messages.1.content.0.signature"),
     ("/v1/messages/count_tokens", {"messages": THOUGHT}, "messages.1.content.0.signature"),
     ("/v1/responses", {"input": [{"type": "reasoning"}]}, "input"),
@@ -65,7 +65,7 @@ REFUSED = [
     ("/v1/responses", {"input": "3", "max_output_tokens": 64}, "max_output_tokens"),
     ("/v1/responses", {"input": LONG}, "input"),
     ("/v1/responses", {"input": [{"role": "user", "content": "1"}, {
-        "type": "function_call_output", "call_id": "c9", "output": "2"}]}, "input[1].call_id"),
+        "type": "function_call_output", "call_id": "c9", "output": "2"}]}, "input.1.call_id"),
     ("/v1/messages", {"messages": [{"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "t9", "content": "2"}]}], "max_tokens": 2},
      "messages.0.content.0.tool_use_id"),
@@ -74,7 +74,7 @@ REFUSED = [
     ("/v1/completions", {"prompt": "3", "truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
     ("/v1/responses", {"input": "3", "conversation": "conv_nope"}, "conversation"),
     ("/v1/conversations", {"items": [{"type": "function_call_output", "call_id": "c9",
-                                      "output": "2"}]}, "items[0].call_id"),
+                                      "output": "2"}]}, "items.0.call_id"),
     ("/v1/chat/completions", {"messages": CALL, "truncate_prompt_tokens": 0},
      "truncate_prompt_tokens"),
     ("/v1/chat/completions", {"messages": CALL, "chat_template_kwargs": {"x": 1}},

@@ -173,4 +173,4 @@ def test_bad_schema_is_a_bad_request(served):
         "type": "object", "properties": {"x": {"type": "no-such-type"}}}}}]
     with pytest.raises(openai.BadRequestError) as e:
         _create(served, tools=bad, tool_choice="required")
-    assert e.value.body["param"] == "tools[0].function.parameters"
+    assert e.value.body["param"] == "tools.0.function.parameters"

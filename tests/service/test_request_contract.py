@@ -217,7 +217,7 @@ def test_fields_that_would_be_ignored_are_a_400(c):
     for part, got in (({"type": "text", "text": 5}, "got int"), ({"type": "text"}, "got none")):
         err = error_of(c.post("/v1/chat/completions", json={
             **chat, "messages": [{"role": "user", "content": [part]}]}), 400)
-        assert err["param"] == "messages[0].content[0].text" and err["message"].endswith(got)
+        assert err["param"] == "messages.0.content.0.text" and err["message"].endswith(got)
 
 
 def test_a_value_no_union_branch_takes_names_the_broken_constraint(c):

@@ -137,7 +137,7 @@ def test_input_items_with_a_call_and_its_output(client):
         "Hello world", "get_time"]
     r = client.post("/v1/responses", json={"input": items[-1:], "tools": TOOLS})
     assert r.status_code == 400 and "answers no function_call" in r.json()["error"]["message"]
-    assert r.json()["error"]["param"] == "input[0].call_id"
+    assert r.json()["error"]["param"] == "input.0.call_id"
 
 
 @pytest.mark.parametrize("extra, param", [

@@ -165,7 +165,7 @@ def test_an_output_must_answer_a_call_of_the_chain(client):
     stray = [{"type": "function_call_output", "call_id": "call_nope", "output": "x"}]
     r = client.post("/v1/responses", json={"input": stray, "tools": TOOLS,
                                            "previous_response_id": first["id"]})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "input[0].call_id"
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input.0.call_id"
     assert "previous response" in r.json()["error"]["message"]
 
 

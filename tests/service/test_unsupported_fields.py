@@ -1,7 +1,7 @@
 """Request fields (OpenAI's; Anthropic's on /v1/messages) this server does not implement:
-a 400 naming the field, unless the value is a listed no-op; unknown fields are ignored
-with a debug log. The SDK walk fails when the openai or anthropic package grows a
-request field nobody classified."""
+a 400 naming the field, unless the value is a listed no-op; a top-level field no class
+names is a 400 too (a nested object's is logged). The SDK walk fails when the openai or
+anthropic package grows a request field nobody classified."""
 
 import logging
 
@@ -176,13 +176,41 @@ def test_every_listed_noop_value_is_accepted(c):
     assert_accepted(c, unsupported.NOOP)
 
 
-def test_unknown_fields_are_ignored_with_a_debug_log(c, caplog):
+@pytest.mark.parametrize("endpoint", list(BASE))
+def test_an_unknown_field_is_a_400_naming_it(c, endpoint):
+    """As OpenAI ("Unrecognized request argument supplied") and Anthropic answer: a typo
+    such as max_token must not quietly generate the default length."""
+    r = c.post(endpoint, json={**BASE[endpoint], "max_token": 5, "top_a": 0.5})
+    if endpoint in (unsupported.MESSAGES, unsupported.COUNT_TOKENS):  # Anthropic's shape
+        assert r.status_code == 400 and r.json()["type"] == "error", r.text
+        assert r.json()["error"]["message"].startswith("max_token: unrecognized request")
+    else:
+        err = error_of(r, 400)
+        assert err["param"] == "max_token" and "unrecognized request argument" in err["message"]
+    # null is a field left out
+    r = c.post(endpoint, json={**BASE[endpoint], "frobnicate": None})
+    assert r.status_code == 200, r.text
+
+
+def test_unknown_nested_fields_are_a_400_or_logged(c, caplog):
+    """Nested config objects of an endpoint (stream_options, text) refuse them as the body
+    does; messages and content parts, which clients echo back from earlier answers, log
+    them."""
+    err = error_of(c.post(unsupported.CHAT, json={
+        **CHAT_BASE, "stream": True, "stream_options": {"include_usage": True, "x": 1}}), 400)
+    assert err["param"] == "stream_options.x", err
     with caplog.at_level(logging.DEBUG, logger="service.unsupported"):
-        r = c.post(unsupported.CHAT, json={**CHAT_BASE, "frobnicate": 1, "top_a": 0.5})
+        r = c.post(unsupported.CHAT, json={**CHAT_BASE, "messages": [
+            {"role": "user", "content": "3", "annotations": [], "frobnicate": 1}]})
     assert r.status_code == 200, r.text
     logged = [rec.getMessage() for rec in caplog.records if rec.name == "service.unsupported"]
-    assert any("frobnicate" in m and "top_a" in m for m in logged), logged
-    assert not any("messages" in m for m in logged)
+    assert any("frobnicate" in m for m in logged), logged
+
+
+def test_the_contract_forbids_other_fields(c):
+    schemas = c.get("/openapi.json").json()["components"]["schemas"]
+    assert schemas["ChatCompletionRequest"]["additionalProperties"] is False
+    assert schemas["MessagesRequest"]["additionalProperties"] is False
 
 
 def test_openapi_documents_the_noop_values(c):

@@ -178,7 +178,7 @@ def test_a_request_chat_template_needs_the_servers_trust():
     want = Tokenizer.from_dir(demo, chat_template=CUSTOM).encode_chat(msgs)
     base = {"model": demo, "max_model_len": 256, "kv_cache_gib": 0.02}
     with TestClient(create_app(Settings(**base))) as c:
-        for route, extra in (("/v1/chat/completions", {}), ("/tokenize", {})):
+        for route, extra in (("/v1/chat/completions", {}), ("/tokenize", {"max_tokens": None})):
             r = c.post(route, json={**body, **extra})
             assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template"
             assert "--trust-request-chat-template" in r.json()["error"]["message"]
