@@ -91,8 +91,9 @@ def _features_lines(rep: dict[str, Any]) -> list[str]:
     off = " ".join(f for f, v in feats.items() if not v) or "-"
     cuda = hw["cuda"]
     ext = rep["extension"]
-    ext_line = (f"built ({ext['path']}, {ext['compiler'] or 'compiler ?'})" if ext["built"]
-                else f"not built: {ext['error']}")
+    ext_line = (f"built ({ext['path']}, {ext['compiler'] or 'compiler ?'}); dispatch "
+                f"{hw.get('dispatch_isa') or '?'} (the ISA its kernels run at; FP8SERVE_ISA "
+                "lowers it)" if ext["built"] else f"not built: {ext['error']}")
     return [
         f"host: {hw['machine']} {hw['cpu_model']} ({hw['num_cpus']} cpus); "
         f"platform {rep['platform']}",
@@ -106,8 +107,15 @@ def _features_lines(rep: dict[str, Any]) -> list[str]:
     ]
 
 
+TABLE_LEGEND = (
+    "\nkernel tables, in priority order: a layer runs the first kernel marked ok (runs "
+    "here) that takes its shape; -- cannot run here, and says why. batch-invariant: a "
+    "row's result never depends on the other rows of the batch (greedy answers stay the "
+    "same alone or batched).")
+
+
 def _table_lines(rep: dict[str, Any]) -> list[str]:
-    out = []
+    out = [TABLE_LEGEND]
     for t in rep["tables"]:
         out.append(f"\n[{t['name']}]" + ("  (this host)" if t["active"] else ""))
         for i, e in enumerate(t["kernels"], 1):
@@ -147,6 +155,14 @@ def _layer_lines(rep: dict[str, Any]) -> list[str]:
         out.append(f"  decoder layers: {fused} of {len(decoder)} as one fused C++ op")
         out.extend(f"  {d['layers']:4d} layers on the Python path: {d['reason']}"
                    for d in rep["summary"]["decoder_layers"] if d["path"] == "python")
+    attention = rep.get("attention")
+    if attention is not None:
+        out.append("  attention: C++ paged attention (batch-invariant)"
+                   if attention["path"] == "paged" else
+                   f"  attention: torch SDPA, NOT batch-invariant: {attention['reason']}")
+    out.append("  exactness: " + ("on (greedy answers the same alone and batched)"
+                                  if rep.get("batch_invariant", True) else
+                                  "OFF (a row's bits may change with its batch)"))
     return out
 
 

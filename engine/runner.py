@@ -88,7 +88,8 @@ class ModelRunner:
         kv_dtype = kv_torch_dtype(engine_config.kv_cache_dtype)
         fp8 = kv_dtype != KV_DTYPE
         if eager:  # the reference path: Python layers, SDPA attention, Bf16Linear head
-            self.model.attention.use_ext = False
+            self.model.attention.turn_off("FP8SERVE_FUSED=0 (the Python reference layers)")
+        self.kernel_report.attention_state = self.model.attention.describe
         if (note := exactness_warning(self.kernel_report, overrides)) is not None:
             log.warning(note)
         self.kernel_report.decoder_reasons = lambda: self.model.fusion_reasons

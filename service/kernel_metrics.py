@@ -17,6 +17,13 @@ engine/kernels/report.py).
         decoder layers running as one fused C++ op (path "fused", reason "") or as the
         Python layers (path "python", reason: why not fused, e.g. a kernel the op does not
         call, FP8SERVE_FUSED=0, or the op's runtime error)
+    fp8serve_attention_path{path, reason}
+        1 for the model's attention path: "paged" (the C++ op, reason "") or "sdpa"
+        (torch SDPA, not batch-invariant; reason: a head shape the op does not take,
+        FP8SERVE_FUSED=0, no extension)
+    fp8serve_batch_invariant
+        1 when every layer's kernel and the attention keep a row's bits whatever the
+        batch (greedy answers the same alone and batched), else 0
 
 A layer group is the last component of the layer name: ``qkv_proj``, ``o_proj``,
 ``gate_up_proj``, ``down_proj``, ``lm_head`` (``q_proj``, ``k_proj``, ... when a fused
@@ -105,3 +112,14 @@ def kernel_families(snapshot: dict[str, Any]) -> Iterator[Metric]:
                   "the Python layers (path python, with the reason).", ["path", "reason"],
                   Counter((d["path"], (d["reason"] or "")[:_REASON_CHARS])
                           for d in snapshot.get("decoder_layers", [])))
+    attention = snapshot.get("attention")
+    yield _family(g, "attention_path", "The model's attention: the C++ paged op (path "
+                  "paged) or torch SDPA (path sdpa, not batch-invariant, with the reason).",
+                  ["path", "reason"],
+                  Counter([(str(attention["path"]),
+                            str(attention["reason"] or "")[:_REASON_CHARS])]
+                          if attention else []))
+    invariant = GaugeMetricFamily(P + "batch_invariant", "1 when every layer's kernel and "
+                                  "the attention keep a row's bits whatever the batch.")
+    invariant.add_metric([], 1.0 if snapshot.get("batch_invariant", True) else 0.0)
+    yield invariant

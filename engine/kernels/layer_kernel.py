@@ -84,6 +84,9 @@ class KernelReport:
     # None = the fused C++ op, else why the Python layer runs (fusion_reasons in
     # engine/model/ministral.py, which a failing first call of the op updates).
     decoder_reasons: Callable[[], list[str | None]] | None = field(default=None, repr=False)
+    # The attention path, read live (PagedAttention.describe): {"path", "reason",
+    # "batch_invariant"}; None without a model.
+    attention_state: Callable[[], dict[str, object]] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record_choice(self, choice: LayerChoice) -> None:
@@ -153,13 +156,45 @@ class KernelReport:
                 "runtime_fallbacks": [asdict(f) for f in self.fallbacks],
             }
         snap["decoder_layers"] = self.decoder_layers()
+        snap["attention"] = self.attention()
+        snap["batch_invariant"] = self.batch_invariant()
         return snap
+
+    def attention(self) -> dict[str, object] | None:
+        """The model's attention path (PagedAttention.describe), None without a model."""
+        return self.attention_state() if self.attention_state is not None else None
+
+    def batch_invariant(self, catalog: KernelCatalog = DEFAULT_CATALOG) -> bool:
+        """Whether every layer's kernel and the attention keep a row's bits whatever the
+        batch (greedy answers the same alone and batched)."""
+        attention = self.attention()
+        return not _variant_kernels(self, catalog) and (
+            attention is None or bool(attention["batch_invariant"]))
 
 
 def exactness_warning(report: KernelReport, overrides: KernelOverrides,
                       catalog: KernelCatalog = DEFAULT_CATALOG) -> str | None:
     """The startup log line when a layer runs a kernel that is not batch-invariant (a
-    forced one, or the only one the host has), else None."""
+    forced one, or the only one the host has) or attention runs on torch SDPA, else
+    None."""
+    ids = _variant_kernels(report, catalog)
+    attention = report.attention()
+    sdpa = attention is not None and not attention["batch_invariant"]
+    if not ids and not sdpa:
+        return None
+    what = []
+    if ids:
+        forced = " (forced)" if overrides.forced in ids else ""
+        what.append(f"{', '.join(ids)}{forced} is not batch-invariant")
+    if sdpa:
+        what.append(f"attention runs on torch SDPA ({attention['reason']}), whose "
+                    "blocking follows the batch")
+    return (f"exactness is off: {'; '.join(what)}, so a row's output may change with the "
+            "other rows of its batch (greedy answers can differ alone and batched)")
+
+
+def _variant_kernels(report: KernelReport, catalog: KernelCatalog) -> list[str]:
+    """The kernels of the report's layers that are not batch-invariant, sorted."""
     from engine.kernels.bf16_linear import BF16_KERNELS, TORCH_KERNEL_ID
 
     def invariant(kernel_id: str) -> bool:  # bf16 linears: the C++ kernels, not torch_mm
@@ -167,13 +202,7 @@ def exactness_warning(report: KernelReport, overrides: KernelOverrides,
             return True
         return kernel_id != TORCH_KERNEL_ID and is_batch_invariant(kernel_id, catalog)
 
-    ids = sorted({c.kernel_id for c in report.choices.values() if not invariant(c.kernel_id)})
-    if not ids:
-        return None
-    forced = " (forced)" if overrides.forced in ids else ""
-    return (f"exactness is off: {', '.join(ids)}{forced} is not batch-invariant, so a "
-            "row's output may change with the other rows of its batch (greedy answers "
-            "can differ alone and batched)")
+    return sorted({c.kernel_id for c in report.choices.values() if not invariant(c.kernel_id)})
 
 
 class LayerKernel:

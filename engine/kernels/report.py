@@ -41,6 +41,13 @@ Shape (every key always present; lists may be empty)::
       # per decoder layer: one fused C++ op (engine/model/decode_step.py) or the Python
       # layer, and why (empty without a model):
       "decoder_layers": [{"index": int, "path": "fused" | "python", "reason": str | null}],
+      # the attention path (PagedAttention.describe; null without a model): the C++ paged
+      # attention op, or torch SDPA (not batch-invariant) and why
+      "attention": {"path": "paged" | "sdpa", "reason": str | null,
+                    "batch_invariant": bool} | null,
+      # every layer's kernel and the attention keep a row's bits whatever the batch
+      # (greedy answers the same alone and batched); true without a model
+      "batch_invariant": bool,
       # the metric series, pre-aggregated:
       "summary": {
         "selected":  [{"kernel": str, "platform": str, "scale_kind": str, "layers": int}],
@@ -141,5 +148,7 @@ def build_kernel_report(hw: HardwareInfo, overrides: KernelOverrides | None = No
         "layers": snap["layers"],
         "runtime_fallbacks": snap["runtime_fallbacks"],
         "decoder_layers": snap["decoder_layers"],
+        "attention": snap["attention"],
+        "batch_invariant": report.batch_invariant(catalog),
         "summary": summary_dict(report),
     }

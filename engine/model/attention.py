@@ -195,9 +195,26 @@ class PagedAttention:
         self.group = num_heads // num_kv_heads
         self.scale = head_dim ** -0.5
         self._buf: dict[str, torch.Tensor] = {}
+        # why the C++ op does not run (None when it does); turn_off names another reason
+        self.off_reason: str | None = None
         if use_ext is None:
-            use_ext = extension_attention_reason(num_heads, num_kv_heads, head_dim) is None
+            self.off_reason = extension_attention_reason(num_heads, num_kv_heads, head_dim)
+            use_ext = self.off_reason is None
         self.use_ext = use_ext
+
+    def turn_off(self, why: str) -> None:
+        """Run torch SDPA instead of the C++ op from now on (``why``: for the report)."""
+        self.use_ext, self.off_reason = False, why
+
+    def describe(self) -> dict[str, object]:
+        """The attention part of the kernel report: ``{"path": "paged" | "sdpa",
+        "reason": str | None, "batch_invariant": bool}``. The C++ op keeps one reduction
+        order per row whatever the batch; SDPA's blocking follows the batch and chunk
+        shapes, so a row's bits may change with them."""
+        if self.use_ext:
+            return {"path": "paged", "reason": None, "batch_invariant": True}
+        return {"path": "sdpa", "reason": self.off_reason or "turned off",
+                "batch_invariant": False}
 
     def _scratch(self, name: str, rows: int) -> torch.Tensor:
         buf = self._buf.get(name)

@@ -99,6 +99,7 @@ def test_alerts_cover_kernel_fallbacks_and_load():
               "Fp8serveKernelStartupFallback": "fp8serve_kernel_startup_fallbacks",
               "Fp8serveKernelRuntimeFallback": "fp8serve_kernel_runtime_fallbacks_total",
               "Fp8serveDecoderNotFused": 'fp8serve_decoder_layers{path="python"}',
+              "Fp8serveExactnessOff": "fp8serve_batch_invariant",
               "Fp8serveQueueBacklog": "fp8serve_num_requests_waiting",
               "Fp8serveKvCacheFull": "fp8serve_kv_cache_usage_perc"}
     for alert, metric in wanted.items():

@@ -51,7 +51,10 @@ def test_report_dict_shape_and_summary() -> None:
     rep = build_kernel_report(hw, KernelOverrides(disabled=frozenset({"avx2_w8a16"})), _report())
     text = json.dumps(rep)  # JSON-able (raises otherwise)
     assert set(rep) == {"schema", "platform", "hardware", "extension", "overrides", "tables",
-                        "layers", "runtime_fallbacks", "decoder_layers", "summary"}
+                        "layers", "runtime_fallbacks", "decoder_layers", "attention",
+                        "batch_invariant", "summary"}
+    # no model: no attention path; a layer fell back to torch_w8a16, so exactness is off
+    assert rep["attention"] is None and rep["batch_invariant"] is False
     assert rep["decoder_layers"] == [] and rep["summary"]["decoder_layers"] == []  # no model
     assert rep["platform"] == "cpu" and rep["hardware"]["features"]["avx2"] is True
     assert rep["hardware"]["cuda"] == {"available": False, "capability": None, "name": None}
@@ -82,6 +85,14 @@ def test_text_report_names_every_table_and_layer() -> None:
     assert "layers.1.qkv_proj [1536x1024 per_channel] -> torch_w8a16" in text
     assert "passed over amx_w8a16: no AMX" in text
     assert "runtime fallback avx2_w8a16 -> torch_w8a16: 1" in text
+    assert kernels_cli.TABLE_LEGEND in text  # what ok / -- / batch-invariant mean
+
+
+def test_text_report_names_the_dispatch_isa() -> None:
+    hw = HardwareInfo.fake(*ZEN5.cpu_flags, dispatch_isa="avx2",
+                           extension=ExtensionStatus(built=True, path="x.so"))
+    text = kernels_cli.format_report(build_kernel_report(hw, None, _report()))
+    assert "x.so, compiler ?); dispatch avx2 (" in text
 
 
 def test_kernels_command_json_without_model(capsys) -> None:
