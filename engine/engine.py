@@ -71,6 +71,10 @@ class Engine:
         log.info("prefix caching %s (%d KV blocks of %d tokens)",
                  "on" if cache is not None else "off", allocator.num_blocks,
                  allocator.block_size)
+        if (capacity := allocator.num_blocks * allocator.block_size) < config.max_model_len:
+            log.warning("the KV cache holds %d tokens, fewer than max_model_len %d: a "
+                        "request needing more is a 400 (raise --kv-cache-gib, or lower "
+                        "--max-model-len)", capacity, config.max_model_len)
         self.steps = StepRunner(runner, tokenizer, config.max_model_len, self.observer, clock,
                                 sampler=sampler, detokenizer=detokenizer, spec=self.spec)
         self._live: dict[str, LiveRequest] = {}  # engine thread only
@@ -91,7 +95,7 @@ class Engine:
                     sink: OutputSink, timeout: float | None = None,
                     cache_salt: str | None = None, images: tuple[Any, ...] = (),
                     tag: str = "", prediction: tuple[int, ...] = (),
-                    priority: int = 0) -> None:
+                    priority: int = 0, count_refusal: bool = True) -> None:
         """Queue a request. Raises InvalidRequestError, QueueFullError or
         EngineUnavailableError (and the observer counts the rejection). Requests with
         different ``cache_salt`` never share prefix-cache blocks. ``images``: encoded
@@ -100,7 +104,9 @@ class Engine:
         ``prediction``: token ids of the output the client expects (predicted outputs:
         drafts, engine/spec/prediction.py); it never changes what is generated.
         ``priority``: lower runs first under priority scheduling; it must be 0 under FCFS
-        (InvalidRequestError naming ``priority``)."""
+        (InvalidRequestError naming ``priority``). ``count_refusal`` False: a refusal is
+        not counted (a caller's own submission that no client sees refused, such as a
+        beam search's next step, which waits out a full queue)."""
         try:
             if priority and not self.scheduler.by_priority:
                 raise InvalidRequestError(
@@ -116,7 +122,8 @@ class Engine:
                 self._inbox.append(live)
                 self._lock.notify()
         except Exception as exc:
-            self.observer.on_rejected(type(exc).__name__)
+            if count_refusal:
+                self.observer.on_rejected(type(exc).__name__)
             raise
 
     def _check_queue(self) -> None:

@@ -173,8 +173,8 @@ class BeamSubmission(Choices):
             sub.timeout = left
         params = self._step_params()
         try:
-            for beam in s.search.live:
-                sub.add(s.prompt + list(beam.tokens), params, **self.kw)
+            for beam in s.search.live:  # a step's refusal is the search's to handle
+                sub.add(s.prompt + list(beam.tokens), params, count_refusal=False, **self.kw)
         except BaseException:
             sub.abort_all()
             raise

@@ -71,7 +71,8 @@ class Submission(Choices):
 
     def add(self, prompt_ids: list[int], params: SamplingParams,
             cache_salt: str | None = None, images: tuple[Any, ...] = (),
-            prediction: tuple[int, ...] = (), priority: int = 0) -> None:
+            prediction: tuple[int, ...] = (), priority: int = 0,
+            count_refusal: bool = True) -> None:
         index = len(self.ids)
         rid = f"{self.id}-{index}"
 
@@ -83,6 +84,8 @@ class Submission(Choices):
             kw["prediction"] = prediction
         if priority:
             kw["priority"] = priority
+        if not count_refusal:
+            kw["count_refusal"] = False
         self.engine.add_request(rid, prompt_ids, params, sink, timeout=self.timeout,
                                 cache_salt=cache_salt, tag=self.api, **kw)
         self.ids.append(rid)

@@ -2,7 +2,9 @@
 </tool_call>`` blocks (the demo model's convention); text outside blocks is content.
 
 A call is delivered when its block closes (first delta: id, name, arguments ""; then the
-arguments in one fragment). Content never shows any part of a ``<tool_call>`` tag.
+arguments in one fragment). Content never shows any part of a ``<tool_call>`` tag. A
+``</tool_call>`` inside a JSON string of the block (an argument that quotes the tag, which
+a tool grammar allows) is part of that string, not the block's end.
 
 A block still open at the end of the output (``max_tokens`` cut its closing tag, or part
 of it) whose JSON is a whole call is that call, as the end of the output closes a Mistral
@@ -24,12 +26,26 @@ from service.tool_calls.tags import TagSplitter
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
 
+def outside_json_string(text: str) -> bool:
+    """Whether ``text`` (a block's JSON so far) ends outside every JSON string: quotes
+    toggle a string, a backslash inside one escapes the next character."""
+    inside = escaped = False
+    for ch in text:
+        if escaped:
+            escaped = False
+        elif ch == "\\" and inside:
+            escaped = True
+        elif ch == '"':
+            inside = not inside
+    return not inside
+
+
 class HermesToolParser:
     structural: frozenset[int] = frozenset()
 
     def __init__(self, vocab: object = None, new_id: Callable[[], str] = new_call_id) -> None:
         self._new_id = new_id
-        self._tags = TagSplitter(OPEN, CLOSE)
+        self._tags = TagSplitter(OPEN, CLOSE, closes=outside_json_string)
         self._block = ""
         self._count = 0
 

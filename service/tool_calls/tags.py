@@ -8,14 +8,23 @@ held_suffix_len), so no part of a tag is ever returned as text.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from engine.text.detokenizer import held_suffix_len
 
 
 class TagSplitter:
-    def __init__(self, open_tag: str, close_tag: str, inside: bool = False) -> None:
+    """``closes(block)``: whether a close tag found after ``block`` (the block's text so
+    far) ends the block; False keeps the tag as the block's text (a ``</tool_call>``
+    inside a JSON string of the call). None: every close tag does."""
+
+    def __init__(self, open_tag: str, close_tag: str, inside: bool = False,
+                 closes: Callable[[str], bool] | None = None) -> None:
         self._tags = (open_tag, close_tag)
         self.inside = inside
         self._held = ""
+        self._closes = closes
+        self._block = ""  # the open block's text, kept only for closes
 
     def feed(self, text: str) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
@@ -28,7 +37,17 @@ class TagSplitter:
                 hold = held_suffix_len(buf, [tag])
                 self._held = buf[len(buf) - hold:] if hold else ""
                 _add(out, where, buf[: len(buf) - hold])
+                if self.inside and self._closes is not None:
+                    self._block += buf[: len(buf) - hold]
                 break
+            if self.inside and self._closes is not None:
+                self._block += buf[:idx]
+                if not self._closes(self._block):  # the tag is the block's text
+                    self._block += tag
+                    _add(out, where, buf[:idx + len(tag)])
+                    buf = buf[idx + len(tag):]
+                    continue
+                self._block = ""
             _add(out, where, buf[:idx])
             if self.inside:
                 out.append(("close", ""))

@@ -136,6 +136,11 @@ def test_validation_queue_limit_and_rejection_counting():
         collect(eng, "y", [1] * 10, SamplingParams(max_tokens=None))
     assert ei.value.param == "prompt"
     assert [e[0] for e in rec.events] == ["rejected"] * 3
+    # a caller's own submission (a beam search's next step, which waits out the queue)
+    # is refused the same way but not counted: no client was refused
+    with pytest.raises(QueueFullError):
+        collect(eng, "d", [1], SamplingParams(max_tokens=2), count_refusal=False)
+    assert len(rec.events) == 3
     run_all(eng)
     collect(eng, "c", [1], SamplingParams(max_tokens=2))  # room again once drained
 

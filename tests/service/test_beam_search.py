@@ -226,6 +226,8 @@ class _QueueFullEngine:
         if self.refuse:
             self.refuse -= 1
             self.refused += 1
+            # the search waits a full queue out: its steps' refusals are not the client's
+            assert kw.get("count_refusal") is False, kw
             raise QueueFullError("2 requests already waiting")
         top = ((5, -0.25), (6, -0.5), (7, -1.0), (8, -2.0))
         sink(RequestOutput(rid, "x", (5,), (TokenLogprob(5, -0.25, top),), True,

@@ -155,6 +155,17 @@ def test_hermes_block_cut_after_its_json_is_a_call(tok, tail):
     assert calls(msg) == [("get_weather", '{"city": "Paris"}'), ("f", '{"a": 1}')]
 
 
+def test_a_close_tag_inside_an_argument_string_is_the_arguments_text(tok):
+    """A tool grammar allows any JSON string, the close tag included: the block ends
+    where the JSON is done, not at a tag a string quotes (the call came back as text)."""
+    text = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris</tool_call>",'
+            ' "note": "a \\"</tool_call>\\" quote"}}\n</tool_call>after')
+    msg = check_all_cuts(tok, text, "hermes")
+    assert msg.content == "after"
+    assert calls(msg) == [("get_weather", '{"city": "Paris</tool_call>", '
+                           '"note": "a \\"</tool_call>\\" quote"}')]
+
+
 def test_think_tags_then_hermes(tok):
     msg = check_all_cuts(tok, "<think>2 < 3</think>ok<tool_call>{\"name\": \"f\"}</tool_call>",
                          "hermes", "think", tags_in_content=True)
