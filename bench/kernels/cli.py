@@ -31,8 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="leave out (and list as skipped) an M at which one call would take "
                    "longer, from a smaller M's time (torch._scaled_mm is a reference loop "
                    "on some hosts)")
-    p.add_argument("--json", type=Path, default=Path("bench-results/kernels.json"))
-    p.add_argument("--png", type=Path, default=Path("bench-results/kernels.png"))
+    p.add_argument("--json", type=Path, default=Path("bench/results/kernels.json"),
+                   help="where the results go (default bench/results/kernels.json, beside "
+                   "the other benchmarks')")
+    p.add_argument("--png", type=Path, default=Path("bench/results/kernels.png"),
+                   help="the chart, where matplotlib is installed (default "
+                   "bench/results/kernels.png)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: first two M values, 3 reps, small bandwidth probe")
     p.set_defaults(func=run)

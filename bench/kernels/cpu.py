@@ -74,9 +74,11 @@ class KernelBenchConfig:
             raise ValueError("--max-seconds-per-call must be > 0")
 
     def quick(self) -> KernelBenchConfig:
-        """A smoke run: two M values, 3 reps, 64 MiB bandwidth probe, 1 _scaled_mm call."""
+        """A smoke run: two M values, 3 reps, 64 MiB bandwidth probe, 1 _scaled_mm call
+        (at the first M, unless --scaled-mm-m '' left it out)."""
         return replace(self, ms=self.ms[:2], reps=3, seconds_per_point=0.2,
-                       scaled_mm_ms=self.ms[:1], scaled_mm_reps=1,
+                       scaled_mm_ms=self.ms[:1] if self.scaled_mm_ms else (),
+                       scaled_mm_reps=1,
                        bandwidth_bytes=64 << 20, rotate_factor=0.0)
 
 

@@ -156,8 +156,10 @@ def _body_region(path: str) -> list[str]:
     if not bodies:
         raise ValueError(f"docs/api.md: no route {path} with a request body")
     cls = bodies[0]
-    return [f'<a id="{_anchor(cls)}"></a>', "", f"Body: `{cls.__name__}`.", "",
-            *_field_table(cls)]
+    # a body several routes take is anchored once, at the first route's section
+    first = next(p for _, p, _, b in routes() if b is cls)
+    anchor = [f'<a id="{_anchor(cls)}"></a>', ""] if first == path else []
+    return [*anchor, f"Body: `{cls.__name__}`.", "", *_field_table(cls)]
 
 
 def all_objects() -> list[type[BaseModel]]:

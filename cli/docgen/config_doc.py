@@ -28,6 +28,30 @@ with one line naming the setting. `fp8serve serve --help` prints the same flags.
 """
 
 
+SIZING = """## Sizing threads and memory
+
+- **Threads.** `--threads` (`FP8SERVE_THREADS`) defaults to torch's count, the CPUs the
+  process may run on. A container's CPU limit does not change that count, so set it to
+  the cores granted, as the Kubernetes overlays (`deploy/k8s/overlays/`) do: the
+  kernels split each layer over every thread and wait for the slowest, so a thread
+  without a core of its own slows every step. More threads than the process may run on
+  is refused at startup.
+- **KV cache.** A token's K and V take 2 x layers x KV heads x head dim x 2 bytes
+  (bf16): 104 KiB on Ministral-3 3B (26 layers, 8 KV heads of 128), about 10,000 tokens
+  per GiB; 136 KiB on 8B (34 layers), about 7,700 tokens per GiB. `--kv-cache-dtype fp8`
+  holds about 1.9x as many. The cache should hold at least `--max-model-len` tokens (the
+  startup log warns when it does not), and `--max-num-seqs` long requests need that many
+  times more: `--kv-cache-gib 4 --max-model-len 8192` on 8B holds about 30,800 tokens,
+  three requests of the full 8,192 at once or many shorter ones (a prompt prefix shared
+  through the prefix cache is stored once). A request that does not fit waits for blocks,
+  or is preempted and recomputed later: slower, never a different answer.
+- **Memory.** The server's peak RSS measured about 0.5 GiB over the weights plus
+  `--kv-cache-gib` (3B shape: 3.57 GiB of weights, a 1 GiB cache, 5.11 GiB peak;
+  `fp8serve bench rss`, tables in [performance.md](performance.md)). A KV cache
+  and position tables larger than the memory available are refused at startup.
+"""
+
+
 def serve_parser() -> argparse.ArgumentParser:
     """The parser `fp8serve serve` runs with."""
     from cli import serve
@@ -63,6 +87,8 @@ def _default(field: Any) -> str:
         return "on" if value else "off"
     if value == ():
         return "none"
+    if isinstance(value, tuple):  # as the variable takes it: comma-separated
+        return f"`{','.join(map(str, value))}`"
     return f"`{value}`"
 
 
@@ -136,4 +162,5 @@ def render_configuration() -> str:
     lines += ["", "## Commands", "",
               "`fp8serve COMMAND --help` lists each command's own flags.", ""]
     lines += table(("command", "what it does"), subcommand_rows())
+    lines += ["", SIZING]
     return "\n".join(lines) + "\n"

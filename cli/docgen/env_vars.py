@@ -28,6 +28,9 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      "diagnostic build: `-DFP8S_TEAM_PROFILE=1` prints to stderr, every 256 fused decode "
      "calls, each team thread's microseconds per call in the norms, each GEMM, RoPE, "
      "attention, SiLU and the barrier waits (ext/csrc/team_profile.h)"),
+    ("FP8SERVE_LOG_LEVEL", "cli/main.py",
+     "`DEBUG`, `INFO` (default), `WARNING` or `ERROR`: the log level when `--log-level` "
+     "is not given (every subcommand takes `--log-level`, before or after its name)"),
     ("FP8SERVE_ISA", "ext/csrc/dispatch.cpp",
      "lower the extension's dispatch level: `scalar`, `avx2`, `avx512`, `avx512_vbmi`, "
      "`amx`; the kernel tables then choose as on such a host (`FP8SERVE_ISA=avx2` on an "

@@ -111,6 +111,11 @@ def test_bad_arguments_are_one_line_errors() -> None:
         bench_cli.config_from_args(parse("--max-seconds-per-call", "0"))
 
 
+def test_quick_keeps_scaled_mm_left_out() -> None:
+    assert bench_cli.config_from_args(parse("--quick", "--scaled-mm-m", "")).scaled_mm_ms == ()
+    assert bench_cli.config_from_args(parse("--quick", "--m", "4,8")).scaled_mm_ms == (4,)
+
+
 def test_default_shapes_are_ministral_3_8b() -> None:
     cfg = bench_cli.config_from_args(parse())
     assert [(s.n, s.k) for s in cfg.shapes] == [(4096, 4096), (1024, 4096), (14336, 4096),
