@@ -38,10 +38,11 @@ class APIError(Exception):
 
     def __init__(self, status: int, message: str, param: str | None = None,
                  code: str | None = None, headers: dict[str, str] | None = None,
-                 counted: bool = False) -> None:
+                 counted: bool = False, details: dict[str, object] | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.param = status, message, param
         self.code, self.headers, self.counted = code, headers or {}, counted
+        self.details = details  # Anthropic's error.details (its SDK acts on some)
 
     def body(self) -> dict[str, object]:
         return error_body(self.status, self.message, self.param, self.code)
@@ -72,10 +73,14 @@ _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
 ANTHROPIC_PREFIX = "/v1/messages"
 
 
-def anthropic_error_body(status: int, message: str) -> dict[str, object]:
+def anthropic_error_body(status: int, message: str,
+                         details: dict[str, object] | None = None) -> dict[str, object]:
     kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500
                                 else "invalid_request_error")
-    return {"type": "error", "error": {"type": kind, "message": message}}
+    error: dict[str, object] = {"type": kind, "message": message}
+    if details is not None:
+        error["details"] = details
+    return {"type": "error", "error": error}
 
 
 MODELS_PREFIX = "/v1/models"  # both APIs': Anthropic's clients send anthropic-version
@@ -92,13 +97,14 @@ def speaks_anthropic(request: Request) -> bool:
 
 
 def body_for(anthropic: bool, status: int, message: str, param: str | None = None,
-             code: str | None = None) -> dict[str, object]:
+             code: str | None = None, details: dict[str, object] | None = None
+             ) -> dict[str, object]:
     """The error body in OpenAI's shape, or Anthropic's (which has no param: its message
-    starts with it)."""
+    starts with it; ``details``: its error.details)."""
     if anthropic:
         if param and not message.startswith(param):
             message = f"{param}: {message}"
-        return anthropic_error_body(status, message)
+        return anthropic_error_body(status, message, details)
     return error_body(status, message, param, code)
 
 
@@ -112,11 +118,11 @@ def count_refusal(app: Any, status: int) -> None:
 
 def _reply(request: Request, status: int, message: str, param: str | None = None,
            code: str | None = None, headers: dict[str, str] | None = None,
-           counted: bool = False) -> JSONResponse:
+           counted: bool = False, details: dict[str, object] | None = None) -> JSONResponse:
     if not counted:
         count_refusal(request.app, status)
-    return JSONResponse(body_for(speaks_anthropic(request), status, message, param, code),
-                        status, headers=headers)
+    return JSONResponse(body_for(speaks_anthropic(request), status, message, param, code,
+                                 details), status, headers=headers)
 
 
 def from_engine_error(exc: EngineError) -> APIError:
@@ -213,7 +219,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api(request: Request, exc: APIError) -> JSONResponse:
         return _reply(request, exc.status, exc.message, exc.param, exc.code, exc.headers,
-                      exc.counted)
+                      exc.counted, exc.details)
 
     @app.exception_handler(EngineError)
     async def _engine(request: Request, exc: EngineError) -> JSONResponse:

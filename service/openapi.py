@@ -81,7 +81,8 @@ def _sse_event(chunk: str | tuple[str, ...]) -> dict[str, Any]:
 
 
 _ANTHROPIC_ERROR = _obj(("type", "error"), type={"const": "error"},
-                        error=_obj(("type", "message"), type=_STR, message=_STR))
+                        error=_obj(("type", "message"), type=_STR, message=_STR,
+                                   details={"type": "object"}))
 _ANTHROPIC_MESSAGE = _obj(("id", "type", "role", "model", "content", "stop_reason", "usage"),
                           id=_STR, type={"const": "message"}, role={"const": "assistant"},
                           model=_STR, content={"type": "array"},

@@ -211,6 +211,9 @@ MESSAGES_API = (
     *_ANTHROPIC, *_renamed(CONTEXT, messages_field),
     Rule("thinking.budget_tokens", "less than max_tokens",
          "thinking.budget_tokens must be less than max_tokens"),
+    Rule("thread", "keeps no conversation threads", "threads (beta) are not kept: the "
+         "request carries the whole conversation (error.details tells the anthropic SDK's "
+         "tool runner to send it so)"),
 )
 COUNT_TOKENS = _ANTHROPIC
 RESPONSES = (

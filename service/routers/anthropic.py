@@ -33,6 +33,12 @@ ANTHROPIC = "AnthropicErrorResponse"
     **ok_events("AnthropicMessageResponse", "the message; with stream: Anthropic's events"),
     **errors(400, 401, 404, 408, 429, 503, body=ANTHROPIC, rules=rejections.MESSAGES_API)})
 async def messages(body: MessagesRequest, request: Request, state: ReadyStateDep):
+    if body.thread is not None:
+        # the anthropic SDK's tool runner threads by default, and on these details goes
+        # on with the full conversation each turn (lib/threads: thread_unsupported_request)
+        raise APIError(400, "thread: this server keeps no conversation threads; send the "
+                       "whole conversation without thread", "thread",
+                       details={"error_code": "thread_unsupported_request", "unsupported": []})
     try:
         chat = _checked_chat(body, state)
         run = await start_chat(state, chat, "msg")

@@ -150,6 +150,9 @@ class OutputConfig(_Body):
 class MessagesRequest(_AnthropicBody):
     openai_endpoint: ClassVar[str | None] = unsupported.MESSAGES
     max_tokens: int = Field(ge=1)
+    # Anthropic's server-side threads (beta): refused with the details its SDK reads to
+    # send the whole conversation instead (routers/anthropic.py)
+    thread: dict[str, Any] | None = None
     output_config: OutputConfig | None = None
     stop_sequences: list[NonEmptyStr] | None = None
     temperature: float | None = Field(None, ge=0, le=1)

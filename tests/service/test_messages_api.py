@@ -252,6 +252,32 @@ def test_the_anthropic_sdk(client):
     assert n.input_tokens == 2
 
 
+def test_the_sdk_tool_runner_goes_on_without_a_thread(client):
+    """anthropic's beta tool runner asks for a server-side thread by default; the 400's
+    error.details (thread_unsupported_request) make it send the whole conversation."""
+    from anthropic import beta_tool
+
+    seen = []
+
+    @beta_tool
+    def get_weather(city: str) -> str:
+        """The weather of a city."""
+        seen.append(city)
+        return "18C"
+
+    sdk = anthropic.Anthropic(base_url="http://testserver", api_key="k", http_client=client,
+                              max_retries=0)
+    runner = sdk.beta.messages.tool_runner(
+        model="scripted-model", max_tokens=100, tools=[get_weather], max_iterations=2,
+        messages=[{"role": "user", "content": "<script0>"}])
+    replies = list(runner)
+    assert seen and seen[0] == "Paris" and len(replies) == 2
+    r = client.post("/v1/messages", json={**ask(0), "thread": {"type": "create"}})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["message"].startswith("thread: ")
+    assert err["details"] == {"error_code": "thread_unsupported_request", "unsupported": []}
+
+
 def cut_in_second_call(script: str) -> int:
     """A max_tokens that ends ``script`` inside its second hermes call."""
     second = script.index("<tool_call>", script.index("</tool_call>"))
