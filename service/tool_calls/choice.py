@@ -57,6 +57,12 @@ class ChoiceReader:
         self.parsing = plan.tool_parser is not None or plan.reasoning_parser is not None
         self._parser = (OutputParser(vocab, plan.tool_parser, plan.reasoning_parser)
                         if self.parsing else None)
+        # tool_choice required or a named function: the grammar writes only calls, and
+        # the whitespace it puts between them ("\n" between Hermes blocks) is no content
+        self._calls_only = (plan.tool_parser is not None and plan.tools is not None
+                            and (plan.tool_choice == "required"
+                                 or plan.forced_function is not None))
+        self._held_space = ""  # whitespace not yet known to be a separator (_no_separators)
         self._gated = stop_strings
         self._reasoning = ReasoningCounter(vocab, plan.reasoning_parser)
         self._message = ParsedMessage()
@@ -71,8 +77,29 @@ class ChoiceReader:
             delta = self._parser.feed(out.token_ids, out.text if self._gated else None)
             if out.finished:
                 delta = DeltaMessage.of(delta.events + self._parser.finish().events)
+            if self._calls_only:
+                delta = DeltaMessage.of(self._no_separators(delta.events, out.finished))
         self._record(delta)
         return delta
+
+    def _no_separators(self, events: list[Event], finished: bool) -> list[Event]:
+        """``events`` without whitespace-only text next to calls, the same however the
+        output was cut into steps: whitespace is held until text follows it (then both
+        go out) or a call or the end does (then it is dropped)."""
+        out: list[Event] = []
+        for e in events:
+            if isinstance(e, Content):
+                text, self._held_space = self._held_space + e.text, ""
+                if text.strip():
+                    out.append(Content(text))
+                else:
+                    self._held_space = text
+            else:
+                self._held_space = ""
+                out.append(e)
+        if finished:
+            self._held_space = ""
+        return out
 
     def _record(self, d: DeltaMessage) -> None:
         self.events += d.events

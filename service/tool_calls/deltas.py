@@ -109,8 +109,10 @@ class ToolCallDelta:
 
 @dataclass(slots=True)
 class DeltaMessage:
-    """One step's delta. A call's first delta carries id, type, name and arguments "" (its
-    arguments follow in later ToolCallDeltas, possibly in the same step)."""
+    """One step's delta. A call's first delta carries id, type, name and the arguments of
+    the same step ("" when none came yet); later steps carry argument fragments. A delta
+    holds one entry per call index, as OpenAI's stream does (clients such as llama-index
+    read only the first entry of an index)."""
 
     content: str = ""
     reasoning_content: str = ""
@@ -128,7 +130,7 @@ class DeltaMessage:
             elif isinstance(e, Reasoning):
                 d.reasoning_content += e.text
             elif isinstance(e, CallStart):
-                d.tool_calls += [ToolCallDelta(e.index, e.id, e.name), ToolCallDelta(e.index)]
+                d.tool_calls.append(ToolCallDelta(e.index, e.id, e.name))
             elif d.tool_calls and d.tool_calls[-1].index == e.index:
                 d.tool_calls[-1].arguments += e.text
             else:

@@ -43,9 +43,12 @@ def outside_json_string(text: str) -> bool:
 class HermesToolParser:
     structural: frozenset[int] = frozenset()
 
-    def __init__(self, vocab: object = None, new_id: Callable[[], str] = new_call_id) -> None:
+    def __init__(self, vocab: object = None, new_id: Callable[[], str] = new_call_id,
+                 strings: bool = True) -> None:
+        """``strings`` False: every close tag ends its block (the rule for a block whose
+        JSON never closed its string; see finish)."""
         self._new_id = new_id
-        self._tags = TagSplitter(OPEN, CLOSE, closes=outside_json_string)
+        self._tags = TagSplitter(OPEN, CLOSE, closes=outside_json_string if strings else None)
         self._block = ""
         self._count = 0
 
@@ -59,6 +62,15 @@ class HermesToolParser:
     def finish(self) -> list[Event]:
         out: list[Event] = []
         self._items(self._tags.finish(), out)
+        if self._tags.inside and CLOSE in self._block:
+            # a string that never closed held close tags: what followed the first one is
+            # read again with every close tag ending its block (malformed output only; a
+            # tool grammar closes its strings), so later calls and text are not lost
+            again = HermesToolParser(new_id=self._new_id, strings=False)
+            again._count = self._count
+            out += again.feed([OPEN + self._block]) + again.finish()
+            self._count, self._block = again._count, ""
+            return out
         if self._tags.inside:
             body = self._block.rstrip()
             cut = next((k for k in range(len(CLOSE), 0, -1) if body.endswith(CLOSE[:k])), 0)

@@ -23,6 +23,9 @@ SCRIPTS = [
     'Sure<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
     '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>',
     "Hello world",
+    # the scripted vocabulary has no "\n": a space stands for the grammar's separator
+    '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call> '
+    '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>',
 ]
 TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
          for n in ("get_weather", "get_time")]
@@ -62,9 +65,11 @@ def reassemble(chunks: list[dict]) -> tuple[dict, str]:
             d = ch["delta"]
             msg["content"] += d.get("content") or ""
             msg["reasoning_content"] += d.get("reasoning_content") or ""
+            indexes = [t["index"] for t in d.get("tool_calls", [])]
+            assert len(indexes) == len(set(indexes)), d  # one entry per call, as OpenAI's
             for t in d.get("tool_calls", []):
                 if "id" in t:
-                    assert t["function"]["arguments"] == "" and t["type"] == "function"
+                    assert t["type"] == "function"
                     assert t["index"] == len(msg["tool_calls"])
                     msg["tool_calls"].append({"id": t["id"], "type": "function", "function": {
                         "name": t["function"]["name"], "arguments": ""}})
@@ -159,6 +164,22 @@ def test_hermes_parser():
             "name": "get_weather", "arguments": '{"city": "Paris"}'}
         msg, reason = reassemble(stream(c, 2, tools=TOOLS))
         assert (msg["content"], reason) == ("Sure", "tool_calls")
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function",
+                                                  "function": {"name": "get_weather"}}])
+def test_forced_calls_have_no_content_between_them(choice):
+    """tool_choice required / named: the grammar's "\n" between Hermes blocks is no
+    content (it came back as content "\n" beside the calls; OpenAI's is null)."""
+    with make_client(tool_call_parser="hermes") as c:
+        msg = chat(c, 6, tools=TOOLS, tool_choice=choice).json()["choices"][0]["message"]
+        assert msg["content"] is None, msg
+        assert [t["function"]["name"] for t in msg["tool_calls"]] == ["get_weather", "get_time"]
+        streamed, _ = reassemble(stream(c, 6, tools=TOOLS, tool_choice=choice))
+        assert streamed["content"] == "" and len(streamed["tool_calls"]) == 2
+        # auto: what the model wrote between the calls stays content
+        msg = chat(c, 6, tools=TOOLS).json()["choices"][0]["message"]
+        assert msg["content"] == " "
 
 
 def test_version_names_the_parsers(client):

@@ -166,6 +166,16 @@ def test_a_close_tag_inside_an_argument_string_is_the_arguments_text(tok):
                            '"note": "a \\"</tool_call>\\" quote"}')]
 
 
+def test_a_string_never_closed_does_not_swallow_later_calls(tok):
+    """Malformed (unconstrained) output: the first block's string never closes, so its
+    close tag looked quoted; at the end the blocks are read again tag by tag."""
+    text = ('x<tool_call>{"name": "f", "arguments": {"s": "a}}</tool_call>\n'
+            '<tool_call>{"name": "g", "arguments": {}}</tool_call>tail')
+    msg = check_all_cuts(tok, text, "hermes", limit=8, tags_in_content=True)
+    assert msg.content == 'x<tool_call>{"name": "f", "arguments": {"s": "a}}</tool_call>\ntail'
+    assert calls(msg) == [("g", "{}")]
+
+
 def test_think_tags_then_hermes(tok):
     msg = check_all_cuts(tok, "<think>2 < 3</think>ok<tool_call>{\"name\": \"f\"}</tool_call>",
                          "hermes", "think", tags_in_content=True)
@@ -197,10 +207,9 @@ def test_unclosed_think_is_all_reasoning(tok):
 def test_delta_wire_shapes(tok):
     parser = OutputParser(tok, "mistral", new_id=counter_ids())
     d = parser.feed(tok.encode('ok[TOOL_CALLS]f[ARGS]{"a"', False))
-    assert d.to_openai() == {"content": "ok", "tool_calls": [
+    assert d.to_openai() == {"content": "ok", "tool_calls": [  # one entry per call index
         {"index": 0, "id": "id0000000", "type": "function",
-         "function": {"name": "f", "arguments": ""}},
-        {"index": 0, "function": {"arguments": '{"a"'}}]}
+         "function": {"name": "f", "arguments": '{"a"'}}]}
     assert not parser.feed([]) and parser.feed(tok.encode(": 1}", False)).to_openai() == {
         "tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}
     whole = parse_output(tok, tok.encode("[TOOL_CALLS]f[ARGS]{}", False), "mistral")

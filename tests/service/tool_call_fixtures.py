@@ -58,17 +58,21 @@ def stream(parser: OutputParser, ids: Sequence[int], sizes: Sequence[int]) -> li
 
 
 def reassemble(deltas: Sequence[DeltaMessage]) -> ParsedMessage:
-    """What a client builds from the deltas; checks each call's first delta is complete."""
+    """What a client builds from the deltas; checks each call's first delta is complete
+    and that a delta holds one entry per call index (as OpenAI's stream does)."""
     msg = ParsedMessage()
     for d in deltas:
         msg.content += d.content
         msg.reasoning_content += d.reasoning_content
+        indexes = [t.index for t in d.tool_calls]
+        assert len(indexes) == len(set(indexes)), d
         for t in d.tool_calls:
             if t.id is not None:
-                assert t.index == len(msg.tool_calls) and t.name and t.arguments == ""
+                assert t.index == len(msg.tool_calls) and t.name
                 wire = t.to_openai()
-                assert wire["type"] == "function" and wire["function"]["arguments"] == ""
-                msg.tool_calls.append(ToolCall(t.id, t.name, ""))
+                assert wire["type"] == "function"
+                assert wire["function"]["arguments"] == t.arguments
+                msg.tool_calls.append(ToolCall(t.id, t.name, t.arguments))
             else:
                 assert t.to_openai() == {"index": t.index, "function": {"arguments": t.arguments}}
                 msg.tool_calls[t.index].arguments += t.arguments
