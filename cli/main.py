@@ -105,8 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `fp8serve kernels | head`: the reader left; no traceback
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:  # it was stdout's reader (not a socket of the command)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
+        raise
 
 
 if __name__ == "__main__":

@@ -159,7 +159,10 @@ class BeamSubmission(Choices):
         k = max(self.searches[0].search.candidates, self.beam.shown or 0)
         return SamplingParams(max_tokens=1, temperature=0.0, logprobs=k)
 
-    def _submit(self, s: _Search) -> Submission:
+    def _submit(self, s: _Search, count_refusal: bool = True) -> Submission:
+        """The search's next step, submitted; ``count_refusal`` False for a step the search
+        retries on a full queue (no client sees that refusal; the first step's is the
+        request's own)."""
         sub = Submission(self.state, self.prefix)
         sub.id = f"{self.id}-step{self._made}"  # the request's id, in logs too
         sub.api = BEAM_STEP_API
@@ -173,8 +176,9 @@ class BeamSubmission(Choices):
             sub.timeout = left
         params = self._step_params()
         try:
-            for beam in s.search.live:  # a step's refusal is the search's to handle
-                sub.add(s.prompt + list(beam.tokens), params, count_refusal=False, **self.kw)
+            for beam in s.search.live:
+                sub.add(s.prompt + list(beam.tokens), params, count_refusal=count_refusal,
+                        **self.kw)
         except BaseException:
             sub.abort_all()
             raise
@@ -229,7 +233,7 @@ class BeamSubmission(Choices):
                 raise _Failed(RequestOutput(self.id, finished=True,
                                             finish_reason=FinishReason.ABORT))
             try:
-                return self._submit(s)
+                return self._submit(s, count_refusal=False)
             except QueueFullError:
                 await asyncio.sleep(wait)  # _submit raises TIMEOUT past the deadline
                 wait = min(2 * wait, 1.0)

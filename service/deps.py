@@ -93,4 +93,5 @@ def refuse_other_query(request: Request, served: Mapping[str, tuple[str, ...] | 
     for name, value in request.query_params.multi_items():
         base = name[:-2] if name.endswith("[]") else name
         if base not in served or (served[base] is not None and value not in served[base]):
-            raise APIError(400, f"{base}: {value!r} is not supported here: {why}", base)
+            raise APIError(400, f"{base}: {value!r} is not supported here: {why}", base,
+                           query=True)

@@ -38,14 +38,17 @@ class APIError(Exception):
 
     def __init__(self, status: int, message: str, param: str | None = None,
                  code: str | None = None, headers: dict[str, str] | None = None,
-                 counted: bool = False, details: dict[str, object] | None = None) -> None:
+                 counted: bool = False, details: dict[str, object] | None = None,
+                 query: bool = False) -> None:
         super().__init__(message)
         self.status, self.message, self.param = status, message, param
         self.code, self.headers, self.counted = code, headers or {}, counted
         self.details = details  # Anthropic's error.details (its SDK acts on some)
+        self.query = query  # param names a query parameter: kept as sent, not dotted
 
     def body(self) -> dict[str, object]:
-        return error_body(self.status, self.message, self.param, self.code)
+        return error_body(self.status, self.message, self.param, self.code,
+                          dot=not self.query)
 
 
 _INDEX = re.compile(r"\[(\d+)\]")
@@ -59,10 +62,12 @@ def dotted(param: str | None) -> str | None:
 
 
 def error_body(status: int, message: str, param: str | None = None,
-               code: str | None = None) -> dict[str, object]:
+               code: str | None = None, dot: bool = True) -> dict[str, object]:
+    """OpenAI's error shape; ``dot`` False keeps ``param`` as given (a query
+    parameter's name, ``tags[0]``)."""
     kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    return {"error": {"message": message, "type": kind, "param": dotted(param),
-                      "code": code}}
+    return {"error": {"message": message, "type": kind,
+                      "param": dotted(param) if dot else param, "code": code}}
 
 
 # Anthropic's error types by status (its SDK raises its own exception class per status)
@@ -97,15 +102,15 @@ def speaks_anthropic(request: Request) -> bool:
 
 
 def body_for(anthropic: bool, status: int, message: str, param: str | None = None,
-             code: str | None = None, details: dict[str, object] | None = None
-             ) -> dict[str, object]:
+             code: str | None = None, details: dict[str, object] | None = None,
+             dot: bool = True) -> dict[str, object]:
     """The error body in OpenAI's shape, or Anthropic's (which has no param: its message
     starts with it; ``details``: its error.details)."""
     if anthropic:
         if param and not message.startswith(param):
             message = f"{param}: {message}"
         return anthropic_error_body(status, message, details)
-    return error_body(status, message, param, code)
+    return error_body(status, message, param, code, dot)
 
 
 def count_refusal(app: Any, status: int) -> None:
@@ -118,11 +123,12 @@ def count_refusal(app: Any, status: int) -> None:
 
 def _reply(request: Request, status: int, message: str, param: str | None = None,
            code: str | None = None, headers: dict[str, str] | None = None,
-           counted: bool = False, details: dict[str, object] | None = None) -> JSONResponse:
+           counted: bool = False, details: dict[str, object] | None = None,
+           dot: bool = True) -> JSONResponse:
     if not counted:
         count_refusal(request.app, status)
     return JSONResponse(body_for(speaks_anthropic(request), status, message, param, code,
-                                 details), status, headers=headers)
+                                 details, dot), status, headers=headers)
 
 
 def from_engine_error(exc: EngineError) -> APIError:
@@ -219,7 +225,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api(request: Request, exc: APIError) -> JSONResponse:
         return _reply(request, exc.status, exc.message, exc.param, exc.code, exc.headers,
-                      exc.counted, exc.details)
+                      exc.counted, exc.details, not exc.query)
 
     @app.exception_handler(EngineError)
     async def _engine(request: Request, exc: EngineError) -> JSONResponse:

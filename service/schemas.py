@@ -18,8 +18,9 @@ def _document_unsupported(schema: dict[str, Any], cls: type) -> None:
     endpoint = getattr(cls, "openai_endpoint", None) or ""
     for name, prop in unsupported.schema_properties(endpoint).items():
         props.setdefault(name, prop)  # a declared field (user) keeps its own
-    if unsupported.rejects_unknown(endpoint):
-        schema["additionalProperties"] = False  # any other field is a 400
+    if unsupported.rejects_unknown(endpoint) or getattr(cls, "strict_body", False):
+        # any other field is a 400, unless null (a field left out)
+        schema["additionalProperties"] = {"type": "null"}
 
 
 class _Body(BaseModel):
@@ -31,15 +32,25 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False,
                               json_schema_extra=_document_unsupported)
     openai_endpoint: ClassVar[str | None] = None
+    # a route's body without an OpenAI endpoint class (/detokenize, conversations, a
+    # metadata update): an unknown field is a 400 as on the API endpoints
+    strict_body: ClassVar[bool] = False
+
+    @classmethod
+    def _checks_fields(cls, data: dict[str, Any]) -> bool:
+        """Whether service/unsupported.py looks at this object's fields (a subclass may
+        leave an object the schema refuses anyway to that error)."""
+        return True
 
     @model_validator(mode="before")
     @classmethod
     def _unsupported_fields(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
+        if not isinstance(data, dict) or not cls._checks_fields(data):
             return data
         known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
         # a nested object (a message, a content part) only logs its unknown fields
-        bad = unsupported.check_fields(cls.openai_endpoint or cls.__name__, data, known)
+        bad = unsupported.check_fields(cls.openai_endpoint or cls.__name__, data, known,
+                                       strict=cls.strict_body or None)
         if bad is not None:
             kind = ("unrecognized_argument" if isinstance(bad, unsupported.Unrecognized)
                     else "unsupported_value")
@@ -495,6 +506,8 @@ def _tokenize_schema(schema: dict[str, Any], cls: type) -> None:
 class MetadataUpdate(_Body):
     """A stored object's new metadata (a conversation's, a stored chat completion's)."""
 
+    strict_body: ClassVar[bool] = True
+
     metadata: Metadata | None
 
 
@@ -530,5 +543,6 @@ class TokenizeRequest(_Body):
 
 
 class DetokenizeRequest(_Body):
+    strict_body: ClassVar[bool] = True
     model: str | None = None
     tokens: list[TokenId]

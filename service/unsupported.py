@@ -143,6 +143,10 @@ VLLM_NOOP: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
     COMPLETIONS: {**_VLLM_SAMPLING_NOOP, "prompt_embeds": (None,),
                   "return_prompt_text": (None, False)},
     CHAT: {**_VLLM_SAMPLING_NOOP,
+           # reasoning is returned apart (reasoning_content) whenever a parser reads it:
+           # vLLM's default; false (drop it) is not served
+           "include_reasoning": (None, True),
+           "best_of": (None, 1),  # one candidate per choice (n)
            },
     TOKENIZE: {"mm_processor_kwargs": (None, {})},
 }
@@ -222,11 +226,11 @@ def rejects_unknown(endpoint: str) -> bool:
     return endpoint in IMPLEMENTED or endpoint == TOKENIZE
 
 
-def check_fields(endpoint: str, data: Mapping[str, Any], known: Iterable[str]
-                 ) -> Unsupported | Unrecognized | None:
+def check_fields(endpoint: str, data: Mapping[str, Any], known: Iterable[str],
+                 strict: bool | None = None) -> Unsupported | Unrecognized | None:
     """The first field of ``data`` the server does not implement (None: all fine).
-    Fields nothing names are a 400 on an endpoint's body (:func:`rejects_unknown`), else
-    logged."""
+    Fields nothing names are a 400 on an endpoint's body (:func:`rejects_unknown`, or
+    ``strict``: another route's body), else logged."""
     noop = {**VLLM_NOOP.get(endpoint, {}), **NOOP.get(endpoint, {})}
     hints = HINTS.get(endpoint, frozenset()) | VLLM_HINTS.get(endpoint, frozenset())
     unknown = []
@@ -237,7 +241,7 @@ def check_fields(endpoint: str, data: Mapping[str, Any], known: Iterable[str]
         elif name not in hints:
             unknown.append(name)
     asked = sorted(n for n in unknown if data[n] is not None)  # null: left out
-    if asked and rejects_unknown(endpoint):
+    if asked and (rejects_unknown(endpoint) if strict is None else strict):
         return Unrecognized(asked[0], data[asked[0]])
     if unknown:
         log.debug("%s: the following fields were present in the request but ignored: %s",

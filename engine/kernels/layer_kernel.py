@@ -202,7 +202,9 @@ def _variant_kernels(report: KernelReport, catalog: KernelCatalog) -> list[str]:
             return True
         return kernel_id != TORCH_KERNEL_ID and is_batch_invariant(kernel_id, catalog)
 
-    return sorted({c.kernel_id for c in report.choices.values() if not invariant(c.kernel_id)})
+    ids = {k for c in report.choices.values()  # generated rows' kernels (AMX hosts) too
+           for k in (c.kernel_id, c.generated_kernel_id) if k is not None}
+    return sorted(k for k in ids if not invariant(k))
 
 
 class LayerKernel:

@@ -83,7 +83,7 @@ async def list_completions(request: Request, state: StateDep,
             wanted[name[9:-1]] = value
         elif name not in ("limit", "order", "after", "model"):
             raise APIError(400, f"{name}: is not a filter of this list (limit, order, "
-                           "after, model, metadata[KEY])", name)
+                           "after, model, metadata[KEY])", name, query=True)
     entries = [e.response for e in _store(state).listing(store_tenant(request))
                if (model is None or e.response["model"] == model)
                and all(e.response["metadata"].get(k) == v for k, v in wanted.items())]

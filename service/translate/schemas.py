@@ -79,6 +79,12 @@ class AnthropicMessage(_Body):
 class AnthropicTool(_Body):
     openai_endpoint: ClassVar[str | None] = unsupported.ANTHROPIC_TOOL
     type: Literal["custom"] = "custom"  # server tools (bash, web search, ...): a 400
+
+    @classmethod
+    def _checks_fields(cls, data: dict[str, Any]) -> bool:
+        # a server tool's own fields (max_uses, ...) are not the error: its type is
+        return data.get("type") in (None, "custom")
+
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
     # Anthropic's rule: a tool's input is an object (a call's input is one)
@@ -348,9 +354,11 @@ class ResponsesInputTokensRequest(ResponsePrompt):
 # --- /v1/conversations (OpenAI's Conversations API) ---
 
 class ConversationCreateRequest(_Body):
+    strict_body: ClassVar[bool] = True
     items: Annotated[list[InputItem], Field(max_length=20)] | None = None
     metadata: Metadata | None = None
 
 
 class ConversationItemsRequest(_Body):
+    strict_body: ClassVar[bool] = True
     items: Annotated[list[InputItem], Field(min_length=1, max_length=20)]

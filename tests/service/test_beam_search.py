@@ -218,6 +218,7 @@ class _QueueFullEngine:
     def __init__(self) -> None:
         self.refuse = 0
         self.refused = 0
+        self.counted: list[bool] = []  # count_refusal of each request that went in
 
     def output_budget(self, num_prompt: int, asked: int | None, count: bool = False) -> int:
         return asked or 4
@@ -226,9 +227,11 @@ class _QueueFullEngine:
         if self.refuse:
             self.refuse -= 1
             self.refused += 1
-            # the search waits a full queue out: its steps' refusals are not the client's
+            # the search waits a full queue out: its later steps' refusals are not the
+            # client's (the first step's is: the request itself is refused)
             assert kw.get("count_refusal") is False, kw
             raise QueueFullError("2 requests already waiting")
+        self.counted.append(kw.get("count_refusal", True))
         top = ((5, -0.25), (6, -0.5), (7, -1.0), (8, -2.0))
         sink(RequestOutput(rid, "x", (5,), (TokenLogprob(5, -0.25, top),), True,
                            FinishReason.LENGTH))
@@ -249,6 +252,7 @@ def test_a_step_refused_by_a_full_queue_is_tried_again():
 
     outs = asyncio.run(run())
     assert engine.refused == 3
+    assert engine.counted[0] is True and not any(engine.counted[1:])  # the first step
     assert [o.token_ids for o in outs] == [(5, 5, 5), (5, 5, 6)]
     assert all(o.finish_reason is FinishReason.LENGTH for o in outs)
 

@@ -192,6 +192,26 @@ def test_an_unknown_field_is_a_400_naming_it(c, endpoint):
     assert r.status_code == 200, r.text
 
 
+@pytest.mark.parametrize("path,body", [
+    ("/detokenize", {"tokens": [3]}),
+    ("/v1/conversations", {}),
+    ("/v1/conversations", {"items": [{"type": "message", "role": "user", "content": "3"}]}),
+])
+def test_other_route_bodies_refuse_unknown_fields_too(c, path, body):
+    err = error_of(c.post(path, json={**body, "max_token": 5}), 400)
+    assert err["param"] == "max_token" and "unrecognized request argument" in err["message"]
+    assert c.post(path, json=body).status_code == 200
+    conv = c.post("/v1/conversations", json={}).json()["id"]
+    err = error_of(c.post(f"/v1/conversations/{conv}", json={"metadata": {}, "x": 1}), 400)
+    assert err["param"] == "x"
+
+
+def test_a_server_tool_is_refused_for_its_type_not_its_fields(c):
+    r = c.post(unsupported.MESSAGES, json={**CHAT_BASE, "tools": [
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]})
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("tools.0.type")
+
+
 def test_unknown_nested_fields_are_a_400_or_logged(c, caplog):
     """Nested config objects of an endpoint (stream_options, text) refuse them as the body
     does; messages and content parts, which clients echo back from earlier answers, log
@@ -209,8 +229,8 @@ def test_unknown_nested_fields_are_a_400_or_logged(c, caplog):
 
 def test_the_contract_forbids_other_fields(c):
     schemas = c.get("/openapi.json").json()["components"]["schemas"]
-    assert schemas["ChatCompletionRequest"]["additionalProperties"] is False
-    assert schemas["MessagesRequest"]["additionalProperties"] is False
+    for name in ("ChatCompletionRequest", "MessagesRequest", "ConversationCreateRequest"):
+        assert schemas[name]["additionalProperties"] == {"type": "null"}, name
 
 
 def test_openapi_documents_the_noop_values(c):
@@ -254,3 +274,10 @@ def test_vllm_extensions_are_classified_apart_from_the_sdk_fields():
         for name in set(table) | unsupported.VLLM_HINTS.get(endpoint, frozenset()):
             assert name not in sdk, (endpoint, name)  # an OpenAI field goes in NOOP
             assert name not in model.model_fields, (endpoint, name)  # implemented: declared
+
+
+def test_a_query_parameter_is_named_as_sent(c):
+    """A 400's param names a query parameter as the client wrote it (not as a body
+    path: tags[0], not tags.0)."""
+    err = error_of(c.get("/v1/chat/completions", params={"tags[0]": "1"}), 400)
+    assert err["param"] == "tags[0]", err
