@@ -50,3 +50,49 @@ def call_events(raw: str, index: int, new_id: Callable[[], str]) -> list[Event] 
     call_id = given if isinstance(given, str) and is_call_id(given) else new_id()
     args = arguments_text(obj.get("arguments", obj.get("parameters", {})))
     return [CallStart(index, call_id, obj["name"]), CallArgs(index, args)]
+
+
+_ARGUMENTS = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
+
+
+def cut_call_events(raw: str, index: int, new_id: Callable[[], str]) -> list[Event] | None:
+    """[CallStart, CallArgs] for a call whose JSON the end of the output cut: a whole
+    valid "name" written before the arguments, which are the text as cut ("" when none
+    was written); None otherwise."""
+    try:
+        obj = from_json(raw, allow_partial=True)
+    except ValueError:
+        return None
+    name = obj.get("name") if isinstance(obj, dict) else None
+    if not isinstance(name, str) or not valid_name(name):
+        return None
+    at = raw.find(json.dumps(name))  # the name's own text (ASCII: valid_name)
+    found = _ARGUMENTS.search(raw, at + len(name) + 2) if at >= 0 else None
+    if found is None and _ARGUMENTS.search(raw) is not None:
+        return None  # arguments written before the name: not read as cut
+    args = _value_text(raw, found.end()) if found is not None else ""
+    return [CallStart(index, new_id(), name), CallArgs(index, args)]
+
+
+def _value_text(raw: str, start: int) -> str:
+    """The JSON object or array starting at ``raw[start]``: up to its closing bracket when
+    it closed, else to the end (cut)."""
+    depth, inside, escaped = 0, False, False
+    for i in range(start, len(raw)):
+        ch = raw[i]
+        if inside:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                inside = False
+        elif ch == '"':
+            inside = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                return raw[start:i + 1]
+    return raw[start:]

@@ -8,9 +8,11 @@ a tool grammar allows) is part of that string, not the block's end.
 
 A block still open at the end of the output (``max_tokens`` cut its closing tag, or part
 of it) whose JSON is a whole call is that call, as the end of the output closes a Mistral
-call. Malformed blocks: a block whose JSON does not parse, is not an object, or has no
-valid ``name`` (a block cut inside its JSON among them) become content verbatim, tags
-included (what the model wrote is never lost). Special tokens are ignored.
+call; one cut inside its JSON after a whole ``name`` is that call with the arguments as
+cut (OpenAI's answer to a call ``max_tokens`` cuts). Malformed blocks: a block whose
+JSON does not parse, is not an object, or has no valid ``name`` (a block cut before its
+name is whole among them) become content verbatim, tags included (what the model wrote
+is never lost). Special tokens are ignored.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from service.tool_calls.call_ids import new_call_id
-from service.tool_calls.call_json import call_events
+from service.tool_calls.call_json import call_events, cut_call_events
 from service.tool_calls.deltas import Content, Event
 from service.tool_calls.pieces import Piece
 from service.tool_calls.tags import TagSplitter
@@ -74,7 +76,9 @@ class HermesToolParser:
         if self._tags.inside:
             body = self._block.rstrip()
             cut = next((k for k in range(len(CLOSE), 0, -1) if body.endswith(CLOSE[:k])), 0)
-            events = call_events(body[:len(body) - cut].strip(), self._count, self._new_id)
+            body = body[:len(body) - cut].strip()
+            events = (call_events(body, self._count, self._new_id)
+                      or cut_call_events(body, self._count, self._new_id))
             if events is None:
                 out.append(Content(OPEN + self._block))
             else:

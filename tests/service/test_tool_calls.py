@@ -176,6 +176,18 @@ def test_a_string_never_closed_does_not_swallow_later_calls(tok):
     assert calls(msg) == [("g", "{}")]
 
 
+@pytest.mark.parametrize("text,args", [
+    ('a<tool_call>{"name": "f"', ""),
+    ('a<tool_call>\n{"name": "f", "arguments": {"city": "Par', '{"city": "Par'),
+    ('a<tool_call>{"name": "f", "arguments": {"a": "}", "b": [1]}, "x', '{"a": "}", "b": [1]}'),
+])
+def test_a_call_cut_inside_its_json_after_its_name_is_that_call(tok, text, args):
+    """max_tokens cut the call inside its JSON: the call, with its arguments as cut (as
+    OpenAI answers a cut call); it came back as text, tags included."""
+    msg = check_all_cuts(tok, text, "hermes", limit=8)
+    assert (msg.content, calls(msg)) == ("a", [("f", args)])
+
+
 def test_think_tags_then_hermes(tok):
     msg = check_all_cuts(tok, "<think>2 < 3</think>ok<tool_call>{\"name\": \"f\"}</tool_call>",
                          "hermes", "think", tags_in_content=True)
@@ -189,7 +201,7 @@ def test_think_open_starts_as_reasoning(tok):
 
 @pytest.mark.parametrize("text,content", [
     ("<tool_call>{bad json}</tool_call>x", "<tool_call>{bad json}</tool_call>x"),
-    ('a<tool_call>{"name": "f"', 'a<tool_call>{"name": "f"'),  # never closed
+    ('a<tool_call>{"na', 'a<tool_call>{"na'),  # cut before a whole name
     ("a < b <tool_ca", "a < b <tool_ca"),  # a tag prefix that never completes
     ('<tool_call>{"arguments": {}}</tool_call>', '<tool_call>{"arguments": {}}</tool_call>'),
 ])
