@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pydantic_core import from_json
@@ -74,25 +74,37 @@ def cut_call_events(raw: str, index: int, new_id: Callable[[], str]) -> list[Eve
     return [CallStart(index, new_id(), name), CallArgs(index, args)]
 
 
+def _json_chars(text: str, start: int = 0) -> Iterator[tuple[int, str, bool]]:
+    """(index, character, inside a JSON string after it) from ``start`` on: quotes toggle
+    a string, a backslash inside one escapes the next character."""
+    inside = escaped = False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if escaped:
+            escaped = False
+        elif inside and ch == "\\":
+            escaped = True
+        elif ch == '"':
+            inside = not inside
+        yield i, ch, inside
+
+
+def outside_json_string(text: str) -> bool:
+    """Whether ``text`` (a block's JSON so far) ends outside every JSON string."""
+    last = (0, "", False)
+    for last in _json_chars(text):  # noqa: B007 (the state after the last character)
+        pass
+    return not last[2]
+
+
 def _value_text(raw: str, start: int) -> str:
     """The JSON object or array starting at ``raw[start]``: up to its closing bracket when
     it closed, else to the end (cut)."""
-    depth, inside, escaped = 0, False, False
-    for i in range(start, len(raw)):
-        ch = raw[i]
-        if inside:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                inside = False
-        elif ch == '"':
-            inside = True
-        elif ch in "{[":
-            depth += 1
-        elif ch in "}]":
-            depth -= 1
-            if depth == 0:
-                return raw[start:i + 1]
+    depth = 0
+    for i, ch, inside in _json_chars(raw, start):
+        if inside or ch not in "{}[]":
+            continue
+        depth += 1 if ch in "{[" else -1
+        if depth == 0:
+            return raw[start:i + 1]
     return raw[start:]

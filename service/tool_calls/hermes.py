@@ -20,26 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from service.tool_calls.call_ids import new_call_id
-from service.tool_calls.call_json import call_events, cut_call_events
+from service.tool_calls.call_json import call_events, cut_call_events, outside_json_string
 from service.tool_calls.deltas import Content, Event
 from service.tool_calls.pieces import Piece
 from service.tool_calls.tags import TagSplitter
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-
-
-def outside_json_string(text: str) -> bool:
-    """Whether ``text`` (a block's JSON so far) ends outside every JSON string: quotes
-    toggle a string, a backslash inside one escapes the next character."""
-    inside = escaped = False
-    for ch in text:
-        if escaped:
-            escaped = False
-        elif ch == "\\" and inside:
-            escaped = True
-        elif ch == '"':
-            inside = not inside
-    return not inside
 
 
 class HermesToolParser:
