@@ -227,8 +227,6 @@ RESPONSES = (
          "a reasoning effort of none needs reasoning markers that are single tokens"),
     Rule("include", "is not supported", "of the include values only "
          "message.output_text.logprobs is served"),
-    Rule("include", "read as plain text", "the message's logprobs are served for outputs "
-         "read as plain text (no tools, no reasoning parser)"),
     Rule("top_logprobs", "needs include", "top_logprobs takes effect with include "
          "message.output_text.logprobs"),
     Rule("reasoning.summary", "is not supported", "reasoning summaries are not written"),

@@ -208,7 +208,8 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
             "conversation": {"id": conv.id} if conv is not None else None}
     enc = ResponseStream(run.sub.id.replace("-", "_", 1), head, run.readers[0],
                          len(run.prompt), run.reasoning, entries,
-                         None if body.background else on_done)
+                         None if body.background else on_done,
+                         getattr(state.backend.tokenizer, "is_special", lambda _: False))
     if body.background:
         def on_end(job: BackgroundJob) -> None:
             state.jobs.drop(job)

@@ -7,9 +7,10 @@ ChatCompletionRequest it means.
   assistant message (consecutive calls share one), ``function_call_output`` items
   ``tool`` messages; ``reasoning`` items are dropped from the prompt;
 - ``include: ["message.output_text.logprobs"]`` (with ``top_logprobs``) is chat's
-  ``logprobs`` (``top_logprobs``), for an output read as plain text (no tools, no
-  reasoning parser; else a 400): the message's ``output_text`` part and its deltas carry
-  every generated token's entry, with the token's own bytes;
+  ``logprobs`` (``top_logprobs``): the message's ``output_text`` part and its deltas carry
+  the entries of the tokens its text is made of, each with the token's own bytes (an
+  output read as plain text: every generated token's; with tools or reasoning, not those
+  of the calls, the reasoning or their markers);
 - ``tools`` (function), ``tool_choice``, ``parallel_tool_calls`` as on chat;
   ``text.format`` is chat's ``response_format``; ``max_output_tokens`` is ``max_tokens``;
 - ``reasoning.effort``: ``"none"`` is a thinking budget of 0 on a model that reasons (a
@@ -159,10 +160,9 @@ def _reasoning(body: ResponsesRequest, parsers: ParserChoice, tok: Any) -> int |
 LOGPROBS = "message.output_text.logprobs"
 
 
-def _logprobs(body: ResponsesRequest, parsers: ParserChoice) -> int | None:
+def _logprobs(body: ResponsesRequest) -> int | None:
     """The chat request's top_logprobs when ``include`` asks for the message's logprobs
-    (None: not asked). They are served for an output read as plain text, where every
-    generated token is the message's: not with tools or a reasoning parser."""
+    (None: not asked)."""
     include = body.include or []
     for value in include:
         if value != LOGPROBS:
@@ -173,13 +173,6 @@ def _logprobs(body: ResponsesRequest, parsers: ParserChoice) -> int | None:
             raise APIError(400, f"top_logprobs: needs include [{LOGPROBS!r}], which "
                            "returns the logprobs", "top_logprobs")
         return None
-    tools = bool(body.tools) and body.tool_choice != "none"
-    if tools or parsers.reasoning_parser is not None:
-        why = "tools are given" if tools else (
-            f"the server reads reasoning ({parsers.reasoning_parser} parser)")
-        raise APIError(400, f"include: {LOGPROBS!r} is served for outputs read as plain "
-                       f"text, and here {why}: a token's logprob could not be told apart "
-                       "from the message's", "include")
     return body.top_logprobs or 0
 
 
@@ -191,7 +184,7 @@ def to_chat(body: ResponsesRequest, parsers: ParserChoice, tok: Any,
     data: dict[str, Any] = {"model": body.model, "messages": _messages(body, items),
                             "parallel_tool_calls": body.parallel_tool_calls,
                             "stream": body.stream}
-    top = _logprobs(body, parsers)
+    top = _logprobs(body)
     if top is not None:
         data["logprobs"], data["top_logprobs"] = True, top
     budget = _reasoning(body, parsers, tok)

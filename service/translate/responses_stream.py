@@ -5,14 +5,18 @@
 ``sequence_number``. One encoder serves both modes: streaming feeds each step's delta;
 non-streaming feeds the whole output's events (in output order) as one delta and returns
 the last snapshot, so both answers are the same items in the same order.
+With ``include: ["message.output_text.logprobs"]``, a message's output_text carries the
+entries of the tokens its text is made of (MessageTokens, where parsers split the output).
 ``response.completed`` ends every stream (status ``incomplete`` inside when
 max_output_tokens cut it, and on the item it cut), as vLLM does and the SDK's stream
 helper expects."""
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,6 +25,7 @@ from engine.stream import RequestOutput, TokenLogprob
 from service.generation import Event, end_code
 from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.deltas import CallStart, Content, DeltaMessage, Reasoning
+from service.tool_calls.deltas import Event as OutputEvent
 
 _PART = {"message": "output_text", "reasoning": "reasoning_text"}
 
@@ -29,21 +34,75 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
+def _bytes_of(text: str) -> re.Pattern[bytes]:
+    """The bytes a decoded text came from: its UTF-8, where each U+FFFD may also stand for
+    the incomplete sequence it replaced (text cut inside a character)."""
+    return re.compile(b"(?:\\xef\\xbf\\xbd|[\\x80-\\xff]{1,3})".join(
+        re.escape(part.encode()) for part in text.split("\ufffd")))
+
+
+class MessageTokens:
+    """Which generated tokens a message's text is made of, when parsers split the output
+    into reasoning, text and calls. Every token's entry has its own bytes, and the bytes
+    of the tokens the text can show (not special tokens, which decode to nothing) joined
+    are the output as generated, markers included; each event's text is found there in
+    output order, and the tokens under a text event's bytes are the message's. The
+    others (reasoning, calls, their markers, special tokens, the end token) carry no
+    entry, as OpenAI's reasoning and function_call items have no logprobs."""
+
+    def __init__(self, silent: Callable[[int], bool]) -> None:
+        self.silent = silent  # a token whose text the output never shows
+        self.raw = bytearray()
+        self.ends: list[int] = []  # token i's bytes are raw[ends[i - 1]:ends[i]]
+        self.entries: list[dict[str, Any] | None] = []  # None: a silent token's
+        self.cursor = 0  # bytes before it are read by earlier events
+        self.given = 0  # tokens before it are placed (given to a message or passed over)
+
+    def add(self, ids: Sequence[int], entries: Sequence[dict[str, Any]]) -> None:
+        for i, e in zip(ids, entries, strict=True):
+            shown = not self.silent(i)
+            if shown:
+                self.raw += bytes(e["bytes"])
+            self.ends.append(len(self.raw))
+            self.entries.append(e if shown else None)
+
+    def take(self, event: OutputEvent) -> list[dict[str, Any]]:
+        """The entries a text event's delta carries ([] for the other events, and for a
+        text not found as generated: the parser wrote it)."""
+        text = event.name if isinstance(event, CallStart) else event.text
+        found = _bytes_of(text).search(self.raw, self.cursor) if text else None
+        if found is None:
+            return []
+        at, self.cursor = found.span()
+        if not isinstance(event, Content):
+            return []
+        first = max(self.given, bisect_right(self.ends, at))
+        self.given = max(self.given, bisect_left(self.ends, self.cursor) + 1)
+        return [e for e in self.entries[first:self.given] if e is not None]
+
+
 class ResponseStream:
     def __init__(self, resp_id: str, head: dict[str, Any], reader: ChoiceReader,
                  prompt_tokens: int, reasoning: bool,
                  entries: Callable[[Sequence[TokenLogprob]], list[dict[str, Any]]] | None = None,
-                 on_done: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_done: Callable[[dict[str, Any]], None] | None = None,
+                 silent: Callable[[int], bool] = lambda _: False) -> None:
         """``head``: the request's echoed fields (model, tools, tool_choice, ...).
         ``entries``: the logprob entries of generated tokens (include
-        message.output_text.logprobs; the output is read as plain text, so each token is
-        the message's): a text delta carries those of the tokens fed since the last one, and
-        the ones left at the end (text held back, the end token) go to the message's part.
+        message.output_text.logprobs). Read as plain text, each token is the message's: a
+        text delta carries those of the tokens fed since the last one, and the ones left at
+        the end (text held back, the end token) go to the message's part. Split by parsers
+        (tools, reasoning), a text delta carries those of the tokens its text is made of
+        (MessageTokens), and no others are given.
         ``on_done``: called with the finished response (completed or incomplete; not on an
-        error or a client that left)."""
+        error or a client that left). ``silent``: a token id whose text the output never
+        shows (a special token's)."""
         self.reader, self.prompt_tokens, self.reasoning = reader, prompt_tokens, reasoning
         self.entries, self.on_done = entries, on_done
         self.pending: list[dict[str, Any]] = []  # entries no text delta has carried yet
+        # parsers split the output: the message's entries are its text's tokens only
+        self.owned = (MessageTokens(silent) if entries is not None and reader.parsing
+                      else None)
         self.response = {"id": resp_id, "object": "response", "created_at": int(time.time()),
                          "status": "in_progress", "error": None, "incomplete_details": None,
                          **head, "output": [], "usage": None}
@@ -110,7 +169,8 @@ class ResponseStream:
         return events + [self.ev("response.output_item.done", output_index=where[
             "output_index"], item=dict(item))]
 
-    def _text(self, kind: str, text: str) -> list[Event]:
+    def _text(self, kind: str, text: str,
+              logprobs: list[dict[str, Any]] | None = None) -> list[Event]:
         part = ({"type": "output_text", "text": "", "annotations": [], "logprobs": []}
                 if kind == "message" else {"type": "reasoning_text", "text": ""})
         item = ({"id": _new_id("msg"), "type": "message", "role": "assistant",
@@ -123,8 +183,10 @@ class ResponseStream:
                 else "response.reasoning_text.delta")
         extra = {}
         if kind == "message":
-            extra, self.pending = {"logprobs": self.pending}, []
-            self._item["content"][0]["logprobs"] += extra["logprobs"]
+            if logprobs is None:
+                logprobs, self.pending = self.pending, []
+            extra = {"logprobs": logprobs}
+            self._item["content"][0]["logprobs"] += logprobs
         return events + [self.ev(name, **self._where(), content_index=0, delta=text,
                                   **extra)]
 
@@ -132,9 +194,10 @@ class ResponseStream:
         """Items open in the order the output writes them (reasoning, text, each call)."""
         events: list[Event] = []
         for e in d.events:
+            owned = self.owned.take(e) if self.owned is not None else None
             if isinstance(e, (Reasoning, Content)):
                 events += self._text("reasoning" if isinstance(e, Reasoning) else "message",
-                                     e.text)
+                                     e.text, owned)
             elif isinstance(e, CallStart):
                 events += self._start("function_call", e.index, {
                     "id": _new_id("fc"), "type": "function_call", "call_id": e.id,
@@ -169,11 +232,19 @@ class ResponseStream:
             self.on_done(r)
         return events + [self.ev("response.completed", response=r)]
 
+    def _entries(self, lps: Sequence[TokenLogprob]) -> None:
+        assert self.entries is not None
+        entries = self.entries(lps)
+        if self.owned is not None:
+            self.owned.add([lp.token_id for lp in lps], entries)
+        else:
+            self.pending += entries
+
     def chunk(self, out: RequestOutput) -> list[Event]:
         self.output_tokens += len(out.token_ids)
         self.cached = out.num_cached_tokens
         if self.entries is not None:
-            self.pending += self.entries(out.logprobs)
+            self._entries(out.logprobs)
         events = self.feed(self.reader.feed(out))
         return events + self.finish(out.finish_reason) if out.finished else events
 
@@ -183,7 +254,7 @@ class ResponseStream:
         tokens', when ``entries`` was given)."""
         self.output_tokens, self.cached = output_tokens, cached
         if self.entries is not None:
-            self.pending = self.entries(logprobs)
+            self._entries(logprobs)
         self.feed(DeltaMessage.of(self.reader.events))
         self.finish(finish)
         return self.response

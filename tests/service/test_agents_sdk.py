@@ -19,6 +19,7 @@ import pytest
 import uvicorn
 from agents import (
     Agent,
+    ModelSettings,
     OpenAIChatCompletionsModel,
     OpenAIConversationsSession,
     OpenAIResponsesModel,
@@ -69,7 +70,8 @@ def run(base_url: str, api: str = "responses", **kw):
         client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
         kind = OpenAIResponsesModel if api == "responses" else OpenAIChatCompletionsModel
         agent = Agent(name="weather", instructions="Answer briefly.", tools=[get_weather],
-                      model=kind(model=MODEL, openai_client=client))
+                      model=kind(model=MODEL, openai_client=client),
+                      model_settings=kw.pop("settings", ModelSettings()))
         session = kw.pop("session", None)
         if session == "conversations":
             session = OpenAIConversationsSession(openai_client=client)
@@ -114,3 +116,19 @@ def test_server_kept_history_answers_the_same(base_url, how):
     if how == "session":  # the SDK kept them in this server's conversation
         assert [i.get("type", "message") for i in session_items][-1] == "message"
         assert len(session_items) == 7
+
+
+def test_the_loop_with_top_logprobs(base_url):
+    """ModelSettings(top_logprobs) over the Responses API: the SDK asks for the message's
+    logprobs in every turn, the calls' turn included (it was a 400 with tools); the
+    answer's text carries its tokens' entries."""
+    CALLED.clear()
+    result, _ = run(base_url, settings=ModelSettings(top_logprobs=2))
+    assert CALLED == ["Paris", "Rome"] and result.final_output == "Hello world"
+    first, last = result.raw_responses[0], result.raw_responses[-1]
+    text = [o for o in first.output if o.type == "message"][0].content[0]
+    assert text.text == "Let me check."  # the text before the calls: its tokens' entries
+    assert "".join(e.token for e in text.logprobs) == "Let me check."
+    answer = last.output[-1].content[0]
+    assert [e.token for e in answer.logprobs] == ["Hello", " world"]  # not the end token
+    assert all(len(e.top_logprobs) == 2 for e in answer.logprobs)

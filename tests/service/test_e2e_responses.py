@@ -59,3 +59,27 @@ def test_json_schema_format(served):  # noqa: F811
         "type": "json_schema", "name": "answer", "schema": ANSWER, "strict": True}})
     assert r.status == "completed", r
     jsonschema.validate(json.loads(r.output_text), ANSWER)
+
+
+def test_message_logprobs_with_tools(served):  # noqa: F811
+    """include message.output_text.logprobs with tools: a message's entries are its text's
+    tokens (their bytes join into the text), the same streamed; a call carries none."""
+    _, chat, name, _ = served
+    kw = {"tools": TOOLS, "include": ["message.output_text.logprobs"], "top_logprobs": 1,
+          "max_output_tokens": 24}
+    for choice in ("auto", "required"):
+        r = _create(served, tool_choice=choice, **kw)
+        texts = [p for o in r.output if o.type == "message" for p in o.content]
+        for part in texts:
+            raw = b"".join(bytes(e.bytes) for e in part.logprobs)  # cut: U+FFFD
+            assert raw.decode("utf-8", "replace") == part.text
+        if choice == "required":
+            assert not texts and r.output[0].type == "function_call"
+        with chat.responses.stream(model=name, input=ASK[0]["content"], temperature=0,
+                                   tool_choice=choice, **kw) as s:
+            deltas = [e for e in s if e.type == "response.output_text.delta"]
+            final = s.get_final_response()
+        assert [p.logprobs for o in final.output if o.type == "message"
+                for p in o.content] == [p.logprobs for p in texts]
+        assert [x.model_dump() for d in deltas for x in d.logprobs] == [
+            x.model_dump() for p in texts for x in p.logprobs]

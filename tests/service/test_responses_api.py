@@ -229,10 +229,40 @@ def test_output_text_logprobs_in_both_modes():
         assert plain["output"][0]["content"][0]["logprobs"] == []
 
 
+@pytest.mark.parametrize(("script", "parsers", "text"), [
+    # the tokens of the text only: not the call's, its marker's or the end token's
+    (3, {"reasoning_parser": "none"}, "Hello world"),
+    (0, {"reasoning_parser": "none"}, "Let me check."),
+    (2, {"reasoning_parser": "none", "tool_call_parser": "hermes"}, "Sure"),
+    # nor the reasoning's
+    (1, {}, "Hello world"),
+])
+def test_message_logprobs_beside_calls_and_reasoning(script, parsers, text):
+    """With tools or a reasoning parser, the message's part carries the entries of the
+    tokens its text is made of, alike in both modes; OpenAI's function_call and reasoning
+    items carry none."""
+    with make_client(**parsers) as c:
+        tokens = c.post("/tokenize", json={"prompt": text, "add_special_tokens": False,
+                                           "return_token_strs": True}).json()["token_strs"]
+        body = ask(script, tools=TOOLS, include=["message.output_text.logprobs"],
+                   top_logprobs=1)
+        whole = c.post("/v1/responses", json=body).json()
+        messages = [o for o in whole["output"] if o["type"] == "message"]
+        assert len(messages) == 1 and len(whole["output"]) > 1, whole["output"]
+        part = messages[0]["content"][0]
+        assert part["text"] == text
+        assert [e["token"] for e in part["logprobs"]] == tokens
+        assert b"".join(bytes(e["bytes"]) for e in part["logprobs"]) == text.encode()
+        evs = events(c, body)
+        carried = [x["token"] for e in evs if e["type"] == "response.output_text.delta"
+                   for x in e["logprobs"]]
+        assert carried == tokens
+        final = [o for o in evs[-1]["response"]["output"] if o["type"] == "message"]
+        assert final[0]["content"][0]["logprobs"] == part["logprobs"]
+        assert all("logprobs" not in o for o in whole["output"] if o["type"] != "message")
+
+
 @pytest.mark.parametrize(("settings", "extra", "param", "words"), [
-    ({}, {"include": ["message.output_text.logprobs"]}, "include", "read as plain text"),
-    ({"reasoning_parser": "none"}, {"include": ["message.output_text.logprobs"],
-                                    "tools": TOOLS}, "include", "tools are given"),
     ({"reasoning_parser": "none"}, {"include": ["reasoning.encrypted_content"]}, "include",
      "is not supported"),
     ({"reasoning_parser": "none"}, {"top_logprobs": 3}, "top_logprobs", "needs include"),
@@ -325,3 +355,26 @@ def test_a_call_cut_by_max_output_tokens_can_be_continued(client):
 
     assert json.loads(arguments("incomplete")) == {"city": "Paris"}
     assert arguments("completed") == arguments(None) == cut
+
+
+def test_message_tokens_skip_silent_tokens_and_read_a_cut_character():
+    """MessageTokens: a special token inside the text (decoded to nothing) carries no
+    entry, and a U+FFFD standing for a character cut at the end takes its tokens; the
+    text fed whole or piece by piece gives the same entries."""
+    from service.tool_calls.deltas import CallArgs, CallStart, Content
+    from service.translate.responses_stream import MessageTokens
+    pieces = [(1, b"Hi"), (9, b"<s9>"), (2, b" th"), (3, b"ere"), (7, b"[C]"), (4, b"f"),
+              (5, b"{}"), (6, b" \xe4"), (8, b"\xb8")]
+    ids = [i for i, _ in pieces]
+    entries = [{"token": str(i), "bytes": list(b)} for i, b in pieces]
+
+    def run(events):
+        m = MessageTokens(lambda i: i == 9)
+        m.add(ids, entries)
+        return [e["token"] for ev in events for e in m.take(ev)]
+
+    calls = [CallStart(0, "x", "f"), CallArgs(0, "{}")]
+    whole = run([Content("Hi there"), *calls, Content(" \ufffd")])
+    assert whole == ["1", "2", "3", "6", "8"]
+    assert run([Content("Hi"), Content(" there"), *calls, Content(" \ufffd")]) == whole
+    assert run([Content("elsewhere")]) == []  # a text the parser wrote: no entries
