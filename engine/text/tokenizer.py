@@ -2,13 +2,16 @@
 
 ``tokenizer.json`` goes through the ``tokenizers`` library; a directory with only
 ``tekken.json`` goes through mistral-common's Tekkenizer (engine/text/tokenizer_tekken.py). Special
-token strings in text (``<s>``, ``[INST]``, ``<|im_start|>``) are always encoded as their
-single ids, as Hugging Face does, so a rendered chat template tokenizes correctly.
+token strings in a text to encode (``<s>``, ``[INST]``, ``<|im_start|>``) are encoded as
+their single ids, as Hugging Face does (a completion's prompt, vLLM's default).
 
 Chat prompts: :meth:`Tokenizer.encode_chat` renders the template and encodes the text with
-``add_special_tokens=False`` (the template writes BOS itself, so it is never doubled). A
-Tekken model without a jinja template is encoded by mistral-common's own request encoder
-(``encode_chat_completion``; ``tools=[...]`` in OpenAI form are passed to it).
+``add_special_tokens=False`` (the template writes BOS itself, so it is never doubled).
+There only the template's own markup becomes special tokens: the same strings in the
+messages, tools and other inputs are text, as mistral-common encodes them
+(engine/text/literals.py). A Tekken model without a jinja template is encoded by
+mistral-common's own request encoder (``encode_chat_completion``; ``tools=[...]`` in
+OpenAI form are passed to it).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from engine.text.chat_template import (
     template_reads,
 )
 from engine.text.content_format import CONTENT_FORMATS, detect_content_format
+from engine.text.literals import Literals, control_pattern
 from engine.text.token_bytes import PieceBytes
 
 __all__ = ["TOKENIZER_MODES", "ChatTemplateError", "Tokenizer", "TokenizerLoadError"]
@@ -59,6 +63,18 @@ class HfBackend:
         # encode_batch, one text: the same ids; unlike encode, it lets go of the GIL while
         # it works (a 10 MB text held the event loop, /health among it, 7.9 s; now 0.35 s)
         return self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+
+    def encode_plain(self, text: str) -> list[int]:
+        """``text`` as characters: special-token strings in it are not their ids."""
+        return self._plain.encode_batch([text], add_special_tokens=False)[0].ids
+
+    @cached_property
+    def _plain(self) -> Any:
+        from tokenizers import Tokenizer as HfTokenizer
+
+        tok = HfTokenizer.from_str(self._tok.to_str())  # its own: the flag is per object
+        tok.encode_special_tokens = True
+        return tok
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
@@ -305,6 +321,16 @@ class Tokenizer:
             ids = self._mistral_common(messages, kwargs.get("tools"),
                                        continue_final_message)[0]
             return self.encode("", True) + ids if add_special_tokens else ids
-        text = self.apply_chat_template(messages, add_generation_prompt,
-                                        continue_final_message, template, **kwargs)
-        return self.encode(text, add_special_tokens=add_special_tokens)
+        lit = Literals(self._control)
+        text = self.apply_chat_template(lit.hide(messages), add_generation_prompt,
+                                        continue_final_message, template, **lit.hide(kwargs))
+        if not lit.used:
+            return self.encode(text, add_special_tokens=add_special_tokens)
+        return ((self.encode("", True) if add_special_tokens else [])
+                + lit.encode(text, self.backend))
+
+    @cached_property
+    def _control(self) -> Any:
+        """The pattern of the vocabulary's special-token strings (engine/text/literals.py)."""
+        return control_pattern([self.backend.id_to_token(i) or ""
+                                for i in self.backend.special_ids])

@@ -41,6 +41,10 @@ class TekkenBackend:
                 ids.extend(self._tok.encode(piece, bos=False, eos=False))
         return ids
 
+    def encode_plain(self, text: str) -> list[int]:
+        """``text`` as characters: special-token strings in it are not their ids."""
+        return list(self._tok.encode(text, bos=False, eos=False))
+
     def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
         from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
 

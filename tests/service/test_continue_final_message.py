@@ -118,7 +118,9 @@ def test_echo_returns_the_whole_continued_message(served):
     echoed = chat(c, n=2, echo=True, **CONTINUE).json()
     for p, e in zip(plain["choices"], echoed["choices"], strict=True):
         assert e["message"]["content"] == PREFILL["content"] + p["message"]["content"]
-    assert echoed["usage"] == plain["usage"]  # the echo is not generated
+    def counts(usage):  # cached_tokens: the first of the two may have warmed the cache
+        return {k: v for k, v in usage.items() if k != "prompt_tokens_details"}
+    assert counts(echoed["usage"]) == counts(plain["usage"])  # the echo is not generated
     chunks = _sse(chat(c, n=2, echo=True, stream=True, return_token_ids=True, **CONTINUE))
     for i in range(2):
         mine = [ch["choices"][0] for ch in chunks if ch["choices"][0]["index"] == i]

@@ -248,13 +248,15 @@ def test_prompt_layout_and_features_in_place(client) -> None:
 
 
 def test_jinja_template_path_gives_the_same_prompt(client, tmp_path: Path) -> None:
-    """tokenizer.json + chat_template.jinja (the HF pair) lays images out as tekken does."""
+    """tokenizer.json + chat_template.jinja (the HF pair) lays images out as tekken does,
+    "[IMG]" typed as text included (text there too, not a second image's place)."""
     from engine.synth import write_checkpoint
     from tests.engine.vision.support import vision_spec
 
     write_checkpoint(tmp_path, vision_spec(tokenizer="hf"))
-    content = [{"type": "text", "text": "look"}, part(data_url(png(56, 84)))]
-    with _client(tmp_path) as hf_client:
-        hf_ids, _ = _prompt_of(hf_client.app.state.serving, content)
-    tekken_ids, _ = _prompt_of(client.app.state.serving, content)
-    assert hf_ids == tekken_ids
+    for text in ("look", "look [IMG] here[IMG_END]"):
+        content = [{"type": "text", "text": text}, part(data_url(png(56, 84)))]
+        with _client(tmp_path) as hf_client:
+            hf_ids, _ = _prompt_of(hf_client.app.state.serving, content)
+        tekken_ids, _ = _prompt_of(client.app.state.serving, content)
+        assert hf_ids == tekken_ids
