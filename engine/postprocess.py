@@ -24,7 +24,7 @@ import torch
 
 from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.request import FinishReason, Request, RequestStatus
-from engine.sampler import Sampler, make_generator, token_logprobs
+from engine.sampler import NoTokenLeft, Sampler, make_generator, token_logprobs
 from engine.scheduler import SchedulerOutput
 from engine.spec.verify import DraftVerifier
 from engine.stream import EngineObserver, OutputSink, RequestOutput, TokenLogprob
@@ -75,7 +75,8 @@ class StepRunner(DraftVerifier):
     def make_live(self, req: Request, sink: OutputSink, max_tokens: int) -> LiveRequest:
         p = req.params
         detok = self.make_detok(self.tokenizer, list(req.prompt_ids), p.stop,
-                                p.skip_special_tokens, p.include_stop_str_in_output)
+                                p.skip_special_tokens, p.include_stop_str_in_output,
+                                p.min_tokens)
         gen = None if p.seed is None else make_generator(p.seed)
         grammar = getattr(p, "grammar", None)
         matcher = None if grammar is None else grammar.new_matcher()
@@ -234,10 +235,16 @@ class StepRunner(DraftVerifier):
         if lv.matcher is not None:
             lv.matcher.advance(token)  # GrammarMatchError ends this request (caller)
         n = len(req.output_ids)
-        eos_end = (token in self.eos and token not in p.stop_token_ids and n >= p.min_tokens
+        # as vLLM checks them: EOS first, then stop_token_ids (stop_reason: the id)
+        eos_end = (token in self.eos and n >= p.min_tokens
                    and (not p.ignore_eos or lv.matcher is not None))
-        step = None if eos_end else lv.detok.push(token)  # an ending EOS is never text
-        reason, stop_reason = self._finish_reason(lv, token, step)
+        id_end = not eos_end and token in p.stop_token_ids and n >= p.min_tokens
+        # an ending EOS is never text; an ending stop token id only with
+        # include_stop_str_in_output (vLLM's)
+        quiet = eos_end or (id_end and not p.include_stop_str_in_output)
+        step = None if quiet else lv.detok.push(token)
+        reason, stop_reason = self._finish_reason(lv, step, eos_end,
+                                                  token if id_end else None)
         text = "" if step is None else step.new_text
         if reason is not None and not (step is not None and step.stopped):
             text += lv.detok.flush() or ""
@@ -267,18 +274,19 @@ class StepRunner(DraftVerifier):
             self.observer.on_token(now - (req.last_token_time or now), num_tokens)
         req.last_token_time = now
 
-    def _finish_reason(self, lv: LiveRequest, token: int, step: Any
-                       ) -> tuple[FinishReason | None, str | int | None]:
-        """(reason, stop_reason) after ``token`` was appended; step None: an ending EOS."""
-        req, p = lv.req, lv.req.params
+    def _finish_reason(self, lv: LiveRequest, step: Any, eos_end: bool,
+                       stop_id: int | None) -> tuple[FinishReason | None, str | int | None]:
+        """(reason, stop_reason) after a token was appended: ``eos_end``, it was an EOS
+        that ends the request; ``stop_id``, a stop token id that does; ``step``, the
+        detokenizer's step (None: the token was not text)."""
+        req = lv.req
         n = len(req.output_ids)
-        if step is None:
+        if eos_end:
             return FinishReason.STOP, None
-        if step.stopped:
+        if step is not None and step.stopped:
             return FinishReason.STOP, getattr(step, "stop_str", None)
-        if n >= p.min_tokens and ((token in self.eos and not p.ignore_eos)
-                                  or token in p.stop_token_ids):
-            return FinishReason.STOP, token if token in p.stop_token_ids else None
+        if stop_id is not None:
+            return FinishReason.STOP, stop_id
         if lv.matcher is not None and lv.matcher.is_done:
             return FinishReason.STOP, None  # the grammar is complete
         if n >= lv.max_tokens or req.num_tokens >= self.max_model_len:
@@ -286,9 +294,9 @@ class StepRunner(DraftVerifier):
         return None, None
 
     def fail(self, lv: LiveRequest, exc: Exception, prefix: str = "") -> bool:
-        """End ``lv`` with ERROR for ``exc``; a GrammarDeadEnd is the request's own input
-        (its message goes to the client as it is)."""
-        if isinstance(exc, GrammarDeadEnd):
+        """End ``lv`` with ERROR for ``exc``; a GrammarDeadEnd or NoTokenLeft is the
+        request's own input (its message goes to the client as it is)."""
+        if isinstance(exc, (GrammarDeadEnd, NoTokenLeft)):
             return self.end(lv, FinishReason.ERROR, str(exc), from_request=True)
         return self.end(lv, FinishReason.ERROR, f"{prefix}{type(exc).__name__}: {exc}")
 

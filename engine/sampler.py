@@ -4,15 +4,16 @@ Processing order per row (OpenAI / vLLM definitions):
   0. the grammar mask (engine/structured/token_mask.py), constrained rows only: tokens
      the row's grammar forbids (and model padding ids past the tokenizer's vocabulary)
      are set to -inf, so no penalty, bias or temperature can bring them back;
-  1. repetition_penalty r over tokens seen in prompt + output: positive logits are divided
-     by r, negative ones multiplied by r;
-  2. frequency_penalty f and presence_penalty p over output tokens:
-     logit[t] -= f * count[t] + p * (count[t] > 0);
-  3. logit_bias added; then allowed_token_ids (every other id set to -inf) and bad_words
+  1. logit_bias added; then allowed_token_ids (every other id set to -inf) and bad_words
      (a banned sequence's last token set to -inf where the output ends with the rest of
      it; a one-token word always), vLLM's;
-  4. min_tokens: while fewer than min_tokens outputs exist, stop_token_ids (and the EOS ids
+  2. min_tokens: while fewer than min_tokens outputs exist, stop_token_ids (and the EOS ids
      unless ignore_eos) are set to -inf;
+  3. repetition_penalty r over tokens seen in prompt + output: positive logits are divided
+     by r, negative ones multiplied by r (a biased logit too: (logit + bias) / r, vLLM's
+     order);
+  4. frequency_penalty f and presence_penalty p over output tokens:
+     logit[t] -= f * count[t] + p * (count[t] > 0);
   5. the thinking budget (SamplingParams.thinking): when the output is inside a reasoning
      section and its reasoning tokens (counted on the output ids, as the reasoning parsers
      count them) have reached the budget, every token but the section's end token is set
@@ -62,6 +63,25 @@ TopLogprobs = tuple[list[int], list[float]]  # (token ids, logprobs), best first
 # least LOGPROB_FLOOR (what OpenAI and vLLM report for an impossible token), never -inf.
 F32_MAX, F32_TINY = torch.finfo(torch.float32).max, torch.finfo(torch.float32).tiny
 LOGPROB_FLOOR = -9999.0
+
+
+class NoTokenLeft(ValueError):
+    """A row's filters leave no token to sample: its allowed_token_ids, bad_words, the
+    stop tokens min_tokens holds back and its grammar exclude every one. The request's
+    own input (a 400), never a token it excluded."""
+
+
+def _check_tokens_left(x: torch.Tensor, params: Sequence[SamplingParams]) -> None:
+    dead = torch.isneginf(x).all(dim=-1).nonzero()[:, 0].tolist()
+    if dead:
+        p = params[dead[0]]
+        fields = [name for name, on in (
+            ("allowed_token_ids", p.allowed_token_ids is not None),
+            ("bad_words", bool(p.bad_words_ids)),
+            ("min_tokens (the stop tokens it holds back)", p.min_tokens > 0)) if on]
+        raise NoTokenLeft("no token is left to sample: " + (
+            ", ".join(fields) or "the filters") + " and the output's grammar, if any, "
+            "exclude every token")
 
 
 def _factor(values: list[float]) -> torch.Tensor:
@@ -325,9 +345,11 @@ def sample(
         x = x.clone() if x is logits else x
         if masked:
             apply_token_mask(x, mask)
-        apply_penalties(x, params, prompt_ids, output_ids)
         apply_bias_and_min_tokens(x, params, output_ids, frozenset(eos_token_ids))
+        apply_penalties(x, params, prompt_ids, output_ids)
         apply_thinking_budget(x, params, thinking)
+        if masked or any(p.filters_tokens or p.min_tokens for p in params):
+            _check_tokens_left(x, params)
     tokens = x.argmax(dim=-1)
     rows = [i for i, p in enumerate(params) if not p.greedy]
     if rows:

@@ -68,6 +68,7 @@ class BeamRequest:
     stop_token_ids: frozenset[int]
     shown: int | None
     skip_special_tokens: bool
+    include_stop: bool = False  # an ending stop token id's text (include_stop_str_in_output)
 
     @property
     def stop_ids(self) -> frozenset[int]:
@@ -101,7 +102,8 @@ def beam_request(state: ServingState, body: Any, max_tokens: int | None,
                  shown: int | None) -> BeamRequest:
     eos = frozenset() if body.ignore_eos else frozenset(state.backend.tokenizer.eos_token_ids)
     return BeamRequest(body.n, max_tokens, body.length_penalty, eos,
-                       frozenset(body.stop_token_ids or ()), shown, body.skip_special_tokens)
+                       frozenset(body.stop_token_ids or ()), shown, body.skip_special_tokens,
+                       bool(body.include_stop_str_in_output))
 
 
 @dataclass
@@ -269,14 +271,15 @@ class BeamSubmission(Choices):
 
     def _output(self, s: _Search, beam: Beam) -> RequestOutput:
         """A finished beam as one output: its text as a plain generation of the same
-        tokens reads (an ending EOS is never text), its logprobs when asked for."""
+        tokens reads (an ending EOS is never text, an ending stop token id only with
+        include_stop_str_in_output), its logprobs when asked for."""
         detok = IncrementalDetokenizer(self.state.backend.tokenizer, s.prompt,
                                        skip_special_tokens=self.beam.skip_special_tokens)
         last = beam.tokens[-1] if beam.stopped else None
         by_token = last in self.beam.stop_token_ids  # else by EOS, or not stopped
-        ends_eos = beam.stopped and not by_token
+        quiet_end = beam.stopped and not (by_token and self.beam.include_stop)
         text = "".join(detok.push(t).new_text
-                       for t in (beam.tokens[:-1] if ends_eos else beam.tokens))
+                       for t in (beam.tokens[:-1] if quiet_end else beam.tokens))
         text += detok.flush()
         lps: tuple[TokenLogprob, ...] = ()
         if self.beam.shown is not None:

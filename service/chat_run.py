@@ -188,6 +188,9 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
             sub = submit(state, prefix, [prompt], params, body.n, body.cache_salt, images,
                          prediction, body.priority, body.stream_interval)
     except InvalidRequestError as exc:  # the engine's "prompt" is the rendered messages
+        if exc.param == "max_tokens" and body.max_completion_tokens is not None:
+            raise APIError(400, str(exc).replace("max_tokens", "max_completion_tokens"),
+                           "max_completion_tokens", counted=True) from exc
         if exc.param != "prompt":
             raise
         raise APIError(400, f"messages: {exc}", "messages", counted=True) from exc

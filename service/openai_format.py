@@ -60,8 +60,14 @@ def completion_logprobs(lps: Sequence[TokenLogprob], text_of: TokenText,
     tokens = [text_of(lp.token_id) for lp in lps]
     offsets = text_offsets([(real_text or text_of)(lp.token_id) for lp in lps], offset)
     return {"tokens": tokens, "token_logprobs": [lp.logprob for lp in lps],
-            "top_logprobs": [{text_of(t): v for t, v in lp.top} for lp in lps],
+            "top_logprobs": [_top_with_token(lp, text_of) for lp in lps],
             "text_offset": offsets}
+
+
+def _top_with_token(lp: TokenLogprob, text_of: TokenText) -> dict[str, float]:
+    """A completion token's top_logprobs: the token itself, then its alternatives (OpenAI:
+    up to logprobs + 1 entries, the token's own always there; vLLM's order)."""
+    return {text_of(lp.token_id): lp.logprob, **{text_of(t): v for t, v in lp.top}}
 
 
 def echo_logprobs(prompt_ids: Sequence[int], prompt_lps: Sequence[TokenLogprob | None],
@@ -76,7 +82,7 @@ def echo_logprobs(prompt_ids: Sequence[int], prompt_lps: Sequence[TokenLogprob |
         "tokens": tokens + generated["tokens"],
         "token_logprobs": [None if lp is None else lp.logprob for lp in prompt_lps]
         + generated["token_logprobs"],
-        "top_logprobs": [None if lp is None else {text_of(t): v for t, v in lp.top}
+        "top_logprobs": [None if lp is None else _top_with_token(lp, text_of)
                          for lp in prompt_lps] + generated["top_logprobs"],
         "text_offset": offsets + generated["text_offset"],
     }

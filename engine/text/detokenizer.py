@@ -10,7 +10,9 @@ tokens back so tokenizers that strip a leading space from the first decoded toke
 
 Stop strings: text that could still be the start of a stop string is held back, so a stop
 string is never emitted half-way. On a match the output is cut before the stop string (or
-after it, with ``include_stop_str_in_output``) and the step reports ``stopped``.
+after it, with ``include_stop_str_in_output``) and the step reports ``stopped``. As in
+vLLM, a stop string matches only where it ends in the text of a token past the first
+``min_tokens`` (the request's own: stop strings do not end it earlier).
 """
 
 from __future__ import annotations
@@ -64,8 +66,10 @@ class IncrementalDetokenizer:
 
     def __init__(self, tokenizer: Decoder, prompt_ids: Sequence[int],
                  stop: Sequence[str] = (), skip_special_tokens: bool = True,
-                 include_stop_str_in_output: bool = False) -> None:
+                 include_stop_str_in_output: bool = False, min_tokens: int = 0) -> None:
         self._tok = tokenizer
+        self._min_tokens = min_tokens
+        self._pushed = 0  # output tokens pushed
         self._skip = skip_special_tokens
         self._stops = tuple(s for s in stop if s)
         self._max_stop = max((len(s) for s in self._stops), default=0)
@@ -98,7 +102,8 @@ class IncrementalDetokenizer:
     def _advance(self, delta: str, final: bool) -> DetokStep:
         start = max(0, len(self._text) - self._max_stop + 1)
         self._text += delta
-        match = find_stop(self._text, self._stops, start) if self._stops else None
+        match = (find_stop(self._text, self._stops, start)
+                 if self._stops and self._pushed > self._min_tokens else None)
         if match is not None:
             idx, s = match
             self._text = self._text[: idx + len(s) if self._include_stop else idx]
@@ -113,6 +118,7 @@ class IncrementalDetokenizer:
         """Add one generated token; returns the text that may be shown now."""
         if self.stopped:
             return DetokStep("", True, self.stop_str)
+        self._pushed += 1
         self._ids.append(token_id)
         return self._advance(self._decode_new(final=False), final=False)
 

@@ -142,7 +142,7 @@ class FakeDetokenizer:
     """Text " <id>" per token; a stop string ends generation and is not emitted."""
 
     def __init__(self, tokenizer, prompt_ids, stop, skip_special_tokens,
-                 include_stop_str_in_output=False) -> None:
+                 include_stop_str_in_output=False, min_tokens=0) -> None:
         self.tok, self.stop, self.text = tokenizer, tuple(stop), ""
 
     def push(self, token: int) -> _Step:

@@ -89,6 +89,45 @@ def test_eos_stop_token_and_stop_string():
     assert "".join(o.text for o in b) == f" {seq[0]} {seq[1]}"
 
 
+def test_a_stop_token_id_is_text_only_when_asked_and_eos_is_checked_first():
+    """vLLM's rules: the stop token id that ends a request is left out of its text unless
+    include_stop_str_in_output; an EOS listed in stop_token_ids ends it as EOS
+    (stop_reason None)."""
+    prompt = [49, 1]
+    seq = expected_tokens(prompt, 20)
+    stop_tok = seq[3]
+    eng = make_engine()
+    outs = {inc: collect(eng, f"r{inc}", prompt, SamplingParams(
+        max_tokens=20, temperature=0.0, stop_token_ids=[stop_tok],
+        include_stop_str_in_output=inc)) for inc in (False, True)}
+    run_all(eng)
+    for inc, got in outs.items():
+        shown = seq[:4] if inc else seq[:3]
+        assert "".join(o.text for o in got) == "".join(f" {t}" for t in shown)
+        assert got[-1].stop_reason == stop_tok and got[-1].token_ids == (stop_tok,)
+    eos_at_3 = CacheCheckingRunner(next_fn=lambda s: 0 if len(s) >= 4 else 7)
+    eng = make_engine(eos_at_3)
+    got = collect(eng, "e", [1, 2], SamplingParams(max_tokens=9, temperature=0.0,
+                                                   stop_token_ids=[0]))
+    run_all(eng)
+    assert [o.token_ids[0] for o in got] == [7, 7, 0]
+    assert got[-1].finish_reason is FinishReason.STOP and got[-1].stop_reason is None
+
+
+def test_filters_that_leave_no_token_end_the_request_as_its_own_error():
+    """allowed_token_ids holding only the EOS that min_tokens holds back: no token is
+    left, and the request ends with its own (400) error, not a token it excluded."""
+    eng = make_engine()
+    bad = collect(eng, "bad", [1, 2], SamplingParams(max_tokens=4, temperature=0.0,
+                                                     allowed_token_ids=[0], min_tokens=2))
+    good = collect(eng, "good", [1, 2], SamplingParams(max_tokens=3, **GREEDY))
+    run_all(eng)
+    assert bad[-1].finish_reason is FinishReason.ERROR and bad[-1].error_from_request
+    assert "no token is left" in bad[-1].error and "min_tokens" in bad[-1].error
+    assert not any(o.token_ids for o in bad)
+    assert [o.token_ids[0] for o in good] == expected_tokens([1, 2], 3)
+
+
 def test_concurrent_requests_equal_solo_runs_under_kv_pressure():
     prompts = [[i + 1, 2 * i + 3, 7] * (1 + i % 3) for i in range(8)]
     eng = make_engine(CacheCheckingRunner(num_kv_blocks=12, block_size=4), budget=8)

@@ -58,6 +58,17 @@ def test_presence_frequency_penalties_match_definition():
     torch.testing.assert_close(got, torch.log_softmax(want, -1), rtol=1e-5, atol=1e-5)
 
 
+def test_logit_bias_comes_before_the_penalties():
+    """vLLM's order: a biased, seen token's logit is (logit + bias) / r, not logit / r + b."""
+    logits = torch.tensor([2.0, -1.0, 0.5, -3.0, 1.0, 0.0, 4.0, -0.5])
+    got = _processed(logits, dict(temperature=0, repetition_penalty=2.0,
+                                  logit_bias={0: 3.0, 1: 4.0}), prompt=[0, 1])
+    want = logits.clone()
+    want[0] = (2.0 + 3.0) / 2
+    want[1] = (-1.0 + 4.0) / 2  # positive once biased: divided
+    torch.testing.assert_close(got, torch.log_softmax(want, -1), rtol=1e-5, atol=1e-5)
+
+
 def test_penalty_changes_greedy_choice():
     logits = torch.tensor([[0.0, 3.0, 2.9, 0, 0, 0, 0, 0]])
     out = _run(logits, [SamplingParams(temperature=0, repetition_penalty=1.5)], [[1]], [[]])

@@ -103,7 +103,9 @@ def test_echo_with_logprobs_scores_the_prompt(c):
     assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
     assert lp["token_logprobs"][1] == pytest.approx(0.0, abs=1e-3)
     assert lp["token_logprobs"][2] == pytest.approx(-20.0, abs=1e-3)
-    assert list(lp["top_logprobs"][2]) == [" 7"]
+    # the token itself, then the 1 alternative (OpenAI: up to logprobs + 1 entries)
+    assert list(lp["top_logprobs"][2]) == [" 5", " 7"]
+    assert list(lp["top_logprobs"][1]) == [" 3"]  # the token is the likeliest
     assert lp["text_offset"][:3] == [0, 2, 4] and lp["text_offset"][3] == len("2 3 5")
     assert r["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5,
                           "prompt_tokens_details": {"cached_tokens": 0}}
@@ -155,6 +157,10 @@ def test_errors_have_openai_shape(c):
     err = error_of(c.post("/v1/chat/completions", json={
         "messages": [{"role": "user", "content": long}], "max_tokens": 1}), 400)
     assert err["param"] == "messages" and "no room" in err["message"]
+    for field in ("max_tokens", "max_completion_tokens"):  # the field the client sent
+        err = error_of(c.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "1"}], field: 63}), 400)
+        assert err["param"] == field and f"{field} (63)" in err["message"]
     err = error_of(c.post("/v1/completions", json={"model": "nope", "prompt": "1"}), 404)
     assert err["param"] == "model" and err["type"] == "not_found_error"
     err = error_of(c.post("/v1/chat/completions", json={"messages": [{"role": "user",

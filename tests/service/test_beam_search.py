@@ -62,7 +62,10 @@ def test_beams_are_ranked_by_their_score_and_carry_the_models_logprobs(c, lp):
     scores = []
     for ch in answer["choices"]:
         ids, lps = ch["token_ids"], ch["logprobs"]["token_logprobs"]
-        assert len(ids) == len(lps) and all(len(t) == 2 for t in ch["logprobs"]["top_logprobs"])
+        assert len(ids) == len(lps)
+        for token, top in zip(ch["logprobs"]["tokens"], ch["logprobs"]["top_logprobs"],
+                              strict=True):  # the token itself and 2 alternatives
+            assert token in top and len(top) in (2, 3)
         length = len(ch["prompt_token_ids"]) + len(ids) - (ch["finish_reason"] == "stop")
         scores.append(sum(lps) / length ** lp)
         # the same tokens scored as a prompt: the model's logprobs of each beam token
@@ -137,7 +140,12 @@ def test_stop_token_ids_end_beams_and_ignore_eos_runs_to_the_length(c):
     for ch in stopped:
         if ch["stop_reason"] is not None:
             assert ch["stop_reason"] == period and ch["token_ids"][-1] == period
-            assert ch["text"].endswith(".")  # a stop token id is text, as it is plainly
+            assert not ch["text"].endswith(".")  # an ending stop token id is no text
+    kept = c.post("/v1/completions", json={"prompt": PROMPTS[0], **beams(),
+                                           "stop_token_ids": [period],
+                                           "include_stop_str_in_output": True}).json()
+    assert [ch["text"] for ch in kept["choices"]] == [
+        ch["text"] + ("." if ch["stop_reason"] == period else "") for ch in got["choices"]]
     assert any(ch["stop_reason"] == period for ch in stopped)
     free = c.post("/v1/completions", json={"prompt": PROMPTS[0], **beams(),
                                            "ignore_eos": True, "return_token_ids": True}

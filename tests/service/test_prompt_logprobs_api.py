@@ -33,7 +33,8 @@ def test_echo_logprobs_keep_their_own_k_beside_prompt_logprobs(c):
     r = c.post("/v1/completions", json={**BASE, "prompt": "2 3 5", "echo": True,
                                         "logprobs": 1, "prompt_logprobs": 3}).json()
     choice = r["choices"][0]
-    assert [len(t) for t in choice["logprobs"]["top_logprobs"][1:3]] == [1, 1]
+    # echo's k (1), plus the token itself where it is not the likeliest
+    assert [len(t) for t in choice["logprobs"]["top_logprobs"][1:3]] == [1, 2]
     assert len(choice["prompt_logprobs"][2]) == 4  # the token and 3 alternatives
 
 

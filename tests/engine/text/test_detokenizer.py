@@ -76,6 +76,20 @@ def test_stop_string_never_emitted_halfway():
     assert detok.push(ord("z")).new_text == "" and detok.flush() == ""
 
 
+def test_stop_strings_end_nothing_within_min_tokens():
+    """vLLM's: a stop string matches only where it ends in the text of a token past the
+    first min_tokens (one may start before)."""
+    detok = IncrementalDetokenizer(CharTok(), [], stop=(".", "ab"), min_tokens=3)
+    pieces, stopped = _stream(detok, _ids("x.a.b"))
+    assert stopped and "".join(pieces) == "x.a" and detok.stop_str == "."
+    detok = IncrementalDetokenizer(CharTok(), [], stop=("ab",), min_tokens=2)
+    pieces, stopped = _stream(detok, _ids("abab"))  # "ab" ends in token 2: not yet
+    assert stopped and "".join(pieces) == "ab"
+    detok = IncrementalDetokenizer(CharTok(), [], stop=("ab",), min_tokens=1)
+    pieces, stopped = _stream(detok, _ids("abab"))  # starts in token 1, ends in 2
+    assert stopped and "".join(pieces) == ""
+
+
 def test_include_stop_str_and_earliest_match():
     detok = IncrementalDetokenizer(CharTok(), [], stop=("cd", "bcx"),
                                    include_stop_str_in_output=True)
