@@ -12,7 +12,8 @@ container engine:
                vendored in deploy/crd-schemas; needs node)
   compose      deploy/docker-compose*.yml against the compose-spec JSON schema that PyPI
                check-jsonschema vendors
-  promql       promtool (Debian's prometheus): both Prometheus configs, alerts.yml, the
+  promql       promtool (Debian's prometheus): both Prometheus configs, alerts.yml (and its
+               unit tests, prometheus/alerts_test.yml), the
                PrometheusRule's groups, every dashboard query, the prometheus-adapter and
                KEDA queries (templates and Grafana variables substituted)
 
@@ -223,6 +224,8 @@ def check_promql() -> list[str]:
         tmp = Path(d)
         alerts = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
         problems += promtool_rules(promtool, alerts["groups"], "alerts.yml", tmp)
+        rc, out = run([promtool, "test", "rules", str(DEPLOY / "prometheus/alerts_test.yml")])
+        problems += [f"alerts_test.yml: {out}"] if rc else []
         problems += promtool_rules(promtool, rule["spec"]["groups"], "PrometheusRule", tmp)
         for what, expr in dashboard_exprs() + scaling_exprs():
             problems += promtool_rules(promtool, as_recording_rules([(what, expr)]), what, tmp)

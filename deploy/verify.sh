@@ -7,14 +7,14 @@
 #      --build-arg PYTHON_IMAGE=<that base> (image/build-local.sh)
 #   3. the image's file system exported and the server started in it with chroot:
 #      /health, /kernels and one completion (image/verify-image.sh), twice: with the
-#      host's own ISA, then with FP8SERVE_ISA=avx2 (every layer must be on avx2_w8a16:
-#      the image's AVX2 path, as on an AVX2-only host)
+#      host's own ISA, then with FP8SERVE_ISA=avx2 (every FP8 layer must be on
+#      avx2_w8a16: the image's AVX2 path, as on an AVX2-only host)
 #   4. deploy/validate.py: hadolint, the Kubernetes manifests and custom resources
 #      against their schemas, the compose files against the compose-spec, every PromQL
 #      expression of the alerts, the dashboard and the autoscalers with promtool
 #
-#   deploy/verify.sh      (about 3.5 min on 2 cores with an empty build cache and local
-#                          pip sources; the README has the measured split)
+#   deploy/verify.sh      (about 10 min on 2 shared cores, at nice 19, with an empty
+#                          build cache and local pip sources)
 #
 # Needs, from Debian: podman debootstrap prometheus (promtool, step 4) nodejs npm (the CRD
 # schemas of step 4, installed by `make deploy-schemas`).

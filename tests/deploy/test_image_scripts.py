@@ -4,9 +4,11 @@ records its arguments; no image is built)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,3 +117,28 @@ def test_verify_stops_building_after_a_failed_build_but_still_validates(tmp_path
     calls = [c.split()[0] for c in (tmp_path / "calls").read_text().splitlines()]
     assert calls == ["image/build-base.sh", "image/build-local.sh", "validate.py"]
     assert "FAIL 2. image" in out.stdout
+
+
+def _kernels_check(kernels: dict, expect: str, tmp_path: Path) -> int:
+    """verify-image.sh's /kernels check (its inline Python) on a /kernels body."""
+    text = (ROOT / "deploy/image/verify-image.sh").read_text()
+    code = text.split('native kernel}" python3 -c \'', 1)[1].split("\n' ", 1)[0]
+    body = tmp_path / "kernels.json"
+    body.write_text(json.dumps(kernels))
+    return subprocess.run([sys.executable, "-c", code, str(body), expect],
+                          capture_output=True, timeout=60).returncode
+
+
+@pytest.mark.parametrize(("layers", "expect", "rc"), [
+    # the demo: FP8 layers on the expected kernel, its bf16 head on a bf16 kernel
+    ([("avx2_w8a16", "per_channel")] * 3 + [("bf16_avx2", "bf16")], "avx2_w8a16", 0),
+    ([("avx2_w8a16", "per_channel"), ("torch_w8a16", "per_channel")], "avx2_w8a16", 1),
+    ([("avx512_w8a16", "per_tensor"), ("torch_mm", "bf16")], "", 0),
+    ([("avx512_w8a16", "per_tensor"), ("torch_w8a16", "per_tensor")], "", 1),
+    ([("bf16_avx2", "bf16")], "", 1),  # no FP8 layer at all
+])
+def test_the_image_checks_kernel_check_reads_fp8_layers_only(tmp_path, layers, expect, rc):
+    kernels = {"hardware": {"dispatch_isa": "avx2"},
+               "layers": [{"layer": f"l{i}", "kernel_id": k, "scale_kind": s}
+                          for i, (k, s) in enumerate(layers)]}
+    assert _kernels_check(kernels, expect, tmp_path) == rc

@@ -1,4 +1,4 @@
-"""deploy/: the Kubernetes manifests, .env.example and the Prometheus files parse, name
+"""deploy/: the Kubernetes manifests, fp8serve.env and the Prometheus files parse, name
 only real settings with valid values, point their probes and scrapes at real endpoints,
 and give in-flight requests time to drain before SIGKILL. (Schemas, PromQL and the
 rendered overlays: test_validate.py; sizing: test_k8s_sizing.py; metrics and rules:
@@ -50,7 +50,7 @@ def container(k8s) -> dict:
 
 def _dotenv() -> dict[str, str]:
     env = {}
-    for line in (DEPLOY / ".env.example").read_text().splitlines():
+    for line in (DEPLOY / "fp8serve.env").read_text().splitlines():
         if line.lstrip().startswith("#"):
             continue  # commented-out names: _commented_names
         m = re.fullmatch(r"\s*(FP8SERVE_\w+)=(\S*)(\s+#.*)?", line)
@@ -93,13 +93,18 @@ def test_configmap_names_real_settings_with_valid_values(k8s, monkeypatch):
     assert s.drain_timeout == float(data["FP8SERVE_DRAIN_TIMEOUT"])
 
 
-def test_env_example_names_real_settings_with_valid_values(monkeypatch):
+def test_env_file_names_real_settings_with_valid_values(monkeypatch):
+    """deploy/fp8serve.env: the compose file's env_file (every setting in it reaches the
+    server), real settings with values the server takes."""
     env = _dotenv()
-    assert {"FP8SERVE_MODEL", "FP8SERVE_HOST", "FP8SERVE_PORT"} <= set(env)
+    assert {"FP8SERVE_HOST", "FP8SERVE_PORT"} <= set(env)
     assert set(env) <= SETTING_NAMES, set(env) - SETTING_NAMES
-    assert _commented_names(DEPLOY / ".env.example") <= SETTING_NAMES
+    assert {"FP8SERVE_MODEL", "FP8SERVE_THREADS"} <= _commented_names(DEPLOY / "fp8serve.env")
+    assert _commented_names(DEPLOY / "fp8serve.env") <= SETTING_NAMES
     s = _settings_from(env, monkeypatch)
-    assert str(s.model) == env["FP8SERVE_MODEL"] and s.port == int(env["FP8SERVE_PORT"])
+    assert s.port == int(env["FP8SERVE_PORT"])
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    assert compose["services"]["fp8serve"]["env_file"] == ["fp8serve.env"]
 
 
 def test_deployment_env_and_args_are_understood(container):
@@ -143,3 +148,21 @@ def test_grace_period_covers_prestop_sleep_plus_drain(k8s, container):
     drain_s = float(drain) if drain is not None else Settings.model_fields["drain_timeout"].default
     # then the last answers go out (END_GRACE_S) and the engine stops (its join: 5 s)
     assert spec["terminationGracePeriodSeconds"] > float(cmd[1]) + drain_s + END_GRACE_S + 5
+
+
+def test_every_deploy_path_the_docs_and_comments_name_exists():
+    """A path under deploy/ named in deploy/'s own files, the README, docs/, the Makefile
+    or the Dockerfile exists (a helm command once pointed at a values file that did
+    not). deploy/.env is the operator's own, optional file."""
+    files = [p for p in DEPLOY.rglob("*") if p.is_file() and "node_modules" not in p.parts
+             and p.suffix in (".yml", ".yaml", ".md", ".sh", ".py", ".env", ".json", "")]
+    files += [ROOT / "README.md", ROOT / "Makefile", ROOT / "Dockerfile",
+              *(ROOT / "docs").glob("*.md")]
+    missing = set()
+    for f in files:
+        for m in re.finditer(r"(?<![\w/.])deploy/[\w./{},*-]*[\w/]", f.read_text()):
+            path = m.group(0).rstrip("/.")
+            if not any(c in path for c in "{*,") and path != "deploy/.env" \
+                    and not (ROOT / path).exists():
+                missing.add(f"{f.relative_to(ROOT)}: {path}")
+    assert not missing, sorted(missing)

@@ -142,6 +142,19 @@ def test_promql_check_rejects_a_bad_dashboard_query(broken):
     assert len(problems) == 1 and "Inter-token latency" in problems[0]
 
 
+def test_promql_check_runs_the_alerts_unit_tests(broken):
+    """The runtime-fallback alert as it was (increase() over a counter whose series
+    appears at 1) never fires: the unit tests say so."""
+    path = broken / "prometheus/alerts.yml"
+    path.write_text(path.read_text().replace(
+        "expr: sum by (instance, from_kernel, to_kernel) "
+        "(fp8serve_kernel_runtime_fallbacks_total) > 0",
+        "expr: increase(fp8serve_kernel_runtime_fallbacks_total[10m]) > 0"))
+    problems = run_check("promql")
+    assert len(problems) == 1 and "alerts_test.yml" in problems[0]
+    assert "Fp8serveKernelRuntimeFallback" in problems[0]
+
+
 def test_dashboard_variables_are_substituted_for_promtool():
     expr = 'rate(m{instance=~"$instance"}[$__rate_interval])'
     assert V.substitute(expr, V.GRAFANA_VARS) == 'rate(m{instance=~".*"}[5m])'
