@@ -218,7 +218,8 @@ class Formatter:
         out = [{"index": i, "message": r.message(),
                 "logprobs": chat_logprobs(c.logprobs, self.text_of, self.bytes_of)
                 if want_logprobs else None,
-                "finish_reason": r.finish_reason(c.finish_reason), "stop_reason": c.stop_reason}
+                "finish_reason": r.chat_finish_reason(c.finish_reason),
+                "stop_reason": c.stop_reason}
                for i, (c, r) in enumerate(zip(choices, readers, strict=True))]
         if prompt_ids is not None:
             for o, c in zip(out, choices, strict=True):

@@ -315,7 +315,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
         if not delta and not out.finished and not body.logprobs:
             return None  # held back (a tag or a call's name in progress): nothing to send
         lps = out.logprobs if body.logprobs else None
-        got = fmt.chat_chunk(i, delta, lps, readers[i].finish_reason(out.finish_reason))
+        got = fmt.chat_chunk(i, delta, lps, readers[i].chat_finish_reason(out.finish_reason))
         ids = pending.pop(i)
         if body.return_token_ids:
             got["choices"][0]["token_ids"] = ids

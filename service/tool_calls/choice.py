@@ -8,6 +8,7 @@ reassembled stream equals the non-streaming message.
     message = reader.message()                # the whole assistant message (non-streaming)
     reader.events                             # everything fed, in output order
     reader.finish_reason(out.finish_reason)   # "tool_calls" when calls were made
+    reader.chat_finish_reason(...)            # the same; "stop" for a named tool_choice
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class ChoiceReader:
                             and (plan.tool_choice == "required"
                                  or plan.forced_function is not None))
         self._held_space = ""  # whitespace not yet known to be a separator (_no_separators)
+        self._named = plan.tool_parser is not None and plan.forced_function is not None
         self._gated = stop_strings
         self._reasoning = ReasoningCounter(vocab, plan.reasoning_parser)
         self._message = ParsedMessage()
@@ -126,8 +128,15 @@ class ChoiceReader:
         return self._reasoning.total(self._message.reasoning_content)
 
     def finish_reason(self, reason: FinishReason | None) -> str | None:
-        """OpenAI's finish_reason: ``tool_calls`` when the output ended on calls."""
+        """``tool_calls`` when the output ended on calls (Anthropic's ``tool_use``)."""
         if reason is FinishReason.STOP and self.has_calls:
             return "tool_calls"
         return None if reason is None else reason.value
+
+    def chat_finish_reason(self, reason: FinishReason | None) -> str | None:
+        """Chat Completions' finish_reason: as :meth:`finish_reason`, but the call a named
+        tool_choice asked for ends with ``stop``, as OpenAI's and vLLM's do (the model
+        did not choose to call)."""
+        out = self.finish_reason(reason)
+        return "stop" if out == "tool_calls" and self._named else out
 

@@ -172,11 +172,16 @@ def test_forced_calls_have_no_content_between_them(choice):
     """tool_choice required / named: the grammar's "\n" between Hermes blocks is no
     content (it came back as content "\n" beside the calls; OpenAI's is null)."""
     with make_client(tool_call_parser="hermes") as c:
-        msg = chat(c, 6, tools=TOOLS, tool_choice=choice).json()["choices"][0]["message"]
+        whole = chat(c, 6, tools=TOOLS, tool_choice=choice).json()["choices"][0]
+        msg = whole["message"]
         assert msg["content"] is None, msg
         assert [t["function"]["name"] for t in msg["tool_calls"]] == ["get_weather", "get_time"]
-        streamed, _ = reassemble(stream(c, 6, tools=TOOLS, tool_choice=choice))
+        streamed, reason = reassemble(stream(c, 6, tools=TOOLS, tool_choice=choice))
         assert streamed["content"] == "" and len(streamed["tool_calls"]) == 2
+        # a named function's call ends with "stop", as OpenAI's and vLLM's (it was asked
+        # for); required and auto calls with "tool_calls"
+        assert whole["finish_reason"] == reason == ("tool_calls" if choice == "required"
+                                                    else "stop")
         # auto: what the model wrote between the calls stays content
         msg = chat(c, 6, tools=TOOLS).json()["choices"][0]["message"]
         assert msg["content"] == " "
