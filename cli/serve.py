@@ -181,6 +181,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allowed-media-domains", nargs="+", default=None, metavar="HOST",
                    help="hosts (and their subdomains) http(s) image URLs may name "
                    "(default: none, http(s) image URLs refused)")
+    p.add_argument("--logprobs-mode", choices=("processed_logprobs", "raw_logprobs",
+                                               "processed_logits", "raw_logits"),
+                   default=None, help="what a reported logprob is (vLLM's): "
+                   "processed_logprobs (default), the distribution after logit_bias, the "
+                   "token filters, min_tokens and the penalties, before temperature and "
+                   "top-k/top-p/min-p; raw_logprobs, the model's own (under a grammar's "
+                   "mask); *_logits, the logits themselves")
     add_kernel_args(p)
     add_lm_head_arg(p)
     add_kv_cache_dtype_arg(p)
@@ -205,7 +212,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
                   "trust_request_chat_template", "dtype", "tensor_parallel_size",
                   "trust_remote_code", "disable_uvicorn_access_log", "disable_log_requests",
                   "reasoning_parser", "lm_head_dtype", "limit_mm_per_prompt",
-                  "kv_cache_dtype", "scheduling_policy", "enforce_eager", "quantization",
+                  "kv_cache_dtype", "logprobs_mode", "scheduling_policy", "enforce_eager",
+                  "quantization",
                   "enable_chunked_prefill", "block_size", "max_logprobs", "disable_log_stats",
                   "uvicorn_log_level", "allowed_origins", "allow_credentials",
                   "allowed_methods", "allowed_headers"]

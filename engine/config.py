@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 # --lm-head-dtype: auto = the checkpoint's, or force bf16 / fp8 (engine/model/lm_head.py)
 LM_HEAD_DTYPES = ("auto", "bf16", "fp8")
 KV_CACHE_DTYPES = ("auto", "bf16", "fp8")  # vLLM's --kv-cache-dtype; fp8 = e4m3, auto = bf16
+# vLLM's --logprobs-mode: what a reported logprob is (engine/sampler.py's docstring)
+LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs", "processed_logits", "raw_logits")
 
 
 class ConfigError(ValueError):
@@ -149,6 +151,7 @@ class EngineConfig:
     # vLLM's --seed: the random state that requests without a seed of their own sample
     # from starts here when the engine thread starts; None = a different state each start
     seed: int | None = None
+    logprobs_mode: str = "processed_logprobs"
 
     def __post_init__(self) -> None:
         _require(self.max_num_seqs >= 1, "max_num_seqs must be >= 1")
@@ -168,3 +171,6 @@ class EngineConfig:
         _require(self.kv_cache_dtype in KV_CACHE_DTYPES,
                  f"kv_cache_dtype {self.kv_cache_dtype!r} is not one of "
                  f"{', '.join(KV_CACHE_DTYPES)}")
+        _require(self.logprobs_mode in LOGPROBS_MODES,
+                 f"logprobs_mode {self.logprobs_mode!r} is not one of "
+                 f"{', '.join(LOGPROBS_MODES)}")

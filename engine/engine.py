@@ -30,6 +30,7 @@ from engine.request import (
     QueueFullError,
     Request,
 )
+from engine.sampler import Sampler
 from engine.scheduler import KvCapacityError, Scheduler
 from engine.spec.constraint import draft_constraint
 from engine.spec.decoder import DraftLimits, SpecDecoder
@@ -75,6 +76,8 @@ class Engine:
             log.warning("the KV cache holds %d tokens, fewer than max_model_len %d: a "
                         "request needing more is a 400 (raise --kv-cache-gib, or lower "
                         "--max-model-len)", capacity, config.max_model_len)
+        if sampler is None and config.logprobs_mode != "processed_logprobs":
+            sampler = Sampler(tuple(tokenizer.eos_token_ids), config.logprobs_mode)
         self.steps = StepRunner(runner, tokenizer, config.max_model_len, self.observer, clock,
                                 sampler=sampler, detokenizer=detokenizer, spec=self.spec)
         self._live: dict[str, LiveRequest] = {}  # engine thread only

@@ -23,7 +23,10 @@ Processing order per row (OpenAI / vLLM definitions):
   -> these are the *processed logits*. Reported logprobs are log_softmax(processed logits):
      the model's distribution after penalties/bias/min_tokens/the thinking budget, before
      temperature and the top-k/top-p/min-p truncation (so they do not depend on the
-     sampling temperature and sum to 1 over the vocabulary).
+     sampling temperature and sum to 1 over the vocabulary). vLLM's --logprobs-mode
+     (LOGPROBS_MODES) picks others: raw_logprobs, log_softmax of the logits as they come
+     (under the grammar mask, as vLLM applies it before its sampler); raw_logits and
+     processed_logits, the logits themselves.
   6. temperature 0: argmax of the processed logits. Otherwise subtract the row's largest
      logit and divide by temperature (so a tiny temperature tends to greedy), then
      min_p (drop tokens whose probability < min_p * max probability), top_k, top_p
@@ -54,6 +57,7 @@ from functools import cached_property
 
 import torch
 
+from engine.config import LOGPROBS_MODES
 from engine.sampling_params import SamplingParams, ThinkingBudget
 from engine.structured.token_mask import TokenMask, apply_token_mask
 
@@ -304,9 +308,11 @@ def needs_processing(params: Sequence[SamplingParams],
                for p, out in zip(params, output_ids, strict=True))
 
 
-def _logprob_rows(x: torch.Tensor, tokens: torch.Tensor, params: Sequence[SamplingParams]
+def _logprob_rows(x: torch.Tensor, tokens: torch.Tensor, params: Sequence[SamplingParams],
+                  logits: bool = False
                   ) -> tuple[list[TopLogprobs | None], list[float | None]]:
-    """Top and chosen logprobs of the rows whose params ask for logprobs (None elsewhere)."""
+    """Top and chosen logprobs of the rows whose params ask for logprobs (None elsewhere);
+    ``logits``: the rows' values themselves (the *_logits modes)."""
     b = x.shape[0]
     tops: list[TopLogprobs | None] = [None] * b
     chosen: list[float | None] = [None] * b
@@ -314,7 +320,7 @@ def _logprob_rows(x: torch.Tensor, tokens: torch.Tensor, params: Sequence[Sampli
     if not rows:
         return tops, chosen
     sub = x if len(rows) == b else x[rows]
-    lp = torch.log_softmax(sub, dim=-1).clamp(min=LOGPROB_FLOOR)
+    lp = (sub if logits else torch.log_softmax(sub, dim=-1)).clamp(min=LOGPROB_FLOOR)
     picked = lp.gather(1, tokens[rows][:, None])[:, 0].tolist()
     for j, i in enumerate(rows):
         tops[i] = top_logprobs(lp[j], params[i].logprobs)
@@ -330,9 +336,11 @@ def sample(
     generators: Sequence[torch.Generator | None],
     eos_token_ids: Iterable[int] = (),
     mask: TokenMask | None = None,
+    logprobs_mode: str = "processed_logprobs",
 ) -> SamplerOutput:
     """logits [B, V] fp32 (not modified) -> SamplerOutput; see the module docstring.
-    mask: the grammar masks of the constrained rows (others untouched, bit for bit)."""
+    mask: the grammar masks of the constrained rows (others untouched, bit for bit).
+    logprobs_mode: one of LOGPROBS_MODES, what the reported logprobs are."""
     b = logits.shape[0]
     if not (len(params) == len(prompt_ids) == len(output_ids) == len(generators) == b):
         raise ValueError(f"sample: {b} logit rows but {len(params)} params, "
@@ -341,10 +349,13 @@ def sample(
     x = logits.to(torch.float32)
     masked = mask is not None and bool(mask.rows)
     thinking = thinking_rows(params, output_ids)
+    raw = x
     if masked or thinking or needs_processing(params, output_ids):
         x = x.clone() if x is logits else x
         if masked:
             apply_token_mask(x, mask)
+        if logprobs_mode.startswith("raw") and any(p.logprobs is not None for p in params):
+            raw = x.clone()
         apply_bias_and_min_tokens(x, params, output_ids, frozenset(eos_token_ids))
         apply_penalties(x, params, prompt_ids, output_ids)
         apply_thinking_budget(x, params, thinking)
@@ -354,20 +365,25 @@ def sample(
     rows = [i for i, p in enumerate(params) if not p.greedy]
     if rows:
         tokens[rows] = _sample_random(x, rows, params, generators)
-    tops, chosen = _logprob_rows(x, tokens, params)
+    tops, chosen = _logprob_rows(raw if logprobs_mode.startswith("raw") else x, tokens,
+                                 params, logprobs_mode.endswith("logits"))
     return SamplerOutput(tokens, tops, chosen, x)
 
 
 class Sampler:
     """:func:`sample` bound to a model's EOS ids (needed for min_tokens)."""
 
-    def __init__(self, eos_token_ids: Iterable[int] = ()) -> None:
+    def __init__(self, eos_token_ids: Iterable[int] = (),
+                 logprobs_mode: str = "processed_logprobs") -> None:
+        if logprobs_mode not in LOGPROBS_MODES:
+            raise ValueError(f"logprobs mode {logprobs_mode!r} not in {LOGPROBS_MODES}")
         self.eos_token_ids = frozenset(eos_token_ids)
+        self.logprobs_mode = logprobs_mode
 
     def __call__(self, logits, params, prompt_ids, output_ids, generators,
                  mask: TokenMask | None = None) -> SamplerOutput:
         return sample(logits, params, prompt_ids, output_ids, generators,
-                      self.eos_token_ids, mask)
+                      self.eos_token_ids, mask, self.logprobs_mode)
 
 
 def make_generator(seed: int | None) -> torch.Generator | None:

@@ -116,7 +116,7 @@ def load_backend(settings: Settings) -> ModelBackend:
                        lm_head_dtype=settings.lm_head_dtype,
                        kv_cache_dtype=settings.kv_cache_dtype,
                        speculative_config=SpeculativeConfig.parse(settings.speculative_config),
-                       seed=settings.seed)
+                       seed=settings.seed, logprobs_mode=settings.logprobs_mode)
     from engine.hardware_probe import probe_hardware
 
     hw = probe_hardware()

@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     lm_head_dtype: Literal["auto", "bf16", "fp8"] = "auto"
     # the KV cache's element type: auto = bf16; fp8 = e4m3 with per-row fp32 scales
     kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
+    # vLLM's --logprobs-mode (engine/sampler.py): what a reported logprob is
+    logprobs_mode: Literal["processed_logprobs", "raw_logprobs", "processed_logits",
+                           "raw_logits"] = "processed_logprobs"
     # auto: generation_config.json's temperature, top_p, top_k, min_p, repetition_penalty
     # and max_new_tokens are the defaults for requests that leave them out; none (vLLM's
     # word: vllm): ignore it; a directory: the generation_config.json there

@@ -44,7 +44,8 @@ def make_engine(runner=None, clock=time.monotonic, **kw):
     cfg = EngineConfig(model_dir=".", max_num_seqs=kw.pop("max_num_seqs", 4),
                        max_model_len=kw.pop("max_model_len", 64),
                        max_num_batched_tokens=kw.pop("budget", 16),
-                       scheduling_policy=kw.pop("scheduling_policy", "fcfs"))
+                       scheduling_policy=kw.pop("scheduling_policy", "fcfs"),
+                       logprobs_mode=kw.pop("logprobs_mode", "processed_logprobs"))
     return Engine(runner or CacheCheckingRunner(), FakeTokenizer(), cfg,
                   detokenizer=FakeDetokenizer, clock=clock, **kw)
 
@@ -126,6 +127,20 @@ def test_filters_that_leave_no_token_end_the_request_as_its_own_error():
     assert "no token is left" in bad[-1].error and "min_tokens" in bad[-1].error
     assert not any(o.token_ids for o in bad)
     assert [o.token_ids[0] for o in good] == expected_tokens([1, 2], 3)
+
+
+def test_the_engine_reports_logprobs_in_its_mode():
+    """EngineConfig.logprobs_mode (--logprobs-mode) reaches the sampler: raw_logprobs
+    reports the model's own distribution, unmoved by logit_bias."""
+    got = {}
+    for mode in ("processed_logprobs", "raw_logprobs"):
+        eng = make_engine(logprobs_mode=mode)
+        outs = collect(eng, "a", [3, 4], SamplingParams(
+            max_tokens=1, temperature=0.0, logprobs=0, logit_bias={7: 19.0}))
+        run_all(eng)
+        got[mode] = outs[-1].logprobs[0].logprob
+    assert got["raw_logprobs"] == pytest.approx(0.0, abs=1e-3)  # the model's sure pick
+    assert got["processed_logprobs"] < got["raw_logprobs"] - 1e-3  # token 7's bias moved it
 
 
 def test_concurrent_requests_equal_solo_runs_under_kv_pressure():

@@ -296,3 +296,27 @@ def test_a_huge_penalty_on_every_seen_negative_logit_keeps_logprobs_finite(kw):
     banned = {7, *kw.get("stop_token_ids", ())} if kw.get("min_tokens") else set()
     assert out.token_ids[0].item() not in banned
     assert all(lp == -9999.0 for i, lp in zip(ids, lps, strict=True) if i in banned)
+
+
+@pytest.mark.parametrize("mode", ["processed_logprobs", "raw_logprobs", "processed_logits",
+                                  "raw_logits"])
+def test_logprobs_modes(mode):
+    """vLLM's --logprobs-mode: raw_* report the logits as they came (under the grammar
+    mask only), processed_* after logit_bias and the penalties; *_logits the values
+    themselves, *_logprobs their log_softmax. The sampled token is the same in all."""
+    logits = torch.tensor([[2.0, -1.0, 0.5, -3.0, 1.0, 0.0, 4.0, -0.5]])
+    p = SamplingParams(temperature=0, logit_bias={0: 5.0}, repetition_penalty=2.0,
+                       logprobs=V)
+    out = Sampler((), mode)(logits, [p], [[6]], [[]], [None])
+    processed = logits.clone()
+    processed[0, 0] += 5.0
+    processed[0, 6] /= 2.0
+    want = logits if mode.startswith("raw") else processed
+    if mode.endswith("logprobs"):
+        want = torch.log_softmax(want, -1)
+    ids, values = out.top_logprobs[0]
+    torch.testing.assert_close(torch.tensor(values), want[0, ids], rtol=1e-5, atol=1e-5)
+    assert out.token_ids.item() == 0 and out.chosen_logprobs[0] == pytest.approx(
+        want[0, 0].item(), abs=1e-5)
+    with pytest.raises(ValueError, match="logprobs mode"):
+        Sampler((), "raw")
