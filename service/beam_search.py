@@ -276,7 +276,8 @@ class BeamSubmission(Choices):
         detok = IncrementalDetokenizer(self.state.backend.tokenizer, s.prompt,
                                        skip_special_tokens=self.beam.skip_special_tokens)
         last = beam.tokens[-1] if beam.stopped else None
-        by_token = last in self.beam.stop_token_ids  # else by EOS, or not stopped
+        # as a plain generation reads it: EOS first (stop_reason null), then a stop token id
+        by_token = last in self.beam.stop_token_ids and last not in self.beam.eos_ids
         quiet_end = beam.stopped and not (by_token and self.beam.include_stop)
         text = "".join(detok.push(t).new_text
                        for t in (beam.tokens[:-1] if quiet_end else beam.tokens))

@@ -47,11 +47,12 @@ def held_suffix_len(text: str, stops: Sequence[str]) -> int:
     return best
 
 
-def find_stop(text: str, stops: Sequence[str], start: int) -> tuple[int, str] | None:
-    """Earliest (index, stop string) match in ``text`` at or after ``start``."""
+def find_stop(text: str, stops: Sequence[str], end: int
+                           ) -> tuple[int, str] | None:
+    """Earliest (index, stop string) match in ``text`` that ends after index ``end``."""
     best: tuple[int, str] | None = None
     for s in stops:
-        i = text.find(s, start)
+        i = text.find(s, max(0, end - len(s) + 1))
         if i >= 0 and (best is None or i < best[0] or (i == best[0] and len(s) > len(best[1]))):
             best = (i, s)
     return best
@@ -100,9 +101,11 @@ class IncrementalDetokenizer:
         return full[len(prefix_text):]
 
     def _advance(self, delta: str, final: bool) -> DetokStep:
-        start = max(0, len(self._text) - self._max_stop + 1)
+        before = len(self._text)
         self._text += delta
-        match = (find_stop(self._text, self._stops, start)
+        # vLLM's: a stop string that ends in the new text (text before it was searched
+        # when it came, unless it came within min_tokens: then it is never a stop)
+        match = (find_stop(self._text, self._stops, before)
                  if self._stops and self._pushed > self._min_tokens else None)
         if match is not None:
             idx, s = match

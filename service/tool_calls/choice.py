@@ -18,6 +18,8 @@ from typing import Any
 from engine.request import FinishReason
 from engine.stream import RequestOutput
 from service.tool_calls.deltas import Content, DeltaMessage, Event, ParsedMessage, ToolCall
+from service.tool_calls.hermes import CLOSE as HERMES_CLOSE
+from service.tool_calls.hermes import OPEN as HERMES_OPEN
 from service.tool_calls.output import OutputParser
 from service.tool_calls.plan import ChatPlan
 from service.tool_calls.reasoning import REASONING_TAGS
@@ -65,6 +67,10 @@ class ChoiceReader:
                                  or plan.forced_function is not None))
         self._held_space = ""  # whitespace not yet known to be a separator (_no_separators)
         self._named = plan.tool_parser is not None and plan.forced_function is not None
+        # the parsers' markers written as text (not special tokens): never the message's
+        self.text_markers = tuple(
+            [*REASONING_TAGS.get(plan.reasoning_parser or "", ()),
+             *((HERMES_OPEN, HERMES_CLOSE) if plan.tool_parser == "hermes" else ())])
         self._gated = stop_strings
         self._reasoning = ReasoningCounter(vocab, plan.reasoning_parser)
         self._message = ParsedMessage()

@@ -50,13 +50,28 @@ class MessageTokens:
     others (reasoning, calls, their markers, special tokens, the end token) carry no
     entry, as OpenAI's reasoning and function_call items have no logprobs."""
 
-    def __init__(self, silent: Callable[[int], bool]) -> None:
+    def __init__(self, silent: Callable[[int], bool], markers: Sequence[str] = ()) -> None:
         self.silent = silent  # a token whose text the output never shows
+        self.markers = tuple(m.encode() for m in markers if m)  # parsers' text markers
         self.raw = bytearray()
         self.ends: list[int] = []  # token i's bytes are raw[ends[i - 1]:ends[i]]
         self.entries: list[dict[str, Any] | None] = []  # None: a silent token's
         self.cursor = 0  # bytes before it are read by earlier events
         self.given = 0  # tokens before it are placed (given to a message or passed over)
+
+    def _find(self, text: str) -> tuple[int, int] | None:
+        """The span of ``text``'s bytes from the cursor on, outside the parsers' text
+        markers (a short text can sit inside one: "k" in </think>)."""
+        pattern, pos = _bytes_of(text), self.cursor
+        while (m := pattern.search(self.raw, pos)) is not None:
+            if not any(self._marker_over(marker, *m.span()) for marker in self.markers):
+                return m.span()
+            pos = m.start() + 1
+        return None
+
+    def _marker_over(self, marker: bytes, start: int, end: int) -> bool:
+        at = self.raw.find(marker, max(0, start - len(marker) + 1), end + len(marker) - 1)
+        return at >= 0 and at < end
 
     def add(self, ids: Sequence[int], entries: Sequence[dict[str, Any]]) -> None:
         for i, e in zip(ids, entries, strict=True):
@@ -70,10 +85,10 @@ class MessageTokens:
         """The entries a text event's delta carries ([] for the other events, and for a
         text not found as generated: the parser wrote it)."""
         text = event.name if isinstance(event, CallStart) else event.text
-        found = _bytes_of(text).search(self.raw, self.cursor) if text else None
+        found = self._find(text) if text else None
         if found is None:
             return []
-        at, self.cursor = found.span()
+        at, self.cursor = found
         if not isinstance(event, Content):
             return []
         first = max(self.given, bisect_right(self.ends, at))
@@ -101,8 +116,8 @@ class ResponseStream:
         self.entries, self.on_done = entries, on_done
         self.pending: list[dict[str, Any]] = []  # entries no text delta has carried yet
         # parsers split the output: the message's entries are its text's tokens only
-        self.owned = (MessageTokens(silent) if entries is not None and reader.parsing
-                      else None)
+        self.owned = (MessageTokens(silent, getattr(reader, "text_markers", ()))
+                      if entries is not None and reader.parsing else None)
         self.response = {"id": resp_id, "object": "response", "created_at": int(time.time()),
                          "status": "in_progress", "error": None, "incomplete_details": None,
                          **head, "output": [], "usage": None}

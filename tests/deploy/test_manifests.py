@@ -104,7 +104,13 @@ def test_env_file_names_real_settings_with_valid_values(monkeypatch):
     s = _settings_from(env, monkeypatch)
     assert s.port == int(env["FP8SERVE_PORT"])
     compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
-    assert compose["services"]["fp8serve"]["env_file"] == ["fp8serve.env"]
+    service = compose["services"]["fp8serve"]
+    assert service["env_file"] == ["fp8serve.env"]
+    # what the compose environment sets wins over the file: the file must not name it
+    # (an API key set there would be overridden by an empty one: no authentication)
+    named = set(env) | _commented_names(DEPLOY / "fp8serve.env")
+    assert not named & set(service["environment"]), named & set(service["environment"])
+    assert "FP8SERVE_API_KEYS" in service["environment"]
 
 
 def test_deployment_env_and_args_are_understood(container):

@@ -53,6 +53,23 @@ def test_width_one_is_the_greedy_answer(c):
             assert beam["usage"][k] == greedy["usage"][k]
 
 
+def test_an_eos_listed_in_stop_token_ids_ends_a_beam_as_eos(c):
+    """EOS is checked before stop_token_ids, as in a plain generation: stop_reason null
+    and no EOS text, even with include_stop_str_in_output."""
+    eos = c.post("/tokenize", json={"prompt": "<|im_end|>", "add_special_tokens": False}
+                 ).json()["tokens"][-1]
+    body = {"messages": [{"role": "user", "content": "Reply with one word: yes or no?"}],
+            "stop_token_ids": [eos],
+            "include_stop_str_in_output": True, "skip_special_tokens": False}
+    greedy = c.post("/v1/chat/completions", json={**body, "temperature": 0,
+                                                  "max_tokens": 12}).json()
+    beam = c.post("/v1/chat/completions", json={**body, **beams(2), "max_tokens": 12}).json()
+    ended = [ch for a in (greedy, beam) for ch in a["choices"] if ch["finish_reason"] == "stop"]
+    assert ended  # some answer ended on EOS
+    for ch in ended:
+        assert ch["stop_reason"] is None and "<|im_end|>" not in ch["message"]["content"]
+
+
 @pytest.mark.parametrize("lp", [0.0, 1.0, 2.0])
 def test_beams_are_ranked_by_their_score_and_carry_the_models_logprobs(c, lp):
     got = c.post("/v1/completions", json={"prompt": PROMPTS[0], **beams(4, logprobs=2),

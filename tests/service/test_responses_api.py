@@ -378,3 +378,15 @@ def test_message_tokens_skip_silent_tokens_and_read_a_cut_character():
     assert whole == ["1", "2", "3", "6", "8"]
     assert run([Content("Hi"), Content(" there"), *calls, Content(" \ufffd")]) == whole
     assert run([Content("elsewhere")]) == []  # a text the parser wrote: no entries
+
+
+def test_message_tokens_never_take_a_parsers_text_marker():
+    """A text marker (</think>, </tool_call>) is no event's text: a short message text
+    ("k") is found after it, not inside it, alike whole and streamed."""
+    from service.tool_calls.deltas import Content, Reasoning
+    from service.translate.responses_stream import MessageTokens
+    pieces = [b"<think>", b"ok", b"</think>", b"k"]
+    entries = [{"token": str(i), "bytes": list(b)} for i, b in enumerate(pieces)]
+    m = MessageTokens(lambda _: False, ("<think>", "</think>"))
+    m.add(range(4), entries)
+    assert [e["token"] for ev in (Reasoning("ok"), Content("k")) for e in m.take(ev)] == ["3"]

@@ -79,9 +79,10 @@ def test_stop_string_never_emitted_halfway():
 def test_stop_strings_end_nothing_within_min_tokens():
     """vLLM's: a stop string matches only where it ends in the text of a token past the
     first min_tokens (one may start before)."""
-    detok = IncrementalDetokenizer(CharTok(), [], stop=(".", "ab"), min_tokens=3)
-    pieces, stopped = _stream(detok, _ids("x.a.b"))
-    assert stopped and "".join(pieces) == "x.a" and detok.stop_str == "."
+    for stops in ((".", "ab"), (".", "abc")):  # the longest stop does not widen the search
+        detok = IncrementalDetokenizer(CharTok(), [], stop=stops, min_tokens=3)
+        pieces, stopped = _stream(detok, _ids("x.a.b"))
+        assert stopped and "".join(pieces) == "x.a" and detok.stop_str == "."
     detok = IncrementalDetokenizer(CharTok(), [], stop=("ab",), min_tokens=2)
     pieces, stopped = _stream(detok, _ids("abab"))  # "ab" ends in token 2: not yet
     assert stopped and "".join(pieces) == "ab"
@@ -96,7 +97,8 @@ def test_include_stop_str_and_earliest_match():
     pieces, stopped = _stream(detok, _ids("abcdx"))
     assert stopped and "".join(pieces) == "abcd" and detok.stop_str == "cd"
     assert find_stop("xxabcab", ("ab", "cab"), 0) == (2, "ab")
-    assert find_stop("xxabcab", ("ab", "cab"), 3) == (4, "cab")
+    assert find_stop("xxabcab", ("ab", "cab"), 3) == (2, "ab")  # ends after index 3
+    assert find_stop("xxabcab", ("ab", "cab"), 4) == (4, "cab")
 
 
 def test_stop_string_spanning_tokens_and_multichar_tokens():
