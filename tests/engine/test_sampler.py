@@ -3,7 +3,14 @@ import math
 import pytest
 import torch
 
-from engine.sampler import Sampler, make_generator, sample, token_logprobs, truncate
+from engine.sampler import (
+    Sampler,
+    apply_penalties,
+    make_generator,
+    sample,
+    token_logprobs,
+    truncate,
+)
 from engine.sampling_params import SamplingParams, SamplingParamsError
 
 V = 8
@@ -320,3 +327,66 @@ def test_logprobs_modes(mode):
         want[0, 0].item(), abs=1e-5)
     with pytest.raises(ValueError, match="logprobs mode"):
         Sampler((), "raw")
+
+
+def _sorted_truncate(y, top_k, top_p):
+    """truncate's top-k / top-p by the full (value, index) sort: the reference."""
+    v = y.shape[1]
+    sorted_y, order = y.sort(dim=-1, descending=True)
+    drop = torch.arange(v)[None, :] >= top_k[:, None]
+    sorted_y = sorted_y.masked_fill(drop, float("-inf"))
+    sp = torch.softmax(sorted_y, dim=-1)
+    drop |= ((sp.cumsum(dim=-1) - sp) >= top_p[:, None]) & (top_p[:, None] < 1)
+    drop[:, 0] = False
+    return torch.empty_like(y).scatter_(-1, order, sorted_y.masked_fill(drop, float("-inf")))
+
+
+def test_truncation_by_values_equals_the_full_sort_bit_for_bit():
+    """truncate keeps tokens by the value cutoff of a topk / values-only sort (no full
+    index sort): the same bits as the sorted reference, ties, -0.0 and -inf included."""
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(300):
+        b, v = 3, 64
+        y = torch.randn(b, v, generator=gen) * 3
+        if trial % 3 == 0:
+            y = y.round()  # many ties
+        if trial % 5 == 0:
+            y[:, ::7] = float("-inf")
+            y[0, 1] = -0.0
+        top_k = torch.randint(1, v + 1, (b,), generator=gen)
+        if trial % 2:
+            top_k[:] = v  # top_p alone
+        top_p = torch.rand(b, generator=gen).clamp(min=0.05)
+        got = truncate(y, top_k, top_p, torch.zeros(b))
+        want = _sorted_truncate(y, top_k, top_p)
+        assert torch.equal(got.isneginf(), want.isneginf()), trial
+        kept = ~want.isneginf()
+        assert torch.equal(got[kept], want[kept]), trial
+
+
+def test_penalties_on_seen_tokens_only_equal_the_dense_formula():
+    gen = torch.Generator().manual_seed(1)
+    for trial in range(100):
+        x = torch.randn(2, V, generator=gen) * 4
+        x[0, 3], x[1, 5] = float("inf"), float("-inf")
+        params = [SamplingParams(temperature=0, repetition_penalty=1.5,
+                                 frequency_penalty=0.5 * (trial % 3),
+                                 presence_penalty=0.25 * (trial % 2)) for _ in range(2)]
+        prompts = [[0, 3], [5, 6]]
+        outputs = [[1, 1, 7], [2]]
+        got = x.clone()
+        apply_penalties(got, params, prompts, outputs)
+        want = x.clone()
+        for i, p in enumerate(params):
+            counts = torch.zeros(V)
+            for t in outputs[i]:
+                counts[t] += 1
+            seen = counts > 0
+            seen[prompts[i]] = True
+            row = want[i]
+            y = torch.where(seen, torch.where(row > 0, row / 1.5, row * 1.5), row)
+            y = torch.where(row == float("-inf"), row, y.clamp(-3.4028234663852886e38,
+                                                                3.4028234663852886e38))
+            want[i] = y - p.frequency_penalty * counts - p.presence_penalty * seen.float() * (
+                counts > 0).float()
+        assert torch.equal(got, want), trial
