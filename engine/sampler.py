@@ -77,8 +77,16 @@ class NoTokenLeft(ValueError):
     own input (a 400), never a token it excluded."""
 
 
-def _check_tokens_left(x: torch.Tensor, params: Sequence[SamplingParams]) -> None:
-    dead = torch.isneginf(x).all(dim=-1).nonzero()[:, 0].tolist()
+def _check_tokens_left(x: torch.Tensor, params: Sequence[SamplingParams],
+                       output_ids: Sequence[Sequence[int]]) -> None:
+    """NoTokenLeft when a row whose token filters or min_tokens mask its logits has none
+    left (a grammar alone always leaves one: its matcher raises GrammarDeadEnd first)."""
+    rows = [i for i, (p, out) in enumerate(zip(params, output_ids, strict=True))
+            if p.filters_tokens or len(out) < p.min_tokens]
+    if not rows:
+        return
+    sub = x if len(rows) == x.shape[0] else x[rows]
+    dead = [rows[j] for j in (sub.amax(dim=-1) == float("-inf")).nonzero()[:, 0].tolist()]
     if dead:
         p = params[dead[0]]
         fields = [name for name, on in (
@@ -426,8 +434,7 @@ def sample(
         apply_bias_and_min_tokens(x, params, output_ids, frozenset(eos_token_ids))
         apply_penalties(x, params, prompt_ids, output_ids)
         apply_thinking_budget(x, params, thinking)
-        if masked or any(p.filters_tokens or p.min_tokens for p in params):
-            _check_tokens_left(x, params)
+        _check_tokens_left(x, params, output_ids)
     tokens = x.argmax(dim=-1)
     rows = [i for i, p in enumerate(params) if not p.greedy]
     if rows:
