@@ -76,10 +76,10 @@ class Engine:
             log.warning("the KV cache holds %d tokens, fewer than max_model_len %d: a "
                         "request needing more is a 400 (raise --kv-cache-gib, or lower "
                         "--max-model-len)", capacity, config.max_model_len)
-        if sampler is None and config.logprobs_mode != "processed_logprobs":
-            sampler = Sampler(tuple(tokenizer.eos_token_ids), config.logprobs_mode)
         self.steps = StepRunner(runner, tokenizer, config.max_model_len, self.observer, clock,
-                                sampler=sampler, detokenizer=detokenizer, spec=self.spec)
+                                sampler=sampler or Sampler(tokenizer.eos_token_ids,
+                                                           config.logprobs_mode),
+                                detokenizer=detokenizer, spec=self.spec)
         self._live: dict[str, LiveRequest] = {}  # engine thread only
         self._lock = threading.Condition()
         self._inbox: list[LiveRequest] = []

@@ -24,7 +24,7 @@ import torch
 
 from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.request import FinishReason, Request, RequestStatus
-from engine.sampler import NoTokenLeft, Sampler, make_generator, token_logprobs
+from engine.sampler import NoTokenLeft, make_generator, token_logprobs
 from engine.scheduler import SchedulerOutput
 from engine.spec.verify import DraftVerifier
 from engine.stream import EngineObserver, OutputSink, RequestOutput, TokenLogprob
@@ -43,10 +43,6 @@ class LiveRequest:
     matcher: Any = None  # engine.structured.GrammarMatcher when params.grammar is set
 
 
-def _default_sampler(tokenizer: Any) -> Callable[..., Any]:
-    return Sampler(tuple(tokenizer.eos_token_ids))
-
-
 def _default_detokenizer() -> Callable[..., Any]:
     from engine.text.detokenizer import IncrementalDetokenizer
     return IncrementalDetokenizer
@@ -55,7 +51,7 @@ def _default_detokenizer() -> Callable[..., Any]:
 class StepRunner(DraftVerifier):
     def __init__(self, runner: Any, tokenizer: Any, max_model_len: int,
                  observer: EngineObserver, clock: Callable[[], float], *,
-                 sampler: Callable[..., Any] | None = None,
+                 sampler: Callable[..., Any],
                  detokenizer: Callable[..., Any] | None = None,
                  spec: Any = None) -> None:
         self.runner = runner
@@ -64,7 +60,7 @@ class StepRunner(DraftVerifier):
         self.max_model_len = max_model_len
         self.observer = observer
         self.clock = clock
-        self.sampler = sampler or _default_sampler(tokenizer)
+        self.sampler = sampler  # engine.sampler.Sampler (a stand-in in tests)
         self.make_detok = detokenizer or _default_detokenizer()
         self.eos = frozenset(tokenizer.eos_token_ids)
         self.mask_time_s = 0.0  # total time spent filling grammar masks (for benchmarks)

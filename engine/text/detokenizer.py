@@ -47,8 +47,7 @@ def held_suffix_len(text: str, stops: Sequence[str]) -> int:
     return best
 
 
-def find_stop(text: str, stops: Sequence[str], end: int
-                           ) -> tuple[int, str] | None:
+def find_stop(text: str, stops: Sequence[str], end: int) -> tuple[int, str] | None:
     """Earliest (index, stop string) match in ``text`` that ends after index ``end``."""
     best: tuple[int, str] | None = None
     for s in stops:
@@ -73,7 +72,6 @@ class IncrementalDetokenizer:
         self._pushed = 0  # output tokens pushed
         self._skip = skip_special_tokens
         self._stops = tuple(s for s in stop if s)
-        self._max_stop = max((len(s) for s in self._stops), default=0)
         self._include_stop = include_stop_str_in_output
         context = list(prompt_ids[-INITIAL_WINDOW:])
         self._ids: list[int] = context

@@ -14,7 +14,7 @@ template's alone. A span holding marks is encoded with its
 strings put back and control tokens not parsed (``Backend.encode_plain``); the others as
 before. A chat with no such string is encoded exactly as before.
 
-    lit = Literals(pattern)               # pattern: the vocabulary's control-token strings
+    lit = Literals(ControlStrings(texts))  # texts: the vocabulary's control-token strings
     messages = lit.hide(messages)         # then render the template on what hide returned
     ids = lit.encode(rendered, backend)   # or lit.restore(rendered): the text as written
 """
@@ -63,7 +63,7 @@ class ControlStrings:
         self.longest = max(map(len, texts))
 
 
-def control_pattern(texts: Sequence[str]) -> ControlStrings | None:
+def control_strings(texts: Sequence[str]) -> ControlStrings | None:
     """The control-token strings of ``texts`` (None: none)."""
     return ControlStrings(texts) if any(texts) else None
 
@@ -73,7 +73,6 @@ class Literals:
 
     def __init__(self, control: ControlStrings | None) -> None:
         self._control = control
-        self._pattern = control.split if control is not None else None
         self._mark = f"_{secrets.randbelow(10**12):012d}_"  # never a user's by chance
         self._back = re.compile(re.escape(self._mark) + r"(\d+)_")
         self.found: list[str] = []
@@ -85,7 +84,7 @@ class Literals:
     def hide(self, value: Any) -> Any:
         """``value`` with each control-token string in its strings (mapping keys too)
         swapped for a mark; containers are copied, other values kept."""
-        if self._pattern is None:
+        if self._control is None:
             return value
         if isinstance(value, str):
             return self._hide_str(value)
@@ -108,13 +107,13 @@ class Literals:
         return self.hide(value)
 
     def _hide_str(self, text: str) -> str:
-        assert self._control is not None and self._pattern is not None
         c = self._control
+        assert c is not None
         tail = next((k for k in range(min(len(text), c.longest - 1), 0, -1)
                      if text[-k:] in c.prefixes), 0)
         head = next((k for k in range(min(len(text) - tail, c.longest - 1), 0, -1)
                      if text[:k] in c.suffixes), 0)
-        body = self._pattern.sub(self._hide_one, text[head:len(text) - tail])
+        body = c.split.sub(self._hide_one, text[head:len(text) - tail])
         return (self._mark_of(text[:head]) if head else "") + body + (
             self._mark_of(text[len(text) - tail:]) if tail else "")
 
@@ -135,10 +134,10 @@ class Literals:
         """Ids of a rendered template (no BOS added): its control-token strings are the
         template's own (the inputs' are marks), each one id; a span between them that
         holds marks is encoded as plain text with the hidden strings back."""
-        if not self.found or self._pattern is None:
+        if not self.found or self._control is None:
             return backend.encode(rendered, add_special_tokens=False)
         ids: list[int] = []
-        for i, part in enumerate(self._pattern.split(rendered)):
+        for i, part in enumerate(self._control.split.split(rendered)):
             if i % 2:
                 tid = backend.token_to_id(part)
                 assert tid is not None, part

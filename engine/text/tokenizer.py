@@ -33,7 +33,7 @@ from engine.text.chat_template import (
     template_reads,
 )
 from engine.text.content_format import CONTENT_FORMATS, detect_content_format
-from engine.text.literals import Literals, control_pattern
+from engine.text.literals import Literals, control_strings
 from engine.text.token_bytes import PieceBytes
 
 __all__ = ["TOKENIZER_MODES", "ChatTemplateError", "Tokenizer", "TokenizerLoadError"]
@@ -332,5 +332,5 @@ class Tokenizer:
     @cached_property
     def _control(self) -> Any:
         """The pattern of the vocabulary's special-token strings (engine/text/literals.py)."""
-        return control_pattern([self.backend.id_to_token(i) or ""
+        return control_strings([self.backend.id_to_token(i) or ""
                                 for i in self.backend.special_ids])

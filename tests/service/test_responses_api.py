@@ -362,7 +362,7 @@ def test_message_tokens_skip_silent_tokens_and_read_a_cut_character():
     entry, and a U+FFFD standing for a character cut at the end takes its tokens; the
     text fed whole or piece by piece gives the same entries."""
     from service.tool_calls.deltas import CallArgs, CallStart, Content
-    from service.translate.responses_stream import MessageTokens
+    from service.translate.message_tokens import MessageTokens
     pieces = [(1, b"Hi"), (9, b"<s9>"), (2, b" th"), (3, b"ere"), (7, b"[C]"), (4, b"f"),
               (5, b"{}"), (6, b" \xe4"), (8, b"\xb8")]
     ids = [i for i, _ in pieces]
@@ -384,7 +384,7 @@ def test_message_tokens_never_take_a_parsers_text_marker():
     """A text marker (</think>, </tool_call>) is no event's text: a short message text
     ("k") is found after it, not inside it, alike whole and streamed."""
     from service.tool_calls.deltas import Content, Reasoning
-    from service.translate.responses_stream import MessageTokens
+    from service.translate.message_tokens import MessageTokens
     pieces = [b"<think>", b"ok", b"</think>", b"k"]
     entries = [{"token": str(i), "bytes": list(b)} for i, b in enumerate(pieces)]
     m = MessageTokens(lambda _: False, ("<think>", "</think>"))

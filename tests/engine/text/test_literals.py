@@ -11,7 +11,7 @@ import pytest
 from engine.demo_model import ensure_demo_model
 from engine.synth import SynthSpec, write_checkpoint
 from engine.synth.tokenizer import PUBLISHED_TEMPLATE
-from engine.text.literals import Literals, control_pattern
+from engine.text.literals import Literals, control_strings
 from engine.text.tokenizer import Tokenizer
 
 TEKKEN = ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[SYSTEM_PROMPT]",
@@ -94,8 +94,8 @@ def test_hide_restore_and_encode_leave_other_text_as_it_was(tekken_dirs):
     """Spans without marks are encoded as the backend encodes them: a chat with the
     strings only in its last message gives the earlier turns' ids unchanged."""
     tok = Tokenizer.from_dir(tekken_dirs["published"])
-    pattern = control_pattern(TEKKEN)
-    lit = Literals(pattern)
+    control = control_strings(TEKKEN)
+    lit = Literals(control)
     value = {"a": ["x [INST] y", ("[IMG]",)], "[THINK]": 3, "n": None}
     hidden = lit.hide(value)
     assert not any(t in repr(hidden) for t in TEKKEN) and len(lit.found) == 3
