@@ -236,15 +236,21 @@ def end_code(status: int) -> str | None:
     return {408: "timeout", 500: "engine_error"}.get(status)
 
 
+def early_end_error(out: Choice | RequestOutput, grammar_param: str | None = None
+                    ) -> APIError:
+    """The error of a choice the engine ended early (an error or a timeout), the same whole
+    or streamed; its own input's (a grammar no output completes) names ``grammar_param``,
+    the field that built the grammar."""
+    status = end_status(out)
+    param = grammar_param if out.error_from_request else None
+    message = out.error or ("request timed out" if status == 408 else "generation failed")
+    return APIError(status, f"{param}: {message}" if param else message, param,
+                    code=end_code(status), counted=True)
+
+
 def raise_for_choice(c: Choice, grammar_param: str | None = None) -> None:
-    """The error of a choice the engine ended early; its own input's (a grammar no output
-    completes) names ``grammar_param``, the field that built the grammar."""
     if c.finish_reason in (FinishReason.TIMEOUT, FinishReason.ERROR):
-        status = end_status(c)
-        param = grammar_param if c.error_from_request else None
-        message = c.error or ("request timed out" if status == 408 else "generation failed")
-        raise APIError(status, f"{param}: {message}" if param else message, param,
-                       code=end_code(status), counted=True)
+        raise early_end_error(c, grammar_param)
 
 
 async def _watch_disconnect(sub: Choices, request: Request) -> None:
@@ -263,11 +269,8 @@ def _events(batch: list[tuple[int, RequestOutput]],
     events: list[str] = []
     for i, out in batch:
         if out.finish_reason in (FinishReason.ERROR, FinishReason.TIMEOUT):
-            status = end_status(out)
-            param = grammar_param if out.error_from_request else None
-            message = out.error or "generation failed"
-            events.append(sse(error_body(status, f"{param}: {message}" if param else message,
-                                         param, code=end_code(status))))
+            exc = early_end_error(out, grammar_param)
+            events.append(sse(error_body(exc.status, exc.message, exc.param, code=exc.code)))
             return events, True
         body = chunk(i, out)
         if body is not None:
@@ -290,12 +293,13 @@ def named_sse(events: list[Event]) -> str:
 @dataclass
 class NamedStream:
     """What an API with named SSE events (Anthropic's, Responses) makes of a one-choice
-    run: ``first`` events, ``chunk`` per output, ``error`` (status, message) for an engine
-    error or timeout (it ends the stream), ``ping`` after ``idle`` s of silence."""
+    run: ``first`` events, ``chunk`` per output, ``error`` for an engine error or timeout
+    (early_end_error's, which names chat's fields: it ends the stream), ``ping`` after
+    ``idle`` s of silence."""
 
     first: list[Event]
     chunk: Callable[[RequestOutput], list[Event]]
-    error: Callable[[int, str], list[Event]]
+    error: Callable[[APIError], list[Event]]
     ping: list[Event] = field(default_factory=list)
     idle: float | None = None
 
@@ -310,8 +314,7 @@ async def stream_named(sub: Choices, s: NamedStream) -> AsyncIterator[str]:
             events: list[Event] = []
             for _, out in batch:
                 if out.finish_reason in (FinishReason.ERROR, FinishReason.TIMEOUT):
-                    status = end_status(out)
-                    yield named_sse(events + s.error(status, out.error or "generation failed"))
+                    yield named_sse(events + s.error(early_end_error(out, sub.grammar_param)))
                     return
                 events += s.chunk(out)
             if events:

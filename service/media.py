@@ -21,8 +21,9 @@ from urllib.parse import unquote, urlparse
 
 from service.errors import APIError
 
+# the scheme, the media type and "base64" in any case (RFC 3986 3.1, RFC 2045 5.1)
 DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?);base64,"
-                      r"(?P<data>.*)$", re.S)
+                      r"(?P<data>.*)$", re.S | re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +47,7 @@ def decode_data_url(url: str, param: str, max_bytes: int) -> bytes:
     if m is None:
         raise _bad("image data URL must be 'data:image/<type>;base64,<data>' (base64 only)",
                    param)
-    if m.group("mime") and not m.group("mime").startswith("image/"):
+    if m.group("mime") and not m.group("mime").lower().startswith("image/"):
         raise _bad(f"data URL media type {m.group('mime')!r} is not an image", param)
     payload = re.sub(r"\s+", "", m.group("data"))
     if len(payload) * 3 // 4 > max_bytes:
@@ -62,6 +63,16 @@ def _host_allowed(host: str, domains: tuple[str, ...]) -> bool:
     return any(host == d or host.endswith("." + d) for d in (x.lower() for x in domains))
 
 
+def _parsed(url: str, param: str):  # noqa: ANN202 - urllib's ParseResult
+    """urlparse's reading of ``url``, and its host; a malformed URL (an unclosed IPv6
+    bracket, a bad port) is a 400 naming the part."""
+    try:
+        parts = urlparse(url)
+        return parts, parts.hostname or ""
+    except ValueError as exc:
+        raise _bad(f"image URL is malformed: {exc}", param) from None
+
+
 def fetch_http(url: str, param: str, policy: MediaPolicy) -> bytes:
     """The image at an allowed http(s) URL, fetched on a loop of this (worker) thread
     within ``policy.fetch_timeout`` in all: headers and body, however slowly they come
@@ -69,10 +80,10 @@ def fetch_http(url: str, param: str, policy: MediaPolicy) -> bytes:
     the thread as long as it dripped)."""
     import httpx
 
-    host = urlparse(url).hostname or ""
     if not policy.allowed_domains:
         raise _bad("http(s) image URLs are not allowed on this server (start it with "
                    "--allowed-media-domains); send a base64 data URL", param)
+    _, host = _parsed(url, param)
     if not _host_allowed(host, policy.allowed_domains):
         raise _bad(f"image host {host!r} is not in --allowed-media-domains", param)
     try:
@@ -81,7 +92,11 @@ def fetch_http(url: str, param: str, policy: MediaPolicy) -> bytes:
     except (TimeoutError, httpx.TimeoutException):
         raise _bad(f"image fetch from {host} timed out after {policy.fetch_timeout:g} s",
                    param) from None
-    except httpx.HTTPError as exc:
+    except APIError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the client's URL made fail
+        # httpx.HTTPError, InvalidURL (a control character, an overlong URL: no
+        # HTTPError), a bad port's ValueError or OSError, anyio's exception groups
         raise _bad(f"image fetch from {host} failed: {type(exc).__name__}", param) from None
 
 
@@ -106,7 +121,7 @@ def read_file(url: str, param: str, policy: MediaPolicy) -> bytes:
     if policy.local_root is None:
         raise _bad("file:// image URLs are not allowed on this server (start it with "
                    "--allowed-local-media-path)", param)
-    path = Path(unquote(urlparse(url).path)).resolve()
+    path = Path(unquote(_parsed(url, param)[0].path)).resolve()
     root = policy.local_root.resolve()
     if not path.is_relative_to(root):
         raise _bad(f"image path is outside --allowed-local-media-path {root}", param)

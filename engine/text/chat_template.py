@@ -126,18 +126,27 @@ def _check_content(i: int, content: Any) -> None:
     raise ChatTemplateError(f"messages[{i}].content must be a string or a list of parts")
 
 
+# Text parts joined into one string where the template takes a string (a "string"
+# template's contents, any template's tool results): vLLM's separator. The mistral-common
+# encoding gets the parts themselves and joins them its own way ("\n\n" for v13).
+PART_JOIN = "\n"
+# normalize_messages' own format for the mistral-common encoding: every part list kept.
+PARTS = "parts"
+
+
 def _content(role: str, content: Any, content_format: str) -> Any:
-    """One message's content as the template takes it: None is "" ("string") or []
-    ("openai"); a string stays a string; a part list is joined into one string for a
-    "string" template and for tool results (templates print those), else kept as
-    ``{"type": "text", "text": ...}`` parts; image placeholders keep their list."""
+    """One message's content as the template takes it: None is "" ("string", "parts") or
+    [] ("openai"); a string stays a string; a part list is joined with PART_JOIN for a
+    "string" template and for tool results under a template (templates print those), else
+    kept as ``{"type": "text", "text": ...}`` parts; image placeholders keep their list."""
     if content is None:
-        return "" if content_format == "string" else []
+        return [] if content_format == "openai" else ""
     if isinstance(content, str):
         return content
     images = any(_is_image(p) for p in content)
-    if not images and (content_format == "string" or role == "tool"):
-        return "".join(str(p.get("text", "")) for p in content)
+    if not images and content_format != PARTS and (content_format == "string"
+                                                   or role == "tool"):
+        return PART_JOIN.join(str(p.get("text", "")) for p in content)
     return [dict(p) if _is_image(p) else {"type": "text", "text": str(p.get("text", ""))}
             for p in content]
 
@@ -146,7 +155,7 @@ def normalize_messages(messages: Any, content_format: str = "string") -> list[di
     """Validate chat messages and shape each content for a template of ``content_format``
     (detect_content_format): the one place where None, strings and part lists are
     normalized, for the Jinja and the mistral-common paths alike."""
-    if content_format not in CONTENT_FORMATS:
+    if content_format not in (*CONTENT_FORMATS, PARTS):
         raise ValueError(f"content_format {content_format!r} not in {CONTENT_FORMATS}")
     if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
         raise ChatTemplateError("messages must be a non-empty list")
@@ -201,28 +210,38 @@ def _developer_as_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]
     return [{**m, "role": "system"} if m["role"] == "developer" else m for m in messages]
 
 
-def content_text(content: Any) -> str:
-    """A message content's text: a string as it is, a part list's text parts joined (as a
-    "string" template reads them), None as ""."""
+def content_text(content: Any, content_format: str = "string") -> str:
+    """A message content's text as a template of ``content_format`` prints it: a string as
+    it is, None as "", a part list's text parts joined with PART_JOIN ("string") or
+    one after another ("openai": the templates that loop over parts print them so)."""
     if isinstance(content, str):
         return content
-    return "".join(p.get("text", "") for p in content or () if isinstance(p, Mapping)
-                   and p.get("type") == "text")
+    sep = PART_JOIN if content_format == "string" else ""
+    return sep.join(p.get("text", "") for p in content or () if isinstance(p, Mapping)
+                    and p.get("type") == "text")
 
 
-def cut_after_final_message(rendered: str, messages: Sequence[Mapping[str, Any]]) -> str:
+def cut_after_final_message(rendered: str, messages: Sequence[Mapping[str, Any]],
+                            content_format: str = "string") -> str:
     """``rendered`` (a prompt rendered without a generation prompt) cut right after the
     final message's text, so that the model continues that message rather than starting
     another (vLLM's ``continue_final_message``, as transformers does it: the last place the
-    text, or the text without surrounding whitespace when the template strips it, occurs)."""
+    text, or the text without surrounding whitespace when the template strips it, occurs;
+    for a part list, else the last place of its final text part)."""
     if not messages or messages[-1].get("role") != "assistant":
         raise ChatTemplateError("continue_final_message: the final message must be the "
                                 "assistant's")
-    text = content_text(messages[-1].get("content"))
+    content = messages[-1].get("content")
+    text = content_text(content, content_format)
     if not text.strip():
         raise ChatTemplateError("continue_final_message: the final assistant message has no "
                                 "text to continue")
-    for needle in (text, text.strip()):
+    needles = [text, text.strip()]
+    if not isinstance(content, str):
+        last = [p["text"] for p in content if isinstance(p, Mapping)
+                and p.get("type") == "text" and str(p.get("text", "")).strip()]
+        needles += [last[-1], last[-1].strip()]
+    for needle in needles:
         at = rendered.rfind(needle)
         if at >= 0:
             return rendered[:at + len(needle)]

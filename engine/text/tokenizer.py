@@ -25,6 +25,7 @@ from typing import Any
 
 from engine.text.backend import Backend, TokenizerLoadError
 from engine.text.chat_template import (
+    PARTS,
     ChatTemplateError,
     cut_after_final_message,
     load_chat_template,
@@ -143,8 +144,8 @@ class Tokenizer:
         self.bos_token_id = bos_token_id
         self.eos_token_ids = eos_token_ids
         self._chat_encoder = chat_encoder  # mistral-common encoder when there is no template
-        # The content shape the template takes (engine/text/content_format.py); mistral-common
-        # takes strings: text parts joined as the published Jinja template joins them.
+        # The content shape the template takes (engine/text/content_format.py); the
+        # mistral-common encoding takes the parts themselves (chat_template.PARTS).
         self.content_format = detect_content_format(chat_template)
         if chat_template is not None or chat_encoder is not None:
             log.info("chat messages: %s content (%s)", self.content_format,
@@ -302,11 +303,12 @@ class Tokenizer:
         text = render_chat_template(source, messages,
                                     add_generation_prompt and not continue_final_message,
                                     specials, fmt, **kwargs)
-        return cut_after_final_message(text, messages) if continue_final_message else text
+        return (cut_after_final_message(text, messages, fmt) if continue_final_message
+                else text)
 
     def _mistral_common(self, messages: Sequence[Mapping[str, Any]], tools: Any,
                         continue_final_message: bool = False) -> tuple[list[int], str]:
-        return self._chat_encoder(normalize_messages(messages, self.content_format), tools,
+        return self._chat_encoder(normalize_messages(messages, PARTS), tools,
                                   continue_final_message=continue_final_message)
 
     def encode_chat(self, messages: Sequence[Mapping[str, Any]],

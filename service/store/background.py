@@ -27,7 +27,8 @@ from typing import Any
 
 from engine.request import FinishReason
 from service.errors import error_body
-from service.generation import Event, Submission, end_status, named_sse
+from service.generation import Event, Submission, early_end_error, named_sse
+from service.translate.refusals import in_responses
 from service.translate.responses_stream import ResponseStream
 
 log = logging.getLogger(__name__)
@@ -87,9 +88,9 @@ class BackgroundJob:
                         **self.enc.response, "output": []}))
                 for _, out in batch:
                     if out.finish_reason in (FinishReason.ERROR, FinishReason.TIMEOUT):
-                        status = end_status(out)
+                        exc = in_responses(early_end_error(out, self.sub.grammar_param))
                         self._emit(events)
-                        self._fail(status, out.error or "generation failed")
+                        self._fail(exc.status, exc.message)
                         return
                     events += self.enc.chunk(out)
                 self._emit(events)

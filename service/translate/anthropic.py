@@ -1,7 +1,9 @@
 """Anthropic's Messages API onto the chat run: a MessagesRequest becomes the
 ChatCompletionRequest it means, and a finished choice becomes Anthropic's message.
 
-- ``system`` (a string or text blocks) is a system message first;
+- ``system`` (a string or text blocks) is a system message first; several text blocks
+  (of the system, a tool_result or an assistant turn) stay text parts, joined as the chat
+  template or the mistral-common encoding joins a message's parts;
 - user ``text`` / ``image`` blocks are OpenAI text / ``image_url`` parts (an image's base64
   source a data: URL); each ``tool_result`` block is a ``tool`` message (``is_error``
   puts "Error: " in front of its content; an image block in it is a 400 naming it, as
@@ -66,8 +68,9 @@ def _tool_message(block: ToolResultBlock, where: str) -> dict[str, Any]:
                                "user text turn)", f"{where}.content.{k}")
     parts = ([{"type": "text", "text": block.content}] if isinstance(block.content, str)
              else [_part(b) for b in block.content])
-    if block.is_error:
-        parts.insert(0, {"type": "text", "text": "Error: "})
+    if block.is_error:  # one text, so no join separator lands after the prefix
+        first = parts[0] if parts else {"type": "text", "text": ""}
+        parts[:1] = [{"type": "text", "text": "Error: " + first["text"]}]
     return {"role": "tool", "tool_call_id": block.tool_use_id, "content": parts}
 
 
@@ -93,10 +96,12 @@ def _user(content: Any, i: int) -> list[dict[str, Any]]:
 def _assistant(content: Any) -> dict[str, Any]:
     if isinstance(content, str):
         return {"role": "assistant", "content": content}
-    text, calls = "", []
+    parts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
     for block in content:
         if isinstance(block, TextBlock):
-            text += block.text
+            if block.text:
+                parts.append({"type": "text", "text": block.text})
         elif isinstance(block, ToolUseBlock):
             calls.append({"id": block.id, "type": "function", "function": {
                 "name": block.name, "arguments": json.dumps(block.input)}})
@@ -104,14 +109,15 @@ def _assistant(content: Any) -> dict[str, Any]:
             raise APIError(400, f"messages: an assistant message cannot carry {block.type} "
                            "blocks",
                            "messages")
-    msg: dict[str, Any] = {"role": "assistant", "content": text or None}
+    text: Any = parts[0]["text"] if len(parts) == 1 else parts or None
+    msg: dict[str, Any] = {"role": "assistant", "content": text}
     return {**msg, "tool_calls": calls} if calls else msg
 
 
 def _messages(body: CountTokensRequest | MessagesRequest) -> list[dict[str, Any]]:
-    system = body.system
-    if isinstance(system, list):
-        system = "".join(b.text for b in system)
+    system: Any = body.system
+    if isinstance(system, list):  # blocks stay parts: the template or encoding joins them
+        system = [{"type": "text", "text": b.text} for b in system if b.text]
     out = [{"role": "system", "content": system}] if system else []
     for i, m in enumerate(body.messages):
         out += _user(m.content, i) if m.role == "user" else [_assistant(m.content)]

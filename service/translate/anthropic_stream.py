@@ -13,11 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from engine.stream import RequestOutput
-from service.errors import anthropic_error_body
+from service.errors import APIError, anthropic_error_body
 from service.generation import Choice, Event
 from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.deltas import CallStart, Content, DeltaMessage, Reasoning
 from service.translate.anthropic import stop_reason, tool_input, usage
+from service.translate.refusals import in_messages
 from service.translate.signature import ThinkingSigner
 
 PING: list[Event] = [("ping", {"type": "ping"})]
@@ -127,5 +128,8 @@ class MessageStream:
                                choice.num_cached_tokens)}
 
     @staticmethod
-    def error(status: int, message: str) -> list[Event]:
-        return [("error", anthropic_error_body(status, message))]
+    def error(exc: APIError) -> list[Event]:
+        """The stream's last event: the whole answer's error (a grammar's dead end names
+        the Messages field, in_messages)."""
+        exc = in_messages(exc)
+        return [("error", anthropic_error_body(exc.status, exc.message))]

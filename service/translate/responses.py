@@ -119,8 +119,9 @@ def _messages(body: ResponsesRequest, context: Sequence[InputItem]) -> list[dict
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [_call(item)]})
         elif isinstance(item, FunctionCallOutputItem):
+            # a part list stays parts: the template or encoding joins a tool's parts
             output = (item.output if isinstance(item.output, str)
-                      else "".join(p.text for p in item.output))
+                      else [{"type": "text", "text": p.text} for p in item.output])
             out.append({"role": "tool", "tool_call_id": item.call_id, "content": output})
     if not out:
         raise APIError(400, "input: no message to answer (reasoning items are dropped from "

@@ -1,15 +1,16 @@
 """A response's output items and typed events (``response.created``, ``.in_progress``,
 ``.output_item.added``, ``.content_part.added``, ``.output_text.delta`` / ``.done``,
 ``.reasoning_text.delta`` / ``.done``, ``.function_call_arguments.delta`` / ``.done``,
-``.content_part.done``, ``.output_item.done``, ``.completed``), each with its
+``.content_part.done``, ``.output_item.done``, ``.completed`` / ``.incomplete``), each
+with its
 ``sequence_number``. One encoder serves both modes: streaming feeds each step's delta;
 non-streaming feeds the whole output's events (in output order) as one delta and returns
 the last snapshot, so both answers are the same items in the same order.
 With ``include: ["message.output_text.logprobs"]``, a message's output_text carries the
 entries of the tokens its text is made of (MessageTokens, where parsers split the output).
-``response.completed`` ends every stream (status ``incomplete`` inside when
-max_output_tokens cut it, and on the item it cut), as vLLM does and the SDK's stream
-helper expects."""
+``response.completed`` ends a stream, or ``response.incomplete`` when max_output_tokens
+cut it (status ``incomplete`` on the response and on the item it cut), as OpenAI's API
+ends one (openai-agents reads a cut answer from it, streamed or not)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ from typing import Any
 
 from engine.request import FinishReason
 from engine.stream import RequestOutput, TokenLogprob
-from service.generation import Event, end_code
+from service.errors import APIError
+from service.generation import Event
 from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.deltas import CallStart, Content, DeltaMessage, Reasoning
 from service.translate.message_tokens import MessageTokens
+from service.translate.refusals import in_responses
 
 _PART = {"message": "output_text", "reasoning": "reasoning_text"}
 
@@ -181,7 +184,7 @@ class ResponseStream:
                       "total_tokens": self.prompt_tokens + self.output_tokens}
         if self.on_done is not None:
             self.on_done(r)
-        return events + [self.ev("response.completed", response=r)]
+        return events + [self.ev(f"response.{r['status']}", response=r)]
 
     def _entries(self, lps: Sequence[TokenLogprob]) -> None:
         assert self.entries is not None
@@ -210,6 +213,8 @@ class ResponseStream:
         self.finish(finish)
         return self.response
 
-    def error(self, status: int, message: str) -> list[Event]:
-        """The stream's last event: the code the whole answer's error has (end_code)."""
-        return [self.ev("error", code=end_code(status), message=message, param=None)]
+    def error(self, exc: APIError) -> list[Event]:
+        """The stream's last event: the code, message and field the whole answer's error
+        has (end_code; a grammar's dead end names the Responses field, in_responses)."""
+        exc = in_responses(exc)
+        return [self.ev("error", code=exc.code, message=exc.message, param=exc.param)]

@@ -141,6 +141,18 @@ def _plain(x):
     return [_plain(v) for v in x] if isinstance(x, list) else x
 
 
+def final_response(events):
+    """The response a Responses stream (or the list of its events) ends with:
+    ``response.completed``'s, or ``response.incomplete``'s when max_output_tokens cut it
+    (as OpenAI's API ends it; the openai SDK's get_final_response reads only the first)."""
+    final = None
+    for event in events:
+        if event.type in ("response.completed", "response.incomplete"):
+            final = event.response
+    assert final is not None, "the stream ended without response.completed/incomplete"
+    return final
+
+
 def response_items(r) -> list:
     """A Responses answer's output items, ids aside (the stream and the body draw their
     own) and the stream helper's own ``parsed`` fields."""

@@ -140,3 +140,33 @@ def test_prefill_is_continued(matrix):
     counted = matrix.anthropic.messages.count_tokens(model=matrix.model,
                                                     messages=[*USER, prefill])
     assert counted.input_tokens == chat.usage.prompt_tokens
+
+
+def test_several_text_blocks_stay_parts(matrix):
+    """A system given as blocks, a tool_result of several blocks (is_error) and an
+    assistant turn of several text blocks reach the chat as text parts, joined as the
+    checkpoint's template or mistral-common joins them (tekken: "\\n\\n", mistral-common's
+    v13; they were joined with "" by the translation)."""
+    blocks = [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Be kind."}]
+    call = {"type": "tool_use", "id": "call_abc123", "name": "get_weather",
+            "input": {"city": "Paris"}}
+    messages = [*USER,
+                {"role": "assistant", "content": [{"type": "text", "text": "Let me"},
+                                                  {"type": "text", "text": "check."}, call]},
+                {"role": "user", "content": [{"type": "tool_result", "is_error": True,
+                                              "tool_use_id": "call_abc123", "content": [
+                                                  {"type": "text", "text": "no"},
+                                                  {"type": "text", "text": "data"}]}]}]
+    got = matrix.anthropic.messages.count_tokens(model=matrix.model, system=blocks,
+                                                 messages=messages).input_tokens
+    text = lambda *t: [{"type": "text", "text": x} for x in t]  # noqa: E731
+    chat = [{"role": "system", "content": text("Be brief.", "Be kind.")}, *USER,
+            {"role": "assistant", "content": text("Let me", "check."), "tool_calls": [
+                {"id": "call_abc123", "type": "function", "function": {
+                    "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+            {"role": "tool", "tool_call_id": "call_abc123", "content": text("Error: no",
+                                                                             "data")}]
+    assert got == len(matrix.tokenizer.encode_chat(chat))
+    if matrix.kind == "tekken":  # mistral-common joins every role's parts with "\n\n"
+        rendered = matrix.tokenizer.apply_chat_template(chat)
+        assert "Be brief.\n\nBe kind." in rendered and "Error: no\n\ndata" in rendered

@@ -24,6 +24,7 @@ from tests.service.conformance import (
     RESULT,
     VISION,
     check_args,
+    final_response,
     ok,
     png_data_url,
     response_items,
@@ -38,7 +39,7 @@ def _both(s, **kw):
     kw = {"input": ASK, "max_output_tokens": 12, "temperature": 0, **kw}
     whole = ok(s.openai.responses.with_raw_response.create(model=s.model, **kw))
     with s.openai.responses.stream(model=s.model, **kw) as stream:
-        final = stream.get_final_response()
+        final = final_response(stream)
     assert response_items(final) == response_items(whole)
     assert (final.status, final.usage.output_tokens) == (whole.status,
                                                          whole.usage.output_tokens)
@@ -118,7 +119,7 @@ def test_agent_loop_by_previous_response_id(matrix):
         input=outputs, previous_response_id=first.id, max_output_tokens=24, **kw))
     with sdk.responses.stream(input=outputs, previous_response_id=first.id,
                               max_output_tokens=24, **kw) as stream:
-        streamed = stream.get_final_response()
+        streamed = final_response(stream)
     replayed = _both(matrix, input=history, tools=TOOLS, max_output_tokens=24)
     for r in (chained, streamed):
         assert response_items(r) == response_items(replayed)

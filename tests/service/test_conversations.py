@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.app import create_app
 from service.settings import Settings
 from service.store.conversations import ConversationStore, ConversationTooLarge
-from tests.service.conformance import response_items
+from tests.service.conformance import final_response, response_items
 from tests.service.scripted_backend import scripted_loader
 from tests.service.test_chat_tools_api import SCRIPTS, make_client
 from tests.service.test_responses_api import TOOLS
@@ -229,7 +229,7 @@ def test_the_openai_sdk(client):
                for o in first.output if o.type == "function_call"]
     with sdk.responses.stream(model="scripted-model", input=outputs, tools=TOOLS,
                               conversation=conv.id) as s:
-        streamed = s.get_final_response()
+        streamed = final_response(s)
     assert streamed.output_text == "Hello world"
     listed = list(sdk.conversations.items.list(conv.id, order="asc", limit=2))  # 2 a page
     assert [i.id for i in listed[-len(streamed.output):]] == [o.id for o in streamed.output]

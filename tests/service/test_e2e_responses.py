@@ -9,6 +9,7 @@ import json
 
 import jsonschema
 
+from tests.service.conformance import final_response
 from tests.service.test_e2e_messages import ASK, served  # noqa: F401 (fixture)
 from tests.service.test_e2e_tools import TOOLS as CHAT_TOOLS
 from tests.service.test_e2e_tools import WEATHER
@@ -34,8 +35,9 @@ def test_text_matches_chat_and_the_stream(served):  # noqa: F811
     assert r.status == ("incomplete" if c.finish_reason == "length" else "completed")
     with chat.responses.stream(model=name, input=ASK[0]["content"], max_output_tokens=12,
                                temperature=0, instructions="Answer briefly.") as s:
-        text = "".join(e.delta for e in s if e.type == "response.output_text.delta")
-        final = s.get_final_response()
+        evs = list(s)
+    text = "".join(e.delta for e in evs if e.type == "response.output_text.delta")
+    final = final_response(evs)
     assert text == final.output_text == r.output_text
     assert final.usage.output_tokens == r.usage.output_tokens
 
@@ -77,8 +79,9 @@ def test_message_logprobs_with_tools(served):  # noqa: F811
             assert not texts and r.output[0].type == "function_call"
         with chat.responses.stream(model=name, input=ASK[0]["content"], temperature=0,
                                    tool_choice=choice, **kw) as s:
-            deltas = [e for e in s if e.type == "response.output_text.delta"]
-            final = s.get_final_response()
+            evs = list(s)
+        deltas = [e for e in evs if e.type == "response.output_text.delta"]
+        final = final_response(evs)
         assert [p.logprobs for o in final.output if o.type == "message"
                 for p in o.content] == [p.logprobs for p in texts]
         assert [x.model_dump() for d in deltas for x in d.logprobs] == [

@@ -267,6 +267,13 @@ ENDLESS = {"type": "object", "properties": {"a": {"$ref": "#/properties/a"}},
            "required": ["a"]}
 
 
+def _last_event(url: str, body: dict) -> dict:
+    """The data of a named-event stream's last event."""
+    with httpx.stream("POST", url, json=body, timeout=60) as s:
+        data = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: ")]
+    return data[-1]
+
+
 def test_constraints_no_output_completes_are_400s(spec_servers):
     """A schema that is only a reference to itself fails at compile time; one whose
     required property recurses with no end is found after '{"a": ' (llguidance then
@@ -299,6 +306,19 @@ def test_constraints_no_output_completes_are_400s(spec_servers):
             "model": "demo", "input": "JSON:", "max_output_tokens": 20, "temperature": 0,
             "text": {"format": {"type": "json_schema", "name": "endless", "schema": ENDLESS}}})
         assert r.status_code == 400 and r.json()["error"]["param"] == "text.format", r.text
+        # streamed, the Responses and Messages error events name the same field (were null)
+        resp = {"model": "demo", "input": "JSON:", "max_output_tokens": 20, "temperature": 0,
+                "stream": True, "text": {"format": {"type": "json_schema", "name": "endless",
+                                                    "schema": ENDLESS}}}
+        err = _last_event(srv["url"] + "/v1/responses", resp)
+        assert err["type"] == "error" and err["param"] == "text.format", err
+        assert err["message"].startswith("text.format: "), err
+        msgs = {"model": "demo", "max_tokens": 20, "stream": True,
+                "messages": [{"role": "user", "content": "JSON:"}],
+                "output_config": {"format": {"type": "json_schema", "schema": ENDLESS}}}
+        err = _last_event(srv["url"] + "/v1/messages", msgs)
+        assert err["type"] == "error", err
+        assert err["error"]["message"].startswith("output_config.format: "), err
         choices = [f"item {i}" for i in range(2500)]
         r = httpx.post(url, json={"model": "demo", "prompt": "Pick one:", "max_tokens": 8,
                                   "temperature": 0, "structured_outputs": {"choice": choices}},

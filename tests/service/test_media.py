@@ -32,6 +32,37 @@ def test_data_urls() -> None:
     assert exc.value.status == 400 and exc.value.param == "messages[0].content[1]"
 
 
+def test_data_url_scheme_and_media_type_in_any_case() -> None:
+    """RFC 3986 3.1 (schemes) and RFC 2045 5.1 (media types): case-insensitive."""
+    raw = b"\x89PNG fake bytes"
+    b64 = base64.b64encode(raw).decode()
+    for url in (f"data:IMAGE/PNG;base64,{b64}", f"DATA:Image/Jpeg;BASE64,{b64}"):
+        assert load_media(url, "p", MediaPolicy()) == raw
+    with pytest.raises(APIError, match="not an image"):
+        load_media(f"data:TEXT/plain;base64,{b64}", "p", MediaPolicy())
+
+
+@pytest.mark.parametrize("policy,url", [
+    (MediaPolicy(), "http://[::1/a.png"),  # refused before the host is read
+    (MediaPolicy(), "https://[not-ip]/x.png"),
+    (MediaPolicy(allowed_domains=("localhost",), fetch_timeout=2), "https://[not-ip]/x.png"),
+    (MediaPolicy(allowed_domains=("localhost",), fetch_timeout=2),
+     "http://localhost:port/a.png"),  # httpx.InvalidURL, no HTTPError
+    (MediaPolicy(allowed_domains=("localhost",), fetch_timeout=2),
+     "http://localhost:99999/a.png"),  # a port out of range
+    (MediaPolicy(allowed_domains=("localhost",), fetch_timeout=2),
+     "http://localhost/a.png\n"),  # a control character
+    (MediaPolicy(allowed_domains=("localhost",), fetch_timeout=2),
+     "http://localhost/" + "a" * 70000),  # over httpx's URL length
+    (MediaPolicy(local_root=Path("/tmp")), "file://[x]/etc/passwd"),
+])
+def test_malformed_urls_are_400s_naming_the_part(policy: MediaPolicy, url: str) -> None:
+    """Each was a 500 (a ValueError, httpx.InvalidURL or an exception group escaping)."""
+    with pytest.raises(APIError) as exc:
+        load_media(url, "messages[0].content[1]", policy)
+    assert exc.value.status == 400 and exc.value.param == "messages[0].content[1]"
+
+
 @pytest.mark.parametrize("host,ok", [
     ("example.com", True), ("cdn.example.com", True), ("EXAMPLE.com.", True),
     ("badexample.com", False), ("example.com.evil.org", False), ("", False),

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.settings import Settings
-from tests.service.conformance import response_items
+from tests.service.conformance import final_response, response_items
 from tests.service.scripted_backend import scripted_loader
 from tests.service.test_chat_tools_api import SCRIPTS, make_client, reassemble, stream
 from tests.service.test_messages_api import cut_in_second_call
@@ -114,7 +114,10 @@ def test_max_output_tokens_is_incomplete(client):
     assert body["status"] == "incomplete"
     assert body["incomplete_details"] == {"reason": "max_output_tokens"}
     evs = events(client, ask(3, max_output_tokens=2))
+    # the stream ends with response.incomplete, as OpenAI's does
+    assert evs[-1]["type"] == "response.incomplete"
     assert evs[-1]["response"]["status"] == "incomplete"
+    assert "response.completed" not in [e["type"] for e in evs]
     # the item the limit cut is incomplete too (OpenAI's), in both modes
     assert [o["status"] for o in body["output"]] == ["incomplete"]
     assert [o["status"] for o in evs[-1]["response"]["output"]] == ["incomplete"]
@@ -122,6 +125,7 @@ def test_max_output_tokens_is_incomplete(client):
     assert done == ["incomplete"]
     whole = client.post("/v1/responses", json=ask(3)).json()
     assert whole["status"] == "completed"
+    assert events(client, ask(3))[-1]["type"] == "response.completed"
     assert {o["status"] for o in whole["output"]} == {"completed"}
 
 
@@ -159,8 +163,9 @@ def test_the_openai_sdk(client):
     assert r.output_text == "Let me check."
     assert [o.name for o in r.output if o.type == "function_call"] == ["get_weather"] * 2
     with sdk.responses.stream(model="scripted-model", input="<script0>", tools=TOOLS) as s:
-        deltas = [e.delta for e in s if e.type == "response.function_call_arguments.delta"]
-        final = s.get_final_response()
+        evs = list(s)
+    deltas = [e.delta for e in evs if e.type == "response.function_call_arguments.delta"]
+    final = final_response(evs)
     assert "".join(deltas) == '{"city": "Paris"}{"city": "Rome"}'
     assert [(o.type, getattr(o, "arguments", None)) for o in final.output] == [
         (o.type, getattr(o, "arguments", None)) for o in r.output]
@@ -183,7 +188,7 @@ def test_item_order_is_output_order_in_both_modes():
         sdk = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=c,
                             max_retries=0)
         with sdk.responses.stream(model="scripted-model", **body) as s:
-            final = s.get_final_response()
+            final = final_response(s)
         whole = sdk.responses.create(model="scripted-model", **body)
         assert response_items(final) == response_items(whole)
 

@@ -9,6 +9,7 @@ import openai
 import pytest
 from openai.types.responses import ResponseReasoningItem
 
+from tests.service.conformance import final_response
 from tests.service.test_chat_tools_api import make_client
 from tests.service.test_responses_api import ask, events
 
@@ -39,7 +40,7 @@ def test_the_stream_helper_reads_the_reasoning_text_events(client):
     with _sdk(client).responses.stream(model="scripted-model", input="<script1>",
                                        temperature=0) as s:
         evs = list(s)
-        final = s.get_final_response()
+    final = final_response(evs)
     deltas = [e for e in evs if e.type == "response.reasoning_text.delta"]
     done = [e for e in evs if e.type == "response.reasoning_text.done"]
     assert "".join(e.delta for e in deltas) == done[0].text == "Paris is in France"

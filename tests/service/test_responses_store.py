@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.settings import Settings
 from service.store.responses import ResponseStore, tenant_of
-from tests.service.conformance import response_items
+from tests.service.conformance import final_response, response_items
 from tests.service.scripted_backend import scripted_loader
 from tests.service.test_chat_tools_api import SCRIPTS, make_client
 from tests.service.test_responses_api import TOOLS, events
@@ -36,7 +36,7 @@ def post(client, **body) -> dict:
 
 
 def final(client, **body) -> dict:
-    """The streamed response's response.completed snapshot."""
+    """The streamed response's last snapshot (response.completed / .incomplete)."""
     return events(client, {"temperature": 0, **body})[-1]["response"]
 
 
@@ -208,7 +208,7 @@ def test_the_openai_sdk(client):
                for o in first.output if o.type == "function_call"]
     with sdk.responses.stream(model="scripted-model", input=outputs, tools=TOOLS,
                               previous_response_id=first.id) as s:
-        streamed = s.get_final_response()
+        streamed = final_response(s)
     whole = sdk.responses.create(model="scripted-model", input=outputs, tools=TOOLS,
                                  previous_response_id=first.id)
     assert response_items(streamed) == response_items(whole)

@@ -1,7 +1,8 @@
 """engine/text/content_format.py and normalize_messages: a template's content shape is read
 from its source once, and None, strings and part lists reach it in that shape. The
 published Ministral-3 template (engine/synth/templates/) renders the openai SDK's
-``"content": null`` tool-call turn, and its ids equal mistral-common's for the same chat."""
+``"content": null`` tool-call turn, and its ids equal mistral-common's for the same chat
+(one text part a message; several are joined as each reference joins them)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from engine.demo_model.tokenizer_files import CHATML_TOOLS
 from engine.synth import SynthSpec, write_checkpoint
 from engine.synth.tokenizer import PUBLISHED_TEMPLATE
+from engine.text.chat_template import PARTS as PARTS_FORMAT
 from engine.text.chat_template import normalize_messages, render_chat_template
 from engine.text.content_format import detect_content_format
 from engine.text.tokenizer import Tokenizer
@@ -43,8 +45,10 @@ def test_detect_content_format(source, fmt):
 
 
 @pytest.mark.parametrize("fmt, none, parts, tool", [
-    ("string", "", "Weather in Paris?", "sunny"),
-    ("openai", [], PARTS, "sunny"),
+    ("string", "", "Weather in \nParis?", "sun\nny"),  # parts joined as vLLM joins them
+    ("openai", [], PARTS, "sun\nny"),  # templates print tool results as text
+    (PARTS_FORMAT, "", PARTS, [{"type": "text", "text": "sun"},  # mistral-common joins
+                               {"type": "text", "text": "ny"}]),
 ])
 def test_normalize_none_strings_and_parts(fmt, none, parts, tool):
     msgs = [{"role": "user", "content": PARTS},
@@ -74,7 +78,7 @@ def test_published_template_takes_the_sdks_tool_call_turn(published, content):
     hf, tekken = published
     assert (hf.content_format, tekken.content_format) == ("openai", "string")
     chat = [{"role": "system", "content": "Be brief."},
-            {"role": "user", "content": PARTS},
+            {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
             {"role": "assistant", "content": content, "tool_calls": [CALL]},
             {"role": "tool", "tool_call_id": "abcDEF123", "content": "sunny"},
             {"role": "assistant", "content": [{"type": "text", "text": "Sunny."}]},
@@ -84,8 +88,42 @@ def test_published_template_takes_the_sdks_tool_call_turn(published, content):
     assert text.endswith('[INST]Weather in Paris?[/INST][TOOL_CALLS]get_weather[ARGS]'
                          '{"city": "Paris"}</s>[TOOL_RESULTS]sunny[/TOOL_RESULTS]'
                          'Sunny.</s>[INST]Thanks![/INST]')
-    # both Mistral paths get the same normalized messages, so the same ids
+    # both Mistral paths render one-part contents alike, so the same ids
     assert hf.encode_chat(chat, tools=TOOLS) == tekken.encode_chat(chat, tools=TOOLS)
+
+
+def _mistral_common_ids(tok, messages):
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    request = ChatCompletionRequest.from_openai(messages, None)
+    mistral = MistralTokenizer.from_file(str(tok.backend.path))
+    return list(mistral.encode_chat_completion(request).tokens)
+
+
+def test_several_text_parts_join_as_each_reference_joins_them(published):
+    """Several text parts in one message: the published template prints a user's or a
+    system's parts one after another, and tool results joined by the server ("\n", vLLM's
+    separator, since the template prints them as text); tekken.json alone encodes the
+    parts through mistral-common, which joins them with "\n\n" (v13) in every role."""
+    hf, tekken = published
+    two = [{"type": "text", "text": "Error: "}, {"type": "text", "text": "boom"}]
+    chat = [{"role": "system", "content": [{"type": "text", "text": "Be brief."},
+                                           {"type": "text", "text": "Be kind."}]},
+            {"role": "user", "content": PARTS},
+            {"role": "assistant", "content": None, "tool_calls": [CALL]},
+            {"role": "tool", "tool_call_id": "abcDEF123", "content": two},
+            {"role": "assistant", "content": [{"type": "text", "text": "A"},
+                                              {"type": "text", "text": "B"}]},
+            {"role": "user", "content": "Thanks!"}]
+    text = hf.apply_chat_template(chat)
+    assert "[SYSTEM_PROMPT]Be brief.Be kind.[/SYSTEM_PROMPT]" in text
+    assert "[INST]Weather in Paris?[/INST]" in text
+    assert "[TOOL_RESULTS]Error: \nboom[/TOOL_RESULTS]AB</s>" in text
+    assert tekken.encode_chat(chat) == _mistral_common_ids(tekken, chat)
+    mc = tekken.apply_chat_template(chat)
+    assert "Be brief.\n\nBe kind." in mc and "Weather in \n\nParis?" in mc
+    assert "Error: \n\nboom" in mc and "A\n\nB</s>" in mc
 
 
 def test_developer_messages_read_as_system_on_the_published_template(published):
