@@ -62,6 +62,22 @@ def check_memory(config: ModelConfig, engine_config: EngineConfig,
             f"{available / 2**30:.1f} GiB available")
 
 
+def kernel_line(report: KernelReport) -> str:
+    """Which kernel runs how many linears (the lm_head included), for the startup log:
+    ``120 on avx512_w8a16 (per_channel 60, per_tensor 60), 1 on bf16_avx512 (bf16)``,
+    and the kernels generated rows run on where they differ (fp8serve kernels --model
+    and /kernels give the whole report)."""
+    by_kernel: dict[str, dict[str, int]] = {}
+    for (kernel, _, scale), n in sorted(report.selected_counts().items()):
+        by_kernel.setdefault(kernel, {})[scale] = n
+    parts = [f"{sum(scales.values())} on {kernel} ("
+             + ", ".join(f"{s} {n}" for s, n in scales.items()) + ")"
+             for kernel, scales in by_kernel.items()]
+    parts += [f"{n} run generated rows on {gen} (prompt rows on {kernel})"
+              for (kernel, gen), n in sorted(report.generated_counts().items())]
+    return ", ".join(parts) or "none"
+
+
 class ModelRunner:
     def __init__(self, weights: ModelWeights, engine_config: EngineConfig, hw: HardwareInfo,
                  overrides: KernelOverrides, report: KernelReport | None = None) -> None:
@@ -98,6 +114,7 @@ class ModelRunner:
         self._roles = bool(self.kernel_report.generated_counts())
         reasons = self.model.fusion_reasons
         why = next((r for r in reasons if r), None)
+        log.info("kernels: %s", kernel_line(self.kernel_report))
         log.info("fused C++ layers: %d of %d%s", reasons.count(None), len(reasons),
                  f" (not fused: {why})" if why else "")
         trim_heap()  # holes left by the per-layer fused copies, before the KV cache

@@ -99,8 +99,11 @@ class BuildConfig:
 
 
 def source_hash(cfg: BuildConfig) -> str:
-    """Hash of every source and header, the flags and the torch version (12 hex chars)."""
+    """Hash of every source and header, the flags, the torch version and the sources'
+    folder (12 hex chars): torch's ninja build names the sources by their paths, so two
+    checkouts sharing one build folder rebuilt it for each other in turn."""
     h = hashlib.sha256(torch.__version__.encode())
+    h.update(str(CSRC.resolve()).encode())
     files = sorted({*cfg.sources, *(CSRC / n for n in HEADER_NAMES)})
     for path in files:
         h.update(path.name.encode())

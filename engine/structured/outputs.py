@@ -19,8 +19,9 @@ holds exactly one constraint:
   guidance backend builds it. xgrammar's newer ``format`` form is a GrammarError.
 
 and options for the JSON constraints: ``whitespace_pattern`` (the whitespace allowed
-between JSON tokens; without it JSON is written compactly, as ``json.dumps`` writes it),
-``disable_any_whitespace`` (compact JSON: what happens anyway), ``disable_additional_
+between JSON tokens; without it JSON is written as ``json.dumps`` writes it: ``", "``
+between items, ``": "`` after keys, no other whitespace), ``disable_any_whitespace`` (no
+whitespace at all, ``{"a":1,"b":2}``, as vLLM's), ``disable_additional_
 properties`` (objects whose schema does not say otherwise take no other keys) and
 ``disable_fallback`` (there is one backend and no fallback).
 
@@ -204,14 +205,18 @@ def _json_spec(params: Mapping[str, Any]) -> GrammarSpec:
     if params.get("disable_additional_properties"):
         schema = closed_objects(schema)
     ws = params.get("whitespace_pattern")
-    if ws is not None:
-        if not isinstance(ws, str) or not ws:
-            raise GrammarError("whitespace_pattern: a non-empty regex is needed")
+    compact = params.get("disable_any_whitespace") is True
+    if ws is not None and compact:
+        raise GrammarError("disable_any_whitespace: contradicts whitespace_pattern")
+    if ws is not None and (not isinstance(ws, str) or not ws):
+        raise GrammarError("whitespace_pattern: a non-empty regex is needed")
+    if ws is not None or compact:  # separators without spaces; whitespace only from ws
         guide = dict(schema.get("x-guidance") or {})
-        guide.update(whitespace_flexible=True, whitespace_pattern=ws,
-                     item_separator=",", key_separator=":")
+        guide.update(item_separator=",", key_separator=":")
+        if ws is not None:
+            guide.update(whitespace_flexible=True, whitespace_pattern=ws)
         schema = {**schema, "x-guidance": guide}
-    if kind == "json_object" and ws is None:
+    if kind == "json_object" and ws is None and not compact:
         return json_object_spec()
     spec = json_schema_spec(schema, name, strict=False)
     return GrammarSpec(spec.lark, name, kind)
@@ -232,8 +237,9 @@ def spec_from_structured_outputs(params: Mapping[str, Any] | None) -> GrammarSpe
         raise GrammarError("exactly one of " + ", ".join(CONSTRAINTS) + " must be set, got "
                            + (", ".join(given) if given else "none"))
     kind = given[0]
-    if params.get("whitespace_pattern") is not None and kind not in ("json", "json_object"):
-        raise GrammarError(f"whitespace_pattern: applies to json and json_object, not {kind}")
+    for option in ("whitespace_pattern", "disable_any_whitespace"):
+        if params.get(option) not in (None, False) and kind not in ("json", "json_object"):
+            raise GrammarError(f"{option}: applies to json and json_object, not {kind}")
     if kind == "structural_tag":
         return structural_tag_spec(params["structural_tag"],
                                    bool(params.get("disable_additional_properties")))

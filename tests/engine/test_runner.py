@@ -17,7 +17,7 @@ import torch
 
 from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.model.kv_store import bytes_per_block
-from engine.runner import generate_greedy
+from engine.runner import generate_greedy, kernel_line
 from tests.engine.test_model_support import (
     logit_error,
     make_runner,
@@ -202,3 +202,20 @@ def test_fused_switch_takes_0_or_1_only(monkeypatch) -> None:
     monkeypatch.setenv("FP8SERVE_FUSED", "banana")
     with pytest.raises(ValueError, match="FP8SERVE_FUSED='banana'"):
         ModelRunner(None, None, None, None)  # type: ignore[arg-type]
+
+
+def test_startup_log_names_each_layers_kernel(weights, caplog) -> None:
+    """The startup log says where the linears run (the full report: /kernels)."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="engine.runner"):
+        runner = make_runner(weights, kv_cache_gib=0.001, kv_block_size=8)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("kernels: ")]
+    assert len(lines) == 1
+    counts = runner.kernel_report.selected_counts()
+    assert lines[0] == "kernels: " + kernel_line(runner.kernel_report)
+    for (kernel, _, scale), n in counts.items():
+        assert f" on {kernel} (" in lines[0] and f"{scale} {n}" in lines[0]
+    total = sum(counts.values())
+    assert total == sum(int(p.split(" on ")[0]) for p in lines[0][9:].split("), ")
+                        if " on " in p and "generated" not in p)

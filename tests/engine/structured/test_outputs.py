@@ -56,9 +56,14 @@ LARK = 'start: answer " " DIGIT\nanswer: "yes" | "no"\nDIGIT: /[0-9]/'
     ({"json": POINT, "whitespace_pattern": r"[ ]?"}, '{ "x":1,"y": 2 }', True),
     ({"json": POINT, "whitespace_pattern": r"[ ]?"}, '{\n"x": 1, "y": 2}', False),
     ({"json_object": True, "whitespace_pattern": r"\n?"}, '{\n"k":1}', True),
-    # the options that change nothing here are accepted
+    # disable_any_whitespace writes no whitespace at all (vLLM's); disable_fallback
+    # changes nothing here (one backend)
     ({"json": POINT, "disable_any_whitespace": True, "disable_fallback": True},
-     '{"x": 1, "y": 2}', True),
+     '{"x":1,"y":2}', True),
+    ({"json": POINT, "disable_any_whitespace": True}, '{"x": 1, "y": 2}', False),
+    ({"json_object": True, "disable_any_whitespace": True}, '{"k":[1,2]}', True),
+    ({"json_object": True, "disable_any_whitespace": True}, '{"k": [1, 2]}', False),
+    ({"json": POINT, "disable_any_whitespace": False}, '{"x": 1, "y": 2}', True),
 ])
 def test_each_constraint_accepts_its_language(any_tokenizer, params, text, ok):
     assert accepts(any_tokenizer, spec_from_structured_outputs(params), text) is ok
@@ -152,6 +157,10 @@ def test_specs_name_their_kind_and_equal_ones_compile_once(demo_tokenizer):
     ({"json": "[1]"}, "must be an object"),
     ({"regex": "a", "whitespace_pattern": " "}, "applies to json"),
     ({"json": POINT, "whitespace_pattern": ""}, "non-empty regex"),
+    ({"choice": ["a"], "disable_any_whitespace": True},
+     "disable_any_whitespace: applies to json"),
+    ({"json": POINT, "whitespace_pattern": " ", "disable_any_whitespace": True},
+     "contradicts whitespace_pattern"),
     ({"regex": "a", "backend": "xgrammar"}, "backend: not a structured_outputs field"),
 ])
 def test_malformed_constraints_are_grammar_errors_naming_the_field(params, words):
