@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
+# `make serve` settings: MODEL, a checkpoint directory (empty: the demo model), and the
+# bind address
+MODEL ?=
 HOST ?= 127.0.0.1
 PORT ?= 8000
 IMAGE ?= fp8serve:latest
@@ -35,8 +38,8 @@ ext: setup
 demo: setup
 	$(BIN)/fp8serve demo-model
 
-serve: ext demo
-	$(BIN)/fp8serve serve --host $(HOST) --port $(PORT)
+serve: ext $(if $(MODEL),,demo)
+	$(BIN)/fp8serve serve --host $(HOST) --port $(PORT) $(if $(MODEL),--model '$(MODEL)')
 
 test: ext deploy-schemas llamacpp-ref
 	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup
