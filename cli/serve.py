@@ -80,8 +80,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", type=Path, default=None, metavar="DIR",
                    help="checkpoint directory (default: the demo model)")
     p.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
-                   help="model ids in the API: the first is reported, a request may name "
-                   "any (default: the directory name)")
+                   help="model ids in the API (aliases): a request may name any, and its "
+                   "answer echoes the name it used; /version and the first card of "
+                   "/v1/models report the first (default: the directory name)")
     for flag, kind, text in FLAGS:
         p.add_argument(flag, type=kind, default=None, help=text,
                        metavar="N" if kind is human_int else None)

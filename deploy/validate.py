@@ -106,6 +106,7 @@ def keda_variant(overlay: Path, tmp: Path) -> Path:
 def rendered() -> dict[str, list[dict]]:
     """Every deployable variant -> its objects."""
     out = {str(o.relative_to(DEPLOY.parent)): kustomize(o) for o in OVERLAYS}
+    out["deploy/k8s/models"] = kustomize(K8S / "models")
     out["deploy/k8s/monitoring"] = kustomize(K8S / "monitoring")
     out["deploy/k8s/inference-gateway"] = kustomize(K8S / "inference-gateway")
     with tempfile.TemporaryDirectory() as tmp:

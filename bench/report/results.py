@@ -17,6 +17,17 @@ def _f(v: float | None, spec: str = "{:.1f}") -> str:
     return "-" if v is None else spec.format(v)
 
 
+def _model_label(model: str | None) -> str:
+    """A served model as the docs name it: the demo model, or its directory's name (never
+    the path on the machine that ran the benchmark)."""
+    from engine.demo_model import DEMO_NAME
+
+    if not model:
+        return "?"
+    name = Path(model).name
+    return "the demo model" if name == DEMO_NAME else f"`{name}`"
+
+
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return out + ["| " + " | ".join(r) + " |" for r in rows]
@@ -145,7 +156,7 @@ def servers_section(s: dict[str, Any], name: str) -> list[str]:
     else:
         title = (f"### Serving `{name}`: `{first}` against `{label}` (`fp8serve bench "
                  f"serve`, {size})")
-        note = f"Both on {other.get('model', '?')}; pairs are `{first}` / `{label}`."
+        note = f"Both on {_model_label(other.get('model'))}; pairs are `{first}` / `{label}`."
     return [title, ""] + _table(head, rows) + ["", note]
 
 

@@ -112,6 +112,11 @@ def _handling(name: str, declared: set[str], endpoint: str | None,
 
     if HANDLING_KEY in prop:
         return prop[HANDLING_KEY]
+    # a hint is ignored even where the model declares it (to type-check it): `user`
+    hints = (unsupported.HINTS.get(endpoint or "", frozenset())
+             | unsupported.VLLM_HINTS.get(endpoint or "", frozenset()))
+    if name in hints:
+        return "accepted and ignored"
     if name in declared:
         return "implemented"
     accepted = {**unsupported.VLLM_NOOP.get(endpoint or "", {}),

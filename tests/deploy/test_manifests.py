@@ -172,3 +172,30 @@ def test_every_deploy_path_the_docs_and_comments_name_exists():
                     and not (ROOT / path).exists():
                 missing.add(f"{f.relative_to(ROOT)}: {path}")
     assert not missing, sorted(missing)
+
+
+def test_a_mounted_checkpoint_is_served_under_its_own_name(monkeypatch):
+    """The checkpoint sits in /models/current, so the served name would be "current" (and a
+    client naming the model a 404): each overlay that mounts one, and the compose file that
+    does, set FP8SERVE_SERVED_MODEL_NAME to the model's name."""
+    from tests.deploy.test_validate import V, require
+
+    mounting = 0
+    for overlay in V.OVERLAYS:
+        objs = require(V.kustomize, overlay)
+        (deploy,) = [o for o in objs if o["kind"] == "Deployment"]
+        (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
+        if not deploy["spec"]["template"]["spec"].get("volumes"):
+            continue  # the demo overlay: the image's demo model, under its own name
+        mounting += 1
+        name = cm["data"].get("FP8SERVE_SERVED_MODEL_NAME", "")
+        size = overlay.name.removeprefix("ministral-3-").upper()
+        assert name.startswith(f"Ministral-3-{size}-"), (overlay.name, name)
+        only = {"FP8SERVE_SERVED_MODEL_NAME": name}  # (threads: the pod's cores, not ours)
+        assert _settings_from(only, monkeypatch).served_model_name == (name,)
+    assert mounting >= 2
+    compose = yaml.safe_load((DEPLOY / "docker-compose.model.yml").read_text())
+    env = compose["services"]["fp8serve"]["environment"]
+    assert env["FP8SERVE_MODEL"] == "/models/current"
+    assert re.fullmatch(r"\$\{FP8SERVE_SERVED_MODEL_NAME:-Ministral-3-[\w-]+\}",
+                        env["FP8SERVE_SERVED_MODEL_NAME"])

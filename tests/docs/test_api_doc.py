@@ -61,3 +61,14 @@ def test_a_route_without_its_region_is_an_error():
                  flags=re.S)
     with pytest.raises(ValueError, match="/v1/responses"):
         render_api(cut)
+
+
+def test_every_hint_is_labelled_accepted_and_ignored():
+    """A hint unsupported.py ignores reads so in its table, also where the request model
+    declares it (`user` on completions and chat completions)."""
+    found = regions()
+    for endpoint, key in REGION_OF.items():
+        for name in unsupported.HINTS[endpoint] | unsupported.VLLM_HINTS.get(endpoint, set()):
+            rows = re.findall(rf"^\| `{re.escape(name)}` \|.*\| ([^|]+) \|$", found[key], re.M)
+            assert rows and all(r.strip() == "accepted and ignored" for r in rows), (
+                endpoint, name, rows)

@@ -41,6 +41,9 @@ def test_every_serve_flag_is_in_the_doc():
     assert len(flags) > 30
     missing = [f for f in flags if f"`{f}" not in doc]
     assert not missing, missing
+    assert "--log-level" in flags  # every command's, added by cli/main.py
+    positional = [a.metavar for a in serve_parser()._actions if not a.option_strings]
+    assert positional == ["MODEL"] and "| `MODEL` (positional) | `FP8SERVE_MODEL` |" in doc
 
 
 def test_every_environment_variable_the_code_reads_is_documented():

@@ -8,7 +8,9 @@ says how it is checked, so a new block fails here until someone decides:
   and the output must hold TEXT;
 - ``<!-- readme-test: dry-run -->``: long or outside commands, checked without running:
   ``make T`` as ``make -n T``, ``fp8serve ...`` by its parser, ``kubectl apply -k DIR`` as
-  ``kubectl kustomize DIR``, ``docker compose -f FILE`` by FILE being a compose file.
+  ``kubectl kustomize DIR``, ``docker compose -f FILE`` by FILE being a compose file,
+  ``hf download mistralai/NAME --local-dir DIR`` by its form, and ``NAME=$(...)`` (a
+  variable set for the next commands) only when the rest of the block uses NAME.
 
 Other shells' fences (sh, console, none) are refused: label them bash and mark them."""
 
@@ -127,6 +129,10 @@ def test_server_blocks_answer(block, shell_env, demo_server):
 
 def dry_run(argv: list[str], env: dict[str, str]) -> None:
     tool, args = argv[0], argv[1:]
+    if tool == "hf":
+        assert args[:1] == ["download"] and re.fullmatch(r"mistralai/[\w.-]+", args[1]), argv
+        assert "--local-dir" in args, argv
+        return
     if tool == "make":
         check = ["make", "-n", *args]
     elif tool == "fp8serve":
@@ -153,7 +159,22 @@ def dry_run(argv: list[str], env: dict[str, str]) -> None:
 
 @pytest.mark.parametrize("block", _ids("dry-run"))
 def test_dry_run_blocks_would_run(block, shell_env):
-    argvs = commands(block[2])
+    body = block[2]
+    for name in re.findall(r"^(\w+)=\$\(", body, re.M):  # NAME=$(...): used further on
+        assert f'"${name}"' in body, f"{name} is set and never used"
+    body = re.sub(r"^\w+=\$\(.*\)[^\n]*\n", "", body, flags=re.M)
+    argvs = commands(body)
     assert argvs
     for argv in argvs:
         dry_run(argv, shell_env)
+
+
+def test_the_checkpoints_doc_commands_parse(shell_env):
+    """docs/checkpoints.md's commands (the model card's vLLM command as fp8serve runs it)
+    are checked as the README's dry-run blocks are."""
+    text = (ROOT / "docs" / "checkpoints.md").read_text(encoding="utf-8")
+    bodies = [m.group("body") for m in FENCE.finditer(text) if m.group("lang") == "bash"]
+    assert bodies
+    for body in bodies:
+        for argv in commands(body):
+            dry_run(argv, shell_env)

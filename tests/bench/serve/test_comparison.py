@@ -156,4 +156,8 @@ def test_servers_section_names_two_fp8serve_servers_by_their_flags() -> None:
     assert text.startswith("### Serving `demo-cap`: `fp8serve` against `fp8serve --cap=0`")
     assert "| concurrency | fp8serve tok/s | fp8serve --cap=0 tok/s |" in text
     assert "| 400.0 / 1300.0 | 0 / 0 |" in text and "llama.cpp" not in text
-    assert "Both on /m; pairs are `fp8serve` / `fp8serve --cap=0`." in text
+    assert "Both on `m`; pairs are `fp8serve` / `fp8serve --cap=0`." in text
+    for info in data["servers"].values():
+        info["model"] = "/root/.cache/fp8serve/demo-smollm2-135m-fp8"
+    text = "\n".join(servers_section(data, "demo-cap"))
+    assert "Both on the demo model; pairs are" in text and "/root" not in text
