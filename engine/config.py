@@ -33,8 +33,10 @@ def _require(cond: bool, msg: str) -> None:
 @dataclass(frozen=True, slots=True)
 class RopeConfig:
     """Rotary embedding, half-split layout. rope_type "default" is plain RoPE; "yarn" uses
-    factor/original_max_position_embeddings/beta_fast/beta_slow/mscale/mscale_all_dim.
-    llama_4_scaling_beta > 0 scales q after RoPE by
+    factor/original_max_position_embeddings/beta_fast/beta_slow/mscale/mscale_all_dim, an
+    explicit attention_factor (the cos/sin multiplier; None: from factor and the mscales)
+    and truncate (round the correction range to whole dimensions), as transformers reads
+    them. llama_4_scaling_beta > 0 scales q after RoPE by
     1 + beta * ln(1 + floor(pos / original_max_position_embeddings)); 0 turns it off."""
 
     theta: float = 10000.0
@@ -46,9 +48,13 @@ class RopeConfig:
     mscale: float = 1.0
     mscale_all_dim: float = 0.0
     llama_4_scaling_beta: float = 0.0
+    attention_factor: float | None = None
+    truncate: bool = True
 
     def __post_init__(self) -> None:
         _require(self.rope_type in ("default", "yarn"), f"rope_type {self.rope_type!r} unsupported")
+        _require(self.attention_factor is None or (self.attention_factor > 0 and math.isfinite(
+            self.attention_factor)), "rope attention_factor must be a finite number > 0")
         _require(self.theta > 0 and math.isfinite(self.theta),
                  "rope theta must be a finite number > 0")
         _require(self.factor >= 1.0, "rope factor must be >= 1")
@@ -89,6 +95,10 @@ class ModelConfig:
     bos_token_id: int | None = 1
     eos_token_ids: tuple[int, ...] = (2,)
     has_vision: bool = False  # multimodal checkpoint: vision weights present, not served
+    # keys a query attends are those fewer than this many positions back (transformers'
+    # sliding-window mask); None: all earlier keys. Served only where --max-model-len keeps
+    # every key inside the window (ModelRunner), so attention stays plain causal.
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "intermediate_size", "num_layers", "num_heads",
@@ -102,6 +112,8 @@ class ModelConfig:
         _require(self.num_heads % self.num_kv_heads == 0,
                  f"num_heads {self.num_heads} not a multiple of num_kv_heads {self.num_kv_heads}")
         _require(self.head_dim % 2 == 0, "head_dim must be even for RoPE")
+        _require(self.sliding_window is None or self.sliding_window > 0,
+                 "sliding_window must be > 0 or null")
         _require(self.rms_norm_eps > 0 and math.isfinite(self.rms_norm_eps),
                  f"rms_norm_eps must be a finite number > 0, got {self.rms_norm_eps}")
         _require(isinstance(self.tie_word_embeddings, bool),

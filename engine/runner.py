@@ -91,6 +91,13 @@ class ModelRunner:
         self.config: ModelConfig = weights.config
         self.engine_config = engine_config
         check_memory(self.config, engine_config)
+        window = self.config.sliding_window
+        if window is not None and engine_config.max_model_len > window:
+            raise ConfigError(
+                f"the checkpoint's sliding_window is {window}: sliding-window attention is "
+                f"not implemented, and --max-model-len {engine_config.max_model_len} lets a "
+                f"query reach keys outside the window; serve it with --max-model-len "
+                f"{window} or less (every key is then inside the window)")
         if engine_config.max_model_len > self.config.max_position_embeddings:
             log.warning("max_model_len %d exceeds the model's max_position_embeddings %d: "
                         "positions past it are beyond what the model was trained on",

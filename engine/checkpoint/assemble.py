@@ -83,6 +83,10 @@ def load_kv_scales(store: TensorStore, cfg: ModelConfig,
 
 def check_names(store: TensorStore, cfg: ModelConfig, names: NameMap, source: str) -> int:
     """Raise for the first missing or unexpected tensor; return the vision tensor count."""
+    last = names.disk(f"layers.{cfg.num_layers - 1}.input_layernorm.weight")
+    if last not in store:  # before listing every layer's names (a config may say 10^12)
+        raise CheckpointError(f"{source}: tensor '{last}' missing (the config gives "
+                              f"{cfg.num_layers} layers)")
     required, known = known_names(cfg, names)
     for name in required:
         if name not in store:

@@ -24,18 +24,28 @@ def _as_ids(value: Any, where: str) -> tuple[int, ...]:
 
 
 def special_ids(
-    model_dir: Path, config: dict[str, Any], config_file: str
+    model_dir: Path, config: dict[str, Any], config_file: str, vocab_size: int | None = None
 ) -> tuple[int | None, tuple[int, ...]]:
     """(bos, eos ids). generation_config.json first, then the config, then Tekken's 1/2.
-    EOS ids from both files are merged (generation_config order first)."""
+    EOS ids from both files are merged (generation_config order first). With
+    ``vocab_size``, an id outside [0, vocab_size) raises CheckpointError naming the file
+    it came from."""
     gen_path = Path(model_dir) / GENERATION_CONFIG
     gen = read_json(gen_path) if gen_path.exists() else {}
-    eos = _as_ids(gen.get("eos_token_id"), GENERATION_CONFIG)
+    found = [(i, GENERATION_CONFIG) for i in _as_ids(gen.get("eos_token_id"),
+                                                     GENERATION_CONFIG)]
     for extra in _as_ids(config.get("eos_token_id"), config_file):
-        if extra not in eos:
-            eos = eos + (extra,)
+        if extra not in [i for i, _ in found]:
+            found.append((extra, config_file))
+    bos_file = GENERATION_CONFIG if "bos_token_id" in gen else config_file
     bos = gen.get("bos_token_id", config.get("bos_token_id", 1))
-    return (bos if isinstance(bos, int) else None), (eos or (2,))
+    bos = bos if isinstance(bos, int) and not isinstance(bos, bool) else None
+    checks = [("bos_token_id", bos, bos_file)] if bos is not None else []
+    for name, value, where in checks + [("eos_token_id", i, f) for i, f in found]:
+        if vocab_size is not None and not 0 <= value < vocab_size:
+            raise CheckpointError(f"{where}: {name} {value} is outside the vocabulary "
+                                  f"[0, {vocab_size})")
+    return bos, (tuple(i for i, _ in found) or (2,))
 
 
 # generation_config.json key -> request field it gives the default for (vLLM's

@@ -71,10 +71,18 @@ def parse_rope(text: dict[str, Any]) -> RopeConfig:
         original = t.integer("max_position_embeddings")
     if original is not None:
         kw["original_max_position_embeddings"] = original
+    partial = params.number("partial_rotary_factor", 1.0)
+    if partial != 1.0:
+        raise CheckpointError(f"{HF_CONFIG}: {key}.partial_rotary_factor {partial:g} "
+                              "unsupported (the whole head dimension rotates)")
     if rope_type == "yarn":
         for name in YARN_KEYS[2:]:
             if params.has(name):
                 kw[name] = params.number(name)
+        if params.get("attention_factor") is not None:
+            kw["attention_factor"] = params.number("attention_factor")
+        if params.has("truncate"):
+            kw["truncate"] = params.flag("truncate", True)
         if params.has("factor"):
             kw["factor"] = params.number("factor")
         elif original:
@@ -120,7 +128,7 @@ def parse_hf_config(model_dir: Path) -> ModelConfig:
     arch = _architecture(cfg)
     text = _text_config(cfg)
     t = Fields(text, HF_CONFIG, "text_config." if text is not cfg else "")
-    bos, eos = special_ids(model_dir, text, HF_CONFIG)
+    bos, eos = special_ids(model_dir, text, HF_CONFIG, t.integer("vocab_size"))
     tied = (t.flag("tie_word_embeddings", False) if "tie_word_embeddings" in text
             else Fields(cfg, HF_CONFIG).flag("tie_word_embeddings", False))
     act = text.get("hidden_act", text.get("hidden_activation", "silu"))
@@ -147,6 +155,7 @@ def parse_hf_config(model_dir: Path) -> ModelConfig:
             bos_token_id=bos,
             eos_token_ids=eos,
             has_vision="vision_config" in cfg,
+            sliding_window=t.integer("sliding_window") if t.has("sliding_window") else None,
         )
     except ConfigError as exc:
         raise CheckpointError(f"{HF_CONFIG}: {exc}") from None

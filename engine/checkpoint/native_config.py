@@ -60,7 +60,7 @@ def parse_native_quant(p: dict[str, Any]) -> QuantConfig:
 def parse_native_config(model_dir: Path) -> ModelConfig:
     p = read_json(Path(model_dir) / NATIVE_PARAMS)
     f = Fields(p, NATIVE_PARAMS)
-    bos, eos = special_ids(model_dir, {}, NATIVE_PARAMS)
+    bos, eos = special_ids(model_dir, {}, NATIVE_PARAMS, f.integer("vocab_size"))
     heads = f.integer("n_heads")
     dim = f.integer("dim")
     max_pos = (f.integer("max_position_embeddings") if f.has("max_position_embeddings")
@@ -83,6 +83,7 @@ def parse_native_config(model_dir: Path) -> ModelConfig:
             bos_token_id=bos,
             eos_token_ids=eos,
             has_vision=bool(p.get("vision_encoder") or p.get("multimodal")),
+            sliding_window=f.integer("sliding_window") if f.has("sliding_window") else None,
         )
     except ConfigError as exc:
         raise CheckpointError(f"{NATIVE_PARAMS}: {exc}") from None

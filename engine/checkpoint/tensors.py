@@ -61,6 +61,8 @@ def _open(model_dir: Path, file: str):  # type: ignore[no-untyped-def]
     path = model_dir / file
     if not path.exists():
         raise CheckpointError(f"{file}: missing from {model_dir}")
+    if not path.is_file():
+        raise CheckpointError(f"{file}: not a file (a safetensors file was expected)")
     try:
         return safe_open(str(path), framework="pt")
     except Exception as exc:  # safetensors raises its own SafetensorError / OSError
@@ -117,12 +119,17 @@ class TensorStore:
         weight_map = read_json(model_dir / index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise CheckpointError(f"{index}: no weight_map")
+        for name, shard in weight_map.items():
+            if not isinstance(shard, str) or not shard or "/" in shard or shard in (".",
+                                                                                  ".."):
+                raise CheckpointError(f"{index}: tensor '{name}' points at {shard!r}, "
+                                      "which is not a shard's file name")
         shards = sorted(set(weight_map.values()))
         for name, shard in sorted(weight_map.items()):
-            if not (model_dir / shard).exists():
+            if not (model_dir / shard).is_file():
                 raise CheckpointError(
                     f"{index}: tensor '{name}' points at shard '{shard}', which is missing"
-                )
+                    + ("" if not (model_dir / shard).exists() else " (not a file)"))
         return cls(model_dir, shards, index_file=index, index_map=weight_map)
 
     def names(self) -> list[str]:

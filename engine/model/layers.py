@@ -61,8 +61,10 @@ def rope_inv_freq(rope: RopeConfig, head_dim: int) -> torch.Tensor:
         orig = rope.original_max_position_embeddings
         return (head_dim * math.log(orig / (rotations * 2 * math.pi))) / (2 * math.log(rope.theta))
 
-    low = float(max(math.floor(correction_dim(rope.beta_fast)), 0))
-    high = float(min(math.ceil(correction_dim(rope.beta_slow)), head_dim - 1))
+    low, high = correction_dim(rope.beta_fast), correction_dim(rope.beta_slow)
+    if rope.truncate:  # whole dimensions (the default; truncate: false keeps the fractions)
+        low, high = math.floor(low), math.ceil(high)
+    low, high = float(max(low, 0)), float(min(high, head_dim - 1))
     if low == high:
         high += 0.001  # as in the reference: avoid a zero-width ramp
     ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
@@ -71,9 +73,12 @@ def rope_inv_freq(rope: RopeConfig, head_dim: int) -> torch.Tensor:
 
 
 def rope_attention_factor(rope: RopeConfig) -> float:
-    """The cos/sin multiplier: 1 for plain RoPE; YaRN: mscale(f, m)/mscale(f, m_all)."""
+    """The cos/sin multiplier: 1 for plain RoPE; YaRN: the config's attention_factor, else
+    mscale(f, m)/mscale(f, m_all)."""
     if rope.rope_type == "default":
         return 1.0
+    if rope.attention_factor is not None:
+        return rope.attention_factor
     if rope.mscale and rope.mscale_all_dim:
         return _mscale(rope.factor, rope.mscale) / _mscale(rope.factor, rope.mscale_all_dim)
     return _mscale(rope.factor)

@@ -49,7 +49,10 @@ class TekkenBackend:
         from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
 
         policy = SpecialTokenPolicy.IGNORE if skip_special_tokens else SpecialTokenPolicy.KEEP
-        return self._tok.decode(list(ids), special_token_policy=policy)
+        # ids past the vocabulary (a model whose vocab_size pads tekken.json's) decode to
+        # nothing, as tokenizer.json's do (mistral-common raises on them)
+        known = [i for i in ids if 0 <= i < self._tok.n_words]
+        return self._tok.decode(known, special_token_policy=policy)
 
     def id_to_token(self, token_id: int) -> str | None:
         if not 0 <= token_id < self._tok.n_words:

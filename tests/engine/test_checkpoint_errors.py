@@ -355,3 +355,69 @@ def test_a_tied_checkpoint_may_carry_a_quantized_head_copy(tiny_checkpoint, tmp_
     _edit(d, lambda t: t.update({"lm_head.weight": q, "lm_head.weight_scale_inv": torch.ones(()),
                                  "lm_head.activation_scale": torch.ones(())}))
     assert load_weights(d, progress=False).lm_head is None
+
+
+def _config(ckpt, **changes):
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg.update(changes)
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+
+
+def test_yarn_attention_factor_and_truncate_are_read(ckpt):
+    cfg = json.loads((ckpt / "config.json").read_text())
+    rope = {**cfg.get("rope_parameters", cfg.get("rope_scaling") or {}), "rope_type": "yarn",
+            "factor": 4.0, "original_max_position_embeddings": 64, "attention_factor": 2.0,
+            "truncate": False}
+    cfg.pop("rope_scaling", None)
+    _config(ckpt, rope_parameters=rope)
+    got = load_weights(ckpt, progress=False).config.rope
+    assert (got.attention_factor, got.truncate) == (2.0, False)
+
+
+def test_a_partial_rotary_factor_is_refused(ckpt):
+    cfg = json.loads((ckpt / "config.json").read_text())
+    rope = {**cfg.get("rope_parameters", cfg.get("rope_scaling") or {}),
+            "partial_rotary_factor": 0.5}
+    cfg.pop("rope_scaling", None)
+    _config(ckpt, rope_parameters=rope)
+    assert "partial_rotary_factor 0.5 unsupported" in _error(ckpt)
+
+
+def test_sliding_window_is_read(ckpt):
+    _config(ckpt, sliding_window=8)
+    assert load_weights(ckpt, progress=False).config.sliding_window == 8
+
+
+def test_a_bad_id_in_generation_config_names_that_file(ckpt):
+    gen = json.loads((ckpt / "generation_config.json").read_text())
+    (ckpt / "generation_config.json").write_text(json.dumps({**gen, "bos_token_id": 99999}))
+    assert _error(ckpt).startswith("generation_config.json: bos_token_id 99999 is outside")
+    (ckpt / "generation_config.json").write_text(json.dumps({**gen, "eos_token_id": [2, -1]}))
+    assert _error(ckpt).startswith("generation_config.json: eos_token_id -1 is outside")
+
+
+def test_more_layers_than_the_checkpoint_holds_fails_at_once(ckpt):
+    """A config naming 10^12 layers listed every name first (minutes, gigabytes)."""
+    _config(ckpt, num_hidden_layers=10**12)
+    assert _error(ckpt) == ("model.safetensors: tensor 'model.layers.999999999999."
+                            "input_layernorm.weight' missing (the config gives "
+                            "1000000000000 layers)")
+
+
+@pytest.mark.parametrize("shard", [5, "", "sub", "../x.safetensors"])
+def test_an_index_entry_that_is_no_shard_file_names_the_index(tiny_checkpoint, tmp_path,
+                                                              shard):
+    d = _copy(tiny_checkpoint(shard_bytes=150_000), tmp_path / "s")
+    (d / "sub").mkdir()
+    path = d / "model.safetensors.index.json"
+    index = json.loads(path.read_text())
+    index["weight_map"]["model.norm.weight"] = shard
+    path.write_text(json.dumps(index))
+    msg = _error(d)
+    assert msg.startswith("model.safetensors.index.json: tensor 'model.norm.weight' points at")
+
+
+def test_a_directory_in_place_of_the_weights(ckpt):
+    (ckpt / "model.safetensors").unlink()
+    (ckpt / "model.safetensors").mkdir()
+    assert _error(ckpt) == "model.safetensors: not a file (a safetensors file was expected)"

@@ -95,7 +95,10 @@ def hf_rope_parameters(rope: RopeConfig) -> dict[str, object]:
         "llama_4_scaling_beta": rope.llama_4_scaling_beta}
     if rope.rope_type == "yarn":
         out.update(factor=rope.factor, beta_fast=rope.beta_fast, beta_slow=rope.beta_slow,
-                   mscale=rope.mscale, mscale_all_dim=rope.mscale_all_dim)
+                   mscale=rope.mscale, mscale_all_dim=rope.mscale_all_dim,
+                   truncate=rope.truncate)
+        if rope.attention_factor is not None:
+            out["attention_factor"] = rope.attention_factor
     return out
 
 

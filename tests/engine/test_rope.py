@@ -31,6 +31,13 @@ CASES = {
     "yarn_no_mscale": (RopeConfig(theta=5e5, rope_type="yarn", factor=8.0,
                                   original_max_position_embeddings=32), 64),
     "default": (RopeConfig(theta=1e4), 64),
+    # an explicit attention_factor and truncate: false (both were dropped: cos/sin and the
+    # ramp then differed from transformers')
+    "yarn_attention_factor": (RopeConfig(theta=1e4, rope_type="yarn", factor=4.0,
+                                         original_max_position_embeddings=64,
+                                         attention_factor=2.0), 64),
+    "yarn_no_truncate": (RopeConfig(theta=1e4, rope_type="yarn", factor=4.0,
+                                    original_max_position_embeddings=1000, truncate=False), 64),
 }
 
 

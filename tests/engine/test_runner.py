@@ -219,3 +219,18 @@ def test_startup_log_names_each_layers_kernel(weights, caplog) -> None:
     total = sum(counts.values())
     assert total == sum(int(p.split(" on ")[0]) for p in lines[0][9:].split("), ")
                         if " on " in p and "generated" not in p)
+
+
+def test_a_sliding_window_the_context_can_pass_is_refused(weights) -> None:
+    """Sliding-window attention is not implemented: a --max-model-len past the window
+    would attend keys outside it (transformers masks them), so the server refuses it;
+    within the window the plain causal mask is the same mask."""
+    from dataclasses import replace
+
+    from engine.config import ConfigError
+
+    windowed = replace(weights, config=replace(weights.config, sliding_window=8))
+    with pytest.raises(ConfigError, match="sliding_window is 8: .* --max-model-len 8 or less"):
+        make_runner(windowed, kv_cache_gib=0.001, max_model_len=64)
+    assert make_runner(windowed, kv_cache_gib=0.001, max_model_len=8).engine_config \
+        .max_model_len == 8

@@ -120,6 +120,9 @@ def test_tekken_reference_encoding(tekken):
     assert tekken.vocab_size == 131072
     assert tekken.decode([1, 3, 22177, 4]) == "Hello"
     assert tekken.decode([1, 3, 22177, 4], skip_special_tokens=False) == "<s>[INST]Hello[/INST]"
+    # ids past tekken.json's vocabulary (a model's padded vocab_size) decode to nothing, as
+    # tokenizer.json's do (mistral-common raised: a 500 for every request that drew one)
+    assert tekken.decode([22177, 131072, 200000]) == "Hello"
     assert tekken.id_to_token(3) == "[INST]" and tekken.is_special(3)
 
 
