@@ -98,7 +98,8 @@ class Engine:
                     sink: OutputSink, timeout: float | None = None,
                     cache_salt: str | None = None, images: tuple[Any, ...] = (),
                     tag: str = "", prediction: tuple[int, ...] = (),
-                    priority: int = 0, count_refusal: bool = True) -> None:
+                    priority: int = 0, count_refusal: bool = True,
+                    drain_ok: bool = False) -> None:
         """Queue a request. Raises InvalidRequestError, QueueFullError or
         EngineUnavailableError (and the observer counts the rejection). Requests with
         different ``cache_salt`` never share prefix-cache blocks. ``images``: encoded
@@ -109,7 +110,9 @@ class Engine:
         ``priority``: lower runs first under priority scheduling; it must be 0 under FCFS
         (InvalidRequestError naming ``priority``). ``count_refusal`` False: a refusal is
         not counted (a caller's own submission that no client sees refused, such as a
-        beam search's next step, which waits out a full queue)."""
+        beam search's next step, which waits out a full queue). ``drain_ok``: taken while
+        the engine drains (a request the server admitted before the drain began: one still
+        being prepared, or a beam search's next step), refused only once it is dead."""
         try:
             if priority and not self.scheduler.by_priority:
                 raise InvalidRequestError(
@@ -117,7 +120,7 @@ class Engine:
                     "schedules first come, first served (--scheduling-policy priority)",
                     "priority")
             live = self._validate(request_id, prompt_ids, params, sink, timeout, cache_salt,
-                                  images, tag)
+                                  images, tag, drain_ok)
             live.req.prediction_ids = tuple(prediction)
             live.req.priority = priority
             with self._lock:
@@ -129,22 +132,33 @@ class Engine:
                 self.observer.on_rejected(type(exc).__name__)
             raise
 
-    def _check_queue(self) -> None:
+    def _check_queue(self, count: int = 1) -> None:
         """Caller holds the lock. Only requests that will find no free slot count as
-        queued: pending - free slots must stay below max_queue."""
+        queued: pending - free slots must stay below max_queue (with ``count`` more)."""
         if self.max_queue is None:
             return
         s = self._stats
         free = max(0, self.config.max_num_seqs - s.num_running)
-        if len(self._inbox) + s.num_waiting - free >= self.max_queue:
+        if len(self._inbox) + s.num_waiting - free + count - 1 >= self.max_queue:
             raise QueueFullError(f"{self.max_queue} requests already waiting")
+
+    def check_room(self, count: int) -> None:
+        """QueueFullError (counted as one refusal) unless ``count`` requests fit now: what
+        a request of several choices checks before it adds the first, so it is refused
+        whole instead of part-queued and rolled back."""
+        try:
+            with self._lock:
+                self._check_queue(count)
+        except QueueFullError:
+            self.observer.on_rejected(QueueFullError.__name__)
+            raise
 
     def _validate(self, request_id: str, prompt_ids: list[int], params: Any,
                   sink: OutputSink, timeout: float | None,
                   cache_salt: str | None = None, images: tuple[Any, ...] = (),
-                  tag: str = "") -> LiveRequest:
+                  tag: str = "", drain_ok: bool = False) -> LiveRequest:
         state = self.stats().state
-        if state != "ready":
+        if state != "ready" and not (state == "draining" and drain_ok):
             raise EngineUnavailableError(f"engine is {state}", state)
         max_tokens = self.output_budget(len(prompt_ids), params.max_tokens)
         now = self.clock()

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.backend import ModelBackend, ServingState
+from service.backend import ADMITTED_BEFORE_DRAIN, ModelBackend, ServingState
 from service.backend import load_backend as default_load_backend
 from service.body_text import LoneSurrogateGuard
 from service.errors import install_error_handlers
@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 
 class InFlight:
     """ASGI middleware: ``state.http_in_flight`` counts the HTTP requests being answered,
-    streams until their last byte (what a drain waits for besides the engine)."""
+    streams until their last byte (what a drain waits for besides the engine), and
+    ADMITTED_BEFORE_DRAIN marks those that began before a drain."""
 
     def __init__(self, app: ASGIApp, state: ServingState) -> None:
         self.app, self.state = app, state
@@ -39,9 +40,11 @@ class InFlight:
             await self.app(scope, receive, send)
             return
         self.state.http_in_flight += 1
+        token = ADMITTED_BEFORE_DRAIN.set(self.state.health != "draining")
         try:
             await self.app(scope, receive, send)
         finally:
+            ADMITTED_BEFORE_DRAIN.reset(token)
             self.state.http_in_flight -= 1
 
 def create_app(settings: Settings | None = None,
@@ -64,7 +67,6 @@ def create_app(settings: Settings | None = None,
 
     app = FastAPI(title="fp8serve", lifespan=lifespan)
     app.state.serving = state
-    app.add_middleware(InFlight, state=state)
     # inside CORS: its 400s and 413s carry CORS headers
     app.add_middleware(LoneSurrogateGuard, max_bytes=settings.max_request_body_mib * 2**20
                        if settings.max_request_body_mib else None)
@@ -73,6 +75,9 @@ def create_app(settings: Settings | None = None,
                            allow_credentials=settings.allow_credentials,
                            allow_methods=list(settings.allowed_methods),
                            allow_headers=list(settings.allowed_headers))
+    # outermost: a request counts as in flight (and as taken before a drain) from its
+    # first byte, while its body is still arriving
+    app.add_middleware(InFlight, state=state)
     install_error_handlers(app)
     install_openapi(app)
     app.include_router(ops.public)

@@ -12,6 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,14 @@ def load_backend(settings: Settings) -> ModelBackend:
     vision, why = load_vision_runtime(model_dir, settings, tokenizer)
     return ModelBackend(runner, tokenizer, name, hw, cfg, overrides=overrides,
                         sampling_defaults=defaults, vision=vision, vision_off_reason=why)
+
+
+# True inside an HTTP request the server took before a drain began (the InFlight
+# middleware sets it): its engine requests, a beam search's later steps among them, are
+# taken while the engine drains, as in-flight requests get --drain-timeout; a request
+# that arrives during the drain is refused (503).
+ADMITTED_BEFORE_DRAIN: ContextVar[bool] = ContextVar("fp8serve_admitted_before_drain",
+                                                     default=False)
 
 
 class ServingState:

@@ -17,7 +17,7 @@ from fastapi import Request
 from engine.request import FinishReason
 from engine.sampling_params import SamplingParams
 from engine.stream import LoopDispatcher, RequestOutput, TokenLogprob
-from service.backend import ServingState
+from service.backend import ADMITTED_BEFORE_DRAIN, ServingState
 from service.errors import APIError, error_body
 
 DISCONNECT_POLL_S = 0.25
@@ -66,6 +66,8 @@ class Submission(Choices):
         # vLLM's stream_interval: a choice's outputs go out with its first token, then
         # once this many tokens have gathered, and when it ends (merged in between)
         self.interval = state.settings.stream_interval
+        # taken while the engine drains: the HTTP request began before the drain
+        self.drain_ok = ADMITTED_BEFORE_DRAIN.get()
         self._held: dict[int, RequestOutput] = {}
         self._sent: set[int] = set()
 
@@ -86,6 +88,8 @@ class Submission(Choices):
             kw["priority"] = priority
         if not count_refusal:
             kw["count_refusal"] = False
+        if self.drain_ok:
+            kw["drain_ok"] = True
         self.engine.add_request(rid, prompt_ids, params, sink, timeout=self.timeout,
                                 cache_salt=cache_salt, tag=self.api, **kw)
         self.ids.append(rid)
@@ -152,16 +156,33 @@ def check_priority(state: ServingState, priority: int) -> None:
                        "(--scheduling-policy priority)", "priority")
 
 
+def check_choices(state: ServingState, total: int, field: str = "n") -> None:
+    """A request of ``total`` choices (prompts x n, or best_of) fits the engine's slots and
+    queue: more than --max-num-seqs + --max-queue never can (a 400 naming ``n``), and a
+    queue without room for all of them now refuses the request whole (429, one refusal),
+    not after queueing part of it."""
+    cfg = state.settings
+    if cfg.max_queue is not None and total > cfg.max_num_seqs + cfg.max_queue:
+        raise APIError(400, f"{field}: {total} choices (prompts x {field}) are more than "
+                       f"the server runs {cfg.max_num_seqs} and queues {cfg.max_queue} "
+                       "(--max-num-seqs, --max-queue)", field)
+    if total > 1:
+        state.engine.check_room(total)
+
+
 def submit(state: ServingState, prefix: str, prompts: list[list[int]],
            params: SamplingParams, n: int, cache_salt: str | None = None,
            images: tuple[Any, ...] = (), prediction: tuple[int, ...] = (),
-           priority: int = 0, stream_interval: int | None = None) -> Submission:
+           priority: int = 0, stream_interval: int | None = None,
+           field: str = "n") -> Submission:
     """Queue n choices per prompt (choice index = prompt_index * n + j); seeded choices
     use seed + j so they differ. ``prediction``: every choice's predicted output (token
     ids). ``priority``: vLLM's, lower first; a 400 naming it unless the server schedules
-    by priority. ``stream_interval``: the request's (vLLM's), else the server's. On any
-    refusal, what was queued is aborted."""
+    by priority. ``stream_interval``: the request's (vLLM's), else the server's. ``field``:
+    what a request of more choices than ever fit names (n, best_of). On any refusal, what
+    was queued is aborted."""
     check_priority(state, priority)
+    check_choices(state, len(prompts) * n, field)
     sub = Submission(state, prefix)
     if stream_interval is not None:
         sub.interval = stream_interval

@@ -193,7 +193,8 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
             body.cache_salt, priority=body.priority)
     else:
         sub = submit(state, "cmpl", prompts, params, best_of, body.cache_salt,
-                     priority=body.priority, stream_interval=body.stream_interval)
+                     priority=body.priority, stream_interval=body.stream_interval,
+                     field="n" if best_of == body.n else "best_of")
     sub.grammar_param = constraint[0] if constraint else None
     fmt = formatter(state, sub.id, model, body)
     echo = texts if body.echo else []

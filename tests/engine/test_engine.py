@@ -250,6 +250,11 @@ def test_thread_loop_with_async_streams_and_drain():
         with pytest.raises(EngineUnavailableError) as ei:
             eng.add_request("late", [1], SamplingParams(max_tokens=1), lambda o: None)
         assert ei.value.state == "draining"
+        # a request the server admitted before the drain (drain_ok) is still taken
+        late = AsyncStream("admitted", loop)
+        eng.add_request("admitted", [4, 9], SamplingParams(max_tokens=6, **GREEDY), late.put,
+                        drain_ok=True)
+        streams.append(late)
         results = []
         for s in streams:
             results.append([o.token_ids[0] async for o in s])
@@ -257,7 +262,8 @@ def test_thread_loop_with_async_streams_and_drain():
         return results
 
     results = asyncio.run(main())
-    assert results == [expected_tokens([i + 1, 9], 6) for i in range(3)]
+    assert results == [expected_tokens([i + 1, 9], 6) for i in range(3)] + [
+        expected_tokens([4, 9], 6)]
 
 
 def test_engine_death_fails_requests_and_flips_state():

@@ -286,6 +286,59 @@ def test_queue_full_timeout_and_drain():
         error_of(cl.post("/v1/completions", json={"prompt": "1"}), 503)
 
 
+def metric_values(cl, name: str) -> list[str]:
+    """The lines of one metric family in /metrics."""
+    return [line for line in cl.get("/metrics").text.splitlines() if line.startswith(name)]
+
+
+def test_more_choices_than_ever_fit_are_a_400_and_a_full_queue_refuses_them_whole():
+    """n (or best_of) past --max-num-seqs + --max-queue could never run: a 400 naming
+    it (it was a 429 on an idle server, on every retry). Choices that do not fit the queue
+    now refuse the request whole: one refusal, nothing queued and aborted."""
+    with client(max_num_seqs=2, max_queue=3, delay_s=0.02) as cl:
+        err = error_of(cl.post("/v1/completions", json={"prompt": "1", "n": 6}), 400)
+        assert err["param"] == "n" and "--max-num-seqs" in err["message"]
+        err = error_of(cl.post("/v1/completions", json={"prompt": "1", "n": 2,
+                                                        "best_of": 6}), 400)
+        assert err["param"] == "best_of"
+        err = error_of(cl.post("/v1/completions", json={"prompt": ["1", "2"], "n": 3}), 400)
+        assert err["param"] == "n"
+        assert cl.post("/v1/completions", json={"prompt": "1", "n": 5, "max_tokens": 2}
+                       ).status_code == 200
+        eng = cl.app.state.serving.engine
+        long = SamplingParams(max_tokens=40, ignore_eos=True)
+        for i in range(3):  # two run, one waits: room for 2 more
+            eng.add_request(f"hog{i}", [1], long, lambda o: None)
+        while eng.stats().num_running != 2:
+            time.sleep(0.01)
+        before = metric_values(cl, "fp8serve_requests_aborted_total")
+        error_of(cl.post("/v1/completions", json={"prompt": "1", "n": 3}), 429)
+        assert metric_values(cl, "fp8serve_requests_aborted_total") == before
+        for i in range(3):
+            eng.abort(f"hog{i}")
+
+
+def test_a_request_taken_before_a_drain_still_runs_in_it():
+    """One still being prepared when SIGTERM came (its body arriving, its prompt being
+    tokenized) gets --drain-timeout as the others do (it was a 503)."""
+    with client(delay_s=0.02) as cl:
+        state = cl.app.state.serving
+        tok = state.backend.tokenizer
+        encode = tok.encode
+
+        def slow_encode(*a, **k):  # the drain begins while this request is prepared
+            state.begin_drain()
+            return encode(*a, **k)
+
+        tok.encode = slow_encode
+        try:
+            r = cl.post("/v1/completions", json={"prompt": "5 6", "max_tokens": 2})
+        finally:
+            tok.encode = encode
+        assert r.status_code == 200, r.text
+        error_of(cl.post("/v1/completions", json={"prompt": "5 6", "max_tokens": 2}), 503)
+
+
 def test_error_after_stream_started_sends_error_event_then_done():
     seq = expected_tokens([5, 6], 4)
     with client(fail_on_token=seq[1]) as cl:

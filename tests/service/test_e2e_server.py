@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -276,6 +277,14 @@ def test_sigterm_drains_then_exits(server):
     # model makes about 100 tokens/s per stream on 2 busy cores, 300 on a fast host)
     body = {"model": "tiny", "prompt": "drain me", "max_tokens": 800, "stream": True,
             "ignore_eos": True, "temperature": 0}
+    # a request whose body is still arriving when the drain begins is in flight: it is
+    # answered (it was a 503: the engine refused it once its body was read)
+    slow = json.dumps({"model": "tiny", "prompt": "slow body", "max_tokens": 2}).encode()
+    host, port = url.split("//")[1].split(":")
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer "
+                 f"{KEY}\r\nContent-Type: application/json\r\nContent-Length: {len(slow)}"
+                 "\r\nConnection: close\r\n\r\n".encode() + slow[:10])
     with httpx.Client(base_url=url, headers=headers, timeout=60) as hc:
         with hc.stream("POST", "/v1/completions", json=body) as resp:
             lines = resp.iter_lines()
@@ -288,6 +297,10 @@ def test_sigterm_drains_then_exits(server):
             assert health.status_code == 503 and health.json()["status"] == "draining"
             late = hc.post("/v1/completions", json={"model": "tiny", "prompt": "late"})
             assert late.status_code == 503
+            sock.sendall(slow[10:])
+            answer = b"".join(iter(lambda: sock.recv(65536), b""))
+            sock.close()
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
             rest = [ln for ln in lines if ln.startswith("data: ")]
     assert rest[-1] == "data: [DONE]"
     assert json.loads(rest[-2][6:])["choices"][0]["finish_reason"] == "length"
