@@ -75,10 +75,14 @@ class SchedulerOutput:
     preempted: tuple[Request, ...] = ()
     num_decodes: int = 0  # the first num_decodes chunks are one-token decodes
     # prefix cache lookups of this step's admissions, in tokens (vLLM's meaning): the
-    # tokens of the requests that looked, and those found cached
+    # tokens of the requests that looked, and those found cached; a preempted request's
+    # re-admission counts apart (vLLM's preempted_queries / preempted_hits), so the hit
+    # rate is the one of the prompts the clients sent
     cache_queries: int = 0
     cache_hits: int = 0
     num_draft_tokens: int = 0  # speculative draft tokens in the decode chunks
+    preempted_cache_queries: int = 0
+    preempted_cache_hits: int = 0
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -188,12 +192,13 @@ class Scheduler:
         if num_decodes and cap is not None:  # the step carries decodes: prefill gets <= cap
             budget = min(budget, cap)
         budget = self._pick(prefills, budget, picked, preempted)
-        queries, hits = self._admit(budget, picked) if not preempted else (0, 0)
+        lookups = self._admit(budget, picked) if not preempted else (0, 0, 0, 0)
         if not picked:
             return None
         chunks = tuple(self._chunk(req, n) for req, n in picked)
         return SchedulerOutput(BatchInputs(chunks), tuple(r for r, _ in picked),
-                               tuple(preempted), num_decodes, queries, hits, num_drafts)
+                               tuple(preempted), num_decodes, lookups[0], lookups[1],
+                               num_drafts, lookups[2], lookups[3])
 
     def _draft(self, picked: list[tuple[Request, int]], budget: int) -> tuple[int, int]:
         """Give the picked decodes the draft tokens the drafter proposes, as far as
@@ -260,10 +265,11 @@ class Scheduler:
         req.status = RequestStatus.WAITING
         self._enqueue(req, front=True)
 
-    def _admit(self, budget: int, picked: list[tuple[Request, int]]) -> tuple[int, int]:
+    def _admit(self, budget: int, picked: list[tuple[Request, int]]
+               ) -> tuple[int, int, int, int]:
         """Admit waiting requests in order; returns the prefix cache's (tokens looked up,
-        tokens found) over the admitted ones."""
-        queries = found = 0
+        tokens found) over the admitted ones, first admissions, then re-admissions."""
+        lookups = [0, 0, 0, 0]
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             hits = self.prefix_cache.match(req) if self.prefix_cache is not None else []
@@ -279,14 +285,16 @@ class Scheduler:
             if not self.allocator.grow(req.block_table, start + n):
                 raise AssertionError("free blocks were counted for this admission")
             if self.prefix_cache is not None and not req.wants_prompt_logprobs:
-                queries, found = queries + req.num_tokens, found + start
+                at = 2 if req.num_preemptions else 0
+                lookups[at] += req.num_tokens
+                lookups[at + 1] += start
             if req.num_preemptions == 0:
                 req.num_cached_tokens = start
             req.status = RequestStatus.RUNNING
             self.running.append(req)
             picked.append((req, n))
             budget -= n
-        return queries, found
+        return lookups[0], lookups[1], lookups[2], lookups[3]
 
     @staticmethod
     def _chunk(req: Request, n: int) -> SeqChunk:

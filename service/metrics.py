@@ -62,7 +62,8 @@ class ServingMetrics(EngineObserver):
         self.preemptions = counter("num_preemptions", "Running requests preempted (their "
                                    "KV freed, recomputed later).")
         self.cache_queries = counter("prefix_cache_queries", "Prompt tokens of admitted "
-                                     "requests that looked up the prefix cache.")
+                                     "requests that looked up the prefix cache (a "
+                                     "preempted request's re-admission not counted).")
         self.cache_hits = counter("prefix_cache_hits", "Of those, tokens found cached "
                                   "(their KV was not computed again).")
         # speculative decoding, vLLM's spec_decode_* meanings: drafts verified, the tokens
