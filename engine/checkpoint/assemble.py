@@ -76,7 +76,8 @@ def load_kv_scales(store: TensorStore, cfg: ModelConfig,
         return None
     if len(present) != len(disk):
         missing = next(n for n in disk if n not in store)
-        raise CheckpointError(f"KV-cache scales: '{missing}' missing (others are present)")
+        raise CheckpointError(f"{store.meta(present[0]).file}: tensor '{missing}' missing "
+                              f"(a KV-cache scale: '{present[0]}' and others are present)")
     vals = [float(read_scale(store, n, ())) for n in disk]
     return tuple((vals[2 * i], vals[2 * i + 1]) for i in range(cfg.num_layers))
 

@@ -204,6 +204,22 @@ def test_checkpoint_static_kv_scales_are_honoured(tiny_checkpoint, tmp_path: Pat
     assert make_runner(weights).kv.scales is None  # a bf16 cache ignores them
 
 
+def test_a_partial_set_of_kv_scales_names_the_file_and_tensor(tiny_checkpoint,
+                                                              tmp_path: Path) -> None:
+    from engine.checkpoint.errors import CheckpointError
+
+    src = tiny_checkpoint()
+    layers = load_weights(src, progress=False).config.num_layers
+    d = _with_kv_scales(src, tmp_path / "ckpt", [(0.5, 0.5)] * layers)
+    tensors = load_file(d / "model.safetensors")
+    gone = next(n for n in tensors if n.endswith(f"layers.{layers - 1}.self_attn.v_scale"))
+    del tensors[gone]
+    save_file(tensors, d / "model.safetensors")
+    with pytest.raises(CheckpointError) as info:
+        load_weights(d, progress=False)
+    assert str(info.value).startswith(f"model.safetensors: tensor '{gone}' missing")
+
+
 def test_fp8_engine_with_preemption_and_prefix_cache_matches_each_alone() -> None:
     """Four greedy requests sharing a 12-token prefix through the engine on an fp8 cache
     too small for all of them (preemption, recompute) with the prefix cache on: each
