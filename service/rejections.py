@@ -144,6 +144,9 @@ BEAM = tuple(Rule(p, "use_beam_search", "use_beam_search ranks beams by the mode
 BEAM_CONSTRAINTS = tuple(Rule(p, "use_beam_search", "use_beam_search goes without a "
                               "constrained output")
                          for p in ("response_format", "structured_outputs", "guided_"))
+# more choices than the engine runs and queues (service/generation.py check_choices)
+CHOICES = tuple(Rule(p, "choices (prompts x", "the choices (n x prompts, or best_of) fit "
+                     "--max-num-seqs + --max-queue") for p in ("n", "best_of"))
 TRUNCATE = Rule("truncate_prompt_tokens", "keep at least 1",
                 "truncate_prompt_tokens keeps 1 or more tokens, or -1 (max_model_len)")
 COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
@@ -156,7 +159,7 @@ COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
                     "cache"),
                Rule("best_of", "less than n", "best_of is at least n"),
                Rule("best_of", "not with stream", "best_of above n needs stream false"),
-               TRUNCATE, *BEAM, *BEAM_CONSTRAINTS,
+               TRUNCATE, *BEAM, *BEAM_CONSTRAINTS, *CHOICES,
                Rule("echo", "use_beam_search", "echo with logprobs (the prompt's logprobs) "
                     "goes without use_beam_search"),
                Rule("prompt", "prompt is empty", "a text that encodes to no tokens needs a "
@@ -164,7 +167,7 @@ COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
 PREDICTION = (Rule("prediction", "longer than max_model_len",
                    "a prediction must not exceed max_model_len tokens"),)
 CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDICTION,
-        *STRUCTURED, *TEMPLATE, *CONTINUE, TRUNCATE, *BEAM, *BEAM_CONSTRAINTS,
+        *STRUCTURED, *TEMPLATE, *CONTINUE, TRUNCATE, *BEAM, *BEAM_CONSTRAINTS, CHOICES[0],
         *(Rule(p, "use_beam_search", "use_beam_search goes without tools, a prediction or "
                "a cap on reasoning")
           for p in ("tools", "prediction", "thinking_token_budget", "reasoning_effort")),

@@ -27,7 +27,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from engine.structured.spec import (
-    ANY_OBJECT,
     GrammarError,
     GrammarSpec,
     json_lark,
@@ -70,8 +69,19 @@ def _chosen(fns: list[Mapping[str, Any]], tool_choice: Any) -> tuple[str, list]:
     return "named", picked
 
 
+# a function without parameters takes none (OpenAI's reading of an omitted schema)
+NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {},
+                                "additionalProperties": False}
+
+
 def _args(fn: Mapping[str, Any]) -> str:
-    params = fn.get("parameters") or ANY_OBJECT
+    """A call's arguments: always a JSON object (a schema without a root type, or with a
+    root anyOf / $ref alone, allowed any JSON value), valid against the parameters."""
+    params = fn.get("parameters")
+    if params is None:
+        params = NO_ARGUMENTS
+    elif "type" not in params:
+        params = {**params, "type": "object"}
     return json_lark(params, strict=fn.get("strict") is True)
 
 

@@ -17,7 +17,14 @@ from typing import Any
 
 from engine.request import FinishReason
 from engine.stream import RequestOutput
-from service.tool_calls.deltas import Content, DeltaMessage, Event, ParsedMessage, ToolCall
+from service.tool_calls.deltas import (
+    Content,
+    DeltaMessage,
+    Event,
+    ParsedMessage,
+    Reasoning,
+    ToolCall,
+)
 from service.tool_calls.hermes import CLOSE as HERMES_CLOSE
 from service.tool_calls.hermes import OPEN as HERMES_OPEN
 from service.tool_calls.output import OutputParser
@@ -60,13 +67,15 @@ class ChoiceReader:
         self.parsing = plan.tool_parser is not None or plan.reasoning_parser is not None
         self._parser = (OutputParser(vocab, plan.tool_parser, plan.reasoning_parser)
                         if self.parsing else None)
-        # tool_choice required or a named function: the grammar writes only calls, and
-        # the whitespace it puts between them ("\n" between Hermes blocks) is no content
+        # tool_choice required or a named function: the grammar writes only calls, so text
+        # is no content: the whitespace it puts between them ("\n" between Hermes blocks),
+        # or what is left of a call max_tokens or a stop cut ("<tool_", "get_weat")
         self._calls_only = (plan.tool_parser is not None and plan.tools is not None
                             and (plan.tool_choice == "required"
                                  or plan.forced_function is not None))
-        self._held_space = ""  # whitespace not yet known to be a separator (_no_separators)
         self._named = plan.tool_parser is not None and plan.forced_function is not None
+        self._held_space = ""  # whitespace after a call, not yet known to be content
+        self._seen_call = False
         # the parsers' markers written as text (not special tokens): never the message's
         self.text_markers = tuple(
             [*REASONING_TAGS.get(plan.reasoning_parser or "", ()),
@@ -86,25 +95,31 @@ class ChoiceReader:
             if out.finished:
                 delta = DeltaMessage.of(delta.events + self._parser.finish().events)
             if self._calls_only:
-                delta = DeltaMessage.of(self._no_separators(delta.events, out.finished))
+                delta = DeltaMessage.of([e for e in delta.events
+                                         if not isinstance(e, Content)])
+            else:
+                delta = DeltaMessage.of(self._after_calls(delta.events, out.finished))
         self._record(delta)
         return delta
 
-    def _no_separators(self, events: list[Event], finished: bool) -> list[Event]:
-        """``events`` without whitespace-only text next to calls, the same however the
-        output was cut into steps: whitespace is held until text follows it (then both
-        go out) or a call or the end does (then it is dropped)."""
+    def _after_calls(self, events: list[Event], finished: bool) -> list[Event]:
+        """``events`` without the whitespace-only text between or after calls (what a
+        tool grammar writes between Hermes blocks: vLLM's content is the text before the
+        first call), the same however the output was cut into steps: after a call,
+        whitespace is held until text follows it (then both go out) or a call or the end
+        does (then it is dropped)."""
         out: list[Event] = []
         for e in events:
-            if isinstance(e, Content):
+            if isinstance(e, Content) and self._seen_call:
                 text, self._held_space = self._held_space + e.text, ""
                 if text.strip():
                     out.append(Content(text))
                 else:
                     self._held_space = text
-            else:
-                self._held_space = ""
-                out.append(e)
+                continue
+            if not isinstance(e, Content | Reasoning):  # a call's start or arguments
+                self._seen_call, self._held_space = True, ""
+            out.append(e)
         if finished:
             self._held_space = ""
         return out

@@ -22,13 +22,15 @@ from service.tool_calls.plan import ChatPlan
 
 
 def _blame_tool(compiler: Any, plan: ChatPlan) -> str:
-    """The first tool whose parameters schema does not compile on its own, else "tools"."""
+    """The first tool whose parameters schema does not compile on its own (as strictly
+    as the call grammar compiles it), else "tools"."""
     for i, tool in enumerate(plan.tools or ()):
         params = tool["function"].get("parameters")
         if params is None:
             continue
+        strict = tool["function"].get("strict") is True
         try:
-            compiler.compile(json_schema_spec(params, tool["function"]["name"], strict=False))
+            compiler.compile(json_schema_spec(params, tool["function"]["name"], strict=strict))
         except GrammarError:
             return f"tools[{i}].function.parameters"
     return "tools"

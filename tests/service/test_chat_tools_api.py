@@ -182,9 +182,28 @@ def test_forced_calls_have_no_content_between_them(choice):
         # for); required and auto calls with "tool_calls"
         assert whole["finish_reason"] == reason == ("tool_calls" if choice == "required"
                                                     else "stop")
-        # auto: what the model wrote between the calls stays content
+        # auto: whitespace between calls is no content either (vLLM's hermes content is
+        # the text before the first call: null here; it was " ")
         msg = chat(c, 6, tools=TOOLS).json()["choices"][0]["message"]
-        assert msg["content"] == " "
+        assert msg["content"] is None, msg
+        streamed, _ = reassemble(stream(c, 6, tools=TOOLS))
+        assert streamed["content"] == "" and len(streamed["tool_calls"]) == 2
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function",
+                                                  "function": {"name": "get_weather"}}])
+@pytest.mark.parametrize("cut", [2, 5, 9])
+def test_a_forced_call_cut_short_leaves_no_call_syntax_in_content(choice, cut):
+    """max_tokens cutting a forced call left its start as content ("<tool_", a half
+    name); the grammar writes calls only, so there is none, whole or streamed."""
+    with make_client(tool_call_parser="hermes") as c:
+        whole = chat(c, 6, tools=TOOLS, tool_choice=choice, max_tokens=cut).json()
+        msg = whole["choices"][0]["message"]
+        assert msg["content"] is None, msg
+        assert whole["choices"][0]["finish_reason"] == "length"
+        streamed, reason = reassemble(stream(c, 6, tools=TOOLS, tool_choice=choice,
+                                             max_tokens=cut))
+        assert streamed["content"] == "" and reason == "length"
 
 
 def test_version_names_the_parsers(client):

@@ -174,3 +174,11 @@ def test_bad_schema_is_a_bad_request(served):
     with pytest.raises(openai.BadRequestError) as e:
         _create(served, tools=bad, tool_choice="required")
     assert e.value.body["param"] == "tools.0.function.parameters"
+    # a strict tool's schema with a keyword strict mode refuses names that tool too (it
+    # was blamed on "tools": the tool was checked leniently)
+    strict = [TOOLS[0], {"type": "function", "function": {
+        "name": "g", "strict": True, "parameters": {"type": "object", "properties": {
+            "x": {"type": "array", "uniqueItems": True}}}}}]
+    with pytest.raises(openai.BadRequestError) as e:
+        _create(served, tools=strict, tool_choice="required")
+    assert e.value.body["param"] == "tools.1.function.parameters"

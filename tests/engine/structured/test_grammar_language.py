@@ -119,3 +119,22 @@ def test_format_with_tools_is_answer_or_calls(request, tokenizer, style, call):
     assert accepts(tok, spec, call)
     assert not accepts(tok, spec, "free text")
     assert not accepts(tok, spec, json.dumps({**VALID, "color": "pink"}))
+
+
+@pytest.mark.parametrize("parameters, args, ok", [
+    # a schema without a root type allowed any JSON value as the arguments
+    ({"properties": {"city": {"type": "string"}}, "required": ["city"]}, '{"city": "x"}',
+     True),
+    ({"properties": {"city": {"type": "string"}}, "required": ["city"]}, "false", False),
+    ({"anyOf": [{"required": ["a"]}, {"required": ["b"]}]}, "[1]", False),
+    ({"anyOf": [{"required": ["a"]}, {"required": ["b"]}]}, '{"b": 1}', True),
+    # no parameters: no arguments (OpenAI's reading), not any invented object
+    (None, "{}", True),
+    (None, '{"city": "Paris"}', False),
+])
+def test_a_calls_arguments_are_an_object_of_its_schema(demo_tokenizer, parameters, args, ok):
+    fn = {"name": "f"} if parameters is None else {"name": "f", "parameters": parameters}
+    spec = tool_call_grammar([{"type": "function", "function": fn}], "required", True,
+                             style="hermes", vocab=demo_tokenizer)
+    text = _h(f'{{"name": "f", "arguments": {args}}}')
+    assert accepts(demo_tokenizer, spec, text) is ok
