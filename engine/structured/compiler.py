@@ -20,6 +20,36 @@ from engine.structured.matcher import GrammarMatcher
 from engine.structured.spec import GrammarError, GrammarSpec
 
 DEFAULT_CACHE_SIZE = 256
+# llguidance recurses once per link of a $ref or rule chain while it builds a grammar: a
+# chain of ~2000 overflowed a worker thread's 8 MiB stack and the process died (SIGSEGV,
+# every request with it). Builds run on a thread of this stack (address space, touched
+# only as deep as a build goes), where such chains end in llguidance's own size limits.
+BUILD_STACK_BYTES = 1 << 30
+_stack_lock = threading.Lock()
+
+
+def on_big_stack(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` on a new thread of BUILD_STACK_BYTES of stack; its result or its
+    exception, in this thread."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box["error"] = exc
+
+    with _stack_lock:  # stack_size is process-wide: set it for this one thread only
+        old = threading.stack_size(BUILD_STACK_BYTES)
+        try:
+            worker = threading.Thread(target=run, name="fp8serve-grammar-build", daemon=True)
+            worker.start()
+        finally:
+            threading.stack_size(old)
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,7 +85,7 @@ class GrammarCompiler:
             if hit is not None:
                 self._cache.move_to_end(spec)
                 return hit
-        built = self._build(spec)  # outside the lock: compiles run in parallel
+        built = on_big_stack(self._build, spec)  # outside the lock: compiles run in parallel
         with self._lock:
             kept = self._cache.setdefault(spec, built)
             self._cache.move_to_end(spec)

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from engine.demo_model import ensure_demo_model
 from engine.sampling_params import SamplingParams, SamplingParamsError
 from engine.structured import (
     GrammarCompiler,
@@ -88,3 +89,41 @@ def test_sampling_params_grammar(tekken_tokenizer):
         p.validate_for_vocab(tekken_tokenizer.vocab_size - 1)
     with pytest.raises(SamplingParamsError, match="grammar"):
         SamplingParams(grammar="start: x")
+
+
+CHAINS = '''
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from engine.structured import GrammarError, GrammarSpec, compiler_for, json_schema_spec
+from engine.text.tokenizer import Tokenizer
+comp = compiler_for(Tokenizer.from_dir(sys.argv[1]))
+n = 3000
+defs = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(n)}
+defs[f"d{n}"] = {"type": "integer"}
+rules = "start: r0\\n" + "".join(f"r{i}: r{i + 1}\\n" for i in range(n)) + f'r{n}: "x"\\n'
+specs = [json_schema_spec({"$defs": defs, "$ref": "#/$defs/d0"}, "chain", strict=False),
+         GrammarSpec(rules, "rule chain")]
+with ThreadPoolExecutor(2) as pool:  # a server's worker threads: 8 MiB stacks
+    for spec in specs:
+        try:
+            pool.submit(comp.compile, spec).result()
+            print("compiled")
+        except GrammarError as exc:
+            print("refused", exc)
+'''
+
+
+def test_a_deep_reference_chain_never_overflows_the_stack(tmp_path):
+    """llguidance recurses once per link of a $ref or rule chain: 3000 links on a worker
+    thread's 8 MiB stack killed the process (SIGSEGV, the whole server with it; a 106 KB
+    request). Builds run on a thread with a large stack: a chain compiles, or is refused
+    by llguidance's own limits (a 400)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "chains.py"
+    script.write_text(CHAINS)
+    run = subprocess.run([sys.executable, str(script), str(ensure_demo_model())],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert run.stdout.count("compiled") + run.stdout.count("refused") == 2, run.stdout
