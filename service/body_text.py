@@ -112,10 +112,9 @@ class LoneSurrogateGuard:
 
 def _bad_path(body: bytes) -> tuple[str, ...] | None:
     try:
-        doc = json.loads(body)
-    except ValueError:  # not JSON: the route's own parser answers it
-        return None
-    return lone_surrogate_path(doc)
+        return lone_surrogate_path(json.loads(body))
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit:
+        return None  # the route's own parser answers it (a 400)
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:

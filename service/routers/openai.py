@@ -353,6 +353,8 @@ async def invocations(request: Request, state: ReadyStateDep):
         data = await request.json()
     except ValueError:
         raise APIError(400, "the body is not JSON") from None
+    except RecursionError:
+        raise APIError(400, "the body nests deeper than the JSON parser reads") from None
     chat = isinstance(data, dict) and data.get("messages") is not None
     if not isinstance(data, dict) or chat == (data.get("prompt") is not None):
         raise APIError(400, "invocations: the body needs messages (a chat completion) or "
