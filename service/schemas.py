@@ -66,6 +66,13 @@ def _field_error(model: str, field: str, kind: str, message: str, value: Any
 
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
+# stop strings: each is searched for, and held back while it may still be starting, at
+# every generated token (engine/text/detokenizer.py); thousands of long ones cost a request
+# seconds per token on the engine thread, every other request's steps with it
+MAX_STOP_STRINGS = 64
+MAX_STOP_CHARS = 512
+StopStr = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
+StopList = Annotated[list[StopStr], Field(max_length=MAX_STOP_STRINGS)]
 # OpenAI's metadata, echoed and stored: at most 16 pairs, keys up to 64 characters,
 # values up to 512
 Metadata = Annotated[dict[Annotated[str, Field(max_length=64)],
@@ -139,7 +146,7 @@ class _Sampling(_Body):
     min_p: float = Field(0.0, ge=0, le=1)
     seed: int | None = None  # any integer, modulo 2**64 (engine/sampler.py make_generator)
     n: int = Field(1, ge=1, le=32)
-    stop: NonEmptyStr | list[NonEmptyStr] | None = None
+    stop: StopStr | StopList | None = None
     stop_token_ids: list[TokenId] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -12,9 +12,9 @@ from service import unsupported
 from service.schemas import (
     NAME_PATTERN,
     Metadata,
-    NonEmptyStr,
     ObjectParameters,
     ReasoningEffort,
+    StopList,
     _Body,
     _field_error,
     check_object_parameters,
@@ -160,7 +160,7 @@ class MessagesRequest(_AnthropicBody):
     # send the whole conversation instead (routers/anthropic.py)
     thread: dict[str, Any] | None = None
     output_config: OutputConfig | None = None
-    stop_sequences: list[NonEmptyStr] | None = None
+    stop_sequences: StopList | None = None
     temperature: float | None = Field(None, ge=0, le=1)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=1)

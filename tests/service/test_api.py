@@ -433,3 +433,20 @@ def test_every_refusal_is_counted_once():
             assert r.status_code == 400, (path, r.text)
         assert rejected(cl) == {"http_400": 2, "http_404": 1, "http_401": 1, "http_413": 1,
                                 "InvalidRequestError": 5}
+
+
+def test_stop_strings_are_bounded():
+    """Each stop string is searched and held back at every token on the engine thread:
+    thousands of long ones cost every request's steps seconds (64 of at most 512
+    characters; OpenAI's limit is 4)."""
+    with client() as cl:
+        for stop in (["x"] * 65, ["y" * 513], "z" * 513):
+            err = error_of(cl.post("/v1/completions", json={"prompt": "1", "stop": stop}), 400)
+            assert err["param"].startswith("stop"), err
+        r = cl.post("/v1/completions", json={"prompt": "1", "max_tokens": 2,
+                                             "stop": ["s" * 512] * 64})
+        assert r.status_code == 200, r.text
+        r = cl.post("/v1/messages", json={"model": MODEL, "max_tokens": 2,
+                                          "messages": [{"role": "user", "content": "hi"}],
+                                          "stop_sequences": ["x"] * 65})
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
