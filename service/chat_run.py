@@ -33,7 +33,8 @@ def make_params(state: ServingState, body: Any, logprobs: int | None,
                 prompt_logprobs: int | None = None, grammar: Any = None,
                 thinking: ThinkingBudget | None = None) -> SamplingParams:
     """The request's sampling parameters; fields it leaves out take the model's
-    generation_config.json defaults where the server applies them."""
+    generation_config.json defaults where the server applies them. It encodes the
+    request's bad_words: routes call it through the thread pool."""
     defaults = state.backend.sampling_defaults
     if body.allowed_token_ids is not None and grammar is not None:
         raise APIError(400, "allowed_token_ids: cannot be combined with a grammar "
@@ -174,8 +175,8 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
                                              body.add_generation_prompt, plan)
     prompt = truncate_chat(state, prompt, images, body.truncate_prompt_tokens)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    params = make_params(state, body, logprobs, body.prompt_logprobs, grammar=grammar,
-                         thinking=thinking)
+    params = await run_in_threadpool(make_params, state, body, logprobs, body.prompt_logprobs,
+                                     grammar, thinking)  # bad_words are encoded
     prediction = await run_in_threadpool(encode_prediction, state, body.prediction)
     if body.use_beam_search:
         check_beam_fields(body, beam_refusal(plan, grammar, thinking))

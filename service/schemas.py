@@ -73,6 +73,7 @@ MAX_STOP_STRINGS = 64
 MAX_STOP_CHARS = 512
 StopStr = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
 StopList = Annotated[list[StopStr], Field(max_length=MAX_STOP_STRINGS)]
+MAX_BAD_WORDS = 1024  # each checked against the output at every step (and encoded twice)
 # OpenAI's metadata, echoed and stored: at most 16 pairs, keys up to 64 characters,
 # values up to 512
 Metadata = Annotated[dict[Annotated[str, Field(max_length=64)],
@@ -176,7 +177,7 @@ class _Sampling(_Body):
     prompt_logprobs: int | None = Field(None, ge=0, le=20)
     # vLLM's token filters: sample only these ids; never complete these words
     allowed_token_ids: list[TokenId] | None = Field(None, min_length=1)
-    bad_words: list[NonEmptyStr] | None = None
+    bad_words: Annotated[list[StopStr], Field(max_length=MAX_BAD_WORDS)] | None = None
     # vLLM's output constraint (service/structured_outputs.py), and the fields it replaced
     structured_outputs: StructuredOutputs | None = None
     guided_json: dict[str, Any] | str | None = None

@@ -185,8 +185,8 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
               if k is not None]
     # best_of ranks candidates by their tokens' logprobs: computed even when not shown
     ranked = body.logprobs if best_of == body.n else (body.logprobs or 0)
-    params = make_params(state, body, ranked, max(wanted) if wanted else None,
-                         grammar=grammar)
+    params = await run_in_threadpool(make_params, state, body, ranked,
+                                     max(wanted) if wanted else None, grammar)
     if body.use_beam_search:
         sub: Choices = BeamSubmission(
             state, "cmpl", prompts, beam_request(state, body, params.max_tokens, body.logprobs),

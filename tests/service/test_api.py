@@ -450,3 +450,15 @@ def test_stop_strings_are_bounded():
                                           "messages": [{"role": "user", "content": "hi"}],
                                           "stop_sequences": ["x"] * 65})
         assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_bad_words_are_bounded():
+    """Each is encoded twice (off the event loop) and checked at every step: 1024 of at
+    most 512 characters."""
+    with client() as cl:
+        err = error_of(cl.post("/v1/completions", json={"prompt": "1",
+                                                        "bad_words": ["w"] * 1025}), 400)
+        assert err["param"].startswith("bad_words"), err
+        r = cl.post("/v1/completions", json={"prompt": "1", "max_tokens": 2,
+                                             "bad_words": [f"w{i}" for i in range(1024)]})
+        assert r.status_code == 200, r.text
