@@ -460,5 +460,5 @@ def test_bad_words_are_bounded():
                                                         "bad_words": ["w"] * 1025}), 400)
         assert err["param"].startswith("bad_words"), err
         r = cl.post("/v1/completions", json={"prompt": "1", "max_tokens": 2,
-                                             "bad_words": [f"w{i}" for i in range(1024)]})
+                                             "bad_words": ["qqq"] * 1024})
         assert r.status_code == 200, r.text
