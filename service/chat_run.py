@@ -21,7 +21,12 @@ from service.deps import check_model
 from service.errors import APIError
 from service.generation import Choice, Choices, collect, submit
 from service.images import encode_chat_prompt
-from service.prompts import chat_text_chars, check_text_fits, truncate_prompt
+from service.prompts import (
+    OVERSIZE_TEXT_FACTOR,
+    chat_text_chars,
+    check_text_fits,
+    truncate_prompt,
+)
 from service.schemas import ChatCompletionRequest, PredictionContent
 from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.grammar import compile_plan_grammar
@@ -169,8 +174,8 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
     thinking = chat_thinking(state.backend.tokenizer, plan, body)
     # the grammar first: a bad tool schema is named as such, not as a template failure
     grammar = await run_in_threadpool(compile_plan_grammar, state.backend, plan)
-    if body.truncate_prompt_tokens is None:
-        check_text_fits(state, chat_text_chars(body.messages), "messages")
+    check_text_fits(state, chat_text_chars(body.messages), "messages",
+                    1 if body.truncate_prompt_tokens is None else OVERSIZE_TEXT_FACTOR)
     prompt, images = await run_in_threadpool(encode_chat_prompt, state, body.messages,
                                              body.add_generation_prompt, plan)
     prompt = truncate_chat(state, prompt, images, body.truncate_prompt_tokens)

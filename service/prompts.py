@@ -31,17 +31,27 @@ def _check_ids(state: ServingState, ids: Sequence[int], param: str) -> list[int]
     return list(ids)
 
 
-def check_text_fits(state: ServingState, chars: int, param: str) -> None:
+# a text that is cut to its last tokens (truncate_prompt_tokens) or only counted
+# (/tokenize) may run past what max_model_len holds, up to this many times: an encoding
+# costs ~170 bytes of memory a character (8 MB of text took 1.4 GB), so none is unbounded
+OVERSIZE_TEXT_FACTOR = 4
+
+
+def check_text_fits(state: ServingState, chars: int, param: str, factor: int = 1) -> None:
     """A 400 for a text that cannot fit max_model_len however it encodes, before the
     tokenizer spends seconds (and the memory of an encoding) on it: N characters are at
     least N bytes, and a token stands for at most ``max_token_bytes`` of them (twice that
-    here, room for a normalizer that shortens text)."""
+    here, room for a normalizer that shortens text). ``factor``: the text may be that
+    many times longer (OVERSIZE_TEXT_FACTOR where it is cut or counted)."""
     limit = state.settings.max_model_len
-    most = 2 * limit * getattr(state.backend.tokenizer, "max_token_bytes", 1 << 30)
+    per_token = getattr(state.backend.tokenizer, "max_token_bytes", 1 << 30)
+    most = 2 * limit * per_token * factor
     if chars > most:
+        why = ("the prompt leaves no room to generate" if factor == 1 else
+               f"{factor} times what max_model_len holds is the most that is encoded")
         raise APIError(400, f"{param}: {chars} characters cannot fit max_model_len {limit} "
-                       f"(the longest token of this vocabulary holds {most // limit // 2} "
-                       "bytes): the prompt leaves no room to generate", param)
+                       f"(the longest token of this vocabulary holds {per_token} bytes): "
+                       f"{why}", param)
 
 
 def chat_text_chars(messages: Sequence[ChatMessage]) -> int:
@@ -95,8 +105,8 @@ def encode_prompts(state: ServingState, prompt: Any, add_special_tokens: bool = 
     for i, p in enumerate(prompt):
         param = f"prompt[{i}]" if len(prompt) > 1 else "prompt"
         if isinstance(p, str):
-            if truncate is None:
-                check_text_fits(state, len(p), param)
+            check_text_fits(state, len(p), param,
+                            1 if truncate is None else OVERSIZE_TEXT_FACTOR)
             encoded = tok.encode(p, add_special_tokens=add_special_tokens)
             encoded = encoded or _document_start(tok)
             kept = truncate_prompt(state, encoded, truncate)

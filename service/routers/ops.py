@@ -16,7 +16,12 @@ from service.deps import ReadyStateDep, StateDep, check_model, require_api_key
 from service.errors import APIError
 from service.images import encode_chat_prompt
 from service.openapi import errors, ok
-from service.prompts import _check_ids
+from service.prompts import (
+    OVERSIZE_TEXT_FACTOR,
+    _check_ids,
+    chat_text_chars,
+    check_text_fits,
+)
 from service.schemas import DetokenizeRequest, TokenizeRequest
 from service.tool_calls.plan import plan_chat
 
@@ -98,9 +103,12 @@ async def tokenize(body: TokenizeRequest, state: ReadyStateDep) -> Response:
     if (body.prompt is None) == (body.messages is None):
         raise APIError(400, "give exactly one of prompt or messages", "prompt")
     if body.prompt is not None:
+        check_text_fits(state, len(body.prompt), "prompt", OVERSIZE_TEXT_FACTOR)
         special = body.add_special_tokens is not False
         ids = await run_in_threadpool(tok.encode, body.prompt, special)
     else:
+        check_text_fits(state, chat_text_chars(body.messages), "messages",
+                        OVERSIZE_TEXT_FACTOR)
         chat = body.chat_request()
         # as a chat request's prompt: images expanded to their tokens (count_tokens too)
         ids, _ = await run_in_threadpool(encode_chat_prompt, state, body.messages,

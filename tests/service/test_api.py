@@ -395,6 +395,21 @@ def test_a_prompt_too_long_for_any_encoding_is_refused_before_it_is_encoded(monk
         cl.post("/v1/completions", json={"prompt": long, "max_tokens": 1,
                                          "truncate_prompt_tokens": 8})
         assert len(seen) == 2
+        # a text cut to its last tokens, or only counted (/tokenize), may run past that
+        # bound 4 times, no more (8 MB of text took 1.4 GB to encode: none is unbounded)
+        huge = "5" * (4 * most + 1)
+        for path, body, param in (
+                ("/v1/completions", {"prompt": huge, "truncate_prompt_tokens": 8}, "prompt"),
+                ("/v1/chat/completions", {"messages": [{"role": "user", "content": huge}],
+                                          "truncate_prompt_tokens": 8}, "messages"),
+                ("/tokenize", {"prompt": huge}, "prompt"),
+                ("/tokenize", {"messages": [{"role": "user", "content": huge}]},
+                 "messages")):
+            err = error_of(cl.post(path, json=body), 400)
+            assert err["param"] == param and "4 times" in err["message"], (path, err)
+        assert len(seen) == 2
+        cl.post("/tokenize", json={"prompt": huge[1:]})
+        assert len(seen) == 3
 
 
 def rejected(cl) -> dict[str, float]:
