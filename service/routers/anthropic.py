@@ -15,7 +15,7 @@ from service.backend import ServingState
 from service.chat_run import chat_prompt, start_chat
 from service.deps import ReadyStateDep, require_api_key
 from service.errors import APIError
-from service.generation import NamedStream, stream_named
+from service.generation import NamedStream, stream_named, threaded_json
 from service.openapi import errors, ok, ok_events
 from service.routers.openai import SSE_HEADERS
 from service.schemas import ChatCompletionRequest
@@ -52,7 +52,7 @@ async def messages(body: MessagesRequest, request: Request, state: ReadyStateDep
             choice = (await run.collect(request))[0]
         except APIError as exc:  # a grammar's dead end names chat's field
             raise in_messages(exc) from exc
-        return enc.whole(choice)
+        return await threaded_json(lambda: enc.whole(choice))
     events = NamedStream(enc.first(), enc.chunk, enc.error, PING, PING_EVERY_S)
     return StreamingResponse(stream_named(run.sub, events),
                              media_type="text/event-stream", headers=SSE_HEADERS)

@@ -19,7 +19,14 @@ from service.beam_search import BeamSubmission, beam_request, check_beam_fields
 from service.chat_run import make_params, start_chat
 from service.deps import ReadyStateDep, check_model, require_api_key, served_names
 from service.errors import APIError
-from service.generation import Choice, Choices, collect, stream_events, submit
+from service.generation import (
+    Choice,
+    Choices,
+    collect,
+    stream_events,
+    submit,
+    threaded_json,
+)
 from service.openai_format import Formatter, usage
 from service.openapi import errors, ok
 from service.prompts import encode_prompts
@@ -200,14 +207,18 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
     echo = texts if body.echo else []
     if not body.stream:
         choices = await collect(sub, request)
-        generated = sum(len(c.token_ids) for c in choices)
-        kept = best_choices(choices, best_of, body.n)
-        answer = fmt.completion(kept, body.n, echo, body.logprobs, prompts,
-                                body.return_token_ids, body.prompt_logprobs)
-        if best_of > body.n:  # every candidate was generated (OpenAI counts them all)
-            u = answer["usage"]
-            u["completion_tokens"], u["total_tokens"] = generated, u["prompt_tokens"] + generated
-        return answer
+
+        def build() -> dict[str, Any]:
+            generated = sum(len(c.token_ids) for c in choices)
+            kept = best_choices(choices, best_of, body.n)
+            answer = fmt.completion(kept, body.n, echo, body.logprobs, prompts,
+                                    body.return_token_ids, body.prompt_logprobs)
+            if best_of > body.n:  # every candidate was generated (OpenAI counts them all)
+                u = answer["usage"]
+                u["completion_tokens"] = generated
+                u["total_tokens"] = u["prompt_tokens"] + generated
+            return answer
+        return await threaded_json(build)
     counts = {"completion": 0}
     cached: dict[int, int] = {}  # first choice of each prompt -> its cached tokens
     # echo alone goes out at once; with logprobs it rides on each choice's first chunk,
@@ -272,14 +283,19 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     echo = chat_echo(body)
     if not body.stream:
         choices = await run.collect(request)
-        answer = prepend_echo(fmt.chat(choices, body.logprobs, readers, run.details(choices),
-                                       run.prompt if body.return_token_ids else None,
-                                       body.prompt_logprobs), echo)
-        if body.return_prompt_text:
-            answer["prompt_text"] = prompt_text(state, run.prompt)
+
+        def build() -> dict[str, Any]:
+            answer = prepend_echo(fmt.chat(choices, body.logprobs, readers,
+                                           run.details(choices),
+                                           run.prompt if body.return_token_ids else None,
+                                           body.prompt_logprobs), echo)
+            if body.return_prompt_text:
+                answer["prompt_text"] = prompt_text(state, run.prompt)
+            return answer
+        answer = await run_in_threadpool(build)
         if store:
             keep(state, request, body, answer)
-        return answer
+        return await threaded_json(lambda: answer)
     whole = [Choice() for _ in sub.ids]  # what the stream adds up to (store: true)
     counts = {"completion": 0, "cached": 0}
     latest: dict[int, RequestOutput] = {}  # each choice's latest output (its usage counts)

@@ -30,7 +30,7 @@ from service.deps import (
     store_tenant,
 )
 from service.errors import APIError
-from service.generation import NamedStream, stream_named
+from service.generation import NamedStream, stream_named, threaded_json
 from service.openai_format import chat_logprobs, page_items
 from service.openapi import errors, ok, ok_events
 from service.routers import conversations
@@ -227,8 +227,9 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
             choice = (await run.collect(request))[0]
         except APIError as exc:  # a grammar's dead end names chat's field
             raise in_responses(exc) from exc
-        return enc.whole(choice.finish_reason, len(choice.token_ids), choice.num_cached_tokens,
-                         choice.logprobs)
+        whole = enc.whole(choice.finish_reason, len(choice.token_ids),
+                          choice.num_cached_tokens, choice.logprobs)  # stores it: the loop's
+        return await threaded_json(lambda: whole)
     events = NamedStream(enc.first(), enc.chunk, enc.error)
     return StreamingResponse(stream_named(run.sub, events),
                              media_type="text/event-stream", headers=SSE_HEADERS)

@@ -477,3 +477,35 @@ def test_bad_words_are_bounded():
         r = cl.post("/v1/completions", json={"prompt": "1", "max_tokens": 2,
                                              "bad_words": ["qqq"] * 1024})
         assert r.status_code == 200, r.text
+
+
+def test_whole_answers_are_built_off_the_event_loop(monkeypatch):
+    """Formatting and encoding a large whole answer (n=16, top_logprobs 20: 24 MB) held
+    the event loop, /health and every stream with it, for seconds: it runs on a worker
+    thread (no running loop there)."""
+    import asyncio
+
+    from service.openai_format import Formatter
+
+    where: list[bool] = []
+
+    def on_loop() -> bool:
+        try:
+            asyncio.get_running_loop()
+            return True
+        except RuntimeError:
+            return False
+
+    for name in ("chat", "completion"):
+        real = getattr(Formatter, name)
+
+        def spy(self, *a, _real=real, **k):
+            where.append(on_loop())
+            return _real(self, *a, **k)
+        monkeypatch.setattr(Formatter, name, spy)
+    with client() as cl:
+        assert cl.post("/v1/completions", json={"prompt": "1", "max_tokens": 2}
+                       ).status_code == 200
+        assert cl.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "1"}], "max_tokens": 2}).status_code == 200
+    assert where == [False, False]
