@@ -11,20 +11,46 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.backend import ADMITTED_BEFORE_DRAIN, ModelBackend, ServingState
 from service.backend import load_backend as default_load_backend
 from service.body_text import LoneSurrogateGuard
-from service.errors import install_error_handlers
+from service.deps import KEY_REFUSAL, key_accepted
+from service.errors import install_error_handlers, reply
 from service.openapi import install_openapi
 from service.routers import anthropic, conversations, openai, ops, responses, stored_chat
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
+
+
+# routes open without a key: health and liveness, metrics, the API's own docs
+OPEN_PATHS = frozenset({"/health", "/ping", "/metrics", "/docs", "/docs/oauth2-redirect",
+                        "/redoc", "/openapi.json"})
+
+
+class ApiKeyGate:
+    """ASGI middleware: on a server with API keys, a request to any other route than
+    OPEN_PATHS without a key is refused (401, in its API's error shape) before its body
+    is read: a keyless client made the server read and parse up to --max-request-body-mib
+    of JSON first."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
+            request = Request(scope)
+            if not key_accepted(request):
+                exc = KEY_REFUSAL
+                await reply(request, exc.status, exc.message, code=exc.code,
+                            headers=exc.headers)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class InFlight:
@@ -70,6 +96,7 @@ def create_app(settings: Settings | None = None,
     # inside CORS: its 400s and 413s carry CORS headers
     app.add_middleware(LoneSurrogateGuard, max_bytes=settings.max_request_body_mib * 2**20
                        if settings.max_request_body_mib else None)
+    app.add_middleware(ApiKeyGate)  # before the guard reads a body; CORS preflights pass
     if settings.allowed_origins:  # CORS for browser pages on those origins (vLLM's flags)
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins),
                            allow_credentials=settings.allow_credentials,

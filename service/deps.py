@@ -31,20 +31,30 @@ def get_ready_state(request: Request) -> ServingState:
 ReadyStateDep = Annotated[ServingState, Depends(get_ready_state)]
 
 
-def require_api_key(request: Request) -> None:
-    """Key check, constant time against every configured key: ``Authorization: Bearer
-    <key>`` (OpenAI's clients) or ``x-api-key: <key>`` (Anthropic's)."""
+KEY_REFUSAL = APIError(401, "invalid or missing API key (Authorization: Bearer <key>, "
+                       "or x-api-key: <key>)", code="invalid_api_key",
+                       headers={"WWW-Authenticate": "Bearer"})
+
+
+def key_accepted(request: Request) -> bool:
+    """Whether the request may pass: the server takes no keys, or it presents one of them
+    (compared in constant time against every configured key)."""
     keys = request.app.state.serving.settings.api_keys
     if not keys:
-        return
+        return True
     given = presented_key(request).encode()
     ok = False
     for key in keys:
         ok |= hmac.compare_digest(given, key.encode())
-    if not ok:
-        raise APIError(401, "invalid or missing API key (Authorization: Bearer <key>, "
-                       "or x-api-key: <key>)", code="invalid_api_key",
-                       headers={"WWW-Authenticate": "Bearer"})
+    return ok
+
+
+def require_api_key(request: Request) -> None:
+    """Key check: ``Authorization: Bearer <key>`` (OpenAI's clients) or ``x-api-key:
+    <key>`` (Anthropic's). The ApiKeyGate middleware (service/app.py) refuses a request
+    without one before its body is read; the routes check again."""
+    if not key_accepted(request):
+        raise KEY_REFUSAL
 
 
 def presented_key(request: Request) -> str:

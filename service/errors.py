@@ -121,7 +121,7 @@ def count_refusal(app: Any, status: int) -> None:
         metrics.on_rejected(f"http_{status}")
 
 
-def _reply(request: Request, status: int, message: str, param: str | None = None,
+def reply(request: Request, status: int, message: str, param: str | None = None,
            code: str | None = None, headers: dict[str, str] | None = None,
            counted: bool = False, details: dict[str, object] | None = None,
            dot: bool = True) -> JSONResponse:
@@ -224,13 +224,13 @@ def _telling_error(errors: list[dict]) -> dict:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api(request: Request, exc: APIError) -> JSONResponse:
-        return _reply(request, exc.status, exc.message, exc.param, exc.code, exc.headers,
+        return reply(request, exc.status, exc.message, exc.param, exc.code, exc.headers,
                       exc.counted, exc.details, not exc.query)
 
     @app.exception_handler(EngineError)
     async def _engine(request: Request, exc: EngineError) -> JSONResponse:
         err = from_engine_error(exc)
-        return _reply(request, err.status, err.message, err.param, err.code, err.headers,
+        return reply(request, err.status, err.message, err.param, err.code, err.headers,
                       counted=True)
 
     @app.exception_handler(RequestValidationError)
@@ -239,18 +239,18 @@ def install_error_handlers(app: FastAPI) -> None:
         if first.get("type") == "json_invalid":  # loc: ("body", character offset)
             at = first.get("loc", ("body", "?"))[-1]
             why = (first.get("ctx") or {}).get("error", "JSON decode error")
-            return _reply(request, 400, f"the request body is not valid JSON: {why} at "
+            return reply(request, 400, f"the request body is not valid JSON: {why} at "
                           f"character {at}")
         param = _loc_param(tuple(first.get("loc", ())), exc.body)
         msg = first.get("msg", "invalid request")
-        return _reply(request, 400, f"{param}: {msg}" if param else msg, param)
+        return reply(request, 400, f"{param}: {msg}" if param else msg, param)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return _reply(request, exc.status_code, str(exc.detail),
+        return reply(request, exc.status_code, str(exc.detail),
                       headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
-        return _reply(request, 500, f"internal error: {type(exc).__name__}")
+        return reply(request, 500, f"internal error: {type(exc).__name__}")

@@ -509,3 +509,22 @@ def test_whole_answers_are_built_off_the_event_loop(monkeypatch):
         assert cl.post("/v1/chat/completions", json={
             "messages": [{"role": "user", "content": "1"}], "max_tokens": 2}).status_code == 200
     assert where == [False, False]
+
+
+def test_a_keyless_request_is_refused_before_its_body_is_read():
+    """A keyless client made the server read and parse up to --max-request-body-mib of
+    JSON (and walk it for lone surrogates) before the key was checked: the 401 comes
+    first now, in the API's own shape, and the open routes stay open."""
+    with client(api_keys=("k1",)) as cl:
+        for body in (b'{"prompt": "\\ud800"}', b"not json at all"):
+            r = cl.post("/v1/completions", content=body,
+                        headers={"content-type": "application/json"})
+            assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        r = cl.post("/v1/messages", content=b'{"x": "\\ud800"}',
+                    headers={"content-type": "application/json"})
+        assert r.status_code == 401 and r.json()["type"] == "error"
+        assert cl.get("/health").status_code == 200
+        assert cl.get("/openapi.json").status_code == 200
+        r = cl.post("/v1/completions", json={"prompt": "1", "max_tokens": 1},
+                    headers={"Authorization": "Bearer k1"})
+        assert r.status_code == 200
