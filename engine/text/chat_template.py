@@ -18,6 +18,7 @@ from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.text.content_format import CONTENT_FORMATS, detect_content_format
+from engine.text.template_sandbox import BoundedEnvironment, render_bounded
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
 
@@ -88,8 +89,7 @@ def _strftime_now(fmt: str) -> str:
 
 @lru_cache(maxsize=8)
 def _compile(source: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[loopcontrols])
+    env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -255,10 +255,13 @@ def render_chat_template(
     add_generation_prompt: bool = True,
     special_tokens: Mapping[str, str | None] | None = None,
     content_format: str | None = None,
+    deadline_s: float | None = None,
     **kwargs: Any,
 ) -> str:
     """Render ``source`` for ``messages``. special_tokens: bos_token, eos_token, ... as text;
-    content_format: "string" | "openai" (None: detect_content_format(source)).
+    content_format: "string" | "openai" (None: detect_content_format(source));
+    deadline_s: the most the render may take (a request's own template; the sandbox's
+    other bounds always hold: engine/text/template_sandbox.py).
     Raises ChatTemplateError for bad messages or template failures."""
     template = _compile(fill_dates(source))
     variables = {**(special_tokens or {}), **kwargs}
@@ -267,8 +270,9 @@ def render_chat_template(
     if "developer" not in source:
         messages = _developer_as_system(messages)
     try:
-        return template.render(messages=messages,
-                               add_generation_prompt=add_generation_prompt, **variables)
+        return render_bounded(template, {"messages": messages,
+                                         "add_generation_prompt": add_generation_prompt,
+                                         **variables}, deadline_s)
     except ChatTemplateError:
         raise
     except (jinja2.TemplateError, TypeError, KeyError, ValueError, AttributeError) as exc:

@@ -133,6 +133,10 @@ def _ids(value: Any) -> list[int]:
     return []
 
 
+# the most a request's own chat template (--trust-request-chat-template) may take to render
+REQUEST_TEMPLATE_SECONDS = 5.0
+
+
 class Tokenizer:
     """Encode/decode text and chat messages for one model. Immutable after loading."""
 
@@ -302,7 +306,9 @@ class Tokenizer:
                        else (template, detect_content_format(template)))
         text = render_chat_template(source, messages,
                                     add_generation_prompt and not continue_final_message,
-                                    specials, fmt, **kwargs)
+                                    specials, fmt,
+                                    None if template is None else REQUEST_TEMPLATE_SECONDS,
+                                    **kwargs)
         return (cut_after_final_message(text, messages, fmt) if continue_final_message
                 else text)
 
