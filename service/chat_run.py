@@ -108,7 +108,7 @@ class ChatRun:
         choices = await collect(self.sub, request)
         for c, r in zip(choices, self.readers, strict=True):
             r.feed(RequestOutput(self.sub.id, "".join(c.text), tuple(c.token_ids),
-                                 finished=True))
+                                 finished=True, stop_reason=c.stop_reason))
         return choices
 
 

@@ -13,6 +13,7 @@ reassembled stream equals the non-streaming message.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from engine.request import FinishReason
@@ -76,6 +77,7 @@ class ChoiceReader:
         self._named = plan.tool_parser is not None and plan.forced_function is not None
         self._held_space = ""  # whitespace after a call, not yet known to be content
         self._seen_call = False
+        self._stop_string = False  # a stop string ended the output
         # the parsers' markers written as text (not special tokens): never the message's
         self.text_markers = tuple(
             [*REASONING_TAGS.get(plan.reasoning_parser or "", ()),
@@ -87,6 +89,8 @@ class ChoiceReader:
 
     def feed(self, out: RequestOutput) -> DeltaMessage:
         """This output's delta (with ``out.finished``, everything held back too)."""
+        if out.finished:
+            self._stop_string = isinstance(out.stop_reason, str)
         if self._parser is None:
             delta = DeltaMessage.of([Content(out.text)])
         else:
@@ -149,8 +153,11 @@ class ChoiceReader:
         return self._reasoning.total(self._message.reasoning_content)
 
     def finish_reason(self, reason: FinishReason | None) -> str | None:
-        """``tool_calls`` when the output ended on calls (Anthropic's ``tool_use``)."""
-        if reason is FinishReason.STOP and self.has_calls:
+        """``tool_calls`` when the output ended on calls (Anthropic's ``tool_use``); a
+        stop string that cut a call's arguments short ends with ``stop``, as vLLM's (the
+        call is not one to run)."""
+        if reason is FinishReason.STOP and self.has_calls and not (
+                self._stop_string and not _is_json(self._message.tool_calls[-1].arguments)):
             return "tool_calls"
         return None if reason is None else reason.value
 
@@ -160,4 +167,12 @@ class ChoiceReader:
         did not choose to call)."""
         out = self.finish_reason(reason)
         return "stop" if out == "tool_calls" and self._named else out
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 

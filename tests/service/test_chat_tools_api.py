@@ -143,6 +143,20 @@ def test_stop_string_cuts_before_a_call(client):
         assert not msg.get("tool_calls")
 
 
+def test_a_stop_string_inside_a_calls_arguments_ends_with_stop(client):
+    """A stop string that cut a call's arguments short ended with "tool_calls" and the
+    arguments '{"city": "' (no call a client can run): "stop", as vLLM's, whole and
+    streamed (a stop string that cuts no call: the test below)."""
+    whole = chat(client, 0, tools=TOOLS, stop=["Paris"]).json()["choices"][0]
+    assert whole["finish_reason"] == "stop", whole
+    _, reason = reassemble(stream(client, 0, tools=TOOLS, stop=["Paris"]))
+    assert reason == "stop"
+    # the first call whole, the second cut: the answer still holds a cut call
+    whole = chat(client, 0, tools=TOOLS, stop=["Rome"]).json()["choices"][0]
+    assert whole["finish_reason"] == "stop", whole
+    assert whole["message"]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
+
+
 def test_stop_string_after_the_text_keeps_the_call(client):
     choice = chat(client, 3, tools=TOOLS, stop=["zzz"]).json()["choices"][0]
     assert choice["message"]["content"] == "Hello world"
