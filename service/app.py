@@ -26,8 +26,6 @@ from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
-
-
 # routes open without a key: health and liveness, metrics, the API's own docs
 OPEN_PATHS = frozenset({"/health", "/ping", "/metrics", "/docs", "/docs/oauth2-redirect",
                         "/redoc", "/openapi.json"})
@@ -72,6 +70,7 @@ class InFlight:
         finally:
             ADMITTED_BEFORE_DRAIN.reset(token)
             self.state.http_in_flight -= 1
+
 
 def create_app(settings: Settings | None = None,
                load_backend: Callable[[Settings], ModelBackend] | None = None) -> FastAPI:

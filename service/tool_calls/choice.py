@@ -13,17 +13,17 @@ reassembled stream equals the non-streaming message.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from engine.request import FinishReason
 from engine.stream import RequestOutput
 from service.tool_calls.deltas import (
+    CallArgs,
+    CallStart,
     Content,
     DeltaMessage,
     Event,
     ParsedMessage,
-    Reasoning,
     ToolCall,
 )
 from service.tool_calls.hermes import CLOSE as HERMES_CLOSE
@@ -121,7 +121,7 @@ class ChoiceReader:
                 else:
                     self._held_space = text
                 continue
-            if not isinstance(e, Content | Reasoning):  # a call's start or arguments
+            if isinstance(e, CallStart | CallArgs):
                 self._seen_call, self._held_space = True, ""
             out.append(e)
         if finished:
@@ -157,7 +157,7 @@ class ChoiceReader:
         stop string that cut a call's arguments short ends with ``stop``, as vLLM's (the
         call is not one to run)."""
         if reason is FinishReason.STOP and self.has_calls and not (
-                self._stop_string and not _is_json(self._message.tool_calls[-1].arguments)):
+                self._stop_string and not self._message.tool_calls[-1].arguments_valid):
             return "tool_calls"
         return None if reason is None else reason.value
 
@@ -167,12 +167,3 @@ class ChoiceReader:
         did not choose to call)."""
         out = self.finish_reason(reason)
         return "stop" if out == "tool_calls" and self._named else out
-
-
-def _is_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
-

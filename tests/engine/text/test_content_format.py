@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from engine.demo_model.tokenizer_files import CHATML_TOOLS
-from engine.synth import SynthSpec, write_checkpoint
 from engine.synth.tokenizer import PUBLISHED_TEMPLATE
 from engine.text.chat_template import PARTS as PARTS_FORMAT
 from engine.text.chat_template import normalize_messages, render_chat_template
@@ -62,15 +61,11 @@ def test_normalize_none_strings_and_parts(fmt, none, parts, tool):
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory):
+def published(tiny_checkpoint):
     """(published file set: tokenizer.json + the published template + tekken.json,
     tekken.json alone) on the same vocabulary."""
-    dirs = []
-    for fmt in ("published", "tekken"):
-        d = tmp_path_factory.mktemp(f"tok-{fmt}")
-        write_checkpoint(d, SynthSpec.preset("tiny", tokenizer=fmt))
-        dirs.append(Tokenizer.from_dir(d))
-    return dirs
+    return [Tokenizer.from_dir(tiny_checkpoint(tokenizer=fmt))
+            for fmt in ("published", "tekken")]
 
 
 @pytest.mark.parametrize("content", [None, "", []])

@@ -6,10 +6,11 @@ tokenizer with that template against mistral-common, and on the demo's ChatML.""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from engine.demo_model import ensure_demo_model
-from engine.synth import SynthSpec, write_checkpoint
 from engine.synth.tokenizer import PUBLISHED_TEMPLATE
 from engine.text.literals import Literals, control_strings
 from engine.text.tokenizer import Tokenizer
@@ -41,16 +42,13 @@ def _chat(say: str) -> tuple[list[dict], list[dict]]:
 
 
 @pytest.fixture(scope="module")
-def tekken_dirs(tmp_path_factory):
-    """The published file set, and tekken.json with the published template beside it."""
-    out = {}
-    for fmt in ("published", "tekken"):
-        d = tmp_path_factory.mktemp(f"lit-{fmt}")
-        write_checkpoint(d, SynthSpec.preset("tiny", tokenizer=fmt))
-        if fmt == "tekken":
-            (d / "chat_template.jinja").write_text(PUBLISHED_TEMPLATE.read_text())
-        out[fmt] = d
-    return out
+def tekken_dirs(tiny_checkpoint, tmp_path_factory):
+    """The published file set, and tekken.json with the published template beside it (a
+    copy: the shared checkpoint stays as written)."""
+    tekken = tmp_path_factory.mktemp("lit-tekken")
+    shutil.copytree(tiny_checkpoint(tokenizer="tekken"), tekken, dirs_exist_ok=True)
+    (tekken / "chat_template.jinja").write_text(PUBLISHED_TEMPLATE.read_text())
+    return {"published": tiny_checkpoint(tokenizer="published"), "tekken": tekken}
 
 
 def _mistral_common(path, messages, tools):

@@ -38,13 +38,8 @@ def _cli(argv: list[str]) -> int:
 
 
 @pytest.fixture(scope="module")
-def tiny_dirs(tmp_path_factory):
-    out = {}
-    for fmt in ("tekken", "both"):
-        d = tmp_path_factory.mktemp(f"tok-{fmt}")
-        write_checkpoint(d, SynthSpec.preset("tiny", tokenizer=fmt))
-        out[fmt] = d
-    return out
+def tiny_dirs(tiny_checkpoint):
+    return {fmt: tiny_checkpoint(tokenizer=fmt) for fmt in ("tekken", "both")}
 
 
 @pytest.mark.parametrize("vocab_size", [1024, 131072])
