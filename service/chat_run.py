@@ -173,7 +173,7 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
     plan = plan_chat(body, state.parsers)
     thinking = chat_thinking(state.backend.tokenizer, plan, body)
     # the grammar first: a bad tool schema is named as such, not as a template failure
-    grammar = await run_in_threadpool(compile_plan_grammar, state.backend, plan)
+    grammar = await run_in_threadpool(compile_plan_grammar, state.backend, plan, thinking)
     check_text_fits(state, chat_text_chars(body.messages), "messages",
                     1 if body.truncate_prompt_tokens is None else OVERSIZE_TEXT_FACTOR)
     prompt, images = await run_in_threadpool(encode_chat_prompt, state, body.messages,

@@ -4,21 +4,28 @@ model's native call syntax (engine.structured.tool_call_grammar: required / name
 calls, auto constrains a call once the model starts one); otherwise a json_object /
 json_schema response_format, or vLLM's structured_outputs, alone. A constraint that
 cannot be compiled is a 400 naming the parameter (the offending tool's parameters when
-one tool is at fault)."""
+one tool is at fault).
+
+On a model with a reasoning parser every such constraint follows an optional reasoning
+section (engine.structured.reasoning): the model may reason first, then the answer is
+constrained, as vLLM constrains it once the reasoning has ended."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from engine.sampling_params import ThinkingBudget
 from engine.structured import (
     GrammarError,
     json_schema_spec,
     spec_from_response_format,
     tool_call_grammar,
 )
+from engine.structured.reasoning import ReasoningMarkers, markers_for, reasoning_first
 from service.errors import APIError
 from service.structured_outputs import compile_spec
 from service.tool_calls.plan import ChatPlan
+from service.tool_calls.reasoning import REASONING_TAGS, STARTS_INSIDE
 
 
 def _blame_tool(compiler: Any, plan: ChatPlan) -> str:
@@ -44,15 +51,36 @@ def _spec(tok: Any, plan: ChatPlan) -> Any:
     return spec_from_response_format(plan.response_format)
 
 
-def compile_plan_grammar(backend: Any, plan: ChatPlan) -> Any:
+def section_markers(tok: Any, plan: ChatPlan, thinking: ThinkingBudget | None = None
+                    ) -> ReasoningMarkers | None:
+    """The reasoning section a constrained answer may open with: the plan's reasoning
+    parser's markers in tokenizer ``tok``. None without a reasoning parser, and with a
+    budget of 0 (``reasoning_effort: "none"``) unless the prompt opened the section: the
+    answer is then constrained from its first token."""
+    if plan.reasoning_parser is None:
+        return None
+    inside = plan.reasoning_parser in STARTS_INSIDE
+    if thinking is not None and thinking.budget == 0 and not inside:
+        return None
+    begin, end = REASONING_TAGS[plan.reasoning_parser]
+    return markers_for(tok, begin, end, inside)
+
+
+def compile_plan_grammar(backend: Any, plan: ChatPlan, thinking: ThinkingBudget | None = None
+                         ) -> Any:
     """``backend``: service.backend.ModelBackend -> engine.structured.CompiledGrammar or
-    None (nothing constrained)."""
+    None (nothing constrained). ``thinking``: the request's cap on reasoning."""
+    markers = section_markers(backend.tokenizer, plan, thinking)
     if plan.structured is not None:
-        return compile_spec(backend, *plan.structured)
+        param, spec = plan.structured
+        return compile_spec(backend, param,
+                            spec if markers is None else reasoning_first(spec, markers))
     try:
         spec = _spec(backend.tokenizer, plan)
         if spec is None:
             return None
+        if markers is not None:
+            spec = reasoning_first(spec, markers)
         return backend.grammar_compiler.compile(spec)
     except GrammarError as exc:
         with_tools = plan.tool_parser is not None and plan.tools

@@ -47,6 +47,14 @@ CHAT_TOOLS = [{"type": "function", "function": {"name": name, "description": f"{
                                                 "parameters": schema}}
               for name, schema in SCHEMAS.items()]
 ASK = "What is the weather in Paris? Use the tools."
+# The Mistral checkpoints read reasoning ([THINK] in the vocabulary), and under a constraint
+# a reasoning model may reason first; random weights need not end their reasoning within a
+# test's max_tokens. So the requests that test a constraint ask for no reasoning, as a
+# client wanting the answer at once does (a no-op on the demo model, which has no reasoning
+# parser); tests/service/test_e2e_reasoning_constraint.py tests reasoning before one.
+CHAT_NO_REASONING = {"reasoning_effort": "none"}
+MESSAGES_NO_THINKING = {"thinking": {"type": "disabled"}}
+RESPONSES_NO_REASONING = {"reasoning": {"effort": "none"}}
 RESULT = "18 degrees, sunny"
 
 

@@ -45,6 +45,9 @@ class ScriptTokenizer:
     def token_to_id(self, token: str) -> int | None:
         return self._ids.get(token)
 
+    def is_special(self, token_id: int) -> bool:
+        return token_id < len(SPECIALS)
+
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         ids, i = [], 0
         while i < len(text):

@@ -14,6 +14,7 @@ import pytest
 from tests.service.conformance import (
     ANSWER,
     ASK,
+    CHAT_NO_REASONING,
     CHAT_TOOLS,
     RESULT,
     VISION,
@@ -53,7 +54,7 @@ def test_forced_call(matrix, choice):
     tool_choice = (choice if choice == "required" else
                    {"type": "function", "function": {"name": "get_time"}})
     _, answer = _both(matrix, tools=CHAT_TOOLS, tool_choice=tool_choice,
-                      parallel_tool_calls=False, max_tokens=60)
+                      parallel_tool_calls=False, max_tokens=60, **CHAT_NO_REASONING)
     # a named function's call ends with "stop", as OpenAI's and vLLM's
     want = "tool_calls" if choice == "required" else "stop"
     assert answer["finish_reason"] == want and len(answer["calls"]) == 1, answer
@@ -65,19 +66,22 @@ def test_forced_call(matrix, choice):
 def test_agent_loop(matrix):
     first = ok(matrix.openai.chat.completions.with_raw_response.create(
         model=matrix.model, messages=USER, tools=CHAT_TOOLS, tool_choice="required",
-        parallel_tool_calls=False, temperature=0, max_tokens=60)).choices[0].message
+        parallel_tool_calls=False, temperature=0, max_tokens=60,
+        **CHAT_NO_REASONING)).choices[0].message
     assert first.tool_calls and first.content is None
     history = [*USER, first.model_dump()] + [
         {"role": "tool", "tool_call_id": c.id, "content": RESULT} for c in first.tool_calls]
     assert history[1]["content"] is None  # what the SDK sends back
-    _, answer = _both(matrix, messages=history, tools=CHAT_TOOLS, max_tokens=24)
+    _, answer = _both(matrix, messages=history, tools=CHAT_TOOLS, max_tokens=24,
+                      **CHAT_NO_REASONING)
     for call in answer["calls"]:  # a second call, or an answer
         check_args(call["name"], call["arguments"])
     assert answer["calls"] or answer["finish_reason"] in ("stop", "length")
 
 
 def test_parallel_calls(matrix):
-    whole, answer = _both(matrix, tools=CHAT_TOOLS, tool_choice="required", max_tokens=60)
+    whole, answer = _both(matrix, tools=CHAT_TOOLS, tool_choice="required", max_tokens=60,
+                          **CHAT_NO_REASONING)
     calls = whole.choices[0].message.tool_calls
     assert calls and answer["finish_reason"] in ("tool_calls", "length")
     done = calls if answer["finish_reason"] == "tool_calls" else calls[:-1]
@@ -97,7 +101,7 @@ def test_parallel_calls(matrix):
 def test_json_schema(matrix):
     fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER,
                                                   "strict": True}}
-    _, answer = _both(matrix, response_format=fmt, max_tokens=60)
+    _, answer = _both(matrix, response_format=fmt, max_tokens=60, **CHAT_NO_REASONING)
     assert answer["finish_reason"] == "stop", answer
     jsonschema.validate(json.loads(answer["content"]), ANSWER)
 
@@ -115,7 +119,7 @@ def test_image_part(matrix):
 
 def test_structured_outputs(matrix):
     """vLLM's structured_outputs through the SDK's extra_body, streamed and not."""
-    _, answer = _both(matrix, max_tokens=20,
+    _, answer = _both(matrix, max_tokens=20, **CHAT_NO_REASONING,
                       extra_body={"structured_outputs": {"choice": ["Paris", "Rome"]}})
     assert answer["finish_reason"] == "stop" and answer["content"] in ("Paris", "Rome")
 

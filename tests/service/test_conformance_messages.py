@@ -15,6 +15,7 @@ from tests.service.conformance import (
     ANSWER,
     ASK,
     CHAT_TOOLS,
+    MESSAGES_NO_THINKING,
     RESULT,
     VISION,
     check_args,
@@ -59,7 +60,8 @@ def test_plain_text(matrix):
 def test_forced_call(matrix, choice):
     tool_choice = ({"type": "any", "disable_parallel_tool_use": True} if choice == "any"
                    else {"type": "tool", "name": "get_time", "disable_parallel_tool_use": True})
-    m = _both(matrix, tools=TOOLS, tool_choice=tool_choice, max_tokens=60)
+    m = _both(matrix, tools=TOOLS, tool_choice=tool_choice, max_tokens=60,
+              **MESSAGES_NO_THINKING)
     calls = _calls(m)
     assert m.stop_reason == "tool_use" and len(calls) == 1, m
     check_args(calls[0].name, calls[0].input)
@@ -69,13 +71,14 @@ def test_forced_call(matrix, choice):
 def test_agent_loop(matrix):
     first = ok(matrix.anthropic.messages.with_raw_response.create(
         model=matrix.model, messages=USER, tools=TOOLS, max_tokens=60, extra_body=GREEDY,
-        tool_choice={"type": "any", "disable_parallel_tool_use": True}))
+        tool_choice={"type": "any", "disable_parallel_tool_use": True},
+        **MESSAGES_NO_THINKING))
     assert _calls(first)
     history = [*USER, {"role": "assistant", "content": [b.model_dump() for b in first.content]},
                {"role": "user", "content": [
                    {"type": "tool_result", "tool_use_id": c.id, "content": RESULT}
                    for c in _calls(first)]}]
-    m = _both(matrix, messages=history, tools=TOOLS, max_tokens=24)
+    m = _both(matrix, messages=history, tools=TOOLS, max_tokens=24, **MESSAGES_NO_THINKING)
     for call in _calls(m):  # a second call, or an answer
         check_args(call.name, call.input)
     assert _calls(m) or m.stop_reason in ("end_turn", "max_tokens")
@@ -84,7 +87,8 @@ def test_agent_loop(matrix):
 # Block order is output order in both modes: on the demo model max_tokens can cut a
 # hermes call after a complete one, and the cut markup is a text block after the calls.
 def test_parallel_calls(matrix):
-    m = _both(matrix, tools=TOOLS, tool_choice={"type": "any"}, max_tokens=60)
+    m = _both(matrix, tools=TOOLS, tool_choice={"type": "any"}, max_tokens=60,
+              **MESSAGES_NO_THINKING)
     calls = _calls(m)
     assert calls and m.stop_reason in ("tool_use", "max_tokens")
     for c in calls if m.stop_reason == "tool_use" else calls[:-1]:
@@ -101,7 +105,7 @@ def test_parallel_calls(matrix):
 
 
 def test_json_schema(matrix):
-    m = _both(matrix, max_tokens=60, output_config={"format": {
+    m = _both(matrix, max_tokens=60, **MESSAGES_NO_THINKING, output_config={"format": {
         "type": "json_schema", "schema": ANSWER}})
     assert m.stop_reason == "end_turn", m
     jsonschema.validate(json.loads(m.content[0].text), ANSWER)

@@ -21,6 +21,7 @@ from tests.service.conformance import (
     ANSWER,
     ASK,
     CHAT_TOOLS,
+    RESPONSES_NO_REASONING,
     RESULT,
     VISION,
     check_args,
@@ -80,7 +81,7 @@ def test_plain_text_and_its_logprob_bytes(matrix):
 def test_forced_call(matrix, choice):
     tool_choice = choice if choice == "required" else {"type": "function", "name": "get_time"}
     r = _both(matrix, tools=TOOLS, tool_choice=tool_choice, parallel_tool_calls=False,
-              max_output_tokens=60)
+              max_output_tokens=60, **RESPONSES_NO_REASONING)
     calls = _calls(r)
     assert r.status == "completed" and len(calls) == 1, r
     check_args(calls[0].name, calls[0].arguments)
@@ -90,24 +91,26 @@ def test_forced_call(matrix, choice):
 def test_agent_loop(matrix):
     first = ok(matrix.openai.responses.with_raw_response.create(
         model=matrix.model, input=USER, tools=TOOLS, tool_choice="required",
-        parallel_tool_calls=False, max_output_tokens=60, temperature=0))
+        parallel_tool_calls=False, max_output_tokens=60, temperature=0, **RESPONSES_NO_REASONING))
     assert _calls(first)
     history = [*USER, *(o.model_dump() for o in first.output)] + [
         {"type": "function_call_output", "call_id": c.call_id, "output": RESULT}
         for c in _calls(first)]
-    r = _both(matrix, input=history, tools=TOOLS, max_output_tokens=24)
+    r = _both(matrix, input=history, tools=TOOLS, max_output_tokens=24, **RESPONSES_NO_REASONING)
     for call in _calls(r):  # a second call, or an answer
         check_args(call.name, call.arguments)
     # the answer's items go back too, then the user's next turn
     nxt = [*history, *(o.model_dump() for o in r.output), {"role": "user", "content": "Thanks"}]
-    _both(matrix, input=nxt, tools=TOOLS, tool_choice="none", max_output_tokens=4)
+    _both(matrix, input=nxt, tools=TOOLS, tool_choice="none", max_output_tokens=4,
+          **RESPONSES_NO_REASONING)
 
 
 def test_agent_loop_by_previous_response_id(matrix):
     """The same loop, each turn sending only its new items and the previous response's
     id: every turn answers exactly what the whole history sent again answers (greedy,
     the same prompt), streamed or not, and the stored response reads back unchanged."""
-    sdk, kw = matrix.openai, {"model": matrix.model, "temperature": 0, "tools": TOOLS}
+    sdk, kw = matrix.openai, {"model": matrix.model, "temperature": 0, "tools": TOOLS,
+                       **RESPONSES_NO_REASONING}
     first = ok(sdk.responses.with_raw_response.create(
         input=USER, tool_choice="required", parallel_tool_calls=False,
         max_output_tokens=60, **kw))
@@ -120,7 +123,8 @@ def test_agent_loop_by_previous_response_id(matrix):
     with sdk.responses.stream(input=outputs, previous_response_id=first.id,
                               max_output_tokens=24, **kw) as stream:
         streamed = final_response(stream)
-    replayed = _both(matrix, input=history, tools=TOOLS, max_output_tokens=24)
+    replayed = _both(matrix, input=history, tools=TOOLS, max_output_tokens=24,
+                     **RESPONSES_NO_REASONING)
     for r in (chained, streamed):
         assert response_items(r) == response_items(replayed)
         assert (r.usage.input_tokens, r.usage.output_tokens) == (
@@ -131,7 +135,7 @@ def test_agent_loop_by_previous_response_id(matrix):
         input=[nxt], previous_response_id=chained.id, tool_choice="none",
         max_output_tokens=4, **kw))
     again = _both(matrix, input=[*history, *(o.model_dump() for o in chained.output), nxt],
-                  tools=TOOLS, tool_choice="none", max_output_tokens=4)
+                  tools=TOOLS, tool_choice="none", max_output_tokens=4, **RESPONSES_NO_REASONING)
     assert response_items(third) == response_items(again)
     assert third.usage.input_tokens == again.usage.input_tokens
 
@@ -141,7 +145,8 @@ def test_agent_loop_by_conversation(matrix):
     conversation= on each turn, which sends its new items only), the second turn in the
     background, polled: every turn answers exactly what the whole history sent again
     answers, and the conversation lists every turn's items."""
-    sdk, kw = matrix.openai, {"model": matrix.model, "temperature": 0, "tools": TOOLS}
+    sdk, kw = matrix.openai, {"model": matrix.model, "temperature": 0, "tools": TOOLS,
+                       **RESPONSES_NO_REASONING}
     conv = sdk.conversations.create(metadata={"run": "conformance"})
     first = ok(sdk.responses.with_raw_response.create(
         input=USER, conversation=conv.id, tool_choice="required",
@@ -154,7 +159,8 @@ def test_agent_loop_by_conversation(matrix):
                                   max_output_tokens=24, **kw)
     while second.status in ("queued", "in_progress"):
         second = sdk.responses.retrieve(second.id)
-    replayed = _both(matrix, input=history, tools=TOOLS, max_output_tokens=24)
+    replayed = _both(matrix, input=history, tools=TOOLS, max_output_tokens=24,
+                     **RESPONSES_NO_REASONING)
     assert second.status == replayed.status
     assert response_items(second) == response_items(replayed)
     assert second.usage.input_tokens == replayed.usage.input_tokens
@@ -162,7 +168,7 @@ def test_agent_loop_by_conversation(matrix):
     third = ok(sdk.responses.with_raw_response.create(
         input=[nxt], conversation=conv.id, tool_choice="none", max_output_tokens=4, **kw))
     again = _both(matrix, input=[*history, *(o.model_dump() for o in second.output), nxt],
-                  tools=TOOLS, tool_choice="none", max_output_tokens=4)
+                  tools=TOOLS, tool_choice="none", max_output_tokens=4, **RESPONSES_NO_REASONING)
     assert response_items(third) == response_items(again)
     assert third.usage.input_tokens == again.usage.input_tokens
     listed = list(sdk.conversations.items.list(conv.id, order="asc"))
@@ -187,6 +193,7 @@ def test_agents_sdk_loop(matrix, api):
         function_tool,
         set_tracing_disabled,
     )
+    from openai.types.shared import Reasoning
 
     called: list[str] = []
 
@@ -206,7 +213,8 @@ def test_agents_sdk_loop(matrix, api):
                       model=kind(model=matrix.model, openai_client=client),
                       model_settings=ModelSettings(tool_choice="required", temperature=0,
                                                    parallel_tool_calls=False,
-                                                   max_tokens=60))
+                                                   max_tokens=60,
+                                                   reasoning=Reasoning(effort="none")))
         try:
             with pytest.raises(MaxTurnsExceeded):
                 await Runner.run(agent, ASK, max_turns=3)
@@ -221,7 +229,8 @@ def test_agents_sdk_loop(matrix, api):
 # Block order is output order in both modes: on the demo model max_tokens can cut a
 # hermes call after a complete one, and the cut markup is a text block after the calls.
 def test_parallel_calls(matrix):
-    r = _both(matrix, tools=TOOLS, tool_choice="required", max_output_tokens=60)
+    r = _both(matrix, tools=TOOLS, tool_choice="required", max_output_tokens=60,
+              **RESPONSES_NO_REASONING)
     calls = _calls(r)
     assert calls and r.status in ("completed", "incomplete")
     for c in calls if r.status == "completed" else calls[:-1]:
@@ -237,7 +246,7 @@ def test_parallel_calls(matrix):
 
 
 def test_json_schema(matrix):
-    r = _both(matrix, max_output_tokens=60, text={"format": {
+    r = _both(matrix, max_output_tokens=60, **RESPONSES_NO_REASONING, text={"format": {
         "type": "json_schema", "name": "answer", "schema": ANSWER, "strict": True}})
     assert r.status == "completed", r
     jsonschema.validate(json.loads(r.output_text), ANSWER)

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.settings import Settings
+from tests.service.conformance import MESSAGES_NO_THINKING
 from tests.service.test_e2e_tools import TOOLS as CHAT_TOOLS
 from tests.service.test_e2e_tools import WEATHER, e2e_model_dir
 
@@ -69,13 +70,13 @@ def test_stream_equals_create(served):
 
 def test_forced_tool_use_and_a_tool_result_turn(served):
     sdk, chat, name, _ = served
-    m = _create(served, tools=TOOLS, max_tokens=60,
+    m = _create(served, tools=TOOLS, max_tokens=60, **MESSAGES_NO_THINKING,
                 tool_choice={"type": "tool", "name": "get_weather"})
     calls = [b for b in m.content if b.type == "tool_use"]
     assert m.stop_reason == "tool_use" and len(calls) == 1, m
     assert calls[0].name == "get_weather"
     jsonschema.validate(calls[0].input, WEATHER)
-    m = _create(served, tools=TOOLS, max_tokens=60,
+    m = _create(served, tools=TOOLS, max_tokens=60, **MESSAGES_NO_THINKING,
                 tool_choice={"type": "any", "disable_parallel_tool_use": True})
     calls = [b for b in m.content if b.type == "tool_use"]
     assert m.stop_reason == "tool_use" and len(calls) == 1, m

@@ -9,7 +9,7 @@ import json
 
 import jsonschema
 
-from tests.service.conformance import final_response
+from tests.service.conformance import RESPONSES_NO_REASONING, final_response
 from tests.service.test_e2e_messages import ASK, served  # noqa: F401 (fixture)
 from tests.service.test_e2e_tools import TOOLS as CHAT_TOOLS
 from tests.service.test_e2e_tools import WEATHER
@@ -43,7 +43,7 @@ def test_text_matches_chat_and_the_stream(served):  # noqa: F811
 
 
 def test_forced_call_and_its_output(served):  # noqa: F811
-    r = _create(served, tools=TOOLS, max_output_tokens=60,
+    r = _create(served, tools=TOOLS, max_output_tokens=60, **RESPONSES_NO_REASONING,
                 tool_choice={"type": "function", "name": "get_weather"})
     calls = [o for o in r.output if o.type == "function_call"]
     assert len(calls) == 1 and calls[0].name == "get_weather"
@@ -57,7 +57,7 @@ def test_forced_call_and_its_output(served):  # noqa: F811
 
 
 def test_json_schema_format(served):  # noqa: F811
-    r = _create(served, max_output_tokens=60, text={"format": {
+    r = _create(served, max_output_tokens=60, **RESPONSES_NO_REASONING, text={"format": {
         "type": "json_schema", "name": "answer", "schema": ANSWER, "strict": True}})
     assert r.status == "completed", r
     jsonschema.validate(json.loads(r.output_text), ANSWER)
@@ -68,7 +68,7 @@ def test_message_logprobs_with_tools(served):  # noqa: F811
     tokens (their bytes join into the text), the same streamed; a call carries none."""
     _, chat, name, _ = served
     kw = {"tools": TOOLS, "include": ["message.output_text.logprobs"], "top_logprobs": 1,
-          "max_output_tokens": 24}
+          "max_output_tokens": 24, **RESPONSES_NO_REASONING}
     for choice in ("auto", "required"):
         r = _create(served, tool_choice=choice, **kw)
         texts = [p for o in r.output if o.type == "message" for p in o.content]

@@ -169,3 +169,24 @@ def test_thinking_budget_end_on_tekken_equals_plain(tekken_servers, tekken_model
     assert tokens[0] == "[THINK]" and len([t for t in tokens[1:at] if t != "[THINK]"]) == 3
     assert got["usage"]["completion_tokens_details"]["reasoning_tokens"] == 3
     assert by_grammar(on, "fp8serve_spec_decode_num_drafts_total", "thinking") > drafts0
+
+
+def test_reasoning_then_a_json_schema_on_tekken_equals_plain(tekken_servers, tekken_model):
+    """The answer may reason first under a constraint: the bias opens [THINK], the budget
+    closes it after 3 tokens and the schema holds after it; the speculative server drafts
+    through both parts and answers exactly as the plain one."""
+    on, off = tekken_servers
+    think = Tokenizer.from_dir(tekken_model).token_to_id("[THINK]")
+    schema = {"type": "object", "additionalProperties": False, "required": ["city"],
+              "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}}}
+    kw = {"max_tokens": 40, "logprobs": True, "logit_bias": {str(think): 30},
+          "response_format": {"type": "json_schema", "json_schema": {
+              "name": "city", "schema": schema, "strict": True}},
+          "extra_body": {"thinking_token_budget": 3}}
+    got = chat(on, **kw)
+    assert got == chat(off, **kw)
+    choice = got["choices"][0]
+    tokens = [t["token"] for t in choice["logprobs"]["content"]]
+    assert tokens[0] == "[THINK]" and tokens[4] == "[/THINK]", tokens
+    assert choice["finish_reason"] == "stop"
+    assert json.loads(choice["message"]["content"])["city"] in ("Paris", "Oslo")

@@ -19,6 +19,7 @@ from engine.synth import SynthSpec, write_checkpoint
 from service.app import create_app
 from service.settings import Settings
 from service.tool_calls.call_ids import is_call_id
+from tests.service.conformance import CHAT_NO_REASONING
 
 WEATHER = {"type": "object", "properties": {
     "city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]},
@@ -71,7 +72,7 @@ def served(request, tmp_path_factory):
 
 def _create(served, **kw):
     _, sdk, name = served
-    kw = {"messages": ASK, "temperature": 0, "max_tokens": 80, **kw}
+    kw = {"messages": ASK, "temperature": 0, "max_tokens": 80, **CHAT_NO_REASONING, **kw}
     return sdk.chat.completions.create(model=name, **kw)
 
 
@@ -116,7 +117,7 @@ def test_stream_equals_non_streaming(served):
     assert whole.message.tool_calls
     _, sdk, name = served
     with sdk.chat.completions.stream(model=name, messages=ASK, temperature=0, max_tokens=80,
-                                     **one) as stream:
+                                     **CHAT_NO_REASONING, **one) as stream:
         for _ in stream:
             pass
         final = stream.get_final_completion().choices[0]

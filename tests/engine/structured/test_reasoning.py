@@ -1,0 +1,102 @@
+"""A reasoning section before a constraint (engine/structured/reasoning.py), token by token
+with the real tokenizers: ``[THINK]`` / ``[/THINK]`` as special tokens of tekken.json, and
+``<think>`` / ``</think>`` as text of tokenizer.json, before every kind of constraint."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.structured import json_schema_spec, tool_call_grammar
+from engine.structured.outputs import (
+    choice_spec,
+    grammar_text_spec,
+    regex_spec,
+    structural_tag_spec,
+)
+from engine.structured.reasoning import markers_for, reasoning_first
+from tests.engine.structured.conftest import TOOLS
+from tests.engine.structured.test_grammar_language import accepts
+
+OBJ = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+       "additionalProperties": False}
+# (constraint, an answer it takes, an answer it refuses)
+CONSTRAINTS = {
+    "json": (lambda tok, style: json_schema_spec(OBJ), '{"a": 1}', '{"a": "x"}'),
+    "regex": (lambda tok, style: regex_spec("[0-9]{3}"), "123", "12a"),
+    "choice": (lambda tok, style: choice_spec(["yes", "no"]), "no", "maybe"),
+    # braces in the nested grammar's strings and regexes
+    "grammar": (lambda tok, style: grammar_text_spec('start: "}" /[a-z]{2}/ "{"'),
+                "}ab{", "}abc{"),
+    "structural_tag": (lambda tok, style: structural_tag_spec(
+        {"triggers": ["<f="], "structures": [{"begin": "<f=x>", "schema": OBJ,
+                                               "end": "</f>"}]}),
+        'Use <f=x>{"a": 1}</f> now', '<f=x>{"a": "no"}</f>'),
+    "tools": (lambda tok, style: tool_call_grammar(TOOLS, "required", True, style=style,
+                                                   vocab=tok), None, "plain text"),
+}
+
+
+def _call(style):
+    if style == "mistral":
+        return '[TOOL_CALLS]add[ARGS]{"a": 1, "b": 2}'
+    return '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
+
+
+@pytest.fixture(params=["tekken", "hf"])
+def case(request):
+    """(tokenizer, tool style, begin, end): the special-token markers on tekken.json, the
+    text tags on the demo model's tokenizer.json."""
+    if request.param == "tekken":
+        return request.getfixturevalue("tekken_tokenizer"), "mistral", "[THINK]", "[/THINK]"
+    return request.getfixturevalue("demo_tokenizer"), "hermes", "<think>", "</think>"
+
+
+@pytest.mark.parametrize("kind", CONSTRAINTS)
+def test_the_section_is_optional_and_the_answer_after_it_is_constrained(case, kind):
+    tok, style, begin, end = case
+    build, good, bad = CONSTRAINTS[kind]
+    good = good or _call(style)
+    spec = reasoning_first(build(tok, style), markers_for(tok, begin, end))
+    assert accepts(tok, spec, good)
+    assert accepts(tok, spec, f"{begin}Let me think: 1 + 1.\nDone.{end}{good}")
+    assert accepts(tok, spec, f"{begin}{end}\n\n{good}")  # an empty section, a gap
+    assert not accepts(tok, spec, bad)
+    assert not accepts(tok, spec, f"{begin}thinking{end}{bad}")
+    if kind == "structural_tag" and style == "hermes":
+        return  # free text around the tags: text markers in it are text, as a parser reads
+    assert not accepts(tok, spec, f"Hi {begin}thinking{end}{good}")  # text before it
+    assert not accepts(tok, spec, f"{begin}a{end}{begin}b{end}{good}")  # one section only
+    assert not accepts(tok, spec, f"{good}{begin}after{end}")
+    assert not accepts(tok, spec, f"{begin}never closed {good}")
+
+
+def test_the_section_ends_at_its_first_end_marker(case):
+    tok, _, begin, end = case
+    spec = reasoning_first(json_schema_spec(OBJ), markers_for(tok, begin, end))
+    assert not accepts(tok, spec, f'{begin}a{end}b{end}{{"a": 1}}')
+    assert not accepts(tok, spec, '{"a": 1}' + end)
+
+
+def test_a_prompt_that_opened_the_section_makes_its_end_come_first(demo_tokenizer):
+    tok = demo_tokenizer
+    spec = reasoning_first(json_schema_spec(OBJ), markers_for(tok, "<think>", "</think>",
+                                                             starts_inside=True))
+    assert accepts(tok, spec, 'still thinking</think>\n{"a": 1}')
+    assert accepts(tok, spec, '</think>{"a": 1}')
+    assert not accepts(tok, spec, '{"a": 1}')  # the section is open: an answer is reasoning
+    assert not accepts(tok, spec, '<think>x</think>{"a": 1}</think>')
+
+
+def test_special_markers_are_tokens_and_text_markers_are_literals(tekken_tokenizer,
+                                                                   demo_tokenizer):
+    m = markers_for(tekken_tokenizer, "[THINK]", "[/THINK]")
+    ids = tekken_tokenizer.token_to_id("[THINK]"), tekken_tokenizer.token_to_id("[/THINK]")
+    assert (m.begin, m.end, m.end_text) == (f"<[{ids[0]}]>", f"<[{ids[1]}]>", None)
+    m = markers_for(demo_tokenizer, "<think>", "</think>")
+    assert (m.begin, m.end, m.end_text) == ('"<think>"', '"</think>"', "</think>")
+
+
+def test_the_wrapped_spec_keeps_its_name_and_kind(tekken_tokenizer):
+    inner = json_schema_spec(OBJ, "answer")
+    spec = reasoning_first(inner, markers_for(tekken_tokenizer, "[THINK]", "[/THINK]"))
+    assert (spec.name, spec.kind) == (inner.name, inner.kind) and spec != inner

@@ -1,0 +1,130 @@
+"""Reasoning before a constraint, end to end with the official SDKs on a tiny random v13
+tekken checkpoint (its reasoning parser reads [THINK] ... [/THINK]): the answer may open
+with a reasoning section, which a budget caps, and what follows is constrained (a JSON
+schema, a forced call); a budget of 0 constrains from the first token.
+
+The chat requests bias [THINK] so the random model opens the section; the grammar allows
+it only first, so the bias changes nothing after. The Messages API has no logit bias: its
+test relies on this checkpoint opening the section unbiased, and asserts that it does."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import anthropic
+import jsonschema
+import openai
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import BaseModel
+
+from engine.text.tokenizer import Tokenizer
+from service.app import create_app
+from service.settings import Settings
+from tests.service.test_e2e_tools import TOOLS, WEATHER, e2e_model_dir
+
+ASK = [{"role": "user", "content": "What is the weather in Paris? Use the tools."}]
+CITY = {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
+        "required": ["city"], "additionalProperties": False}
+FORMAT = {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY,
+                                                 "strict": True}}
+
+
+class City(BaseModel):
+    city: Literal["Paris", "Rome"]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    model_dir = e2e_model_dir("tekken", tmp_path_factory)
+    settings = Settings(model=model_dir, max_model_len=1024, max_num_seqs=4)
+    with TestClient(create_app(settings)) as client:
+        chat = openai.OpenAI(base_url="http://testserver/v1", api_key="x",
+                             http_client=client, max_retries=0)
+        messages = anthropic.Anthropic(base_url="http://testserver", api_key="x",
+                                       http_client=client, max_retries=0)
+        yield chat, messages, chat.models.list().data[0].id
+
+
+@pytest.fixture(scope="module")
+def think_bias(served, tmp_path_factory) -> dict[str, int]:
+    """A logit bias that makes the random model open a reasoning section."""
+    tok = Tokenizer.from_dir(e2e_model_dir("tekken", tmp_path_factory))
+    return {str(tok.token_to_id("[THINK]")): 30}
+
+
+def _chat(served, bias, budget, **kw):
+    chat, _, name = served
+    kw = {"model": name, "messages": ASK, "temperature": 0, "max_tokens": 60,
+          "logprobs": True, "logit_bias": bias, **kw,
+          "extra_body": {"thinking_token_budget": budget}}
+    return chat.chat.completions.create(**kw)
+
+
+def _tokens(choice) -> list[str]:
+    return [t.token for t in choice.logprobs.content]
+
+
+def test_a_json_schema_answer_follows_the_reasoning(served, think_bias):
+    r = _chat(served, think_bias, 3, response_format=FORMAT)
+    c = r.choices[0]
+    tokens = _tokens(c)
+    assert tokens[0] == "[THINK]" and tokens[4] == "[/THINK]", tokens
+    assert r.usage.completion_tokens_details.reasoning_tokens == 3
+    assert c.message.reasoning_content  # the three tokens' text
+    assert c.finish_reason == "stop"
+    jsonschema.validate(json.loads(c.message.content), CITY)
+    # streamed: the same reasoning and answer
+    chat, _, name = served
+    stream = chat.chat.completions.create(
+        model=name, messages=ASK, temperature=0, max_tokens=60, response_format=FORMAT,
+        logit_bias=think_bias, stream=True,
+        extra_body={"thinking_token_budget": 3})
+    parts = {"content": "", "reasoning_content": ""}
+    for chunk in stream:
+        for d in chunk.choices:
+            for k in parts:
+                parts[k] += getattr(d.delta, k, None) or ""
+    assert parts == {"content": c.message.content,
+                     "reasoning_content": c.message.reasoning_content}
+
+
+def test_parse_reads_the_answer_after_the_reasoning(served, think_bias):
+    chat, _, name = served
+    r = chat.chat.completions.parse(
+        model=name, messages=ASK, temperature=0, max_tokens=60, response_format=City,
+        logit_bias=think_bias, extra_body={"thinking_token_budget": 2})
+    msg = r.choices[0].message
+    assert isinstance(msg.parsed, City) and msg.reasoning_content
+
+
+def test_a_forced_call_follows_the_reasoning(served, think_bias):
+    c = _chat(served, think_bias, 3, tools=TOOLS, tool_choice="required",
+              parallel_tool_calls=False).choices[0]
+    assert _tokens(c)[0] == "[THINK]" and c.message.reasoning_content
+    assert c.finish_reason == "tool_calls" and len(c.message.tool_calls) == 1
+    call = c.message.tool_calls[0]
+    assert call.function.name == "get_weather"  # the bias would otherwise pick nothing
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+
+
+def test_a_budget_of_zero_constrains_from_the_first_token(served, think_bias):
+    c = _chat(served, think_bias, 0, response_format=FORMAT).choices[0]
+    assert _tokens(c)[0] == "{"  # the bias toward [THINK] cannot open a section
+    assert not getattr(c.message, "reasoning_content", None) and c.finish_reason == "stop"
+    jsonschema.validate(json.loads(c.message.content), CITY)
+
+
+def test_messages_thinking_then_a_forced_tool_use(served):
+    _, sdk, name = served
+    tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+              "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    m = sdk.messages.create(model=name, max_tokens=60, messages=ASK, tools=tools,
+                            tool_choice={"type": "any", "disable_parallel_tool_use": True},
+                            thinking={"type": "enabled", "budget_tokens": 4},
+                            extra_body={"temperature": 0})
+    assert [b.type for b in m.content] == ["thinking", "tool_use"], m
+    assert m.content[0].thinking and m.stop_reason == "tool_use"
+    schema = {t["name"]: t["input_schema"] for t in tools}[m.content[1].name]
+    jsonschema.validate(m.content[1].input, schema)
