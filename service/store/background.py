@@ -111,6 +111,7 @@ class BackgroundJob:
         if self.done:
             return
         err = error_body(status, message)["error"]
+        self.enc.interrupt()
         r = self.enc.response
         r["status"], r["error"] = "failed", {"code": err.get("code") or err["type"],
                                              "message": message}
@@ -121,6 +122,7 @@ class BackgroundJob:
         if self.done:
             return False
         self.sub.abort_all()
+        self.enc.interrupt()
         self.enc.response["status"] = "cancelled"
         self._end([self.enc.ev("response.cancelled", response=self.enc.response)])
         if self.task is not None and self.task is not asyncio.current_task():

@@ -131,6 +131,36 @@ def test_cancel_stops_the_run_and_frees_its_engine_request(client):
     assert r.status_code == 400 and "only background" in r.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("end", ["cancelled", "failed"])
+def test_a_run_stopped_midway_holds_no_item_in_progress(end):
+    """A run cancelled (or failed: the request timeout) while it writes an item keeps
+    that item as ``incomplete``, as max_output_tokens cuts one (it stayed ``in_progress``
+    in a terminal response), and a call it cut goes back into a continuation's prompt
+    with its complete arguments only (its cut JSON was a 400 on every later turn)."""
+    from service.translate.responses import _call, output_items
+
+    with make_client(**({"request_timeout": 0.5} if end == "failed" else {})) as client:
+        slow(client)
+        bg = post(client, input="<script0>", tools=TOOLS, background=True)
+        end_at = time.monotonic() + 10
+        while not client.get(f"/v1/responses/{bg['id']}").json()["output"]:
+            assert time.monotonic() < end_at
+            time.sleep(0.01)
+        if end == "cancelled":
+            assert client.post(f"/v1/responses/{bg['id']}/cancel").status_code == 200
+        kept = wait(client, bg["id"])
+        assert kept["status"] == end and kept["output"], kept
+        statuses = [o["status"] for o in kept["output"]]
+        assert statuses == ["completed"] * (len(statuses) - 1) + ["incomplete"]
+        for item in output_items(kept["output"]):
+            if item.type == "function_call":
+                json.loads(_call(item)["function"]["arguments"])
+        slow(client, False)
+        r = client.post("/v1/responses", json={"input": "<script5>", "tools": TOOLS,
+                                               "previous_response_id": bg["id"]})
+        assert r.status_code == 200, r.text
+
+
 def test_a_cancelled_stream_ends_with_response_cancelled(client):
     slow(client)
     with client.stream("POST", "/v1/responses", json={
