@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from engine.request import FinishReason
@@ -38,12 +38,17 @@ TERMINAL = ("completed", "incomplete", "failed", "cancelled")
 
 class BackgroundJob:
     """One background response: ``enc`` encodes it, ``sub`` holds its engine request;
-    ``on_end(job)`` is called once with the final response (every terminal status)."""
+    ``on_end(job)`` is called once with the final response (every terminal status);
+    ``input_items``: the request's own items, each with its id."""
 
     def __init__(self, tenant: str, enc: ResponseStream, sub: Submission, keep_events: bool,
-                 on_end: Callable[[BackgroundJob], None]) -> None:
+                 on_end: Callable[[BackgroundJob], None],
+                 input_items: Sequence[dict[str, Any]] = ()) -> None:
         self.tenant, self.enc, self.sub = tenant, enc, sub
         self.keep_events = keep_events
+        # the request's own input items as listed (each with its id), as the store keeps
+        # them once the run ends: GET .../input_items reads them while it runs
+        self.input_items = tuple(input_items)
         self.on_end = on_end
         enc.response["status"] = "queued"
         snap = {**enc.response, "output": []}

@@ -161,6 +161,21 @@ def test_a_run_stopped_midway_holds_no_item_in_progress(end):
         assert r.status_code == 200, r.text
 
 
+def test_input_items_are_listed_while_the_run_goes_on(client):
+    """GET .../input_items of a running background response lists its items (with the
+    ids they keep once it ended), as GET shows the response: it was a 404."""
+    slow(client)
+    bg = post(client, input="<script0>", tools=TOOLS, background=True)
+    r = client.get(f"/v1/responses/{bg['id']}/input_items")
+    assert r.status_code == 200, r.text
+    assert client.get(f"/v1/responses/{bg['id']}").json()["status"] in ("queued",
+                                                                         "in_progress")
+    assert [i["content"] for i in r.json()["data"]] == [
+        [{"type": "input_text", "text": "<script0>"}]]
+    assert wait(client, bg["id"])["status"] == "completed"
+    assert client.get(f"/v1/responses/{bg['id']}/input_items").json() == r.json()
+
+
 def test_a_cancelled_stream_ends_with_response_cancelled(client):
     slow(client)
     with client.stream("POST", "/v1/responses", json={
