@@ -184,7 +184,7 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
         def entries(lps):
             return chat_logprobs(lps, text_of, bytes_of)["content"]
     listed = items_json(own)
-    context_bytes = ((prev.nbytes if prev else conv.nbytes if conv else 0)
+    context_bytes = ((prev.context_bytes if prev else conv.nbytes if conv else 0)
                      + json_bytes(listed))
 
     def on_done(response: dict[str, Any], frames: Sequence[str] = ()) -> None:

@@ -176,6 +176,25 @@ def test_input_items_are_listed_while_the_run_goes_on(client):
     assert client.get(f"/v1/responses/{bg['id']}/input_items").json() == r.json()
 
 
+def test_a_continuation_counts_no_events_of_the_response_it_continues(client):
+    """The store counts a background stream's events in its entry, and a continuation's
+    entry counts its context: the earlier response's context and output, not its events,
+    which the continuation does not keep (they were counted again in every later entry
+    of a chain, which then outgrew the budget long before its memory did)."""
+    from service.store.responses import json_bytes, tenant_of
+
+    r = client.post("/v1/responses", json={"input": "<script1>", "background": True,
+                                           "stream": True})
+    first = parse(r.text)[-1]["response"]
+    second = post(client, input="<script5>", previous_response_id=first["id"])
+    store = client.app.state.serving.responses
+    one, two = store.get(tenant_of(None), first["id"]), store.get(tenant_of(None),
+                                                                  second["id"])
+    assert one.frames and one.context_bytes == one.nbytes - sum(map(len, one.frames))
+    assert two.nbytes == (one.context_bytes + json_bytes(list(two.input_items))
+                          + json_bytes(two.response))
+
+
 def test_a_cancelled_stream_ends_with_response_cancelled(client):
     slow(client)
     with client.stream("POST", "/v1/responses", json={
