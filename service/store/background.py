@@ -53,7 +53,8 @@ class BackgroundJob:
         enc.response["status"] = "queued"
         snap = {**enc.response, "output": []}
         # each event as its SSE frame, written when it happens: frames[i] is the event
-        # whose sequence_number is i
+        # whose sequence_number is i; kept for a response created with stream only (no
+        # other is streamed again)
         self.frames: list[str] = []
         self._changed = asyncio.Event()
         self._emit([enc.ev("response.created", response=snap),
@@ -80,7 +81,8 @@ class BackgroundJob:
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     def _emit(self, events: list[Event]) -> None:
-        self.frames += [named_sse([e]) for e in events]
+        if self.keep_events:
+            self.frames += [named_sse([e]) for e in events]
         self._changed.set()
 
     async def _run(self) -> None:

@@ -195,6 +195,21 @@ def test_a_continuation_counts_no_events_of_the_response_it_continues(client):
                           + json_bytes(two.response))
 
 
+def test_a_run_created_without_stream_keeps_no_events(client):
+    """Only a response created with stream is streamed again: a run without it keeps no
+    events while it runs (they were kept, one SSE frame per event, uncounted, to be
+    dropped at its end)."""
+    slow(client)
+    bg = post(client, input="<script0>", tools=TOOLS, background=True)
+    job = client.app.state.serving.jobs.get("", bg["id"])
+    end_at = time.monotonic() + 10
+    while not client.get(f"/v1/responses/{bg['id']}").json()["output"]:
+        assert time.monotonic() < end_at
+        time.sleep(0.01)
+    assert job.frames == []
+    assert wait(client, bg["id"])["status"] == "completed"
+
+
 def test_a_cancelled_stream_ends_with_response_cancelled(client):
     slow(client)
     with client.stream("POST", "/v1/responses", json={
