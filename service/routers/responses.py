@@ -184,7 +184,7 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
         def entries(lps):
             return chat_logprobs(lps, text_of, bytes_of)["content"]
     listed = items_json(own)
-    context_bytes = ((prev.nbytes if prev else conv.nbytes if conv else 0)
+    context_bytes = ((prev.context_bytes if prev else conv.nbytes if conv else 0)
                      + json_bytes(listed))
 
     def on_done(response: dict[str, Any], frames: Sequence[str] = ()) -> None:
@@ -215,7 +215,7 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
             state.jobs.drop(job)
             on_done(job.enc.response, job.frames if job.keep_events else ())
 
-        job = BackgroundJob(tenant, enc, run.sub, body.stream, on_end)
+        job = BackgroundJob(tenant, enc, run.sub, body.stream, on_end, listed)
         state.jobs.add(job)
         job.start()
         if not body.stream:
@@ -353,6 +353,8 @@ async def input_items(response_id: str, request: Request, state: StateDep,
                       order: Literal["asc", "desc"] = "desc",
                       after: str | None = None) -> dict[str, Any]:
     _no_query(request, {})
-    return page_items(list(_lookup(state, request, response_id).input_items),
-                                    limit, order, after,
-                                    f"input item of response {response_id!r}")
+    job = state.jobs.get(store_tenant(request), response_id)  # a background run's, as it runs
+    items = (job.input_items if job is not None
+             else _lookup(state, request, response_id).input_items)
+    return page_items(list(items), limit, order, after,
+                      f"input item of response {response_id!r}")

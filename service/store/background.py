@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from engine.request import FinishReason
@@ -38,17 +38,23 @@ TERMINAL = ("completed", "incomplete", "failed", "cancelled")
 
 class BackgroundJob:
     """One background response: ``enc`` encodes it, ``sub`` holds its engine request;
-    ``on_end(job)`` is called once with the final response (every terminal status)."""
+    ``on_end(job)`` is called once with the final response (every terminal status);
+    ``input_items``: the request's own items, each with its id."""
 
     def __init__(self, tenant: str, enc: ResponseStream, sub: Submission, keep_events: bool,
-                 on_end: Callable[[BackgroundJob], None]) -> None:
+                 on_end: Callable[[BackgroundJob], None],
+                 input_items: Sequence[dict[str, Any]] = ()) -> None:
         self.tenant, self.enc, self.sub = tenant, enc, sub
         self.keep_events = keep_events
+        # the request's own input items as listed (each with its id), as the store keeps
+        # them once the run ends: GET .../input_items reads them while it runs
+        self.input_items = tuple(input_items)
         self.on_end = on_end
         enc.response["status"] = "queued"
         snap = {**enc.response, "output": []}
         # each event as its SSE frame, written when it happens: frames[i] is the event
-        # whose sequence_number is i
+        # whose sequence_number is i; kept for a response created with stream only (no
+        # other is streamed again)
         self.frames: list[str] = []
         self._changed = asyncio.Event()
         self._emit([enc.ev("response.created", response=snap),
@@ -75,7 +81,8 @@ class BackgroundJob:
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     def _emit(self, events: list[Event]) -> None:
-        self.frames += [named_sse([e]) for e in events]
+        if self.keep_events:
+            self.frames += [named_sse([e]) for e in events]
         self._changed.set()
 
     async def _run(self) -> None:
@@ -111,6 +118,7 @@ class BackgroundJob:
         if self.done:
             return
         err = error_body(status, message)["error"]
+        self.enc.interrupt()
         r = self.enc.response
         r["status"], r["error"] = "failed", {"code": err.get("code") or err["type"],
                                              "message": message}
@@ -121,6 +129,7 @@ class BackgroundJob:
         if self.done:
             return False
         self.sub.abort_all()
+        self.enc.interrupt()
         self.enc.response["status"] = "cancelled"
         self._end([self.enc.ev("response.cancelled", response=self.enc.response)])
         if self.task is not None and self.task is not asyncio.current_task():

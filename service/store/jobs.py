@@ -5,7 +5,7 @@ submissions, so that the serving state holds it without importing them."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
 
@@ -14,6 +14,7 @@ class Job(Protocol):
 
     tenant: str
     keep_events: bool
+    input_items: Sequence[dict[str, Any]]
 
     @property
     def id(self) -> str: ...

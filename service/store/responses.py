@@ -50,6 +50,12 @@ class StoredResponse:
     def id(self) -> str:
         return self.response["id"]
 
+    @property
+    def context_bytes(self) -> int:
+        """What a continuation's context counts of this entry: its context and output,
+        not its events (a continuation keeps none of them alive)."""
+        return self.nbytes - sum(len(f) for f in self.frames)
+
 
 def tenant_of(api_key: str | None) -> str:
     """The store's namespace for a request authenticated by ``api_key`` (None: the server

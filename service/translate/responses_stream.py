@@ -165,6 +165,15 @@ class ResponseStream:
                                        item_id=item["id"], output_index=at, delta=e.text))
         return events
 
+    def interrupt(self) -> None:
+        """A run stopped before its end (cancelled, failed): the item it was writing is
+        ``incomplete``, as the item max_output_tokens cuts is (a terminal response holds no
+        item in progress, and a cut call goes back into a continuation's prompt with its
+        complete arguments only: its cut JSON was a 400 on every later turn)."""
+        if self.open is not None:
+            self.open = None
+            self._item["status"] = "incomplete"
+
     def finish(self, finish: FinishReason | None) -> list[Event]:
         messages = [o for o in self.response["output"] if o["type"] == "message"]
         if self.pending and messages:  # before the done events, which carry the part

@@ -53,3 +53,34 @@ def test_requests_past_the_drain_timeout_end_with_their_own_errors(tiny_checkpoi
     assert whole["status"] == 500, whole
     assert "--drain-timeout" in whole["body"]["error"]["message"]
     assert took < DRAIN_S + END_GRACE_S + 4, took  # was twice the timeout and more
+
+
+def test_background_responses_past_the_drain_timeout_end_failed(tiny_checkpoint):
+    """A background response is a request in flight: the drain lets it run (GET still
+    answers, new responses get 503), and one still running at --drain-timeout ends
+    ``failed`` naming it; a follower's stream ends with ``response.failed``."""
+    model = tiny_checkpoint(tokenizer=True)
+    srv = start_server(model, "--drain-timeout", str(DRAIN_S), "--max-model-len", "4096",
+                       "--served-model-name", "tiny", "--threads", "1")
+    body = {"model": "tiny", "input": "drain me", "max_output_tokens": 3000,
+            "temperature": 0, "background": True}
+    try:
+        proc, url = srv["proc"], srv["url"]
+        with httpx.Client(base_url=url, timeout=60) as hc:
+            polled = hc.post("/v1/responses", json=body).json()["id"]
+            with hc.stream("POST", "/v1/responses", json={**body, "stream": True}) as r:
+                lines = r.iter_lines()
+                next(lines)
+                proc.send_signal(signal.SIGTERM)
+                time.sleep(0.3)
+                during = hc.get(f"/v1/responses/{polled}").json()["status"]
+                refused = hc.post("/v1/responses", json=body).status_code
+                events = [json.loads(ln[6:]) for ln in lines if ln.startswith("data: ")]
+        assert proc.wait(30) == 0
+    finally:
+        stop_server(srv)
+    assert during == "in_progress" and refused == 503
+    last = events[-1]
+    assert last["type"] == "response.failed", last["type"]
+    assert last["response"]["status"] == "failed"
+    assert "--drain-timeout" in last["response"]["error"]["message"]

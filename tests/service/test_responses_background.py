@@ -131,6 +131,85 @@ def test_cancel_stops_the_run_and_frees_its_engine_request(client):
     assert r.status_code == 400 and "only background" in r.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("end", ["cancelled", "failed"])
+def test_a_run_stopped_midway_holds_no_item_in_progress(end):
+    """A run cancelled (or failed: the request timeout) while it writes an item keeps
+    that item as ``incomplete``, as max_output_tokens cuts one (it stayed ``in_progress``
+    in a terminal response), and a call it cut goes back into a continuation's prompt
+    with its complete arguments only (its cut JSON was a 400 on every later turn)."""
+    from service.translate.responses import _call, output_items
+
+    with make_client(**({"request_timeout": 0.5} if end == "failed" else {})) as client:
+        slow(client)
+        bg = post(client, input="<script0>", tools=TOOLS, background=True)
+        end_at = time.monotonic() + 10
+        while not client.get(f"/v1/responses/{bg['id']}").json()["output"]:
+            assert time.monotonic() < end_at
+            time.sleep(0.01)
+        if end == "cancelled":
+            assert client.post(f"/v1/responses/{bg['id']}/cancel").status_code == 200
+        kept = wait(client, bg["id"])
+        assert kept["status"] == end and kept["output"], kept
+        statuses = [o["status"] for o in kept["output"]]
+        assert statuses == ["completed"] * (len(statuses) - 1) + ["incomplete"]
+        for item in output_items(kept["output"]):
+            if item.type == "function_call":
+                json.loads(_call(item)["function"]["arguments"])
+        slow(client, False)
+        r = client.post("/v1/responses", json={"input": "<script5>", "tools": TOOLS,
+                                               "previous_response_id": bg["id"]})
+        assert r.status_code == 200, r.text
+
+
+def test_input_items_are_listed_while_the_run_goes_on(client):
+    """GET .../input_items of a running background response lists its items (with the
+    ids they keep once it ended), as GET shows the response: it was a 404."""
+    slow(client)
+    bg = post(client, input="<script0>", tools=TOOLS, background=True)
+    r = client.get(f"/v1/responses/{bg['id']}/input_items")
+    assert r.status_code == 200, r.text
+    assert client.get(f"/v1/responses/{bg['id']}").json()["status"] in ("queued",
+                                                                         "in_progress")
+    assert [i["content"] for i in r.json()["data"]] == [
+        [{"type": "input_text", "text": "<script0>"}]]
+    assert wait(client, bg["id"])["status"] == "completed"
+    assert client.get(f"/v1/responses/{bg['id']}/input_items").json() == r.json()
+
+
+def test_a_continuation_counts_no_events_of_the_response_it_continues(client):
+    """The store counts a background stream's events in its entry, and a continuation's
+    entry counts its context: the earlier response's context and output, not its events,
+    which the continuation does not keep (they were counted again in every later entry
+    of a chain, which then outgrew the budget long before its memory did)."""
+    from service.store.responses import json_bytes, tenant_of
+
+    r = client.post("/v1/responses", json={"input": "<script1>", "background": True,
+                                           "stream": True})
+    first = parse(r.text)[-1]["response"]
+    second = post(client, input="<script5>", previous_response_id=first["id"])
+    store = client.app.state.serving.responses
+    one, two = store.get(tenant_of(None), first["id"]), store.get(tenant_of(None),
+                                                                  second["id"])
+    assert one.frames and one.context_bytes == one.nbytes - sum(map(len, one.frames))
+    assert two.nbytes == (one.context_bytes + json_bytes(list(two.input_items))
+                          + json_bytes(two.response))
+
+
+def test_a_run_created_without_stream_keeps_no_events(client):
+    """Only a response created with stream is streamed again: a run without it keeps no
+    events while it runs (they were kept, one SSE frame per event, uncounted, to be
+    dropped at its end)."""
+    slow(client)
+    bg = post(client, input="<script0>", tools=TOOLS, background=True)
+    job = client.app.state.serving.jobs.get("", bg["id"])
+    end_at = time.monotonic() + 10
+    while not client.get(f"/v1/responses/{bg['id']}").json()["output"]:
+        assert time.monotonic() < end_at
+        time.sleep(0.01)
+    assert job.frames == []
+    assert wait(client, bg["id"])["status"] == "completed"
+
+
 def test_a_cancelled_stream_ends_with_response_cancelled(client):
     slow(client)
     with client.stream("POST", "/v1/responses", json={
