@@ -41,7 +41,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from engine.kernels.layer_kernel import GENERATED_ROWS_STAGE
 
 P = "fp8serve_"
-# a label value stays short: a runtime error's message can be long
+# a label value stays short: a runtime error's message can be long (a kernel's, in its
+# rejection reason; the fused op's, in a decoder layer's reason)
 _REASON_CHARS = 160
 
 
@@ -94,7 +95,7 @@ def kernel_families(snapshot: dict[str, Any]) -> Iterator[Metric]:
                   Counter((x["kernel_id"], x["platform"], x["scale_kind"]) for x in layers))
     yield _family(g, "kernel_rejections", "Layers for which a kernel was passed over at "
                   "selection.", ["kernel", "reason"],
-                  Counter((r["kernel_id"], r["reason"]) for x in layers
+                  Counter((r["kernel_id"], r["reason"][:_REASON_CHARS]) for x in layers
                           for r in x.get("rejections", [])))
     yield _family(CounterMetricFamily, "kernel_runtime_fallbacks", "Layers moved to "
                   "another kernel after a runtime error.", ["from_kernel", "to_kernel"],

@@ -159,3 +159,21 @@ def test_a_generated_rows_fallback_is_not_a_startup_fallback():
     report.record_fallback(RuntimeFallback(layer, "amx_w8a16", "avx512_w8a16", "boom"))
     assert startup_kernels(report.snapshot())[layer] == "amx_w8a16"
     assert "fp8serve_kernel_startup_fallbacks{" not in _scrape(report)
+
+
+def test_a_runtime_errors_rejection_reason_is_cut_like_a_decoder_layers():
+    """A runtime fallback adds the failed kernel to the layer's rejections with the error
+    as the reason: the kernel_rejections label keeps its first 160 characters, as
+    decoder_layers does (a torch error's message runs to kilobytes)."""
+    layer = "layers.0.mlp.down_proj"
+    report = KernelReport()
+    report.record_choice(LayerChoice(layer, "avx2_w8a16", "cpu", "per_tensor", 8, 8, (),
+                                     first_choice="avx2_w8a16"))
+    report.record_fallback(RuntimeFallback(layer, "avx2_w8a16", "torch_w8a16",
+                                           "RuntimeError: " + "x" * 4000))
+    (line,) = [x for x in _scrape(report).splitlines()
+               if x.startswith("fp8serve_kernel_rejections{")]
+    reason = line.split('reason="', 1)[1].rsplit('"}', 1)[0]
+    assert reason.startswith("runtime error (apply): RuntimeError: xxx") and len(reason) == 160
+    # the report keeps the whole error (GET /kernels)
+    assert len(report.snapshot()["runtime_fallbacks"][0]["error"]) == 4014
