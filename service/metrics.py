@@ -25,6 +25,11 @@ STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.0
 STEP_KINDS = ("decode", "prefill", "mixed")
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
                60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+# queue time: vLLM's request_queue_time_seconds takes E2E_BUCKETS, whose first bound
+# (0.3 s) put every queue time of a server keeping up in one bucket, which
+# histogram_quantile reads as 0.15 s (p50) and 0.297 s (p99) however short the wait was
+QUEUE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                 10.0, 20.0, 40.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 P = "fp8serve_"
 # the API a request came through (the ``api`` label of the per-request outcome metrics);
 # beam_search: the step requests of a beam search (service/beam_search.py), one per beam
@@ -93,7 +98,7 @@ class ServingMetrics(EngineObserver):
         self.e2e = hist("e2e_request_latency_seconds", "End-to-end latency.", E2E_BUCKETS,
                         ("api",))
         self.queue = hist("request_queue_time_seconds", "Time waiting before first "
-                          "scheduled.", E2E_BUCKETS)
+                          "scheduled.", QUEUE_BUCKETS)
         # engine steps by kind: decode (one-token rows only), prefill (prompt tokens only),
         # mixed (both in one step: a prefill chunk stalls the decodes riding with it)
         self.step = Histogram(P + "engine_step_seconds", "Engine step wall time (forward, "
