@@ -73,8 +73,8 @@ class ServingMetrics(EngineObserver):
                                   "(their KV was not computed again).")
         # speculative decoding, vLLM's spec_decode_* meanings: drafts verified, the tokens
         # they proposed, those accepted (each by the ``grammar`` that constrained the
-        # sequence: none, thinking, json_object, json_schema, regex, choice, tool_mistral,
-        # tool_hermes, grammar), and accepted ones by draft position (0 = first)
+        # sequence: none, thinking, or engine.structured.spec.KINDS), and accepted ones by
+        # draft position (0 = first)
         g = ("grammar",)
         self.spec_drafts = counter("spec_decode_num_drafts", "Speculative drafts verified.", g)
         self.spec_draft_tokens = counter("spec_decode_num_draft_tokens",
