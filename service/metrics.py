@@ -12,7 +12,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from engine.request import FinishReason
+from engine.request import (
+    EngineUnavailableError,
+    FinishReason,
+    InvalidRequestError,
+    QueueFullError,
+)
 from engine.stream import EngineObserver
 from service.kernel_metrics import kernel_families
 
@@ -35,6 +40,14 @@ P = "fp8serve_"
 # beam_search: the step requests of a beam search (service/beam_search.py), one per beam
 # and token
 APIS = ("completions", "chat", "messages", "responses", "beam_search")
+# requests_rejected_total's reasons exported as zeros from the start: the engine's refusals
+# (engine/request.py) and the service's usual statuses. A series born at its first
+# refusal starts at 1, and rate() / increase() never see that step: a burst of refusals
+# that starts a series reads 0 on the dashboard. A rarer reason still appears when it
+# first happens.
+REJECT_REASONS = (*(e.__name__ for e in (InvalidRequestError, QueueFullError,
+                                        EngineUnavailableError)),
+                  "http_400", "http_401", "http_404", "http_413")
 
 
 class ServingMetrics(EngineObserver):
@@ -115,7 +128,10 @@ class ServingMetrics(EngineObserver):
         self._export_outcomes()
 
     def _export_outcomes(self) -> None:
-        """Each API's outcome series, exported as zeros before its first request."""
+        """Each API's outcome series and the usual refusals' series, exported as zeros
+        before the first request."""
+        for reason in REJECT_REASONS:
+            self.rejected.labels(self.model_name, reason)
         for api in APIS:
             for m in (self.aborted, self.timed_out, self.failed, self.e2e):
                 m.labels(self.model_name, api)
