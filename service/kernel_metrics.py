@@ -38,8 +38,11 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from engine.kernels.layer_kernel import GENERATED_ROWS_STAGE
+
 P = "fp8serve_"
-# a label value stays short: a runtime error's message can be long
+# a label value stays short: a runtime error's message can be long (a kernel's, in its
+# rejection reason; the fused op's, in a decoder layer's reason)
 _REASON_CHARS = 160
 
 
@@ -50,10 +53,13 @@ def layer_group(layer: str) -> str:
 
 def startup_kernels(snapshot: dict[str, Any]) -> dict[str, str]:
     """layer -> the kernel it was given at load: its current kernel, or the source of its
-    first runtime fallback when it has moved since."""
+    first runtime fallback off that kernel when it has moved since (a fallback of its
+    generated rows' kernel leaves the layer on its own kernel: not a move)."""
     out = {layer["layer"]: layer["kernel_id"] for layer in snapshot.get("layers", [])}
     moved: set[str] = set()
     for fb in snapshot.get("runtime_fallbacks", []):
+        if fb.get("stage") == GENERATED_ROWS_STAGE:
+            continue
         if fb["layer"] in out and fb["layer"] not in moved:
             out[fb["layer"]] = fb["from_kernel"]
             moved.add(fb["layer"])
@@ -89,7 +95,7 @@ def kernel_families(snapshot: dict[str, Any]) -> Iterator[Metric]:
                   Counter((x["kernel_id"], x["platform"], x["scale_kind"]) for x in layers))
     yield _family(g, "kernel_rejections", "Layers for which a kernel was passed over at "
                   "selection.", ["kernel", "reason"],
-                  Counter((r["kernel_id"], r["reason"]) for x in layers
+                  Counter((r["kernel_id"], r["reason"][:_REASON_CHARS]) for x in layers
                           for r in x.get("rejections", [])))
     yield _family(CounterMetricFamily, "kernel_runtime_fallbacks", "Layers moved to "
                   "another kernel after a runtime error.", ["from_kernel", "to_kernel"],

@@ -12,7 +12,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from engine.request import FinishReason
+from engine.request import (
+    EngineUnavailableError,
+    FinishReason,
+    InvalidRequestError,
+    QueueFullError,
+)
 from engine.stream import EngineObserver
 from service.kernel_metrics import kernel_families
 
@@ -25,11 +30,24 @@ STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.0
 STEP_KINDS = ("decode", "prefill", "mixed")
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
                60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+# queue time: vLLM's request_queue_time_seconds takes E2E_BUCKETS, whose first bound
+# (0.3 s) put every queue time of a server keeping up in one bucket, which
+# histogram_quantile reads as 0.15 s (p50) and 0.297 s (p99) however short the wait was
+QUEUE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                 10.0, 20.0, 40.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 P = "fp8serve_"
 # the API a request came through (the ``api`` label of the per-request outcome metrics);
 # beam_search: the step requests of a beam search (service/beam_search.py), one per beam
 # and token
 APIS = ("completions", "chat", "messages", "responses", "beam_search")
+# requests_rejected_total's reasons exported as zeros from the start: the engine's refusals
+# (engine/request.py) and the service's usual statuses. A series born at its first
+# refusal starts at 1, and rate() / increase() never see that step: a burst of refusals
+# that starts a series reads 0 on the dashboard. A rarer reason still appears when it
+# first happens.
+REJECT_REASONS = (*(e.__name__ for e in (InvalidRequestError, QueueFullError,
+                                        EngineUnavailableError)),
+                  "http_400", "http_401", "http_404", "http_413")
 
 
 class ServingMetrics(EngineObserver):
@@ -68,8 +86,8 @@ class ServingMetrics(EngineObserver):
                                   "(their KV was not computed again).")
         # speculative decoding, vLLM's spec_decode_* meanings: drafts verified, the tokens
         # they proposed, those accepted (each by the ``grammar`` that constrained the
-        # sequence: none, thinking, json_object, json_schema, regex, choice, tool_mistral,
-        # tool_hermes, grammar), and accepted ones by draft position (0 = first)
+        # sequence: none, thinking, or engine.structured.spec.KINDS), and accepted ones by
+        # draft position (0 = first)
         g = ("grammar",)
         self.spec_drafts = counter("spec_decode_num_drafts", "Speculative drafts verified.", g)
         self.spec_draft_tokens = counter("spec_decode_num_draft_tokens",
@@ -93,7 +111,7 @@ class ServingMetrics(EngineObserver):
         self.e2e = hist("e2e_request_latency_seconds", "End-to-end latency.", E2E_BUCKETS,
                         ("api",))
         self.queue = hist("request_queue_time_seconds", "Time waiting before first "
-                          "scheduled.", E2E_BUCKETS)
+                          "scheduled.", QUEUE_BUCKETS)
         # engine steps by kind: decode (one-token rows only), prefill (prompt tokens only),
         # mixed (both in one step: a prefill chunk stalls the decodes riding with it)
         self.step = Histogram(P + "engine_step_seconds", "Engine step wall time (forward, "
@@ -110,7 +128,10 @@ class ServingMetrics(EngineObserver):
         self._export_outcomes()
 
     def _export_outcomes(self) -> None:
-        """Each API's outcome series, exported as zeros before its first request."""
+        """Each API's outcome series and the usual refusals' series, exported as zeros
+        before the first request."""
+        for reason in REJECT_REASONS:
+            self.rejected.labels(self.model_name, reason)
         for api in APIS:
             for m in (self.aborted, self.timed_out, self.failed, self.e2e):
                 m.labels(self.model_name, api)

@@ -63,6 +63,11 @@ class LayerChoice:
     generated_kernel_id: str | None = None
 
 
+# the stage of a runtime fallback of a layer's generated rows (AMX hosts): its from_kernel
+# is the generated rows' kernel, and the layer stays on the kernel it was given at load
+GENERATED_ROWS_STAGE = "apply (generated rows)"
+
+
 @dataclass(frozen=True, slots=True)
 class RuntimeFallback:
     layer: str
@@ -314,7 +319,7 @@ class LayerKernel:
                         self.name, gen.id, type(exc).__name__, exc, self.kernel.id)
             self._report.record_fallback(RuntimeFallback(
                 self.name, gen.id, self.kernel.id, f"{type(exc).__name__}: {exc}",
-                "apply (generated rows)"))
+                GENERATED_ROWS_STAGE))
             self.generated_kernel = None
             return self(x)
         self._generated_verified = True

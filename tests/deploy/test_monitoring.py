@@ -190,3 +190,54 @@ def test_compose_stop_grace_covers_the_drain_timeout():
                          fp8["environment"]["FP8SERVE_DRAIN_TIMEOUT"])
     # then the last answers go out (END_GRACE_S) and the engine stops (its join: 5 s)
     assert int(fp8["stop_grace_period"].rstrip("s")) > int(drain.group(1)) + END_GRACE_S + 5
+
+
+def _histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
+    """Prometheus' histogram_quantile over cumulative (le, count) pairs, +Inf last: linear
+    within the bucket the rank falls in, the first bucket starting at 0."""
+    rank = q * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for le, count in buckets:
+        if count >= rank:
+            if le == float("inf"):
+                return lower
+            return lower + (le - lower) * (rank - below) / (count - below)
+        lower, below = le, count
+    raise AssertionError("no bucket")
+
+
+# (dashboard panel, histogram, feed one observation of ``seconds``, a value a server that
+# keeps up sees): the panel's p50 and p99 must read it within a factor of 2.5
+_HEALTHY = [
+    ("Queue time", "request_queue_time_seconds", lambda m, s: m.on_admitted(s, 8), 0.002),
+    ("Time to first token", "time_to_first_token_seconds", lambda m, s: m.on_first_token(s),
+     0.05),
+    ("Inter-token latency", "inter_token_latency_seconds", lambda m, s: m.on_token(s), 0.03),
+    ("Engine step time by kind", "engine_step_seconds", lambda m, s: m.on_step(s, 4, 0),
+     0.02),
+]
+
+
+@pytest.mark.parametrize("title,name,feed,seconds", _HEALTHY, ids=[h[0] for h in _HEALTHY])
+def test_latency_panels_resolve_a_healthy_server(title, name, feed, seconds):
+    """The quantiles a latency panel draws come from the histogram's buckets: a bucket
+    much wider than the values (request_queue_time_seconds had e2e's, from 0.3 s) makes
+    the panel show its interpolation, not the latency (0.15 s for waits of 2 ms)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    assert f"rate(fp8serve_{name}_bucket" in "\n".join(_panel(title))
+    stats = SimpleNamespace(num_running=0, num_waiting=0, kv_cache_usage=0.0)
+    registry, metrics = build_registry("m", lambda: stats, lambda: REPORT, {}, {})
+    for _ in range(100):
+        feed(metrics, seconds)
+    (family,) = [f for f in text_string_to_metric_families(generate_latest(registry).decode())
+                 if f.name == f"fp8serve_{name}"]
+    counts: dict[float, float] = {}
+    for s in family.samples:
+        if s.name.endswith("_bucket"):
+            le = float(s.labels["le"])
+            counts[le] = counts.get(le, 0.0) + s.value
+    buckets = sorted(counts.items())
+    for q in (0.5, 0.99):
+        shown = _histogram_quantile(q, buckets)
+        assert seconds / 2.5 <= shown <= seconds * 2.5, (title, q, shown)

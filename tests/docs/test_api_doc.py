@@ -72,3 +72,52 @@ def test_every_hint_is_labelled_accepted_and_ignored():
             rows = re.findall(rf"^\| `{re.escape(name)}` \|.*\| ([^|]+) \|$", found[key], re.M)
             assert rows and all(r.strip() == "accepted and ignored" for r in rows), (
                 endpoint, name, rows)
+
+
+def _metrics_section() -> str:
+    text = API.read_text(encoding="utf-8")
+    return text[text.index("\n## Metrics\n"):text.index("\n## Objects in request bodies\n")]
+
+
+def test_every_metric_and_label_is_in_the_metrics_section():
+    """Each family a scrape exports (vision's among them) is named in docs/api.md's Metrics
+    section with every label but model_name (named once, for all): `name{a,b}`, or a
+    `prefix_*` for families described together. requests_aborted/_timed_out/_failed and
+    the spec_decode counters' grammar label were missing."""
+    from types import SimpleNamespace
+
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from engine.request import FinishReason
+    from service.backend import ServingState
+    from service.metrics import build_registry
+    from service.settings import Settings
+    from service.vision_metrics import VisionMetrics
+    from tests.deploy.test_monitoring import REPORT
+
+    stats = SimpleNamespace(num_running=1, num_waiting=2, kv_cache_usage=0.5)
+    registry, metrics = build_registry("m", lambda: stats, lambda: {**REPORT, "attention": {
+        "path": "paged", "reason": None}}, {"avx2": True}, {"built": "true"},
+        ServingState(Settings()).store_stats)
+    VisionMetrics(registry, "m").on_image(0.5, 64, cached=False)
+    metrics.on_rejected("QueueFullError")
+    metrics.on_spec_decode(3, 2, "json_schema")
+    metrics.on_finished(FinishReason.ABORT, 1.0, 2, "chat")
+    section = _metrics_section()
+    named = {m.group(1): set(filter(None, (m.group(2) or "").split(",")))
+             for m in re.finditer(r"`([a-z0-9_]+\*?)(?:\{([a-z_,]*)\})?`", section)}
+    families = list(text_string_to_metric_families(generate_latest(registry).decode()))
+    assert len(families) > 40
+    for fam in families:
+        if fam.name.endswith("_created"):  # prometheus_client's creation times
+            continue
+        name = fam.name.removeprefix("fp8serve_")
+        shown = name + ("_total" if fam.type == "counter" else "")
+        labels = {k for s in fam.samples for k in s.labels} - {"model_name", "le"}
+        doc = named.get(shown)
+        if doc is None:
+            doc = next((named[p] for p in named if p.endswith("*")
+                        and shown.startswith(p[:-1])), None)
+        assert doc is not None, f"{shown} not in docs/api.md's Metrics section"
+        assert labels <= doc, (shown, sorted(labels - doc))

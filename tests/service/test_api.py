@@ -412,12 +412,27 @@ def test_a_prompt_too_long_for_any_encoding_is_refused_before_it_is_encoded(monk
         assert len(seen) == 3
 
 
-def rejected(cl) -> dict[str, float]:
+def rejected(cl, zeros: bool = False) -> dict[str, float]:
+    """requests_rejected_total by reason: the reasons counted so far (``zeros``: every
+    series exported, those still at 0 too)."""
     from prometheus_client.parser import text_string_to_metric_families
     fams = text_string_to_metric_families(cl.get("/metrics").text)
     return {s.labels["reason"]: s.value for f in fams
             if f.name == "fp8serve_requests_rejected" for s in f.samples
-            if s.name.endswith("_total")}
+            if s.name.endswith("_total") and (zeros or s.value)}
+
+
+def test_the_usual_refusals_are_exported_as_zeros_before_the_first():
+    """A counter series born at its first refusal starts at 1: rate() and increase() see no
+    step, and a burst of 400s read 0 on the dashboard's 'Finished requests' panel. The
+    engine's refusals and the service's usual statuses start at 0."""
+    with client() as cl:
+        assert rejected(cl, zeros=True) == {
+            r: 0.0 for r in ("InvalidRequestError", "QueueFullError",
+                             "EngineUnavailableError", "http_400", "http_401", "http_404",
+                             "http_413")}
+        cl.post("/v1/completions", json={"prompt": "1", "max_tokens": 0})
+        assert rejected(cl) == {"http_400": 1}
 
 
 def test_every_refusal_is_counted_once():

@@ -9,7 +9,13 @@ from prometheus_client.registry import Collector
 
 from engine.hardware import HardwareInfo
 from engine.kernels.base import Platform, ScaleKind
-from engine.kernels.layer_kernel import KernelReport, LayerKernel
+from engine.kernels.layer_kernel import (
+    GENERATED_ROWS_STAGE,
+    KernelReport,
+    LayerChoice,
+    LayerKernel,
+    RuntimeFallback,
+)
 from engine.kernels.reference import random_fp8_weight
 from engine.kernels.registry import KernelCatalog, KernelOverrides
 from service.kernel_metrics import kernel_families, layer_group, startup_kernels
@@ -129,3 +135,45 @@ def test_a_models_bf16_head_shows_as_a_layer_on_its_kernel():
     assert ('fp8serve_kernel_selected{kernel="bf16_portable",platform="cpu",scale_kind="bf16"}'
             ' 1.0') in text
     assert "fp8serve_kernel_startup_fallbacks{" not in text
+
+
+def test_a_generated_rows_fallback_is_not_a_startup_fallback():
+    """An AMX host's layer got its first choice (amx_w8a16) at load; its generated rows'
+    kernel (avx512_w8a16) failing later is a runtime fallback, and the layer stays on
+    amx_w8a16: no startup fallback 'amx_w8a16 -> avx512_w8a16' (the alert
+    Fp8serveKernelStartupFallback fired on one)."""
+    layer = "layers.0.mlp.down_proj"
+    report = KernelReport()
+    report.record_choice(LayerChoice(layer, "amx_w8a16", "cpu", "per_channel", 64, 96, (),
+                                     first_choice="amx_w8a16",
+                                     generated_kernel_id="avx512_w8a16"))
+    report.record_fallback(RuntimeFallback(layer, "avx512_w8a16", "amx_w8a16",
+                                           "RuntimeError: no such shape",
+                                           GENERATED_ROWS_STAGE))
+    assert startup_kernels(report.snapshot())[layer] == "amx_w8a16"
+    text = _scrape(report)
+    assert ('fp8serve_kernel_runtime_fallbacks_total{from_kernel="avx512_w8a16",'
+            'to_kernel="amx_w8a16"} 1.0') in text
+    assert "fp8serve_kernel_startup_fallbacks{" not in text
+    # its own kernel failing afterwards is a move off the kernel it got at load
+    report.record_fallback(RuntimeFallback(layer, "amx_w8a16", "avx512_w8a16", "boom"))
+    assert startup_kernels(report.snapshot())[layer] == "amx_w8a16"
+    assert "fp8serve_kernel_startup_fallbacks{" not in _scrape(report)
+
+
+def test_a_runtime_errors_rejection_reason_is_cut_like_a_decoder_layers():
+    """A runtime fallback adds the failed kernel to the layer's rejections with the error
+    as the reason: the kernel_rejections label keeps its first 160 characters, as
+    decoder_layers does (a torch error's message runs to kilobytes)."""
+    layer = "layers.0.mlp.down_proj"
+    report = KernelReport()
+    report.record_choice(LayerChoice(layer, "avx2_w8a16", "cpu", "per_tensor", 8, 8, (),
+                                     first_choice="avx2_w8a16"))
+    report.record_fallback(RuntimeFallback(layer, "avx2_w8a16", "torch_w8a16",
+                                           "RuntimeError: " + "x" * 4000))
+    (line,) = [x for x in _scrape(report).splitlines()
+               if x.startswith("fp8serve_kernel_rejections{")]
+    reason = line.split('reason="', 1)[1].rsplit('"}', 1)[0]
+    assert reason.startswith("runtime error (apply): RuntimeError: xxx") and len(reason) == 160
+    # the report keeps the whole error (GET /kernels)
+    assert len(report.snapshot()["runtime_fallbacks"][0]["error"]) == 4014
