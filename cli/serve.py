@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from cli.kernels import add_kernel_args
+from cli.kernels import add_kernel_args, overrides_from_args
 from cli.main import CliError
 from engine.config_flags import (
     add_kv_cache_dtype_arg,
@@ -201,6 +201,10 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     from service.settings import Settings
 
     given: dict[str, Any] = {}
+    if hasattr(args, "kernel"):
+        # unknown kernel ids named with where they were given (flag or environment),
+        # before Settings merges the two
+        overrides_from_args(args)
     positional = getattr(args, "model_dir", None)
     if positional is not None:
         if args.model is not None and args.model != positional:
