@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 
 from bench.common.errors import BenchError
@@ -36,13 +38,50 @@ def register(sub: argparse._SubParsersAction) -> None:
         parser.set_defaults(func=_as_cli_error(parser.get_default("func")))
 
 
+# Output-file flags the benchmarks share: checked before a run that may take hours, so a
+# path that cannot be written fails at once instead of after the measurements
+OUTPUT_FLAGS = (("json", "--json"), ("json_out", "--json-out"), ("png", "--png"))
+
+
+def check_common(args: argparse.Namespace) -> None:
+    """The flags several benchmarks share, validated before anything is loaded."""
+    threads = getattr(args, "threads", None)
+    if threads is not None and threads < 1:
+        raise CliError(f"--threads {threads}: must be >= 1")
+    for attr, flag in OUTPUT_FLAGS:
+        value = getattr(args, attr, None)
+        if value:
+            _check_writable(flag, Path(value))
+
+
+def _check_writable(flag: str, path: Path) -> None:
+    if path.is_dir():
+        raise CliError(f"{flag} {path}: is a directory")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent  # the directories missing below it are created at the end
+    if not parent.is_dir():
+        raise CliError(f"{flag} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CliError(f"{flag} {path}: {parent} is not writable")
+
+
 def _as_cli_error(func: Callable[[argparse.Namespace], int]
                   ) -> Callable[[argparse.Namespace], int]:
     @functools.wraps(func)
     def run(args: argparse.Namespace) -> int:
+        from engine.checkpoint.errors import CheckpointError
+        from engine.config import ConfigError
+        from engine.demo_model import DemoModelError
+        from engine.text.tokenizer import TokenizerLoadError
+
+        check_common(args)
         try:
             return func(args)
         except BenchError as exc:
             raise CliError(str(exc), exc.exit_code) from exc
+        except (CheckpointError, ConfigError, DemoModelError, TokenizerLoadError) as exc:
+            # a --model that is no checkpoint, a setting the engine refuses: one line
+            raise CliError(str(exc) or type(exc).__name__) from None
 
     return run

@@ -102,9 +102,23 @@ def stream_generate(runner: Any, tokenizer: Any, prompt_ids: list[int], params: 
 
 def _prompt_ids(tokenizer: Any, args: argparse.Namespace) -> list[int]:
     if args.prompt is not None:
-        return tokenizer.encode(args.prompt)
+        ids = tokenizer.encode(args.prompt)
+        if not ids:  # nothing for the model to continue (this tokenizer adds no BOS)
+            raise ValueError("--prompt: the prompt is empty (0 tokens)")
+        return ids
     messages = [{"role": "system", "content": args.system}] if args.system else []
     return tokenizer.encode_chat(messages + [{"role": "user", "content": args.chat}])
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Flags that contradict each other or cannot work, before anything is loaded."""
+    if args.system is not None and args.prompt is not None:
+        raise ValueError("--system applies to --chat only; with --prompt, put it in the "
+                         "prompt text")
+    if args.max_model_len < 2:
+        raise ValueError(f"--max-model-len {args.max_model_len}: must be >= 2")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads {args.threads}: must be >= 1")
 
 
 def _load(args: argparse.Namespace, params: Any) -> tuple[Any, Any, list[int]]:
@@ -149,11 +163,19 @@ def run(args: argparse.Namespace) -> int:
     from cli.main import CliError
 
     try:
+        check_args(args)
         params = sampling_params(args)
         runner, tokenizer, prompt_ids = _load(args, params)
     except Exception as exc:  # one line for the user: bad checkpoint, flags or template
         raise CliError(str(exc) or type(exc).__name__) from None
-    stats = stream_generate(runner, tokenizer, prompt_ids, params, _write_stdout)
+    try:
+        stats = stream_generate(runner, tokenizer, prompt_ids, params, _write_stdout)
+    except KeyboardInterrupt:
+        # Ctrl-C: end the partial text's line, so the shell prompt starts on its own
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        print("[interrupted]", file=sys.stderr)
+        return 130
     sys.stdout.write("\n")
     pre = stats.prompt_tokens / stats.prefill_s if stats.prefill_s > 0 else float("inf")
     dec = (stats.output_tokens - 1) / stats.decode_s if stats.decode_s > 0 else 0.0

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from cli.kernels import add_kernel_args
+from cli.kernels import add_kernel_args, overrides_from_args
 from cli.main import CliError
 from engine.config_flags import (
     add_kv_cache_dtype_arg,
@@ -201,6 +201,10 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     from service.settings import Settings
 
     given: dict[str, Any] = {}
+    if hasattr(args, "kernel"):
+        # unknown kernel ids named with where they were given (flag or environment),
+        # before Settings merges the two
+        overrides_from_args(args)
     positional = getattr(args, "model_dir", None)
     if positional is not None:
         if args.model is not None and args.model != positional:
@@ -262,12 +266,33 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if settings.model is not None and not settings.model.is_dir():
         raise CliError(f"--model {settings.model}: not a directory")
+    check_bind(settings.host, settings.port)
     backend = _load_backend(settings)
     app = create_app(settings, load_backend=lambda _settings: backend)
     server = DrainingServer(uvicorn_config(app, settings), app.state.serving,
                             settings.drain_timeout)
     server.run()
     return 0 if server.started else 1
+
+
+def check_bind(host: str, port: int) -> None:
+    """Fail before the model loads (minutes for a large checkpoint) when the address
+    cannot be bound: a port in use, a host that is not this machine's. The socket is
+    closed at once; uvicorn binds again once the model is ready."""
+    import socket
+
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise CliError(f"--host {host}: {getattr(exc, 'strerror', None) or exc}") from None
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            raise CliError(f"--host {host} --port {port}: cannot bind: "
+                           f"{exc.strerror or exc}") from None
 
 
 def _load_backend(settings: Any) -> Any:

@@ -16,15 +16,19 @@ TOKENIZERS = ("tekken", "hf", "both", "none")
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("synth-model", help="write a random-weight Ministral-3 checkpoint")
     p.add_argument("--shape", choices=SHAPES, required=True)
-    p.add_argument("--out", type=Path, required=True, help="output directory")
-    p.add_argument("--layers", type=int, default=None, help="override the number of layers")
+    p.add_argument("--out", type=Path, required=True,
+                   help="output directory, new or empty (an existing checkpoint or other "
+                        "files there are never overwritten: the command refuses)")
+    p.add_argument("--layers", type=_positive, default=None,
+                   help="override the number of layers")
     p.add_argument("--layout", choices=LAYOUTS, default=None,
                    help="default: hf-multimodal for the Ministral-3 shapes, hf-text for tiny "
                         "and smollm2-135m (the demo model's shapes)")
     p.add_argument("--quant", choices=QUANTS, default="fp8-per-tensor")
     p.add_argument("--tied", choices=("yes", "no"), default=None, help="override tied embeddings")
-    p.add_argument("--shard-mb", type=int, default=None, help="max shard size (HF layouts)")
-    p.add_argument("--original-max-pos", type=int, default=None,
+    p.add_argument("--shard-mb", type=_positive, default=None,
+                   help="max shard size (HF layouts)")
+    p.add_argument("--original-max-pos", type=_positive, default=None,
                    help="rope original_max_position_embeddings")
     p.add_argument("--tokenizer", choices=TOKENIZERS, default="tekken",
                    help="tokenizer files: tekken (default) = a v13 tekken.json, encoded through "
@@ -35,6 +39,32 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "vision_encoder, vision_encoder.* tensors; hf-multimodal always has one)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)
+
+
+def _positive(text: str) -> int:
+    """argparse type: an integer >= 1 (a size, a count)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _check_out(out: Path) -> None:
+    """--out must be new or an empty directory: writing into another checkpoint would
+    leave its files beside the new ones (a native layout written over a Hugging Face one
+    is still read as the old Hugging Face checkpoint)."""
+    from cli.main import CliError
+
+    if not out.exists() and not out.is_symlink():
+        return
+    if not out.is_dir():
+        raise CliError(f"--out {out}: exists and is not a directory")
+    if any(out.iterdir()):
+        raise CliError(f"--out {out}: exists and is not empty; synth-model writes only into "
+                       "a new or empty directory (remove it, or choose another)")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
@@ -59,6 +89,12 @@ def run(args: argparse.Namespace) -> int:
     from cli.main import CliError
     from engine.synth import SynthSpec, write_checkpoint
 
+    if args.native_vision and (args.layout or "") != "native":
+        raise CliError("--native-vision needs --layout native (hf-multimodal always writes "
+                       "the vision encoder; hf-text has none)")
+    if args.no_tokenizer and args.tokenizer not in ("tekken", "none"):
+        raise CliError(f"--no-tokenizer contradicts --tokenizer {args.tokenizer}")
+    _check_out(args.out)
     try:
         spec = SynthSpec.preset(args.shape, **_overrides(args))
     except ValueError as exc:

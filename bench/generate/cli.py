@@ -102,6 +102,10 @@ def _model_and_gguf(args: argparse.Namespace) -> tuple[Path, Path | None]:
 def config_from_args(args: argparse.Namespace) -> Any:
     from bench.generate.run import GenerateBenchConfig
 
+    for flag, value in (("--bandwidth-mib", args.bandwidth_mib),
+                        ("--bandwidth-passes", getattr(args, "bandwidth_passes", 5))):
+        if value < 1:
+            raise BenchError(f"{flag} {value}: must be >= 1")
     model, gguf = _model_and_gguf(args)
     try:
         return GenerateBenchConfig(

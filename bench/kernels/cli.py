@@ -15,6 +15,12 @@ SHAPE_ALIASES = {"qo": "q_proj/o_proj", "kv": "k_proj/v_proj", "gate_up": "gate_
                  "down": "down_proj"}
 
 
+LEGEND = ("(ms: median time of one call; GB/s: weight bytes read / time; TFLOP/s: 2*M*N*K / "
+          "time; x bf16, x smm: torch bf16 matmul's / torch._scaled_mm's time over this "
+          "kernel's, > 1 faster; % bound: the FP8 weight's read time at the measured "
+          "bandwidth / this time)")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("kernels", help="FP8 GEMM/GEMV kernels vs same-run baselines")
     p.add_argument("--shapes", default="qo,kv,gate_up,down",
@@ -78,11 +84,18 @@ def config_from_args(args: argparse.Namespace) -> Any:
         unknown = sorted(set(kernels) - set(KERNEL_CLASSES))
         if unknown:
             raise BenchError(f"--kernels: unknown kernel id(s) {unknown}")
+    ms, smm_ms = _ints(args.m, "--m"), _ints(args.scaled_mm_m, "--scaled-mm-m")
+    if not ms:
+        raise BenchError("--m: no M values given")
+    for flag, values in (("--m", ms), ("--scaled-mm-m", smm_ms)):
+        if min(values, default=1) < 1:
+            raise BenchError(f"{flag}: M values must be >= 1, got {min(values)}")
+    if args.reps < 1:
+        raise BenchError(f"--reps {args.reps}: must be >= 1")
     try:
-        cfg = KernelBenchConfig(shapes=parse_shapes(args.shapes), ms=_ints(args.m, "--m"),
+        cfg = KernelBenchConfig(shapes=parse_shapes(args.shapes), ms=ms,
                                 kernels=kernels, scale_kind=ScaleKind(args.scale_kind),
-                                reps=args.reps, scaled_mm_ms=_ints(args.scaled_mm_m,
-                                                                   "--scaled-mm-m"),
+                                reps=args.reps, scaled_mm_ms=smm_ms,
                                 max_seconds_per_call=args.max_seconds_per_call)
     except ValueError as exc:
         raise BenchError(str(exc)) from exc
@@ -100,6 +113,7 @@ def run(args: argparse.Namespace, hw: Any = None) -> int:
     hw = hw if hw is not None else probe_hardware()
     res = run_kernel_bench(cfg, hw, log=lambda s: print(s, flush=True))
     print(format_rows(res.rows))
+    print(LEGEND)
     for s in res.skipped:
         print(f"skipped {s['kernel']} on {s['shape']}: {s['reason']}")
     for note in res.notes:

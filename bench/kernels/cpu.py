@@ -205,7 +205,9 @@ def run_kernel_bench(cfg: KernelBenchConfig, hw: HardwareInfo,
     res = BenchResult(_host(hw), bw, llc, _config_dict(cfg))
     smm_ms = [m for m in cfg.ms if m in cfg.scaled_mm_ms]
     res.notes.append(f"torch._scaled_mm measured only at M in {smm_ms} with at most "
-                     f"{cfg.scaled_mm_reps} rep(s): it upcasts to fp32 on every call here")
+                     f"{cfg.scaled_mm_reps} rep(s): it upcasts to fp32 on every call here"
+                     if smm_ms else "torch._scaled_mm not measured (no --scaled-mm-m value "
+                     "among --m)")
     for shape in cfg.shapes:
         copies = copies_to_exceed(shape.n * shape.k, llc, cfg.rotate_factor)
         log(f"{shape.name} [{shape.n}x{shape.k}]: rotating {copies} weights")

@@ -42,6 +42,10 @@ def config_from_args(args: argparse.Namespace) -> Any:
         raise BenchError(f"--model {args.model}: not a directory")
     try:
         contexts = tuple(int(c) for c in args.contexts.split(",") if c.strip())
+    except ValueError:
+        raise BenchError(f"--contexts: expected a comma list of integers, got "
+                         f"{args.contexts!r}") from None
+    try:
         return KvCacheBenchConfig(
             model_dir=ensure_demo_model() if args.model is None else args.model,
             contexts=contexts, speed_rounds=args.speed_rounds,

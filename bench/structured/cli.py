@@ -49,17 +49,22 @@ def run(args: argparse.Namespace) -> int:
 
     if args.model is not None and not args.model.is_dir():
         raise BenchError(f"--model {args.model}: not a directory")
+    spec = getattr(args, "speculative_config", None) is not None
+    for flag, value in (("--workloads", getattr(args, "workloads", None)),
+                        ("--spec-oracle", getattr(args, "spec_oracle", None))):
+        if value is not None and not spec:
+            raise BenchError(f"{flag} applies with --speculative-config only")
     if args.model is None:
         from engine.demo_model import ensure_demo_model
         args.model = ensure_demo_model()
-    spec = getattr(args, "speculative_config", None) is not None
     try:
         conc = tuple(int(c) for c in (args.concurrency or ("1" if spec else "1,16")
                                       ).split(",") if c.strip())
         if spec:
             res, table = _speculative(args, conc)
         else:
-            cfg = StructuredBenchConfig(args.model, conc, args.gen_len or 48, args.rounds,
+            gen_len = 48 if args.gen_len is None else args.gen_len  # 0 is refused, not 48
+            cfg = StructuredBenchConfig(args.model, conc, gen_len, args.rounds,
                                         args.threads)
             res = run_structured_bench(cfg, log=lambda s: print(s, flush=True))
             table = format_table(res)
@@ -88,7 +93,8 @@ def _speculative(args: argparse.Namespace, conc: tuple[int, ...]) -> tuple[dict,
         raise BenchError("--speculative-config: an empty config measures nothing")
     given = getattr(args, "workloads", None) or ",".join(WORKLOADS)
     names = tuple(w.strip() for w in given.split(",") if w.strip())
-    cfg = StructuredSpecConfig(args.model, spec, names, conc, args.gen_len or 128,
+    cfg = StructuredSpecConfig(args.model, spec, names, conc,
+                               128 if args.gen_len is None else args.gen_len,
                                args.rounds, args.threads, getattr(args, "spec_oracle", None))
     res = run_structured_spec_bench(cfg, log=lambda s: print(s, flush=True))
     return res, format_table(res)

@@ -17,9 +17,11 @@ SIZES = ("512x512", "1024x768", "1540x1540")
 def _size(text: str) -> tuple[int, int]:
     try:
         w, h = (int(x) for x in text.lower().split("x"))
-        return w, h
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: write WIDTHxHEIGHT") from None
+    if w < 1 or h < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: width and height must be >= 1")
+    return w, h
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
     from bench.vision.run import encode_row, serving_latency
     from engine.vision.encoder import load_vision_encoder
 
+    if args.rounds < 1:
+        raise BenchError(f"--rounds {args.rounds}: must be >= 1")
     enc = load_vision_encoder(args.model)
     if enc is None:
         raise BenchError(f"--model {args.model}: no vision tower")
@@ -70,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{w}x{h:<5} {r.image_tokens:6d} {r.seconds:7.1f} {r.gflop:8.0f} "
               f"{r.gflops:8.1f} {r.bf16_matmul_gflops:8.1f} {r.fp32_matmul_gflops:8.1f} "
               f"{r.ratio:6.2f}", flush=True)
+    print("(s: encode wall time, preprocessing to projector; GFLOP: the encode's work; "
+          "GFLOP/s: the encoder's rate; bf16 mm, fp32 mm: torch matmul GFLOP/s at the "
+          "tower's main GEMM shape, timed beside it; ratio: the encoder's GFLOP/s / the "
+          "faster torch matmul's, > 1 faster)")
     result = {"model": str(args.model), "gemm": enc.gemm.mode, "gemm_choice": enc.gemm.why,
               "encode": rows}
     if args.compare_unfused:

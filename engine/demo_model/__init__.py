@@ -45,6 +45,7 @@ def ensure_demo_model(cache_dir: str | Path | None = None) -> Path:
     target = Path(cache_dir).expanduser() if cache_dir is not None else default_demo_dir()
     if is_complete(target):
         return target
+    _check_replaceable(target)
     gguf_path = find_gguf()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
@@ -59,6 +60,24 @@ def ensure_demo_model(cache_dir: str | Path | None = None) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _check_replaceable(target: Path) -> None:
+    """A conversion replaces ``target`` only where nothing of the user's is lost: a missing
+    or empty directory, an earlier conversion (its marker, of any format version), or the
+    cache's own demo directory (a crashed attempt). Anything else (a file, a directory of
+    other files) is a DemoModelError naming it, raised before the conversion starts."""
+    if not target.exists() and not target.is_symlink():
+        return
+    if not target.is_dir():
+        raise DemoModelError(f"{target} exists and is not a directory; not replacing it "
+                             "(name a new or empty directory)")
+    if (target / MARKER).is_file() or not any(target.iterdir()):
+        return
+    if target.resolve() == default_demo_dir().resolve():
+        return
+    raise DemoModelError(f"{target} is not empty and holds no demo model conversion; not "
+                         "replacing it (name a new or empty directory)")
 
 
 def _make_readable(d: Path) -> None:

@@ -106,11 +106,26 @@ def overrides_from(kernel: str | None, disabled: str | Iterable[str] | None,
 
     ``kernel`` (``--kernel``) replaces FP8SERVE_KERNEL when given; ``disabled``
     (``--disable-kernel``, comma lists allowed) adds to FP8SERVE_DISABLED_KERNELS.
-    Raises ValueError naming any unknown kernel id."""
+    Raises ValueError naming any unknown kernel id and where it was given (the flag or
+    the environment variable)."""
     env = os.environ if env is None else env
-    forced = (kernel or "").strip() or (env.get(ENV_FORCED) or "").strip() or None
-    off = _split_ids(env.get(ENV_DISABLED)) | _split_ids(disabled)
-    return KernelOverrides(forced, off)
+    flag_forced = (kernel or "").strip()
+    env_forced = (env.get(ENV_FORCED) or "").strip()
+    if flag_forced:
+        _check_known({flag_forced}, f"--kernel {flag_forced}")
+    elif env_forced:
+        _check_known({env_forced}, f"{ENV_FORCED}={env_forced}")
+    env_off, flag_off = _split_ids(env.get(ENV_DISABLED)), _split_ids(disabled)
+    _check_known(env_off, f"{ENV_DISABLED}={env.get(ENV_DISABLED)}")
+    _check_known(flag_off, f"--disable-kernel {','.join(sorted(flag_off))}")
+    return KernelOverrides(flag_forced or env_forced or None, env_off | flag_off)
+
+
+def _check_known(ids: Iterable[str], source: str) -> None:
+    unknown = sorted(set(ids) - set(KERNEL_CLASSES))
+    if unknown:
+        raise ValueError(f"{source}: unknown kernel id(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(sorted(KERNEL_CLASSES))}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -105,8 +105,12 @@ def test_bad_arguments_are_one_line_errors() -> None:
         bench_cli.config_from_args(parse("--m", "1,x"))
     with pytest.raises(BenchError, match="unknown kernel"):
         bench_cli.config_from_args(parse("--kernels", "avx9000"))
-    with pytest.raises(BenchError, match="M values >= 1"):
+    with pytest.raises(BenchError, match="--m: M values must be >= 1, got 0"):
         bench_cli.config_from_args(parse("--m", "0"))
+    with pytest.raises(BenchError, match="--scaled-mm-m: M values must be >= 1"):
+        bench_cli.config_from_args(parse("--scaled-mm-m", "0"))
+    with pytest.raises(BenchError, match="--reps 0: must be >= 1"):
+        bench_cli.config_from_args(parse("--reps", "0"))
     with pytest.raises(BenchError, match="--max-seconds-per-call"):
         bench_cli.config_from_args(parse("--max-seconds-per-call", "0"))
 
@@ -151,7 +155,7 @@ def test_fp8serve_prints_a_bench_error_as_one_line(capsys) -> None:
 
     assert main(["bench", "kernels", "--m", "0"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("fp8serve: error: ") and "M values >= 1" in err
+    assert err.startswith("fp8serve: error: ") and "--m: M values must be >= 1" in err
     assert err.count("\n") == 1
 
 

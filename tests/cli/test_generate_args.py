@@ -1,0 +1,56 @@
+"""`fp8serve generate`: an empty prompt and contradicting flags are one-line errors, and
+Ctrl-C ends the streamed text's line (the shell prompt then starts on its own) with exit
+status 130 and no traceback."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_empty_prompt_is_a_one_line_error(tiny_checkpoint, capsys) -> None:
+    model = tiny_checkpoint(tokenizer="hf")  # tokenizer.json: no BOS, "" is 0 tokens
+    # was an index_select RuntimeError traceback from the model's first step
+    assert main(["generate", "--model", str(model), "--prompt", "", "--threads", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == ("fp8serve: error: --prompt: the prompt is empty "
+                                            "(0 tokens)")
+
+
+def test_system_with_a_raw_prompt_is_refused(tmp_path, capsys) -> None:
+    # --system was silently dropped with --prompt (it applies to --chat)
+    assert main(["generate", "--model", str(tmp_path), "--prompt", "hi", "--system",
+                 "be brief"]) == 1
+    assert "--system applies to --chat only" in capsys.readouterr().err
+
+
+def test_ctrl_c_ends_the_line_and_exits_130(tiny_checkpoint) -> None:
+    model = tiny_checkpoint(tokenizer=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "generate", "--model", str(model), "--prompt",
+         "hello", "--ignore-eos", "--max-tokens", "20000", "--max-model-len", "20100",
+         "--threads", "1"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        # SIGINT as a terminal sends it, even where the test runner ignores it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.read(1)  # the stream has begun
+        assert first, proc.stderr.read().decode() if proc.stderr else ""
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    out, err_text = first + out, err.decode()
+    assert proc.returncode == 130, err_text
+    assert out.endswith(b"\n") and len(out) > 1
+    assert "Traceback" not in err_text and "[interrupted]" in err_text
