@@ -56,6 +56,7 @@ class BackgroundJob:
         # whose sequence_number is i; kept for a response created with stream only (no
         # other is streamed again)
         self.frames: list[str] = []
+        self.emitted = 0  # events emitted: the next one's sequence_number
         self._changed = asyncio.Event()
         self._emit([enc.ev("response.created", response=snap),
                     enc.ev("response.queued", response=snap)])
@@ -81,14 +82,16 @@ class BackgroundJob:
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     def _emit(self, events: list[Event]) -> None:
+        self.emitted += len(events)
         if self.keep_events:
             self.frames += [named_sse([e]) for e in events]
         self._changed.set()
 
     async def _run(self) -> None:
+        events: list[Event] = []  # the batch's events, numbered, not yet emitted
         try:
             async for batch in self.sub.batches():
-                events: list[Event] = []
+                events = []
                 if batch and self.status == "queued":
                     self.enc.response["status"] = "in_progress"
                     events.append(self.enc.ev("response.in_progress", response={
@@ -101,6 +104,7 @@ class BackgroundJob:
                         return
                     events += self.enc.chunk(out)
                 self._emit(events)
+                events = []
                 if self.done:  # completed or incomplete
                     self.on_end(self)
                     return
@@ -110,6 +114,11 @@ class BackgroundJob:
             raise
         except Exception as exc:  # noqa: BLE001 - the job must end, and say why
             log.exception("background response %s failed", self.id)
+            # the batch's events so far go out before the failure, and numbers a call
+            # took before it raised are given back: sequence numbers stay gapless, so
+            # frames[i] is still event i (starting_after replays from the right place)
+            self._emit(events)
+            self.enc.seq = self.emitted
             self._fail(500, f"{type(exc).__name__}: {exc}")
         finally:
             self.sub.abort_all()

@@ -279,3 +279,58 @@ def test_the_openai_sdk(client):
     running = sdk.responses.create(model="scripted-model", input="<script0>",
                                    tools=TOOLS, background=True)
     assert sdk.responses.cancel(running.id).status == "cancelled"
+
+
+def test_a_run_that_raises_midway_keeps_its_sequence_numbers_gapless():
+    """An exception in the middle of a batch (the third output's encoding raised, after
+    numbering an event of its own): the batch's earlier events were numbered but never
+    sent, so the sequence numbers had a gap before response.failed and starting_after
+    replayed from the wrong place. They now go out, and the numbers stay 0, 1, 2, ..."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from service.store.background import BackgroundJob
+
+    class Encoder:
+        def __init__(self) -> None:
+            self.response = {"id": "resp_x", "status": "in_progress", "output": []}
+            self.seq = 0
+
+        def ev(self, kind, **data):
+            self.seq += 1
+            return kind, {"type": kind, "sequence_number": self.seq - 1, **data}
+
+        def chunk(self, out):
+            if out.text == "boom":
+                self.ev("response.output_text.delta", delta="lost")
+                raise RuntimeError("boom")
+            return [self.ev("response.output_text.delta", delta=out.text)]
+
+        def interrupt(self) -> None:
+            pass
+
+    class Sub:
+        grammar_param = None
+
+        async def batches(self):
+            yield [(0, SimpleNamespace(text=t, finish_reason=None))
+                   for t in ("a", "b", "boom")]
+
+        def abort_all(self) -> None:
+            pass
+
+    async def run():
+        job = BackgroundJob("", Encoder(), Sub(), True, lambda _job: None)
+        job.start()
+        await job.task
+        replay = "".join([x async for x in job.follow(3)])
+        return job, parse("".join(job.frames)), parse(replay) if replay else []
+
+    job, got, after_3 = asyncio.run(run())
+    assert [e["sequence_number"] for e in got] == list(range(len(got)))
+    assert [e["type"] for e in got] == [
+        "response.created", "response.queued", "response.in_progress",
+        "response.output_text.delta", "response.output_text.delta", "response.failed"]
+    assert [e.get("delta") for e in got[3:5]] == ["a", "b"]
+    assert got[-1]["response"]["error"]["message"] == "RuntimeError: boom"
+    assert after_3 == got[4:]
