@@ -274,6 +274,15 @@ def _starting_after(request: Request) -> int:
     return value
 
 
+def _check_after(after: int, sent: int, running: bool) -> None:
+    """A 400 naming starting_after when it is past the last of the ``sent`` events (no
+    event has that sequence number, as OpenAI refuses one): it was an empty 200."""
+    if after >= sent:
+        last = f"sequence number {sent - 1}" + (" so far" if running else "")
+        raise APIError(400, f"starting_after: {after} is past the last event of this "
+                       f"response ({last})", "starting_after")
+
+
 async def _replay(frames: tuple[str, ...], after: int) -> AsyncIterator[str]:
     yield "".join(frames[after + 1:])
 
@@ -298,6 +307,7 @@ async def get_response(response_id: str, request: Request, state: StateDep):
         if not found.frames:
             raise APIError(400, "stream: only a background response created with stream "
                            "is streamed again (stream=false returns it whole)", "stream")
+        _check_after(after, len(found.frames), running=False)
         events = _replay(found.frames, after)
     elif not stream:
         return job.snapshot()
@@ -305,6 +315,7 @@ async def get_response(response_id: str, request: Request, state: StateDep):
         raise APIError(400, "stream: only a background response created with stream is "
                        "streamed again (stream=false returns it as it stands)", "stream")
     else:
+        _check_after(after, len(job.frames), running=True)
         events = job.follow(after)
     return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
 

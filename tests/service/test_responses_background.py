@@ -334,3 +334,35 @@ def test_a_run_that_raises_midway_keeps_its_sequence_numbers_gapless():
     assert [e.get("delta") for e in got[3:5]] == ["a", "b"]
     assert got[-1]["response"]["error"]["message"] == "RuntimeError: boom"
     assert after_3 == got[4:]
+
+
+def test_starting_after_past_the_last_event_is_a_400_naming_it(client):
+    """A sequence number no event has (was a 200 with an empty body): a finished run's
+    last event is the last; a running one's, the last so far."""
+    r = client.post("/v1/responses", json={"input": "<script0>", "tools": TOOLS,
+                                           "background": True, "stream": True})
+    got = parse(r.text)
+    rid = got[0]["response"]["id"]
+    last = client.get(f"/v1/responses/{rid}", params={"stream": "true",
+                                                      "starting_after": len(got) - 1})
+    assert last.status_code == 200 and last.text == ""  # the last event: nothing after it
+    for after in (len(got), len(got) + 100):
+        past = client.get(f"/v1/responses/{rid}", params={"stream": "true",
+                                                          "starting_after": after})
+        assert past.status_code == 400, past.text
+        err = past.json()["error"]
+        assert err["param"] == "starting_after"
+        assert err["message"] == (f"starting_after: {after} is past the last event of this "
+                                  f"response (sequence number {len(got) - 1})")
+    slow(client)
+    with client.stream("POST", "/v1/responses", json={
+            "input": "<script0>", "tools": TOOLS, "background": True,
+            "stream": True}) as r:
+        rid = json.loads(next(line for line in r.iter_lines()
+                              if line.startswith("data: "))[6:])["response"]["id"]
+        past = client.get(f"/v1/responses/{rid}", params={"stream": "true",
+                                                          "starting_after": 10_000})
+        assert past.status_code == 400, past.text
+        assert past.json()["error"]["param"] == "starting_after"
+        assert "so far)" in past.json()["error"]["message"]
+        assert client.post(f"/v1/responses/{rid}/cancel").status_code == 200
