@@ -329,7 +329,12 @@ async def delete_response(response_id: str, request: Request, state: StateDep
     tenant = store_tenant(request)
     job = state.jobs.get(tenant, response_id)
     if job is not None:
+        # the cancelled run is stored as it ends, unless it is over the store's budget:
+        # either way this key had it, and it is gone now (was a 404 when not stored)
         job.cancel()
+        if state.responses is not None:
+            state.responses.delete(tenant, response_id)
+        return {"id": response_id, "object": "response", "deleted": True}
     _lookup(state, request, response_id)
     state.responses.delete(tenant, response_id)
     return {"id": response_id, "object": "response", "deleted": True}

@@ -244,6 +244,19 @@ def test_delete_cancels_a_running_response(client):
     assert client.get(f"/v1/responses/{bg['id']}").status_code == 404
 
 
+def test_delete_of_a_running_response_too_large_to_store_is_a_delete(client):
+    """The cancelled run is not stored when it is over the store's budget: DELETE
+    cancelled it and then answered 404, as if the id were unknown."""
+    slow(client)
+    bg = post(client, input="<script0>", tools=TOOLS, background=True)
+    client.app.state.serving.responses.budget = 1  # no response fits
+    r = client.delete(f"/v1/responses/{bg['id']}")
+    assert r.status_code == 200, r.text
+    assert r.json() == {"id": bg["id"], "object": "response", "deleted": True}
+    assert idle(client)
+    assert client.get(f"/v1/responses/{bg['id']}").status_code == 404
+
+
 def test_refusals_name_their_field(client):
     r = client.post("/v1/responses", json={"input": "x", "background": True, "store": False})
     assert r.status_code == 400 and r.json()["error"]["param"] == "background"
