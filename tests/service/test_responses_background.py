@@ -161,6 +161,24 @@ def test_a_run_stopped_midway_holds_no_item_in_progress(end):
         assert r.status_code == 200, r.text
 
 
+def test_a_failed_run_reports_the_error_code_a_foreground_answer_has():
+    """A background run past --request-timeout ends failed with error.code "timeout",
+    the code of a foreground answer's error for the same end (the stream's error event,
+    the whole answer's 408); it was the error's type, "timeout_error" ("server_error"
+    where a foreground answer says "engine_error")."""
+    with make_client(request_timeout=0.3) as client:
+        slow(client)
+        bg = post(client, input="<script0>", tools=TOOLS, background=True)
+        failed = wait(client, bg["id"])
+        fg = events(client, {"input": "<script0>", "tools": TOOLS})
+        whole = client.post("/v1/responses", json={"input": "<script0>", "tools": TOOLS})
+    assert failed["status"] == "failed", failed
+    assert fg[-1]["type"] == "error" and whole.status_code == 408
+    assert failed["error"]["code"] == fg[-1]["code"] == whole.json()["error"]["code"] \
+        == "timeout"
+    assert failed["error"]["message"] == fg[-1]["message"]
+
+
 def test_input_items_are_listed_while_the_run_goes_on(client):
     """GET .../input_items of a running background response lists its items (with the
     ids they keep once it ended), as GET shows the response: it was a 404."""
@@ -345,7 +363,8 @@ def test_a_run_that_raises_midway_keeps_its_sequence_numbers_gapless():
         "response.created", "response.queued", "response.in_progress",
         "response.output_text.delta", "response.output_text.delta", "response.failed"]
     assert [e.get("delta") for e in got[3:5]] == ["a", "b"]
-    assert got[-1]["response"]["error"]["message"] == "RuntimeError: boom"
+    assert got[-1]["response"]["error"] == {"code": "engine_error",  # an engine error's
+                                            "message": "RuntimeError: boom"}
     assert after_3 == got[4:]
 
 
