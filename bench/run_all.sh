@@ -155,8 +155,8 @@ if want llamacpp; then
 fi
 if want kernels; then
   step "kernel benchmark"
-  "${FP8SERVE[@]}" bench kernels --m "$KERNEL_M" --json "$OUT/kernels.json" \
-    --png "$OUT/kernels.png"
+  "${FP8SERVE[@]}" bench kernels --threads "$THREADS" --m "$KERNEL_M" \
+    --json "$OUT/kernels.json" --png "$OUT/kernels.png"
 fi
 if want generate-demo; then
   step "generate: demo model"

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.kernels import add_kernel_args, overrides_from_args
-from engine.config_flags import add_kv_cache_dtype_arg, add_lm_head_arg
+from engine.config_flags import add_kv_cache_dtype_arg, add_lm_head_arg, threads_problem
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -117,8 +117,11 @@ def check_args(args: argparse.Namespace) -> None:
                          "prompt text")
     if args.max_model_len < 2:
         raise ValueError(f"--max-model-len {args.max_model_len}: must be >= 2")
-    if args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads {args.threads}: must be >= 1")
+    if args.threads is not None:
+        # the check `serve` applies to its --threads (service/settings.py), same message
+        problem = "must be >= 1" if args.threads < 1 else threads_problem(args.threads)
+        if problem is not None:
+            raise ValueError(f"--threads {args.threads}: {problem}")
 
 
 def _load(args: argparse.Namespace, params: Any) -> tuple[Any, Any, list[int]]:

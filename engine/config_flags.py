@@ -6,7 +6,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from decimal import Decimal, InvalidOperation
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask; os.cpu_count() where it has none)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def threads_problem(threads: int) -> str | None:
+    """Why a thread count (`serve --threads` / FP8SERVE_THREADS,
+    --vision-encoder-threads, `generate --threads`) cannot be used, or None: more threads
+    than the CPUs this process may run on (the kernels split each layer over every thread
+    and wait for the slowest, so a thread without a core of its own slows every step).
+    Every command that takes it applies this check, with this message."""
+    cpus = usable_cpus()
+    if threads > cpus:
+        return f"{threads} threads, but this process may use {cpus} CPUs"
+    return None
 
 
 def add_lm_head_arg(parser: argparse.ArgumentParser) -> None:

@@ -280,6 +280,8 @@ STORED_QUERY = (
     Rule("starting_after", "is not an event sequence number",
          "starting_after is an integer, 0 or more"),
     Rule("starting_after", "takes effect with stream", "starting_after needs stream=true"),
+    Rule("starting_after", "is past the last event", "starting_after names an event the "
+         "response has sent (its sequence_number)"),
     Rule("include", "is not supported here", _UNSERVED_QUERY),
 )
 INPUT_ITEMS = (

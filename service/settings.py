@@ -8,12 +8,13 @@ import argparse
 import ipaddress
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from engine.config_flags import threads_problem
 
 log = logging.getLogger(__name__)
 
@@ -239,10 +240,9 @@ class Settings(BaseSettings):
     @field_validator("threads", "vision_encoder_threads")
     @classmethod
     def _threads_fit(cls, v: int | None) -> int | None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-            os.cpu_count() or 1)
-        if v is not None and v > cpus:
-            raise ValueError(f"{v} threads, but this process may use {cpus} CPUs")
+        problem = None if v is None else threads_problem(v)
+        if problem is not None:
+            raise ValueError(problem)
         return v
 
     @field_validator("api_keys")

@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--png", type=Path, default=Path("bench/results/kernels.png"),
                    help="the chart, where matplotlib is installed (default "
                    "bench/results/kernels.png)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads every kernel and baseline runs on, as a server's "
+                   "--threads sets them (default: torch's, all cores)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: first two M values, 3 reps, small bandwidth probe")
     p.set_defaults(func=run)
@@ -96,7 +99,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         cfg = KernelBenchConfig(shapes=parse_shapes(args.shapes), ms=ms,
                                 kernels=kernels, scale_kind=ScaleKind(args.scale_kind),
                                 reps=args.reps, scaled_mm_ms=smm_ms,
-                                max_seconds_per_call=args.max_seconds_per_call)
+                                max_seconds_per_call=args.max_seconds_per_call,
+                                threads=args.threads)
     except ValueError as exc:
         raise BenchError(str(exc)) from exc
     return cfg.quick() if args.quick else cfg

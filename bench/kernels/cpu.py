@@ -66,10 +66,15 @@ class KernelBenchConfig:
     bandwidth_bytes: int = 1 << 30
     rotate_factor: float = 2.0  # distinct weights together exceed this x the LLC
     seed: int = 0
+    # torch intra-op threads (torch.set_num_threads) the kernels, the baselines and the
+    # bandwidth probe run on, as the model's --threads; None: torch's (all cores)
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         if not self.shapes or not self.ms or min(self.ms) < 1 or self.reps < 1:
             raise ValueError("need shapes, M values >= 1 and reps >= 1")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError("--threads must be >= 1")
         if not self.max_seconds_per_call > 0:
             raise ValueError("--max-seconds-per-call must be > 0")
 
@@ -199,9 +204,14 @@ def _usable(kid: str, shape: Shape, cfg: KernelBenchConfig, hw: HardwareInfo,
 def run_kernel_bench(cfg: KernelBenchConfig, hw: HardwareInfo,
                      catalog: KernelCatalog = DEFAULT_CATALOG,
                      log: Callable[[str], None] = lambda s: None) -> BenchResult:
+    """Every kernel of ``cfg`` against the same-run baselines, at ``cfg.threads`` torch
+    threads when given (set for the process, as the other benchmarks' --threads is)."""
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
     bw = measure_read_bandwidth(cfg.bandwidth_bytes)
     llc = llc_bytes()
-    log(f"read bandwidth {bw:.1f} GB/s; last-level cache {llc >> 20} MiB")
+    log(f"read bandwidth {bw:.1f} GB/s; last-level cache {llc >> 20} MiB; "
+        f"{torch.get_num_threads()} threads")
     res = BenchResult(_host(hw), bw, llc, _config_dict(cfg))
     smm_ms = [m for m in cfg.ms if m in cfg.scaled_mm_ms]
     res.notes.append(f"torch._scaled_mm measured only at M in {smm_ms} with at most "

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common.errors import BenchError
+from bench.common.flags import require_at_least
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,6 +46,10 @@ def config_from_args(args: argparse.Namespace) -> Any:
     except ValueError:
         raise BenchError(f"--contexts: expected a comma list of integers, got "
                          f"{args.contexts!r}") from None
+    require_at_least(args, 1, "--speed-rounds", "--speed-tokens", "--prompts")
+    require_at_least(args, 0, "--greedy-tokens")
+    if any(c < 1 for c in contexts):
+        raise BenchError(f"--contexts {args.contexts}: each context length must be >= 1")
     try:
         return KvCacheBenchConfig(
             model_dir=ensure_demo_model() if args.model is None else args.model,

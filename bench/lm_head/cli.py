@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common.errors import BenchError
+from bench.common.flags import require_at_least
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +36,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
     from bench.lm_head.run import LmHeadBenchConfig
     from engine.demo_model import ensure_demo_model
 
+    require_at_least(args, 1, "--prompts", "--kl-tokens", "--greedy-tokens",
+                     "--speed-rounds", "--speed-tokens")
     if args.model is not None and not args.model.is_dir():
         raise BenchError(f"--model {args.model}: not a directory")
     try:

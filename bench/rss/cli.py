@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common.errors import BenchError
+from bench.common.flags import require_at_least, require_positive
 from engine.config_flags import parse_mm_limit
 
 
@@ -61,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
 
+    require_positive(args, "--kv-cache-gib")
+    require_at_least(args, 1, "--requests", "--concurrency", "--prompt-len", "--max-tokens")
     model = args.model
     if model is None:
         from engine.demo_model import ensure_demo_model

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common.errors import BenchError
+from bench.common.flags import require_at_least
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -100,8 +101,6 @@ def run_passes(args: argparse.Namespace) -> list[dict[str, Any]]:
     from bench.serve.passes import plan, run_pass
     from bench.serve.report import format_table
 
-    if args.rounds < 1:
-        raise BenchError("--rounds must be >= 1")
     servers = [args.url] + ([args.compare_url] if args.compare_url else [])
     try:
         base = BenchConfig(args.url, 1, args.num_prompts, args.input_len, args.output_len,
@@ -155,6 +154,15 @@ def report(args: argparse.Namespace, levels: list[dict[str, Any]]) -> dict[str, 
     return {"cache": cache, "servers": servers}
 
 
+def check_ranges(args: argparse.Namespace) -> None:
+    """The numeric flags, named as given, before any server is started or driven."""
+    require_at_least(args, 1, "--concurrency", "--num-prompts", "--input-len",
+                     "--output-len", "--system-len", "--turns", "--rounds")
+    if args.workload == "shared-prefix" and args.num_prompts < 2:
+        raise BenchError(f"--num-prompts {args.num_prompts}: --workload shared-prefix needs "
+                         ">= 2 (the first warms the cache)")
+
+
 def run(args: argparse.Namespace) -> int:
     from bench.serve.servers import (
         flag_servers,
@@ -171,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
         ("--llama-server", getattr(args, "llama_server", False))) if given]
     if len(pairs) > 1:
         raise BenchError(f"{' and '.join(pairs)}: each names the second server; give one")
+    check_ranges(args)
     if getattr(args, "prediction", False):
         with prediction_servers(args) as (predicted, plain, info, per_server):
             args.url, args.compare_url, args.servers = predicted, plain, info

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from bench.common.errors import BenchError
 from bench.serve.client import one_request
 from bench.serve.config import BenchConfig
 from bench.serve.report import summarize
@@ -37,7 +38,8 @@ T = TypeVar("T")
 async def bench_session(cfg: BenchConfig) -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
     """An HTTP session for ``concurrency`` streams and the model to name: cfg.model, else
     the first of GET /v1/models. Raises aiohttp.ClientError when the server cannot be
-    reached or has no model."""
+    reached or refuses the list, BenchError when it serves no model or not cfg.model
+    (before any request is sent: every one would be a 404)."""
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
     # a connection per request: a server that closes idle keep-alive connections on its
     # own clock (llama-server's HTTP library) never races the client's reuse of one
@@ -45,11 +47,23 @@ async def bench_session(cfg: BenchConfig) -> AsyncIterator[tuple[aiohttp.ClientS
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
     async with aiohttp.ClientSession(headers=headers, connector=connector,
                                      timeout=timeout) as session:
-        model = cfg.model
-        if model is None:
-            async with session.get(cfg.endpoint("/v1/models"), raise_for_status=True) as r:
-                model = (await r.json())["data"][0]["id"]
-        yield session, model
+        yield session, await served_model(session, cfg)
+
+
+async def served_model(session: aiohttp.ClientSession, cfg: BenchConfig) -> str:
+    """cfg.model when the server lists it in GET /v1/models, else (None) the first model
+    it lists; BenchError when it lists none, or not cfg.model."""
+    async with session.get(cfg.endpoint("/v1/models"), params={"limit": "1000"},
+                           raise_for_status=True) as r:
+        served = [str(m["id"]) for m in (await r.json()).get("data") or []]
+    if not served:
+        raise BenchError(f"{cfg.url} serves no model (GET /v1/models lists none)")
+    if cfg.model is None:
+        return served[0]
+    if cfg.model not in served:
+        raise BenchError(f"--model {cfg.model}: {cfg.url} does not serve it (it serves "
+                         f"{', '.join(served)})")
+    return cfg.model
 
 
 async def gather_limited(concurrency: int, jobs: Sequence[Callable[[], Awaitable[T]]]

@@ -274,6 +274,15 @@ def _starting_after(request: Request) -> int:
     return value
 
 
+def _check_after(after: int, sent: int, running: bool) -> None:
+    """A 400 naming starting_after when it is past the last of the ``sent`` events (no
+    event has that sequence number, as OpenAI refuses one): it was an empty 200."""
+    if after >= sent:
+        last = f"sequence number {sent - 1}" + (" so far" if running else "")
+        raise APIError(400, f"starting_after: {after} is past the last event of this "
+                       f"response ({last})", "starting_after")
+
+
 async def _replay(frames: tuple[str, ...], after: int) -> AsyncIterator[str]:
     yield "".join(frames[after + 1:])
 
@@ -298,6 +307,7 @@ async def get_response(response_id: str, request: Request, state: StateDep):
         if not found.frames:
             raise APIError(400, "stream: only a background response created with stream "
                            "is streamed again (stream=false returns it whole)", "stream")
+        _check_after(after, len(found.frames), running=False)
         events = _replay(found.frames, after)
     elif not stream:
         return job.snapshot()
@@ -305,6 +315,7 @@ async def get_response(response_id: str, request: Request, state: StateDep):
         raise APIError(400, "stream: only a background response created with stream is "
                        "streamed again (stream=false returns it as it stands)", "stream")
     else:
+        _check_after(after, len(job.frames), running=True)
         events = job.follow(after)
     return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
 
@@ -318,7 +329,12 @@ async def delete_response(response_id: str, request: Request, state: StateDep
     tenant = store_tenant(request)
     job = state.jobs.get(tenant, response_id)
     if job is not None:
+        # the cancelled run is stored as it ends, unless it is over the store's budget:
+        # either way this key had it, and it is gone now (was a 404 when not stored)
         job.cancel()
+        if state.responses is not None:
+            state.responses.delete(tenant, response_id)
+        return {"id": response_id, "object": "response", "deleted": True}
     _lookup(state, request, response_id)
     state.responses.delete(tenant, response_id)
     return {"id": response_id, "object": "response", "deleted": True}

@@ -26,8 +26,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from engine.request import FinishReason
-from service.errors import error_body
-from service.generation import Event, Submission, early_end_error, named_sse
+from service.generation import Event, Submission, early_end_error, end_code, named_sse
 from service.translate.refusals import in_responses
 from service.translate.responses_stream import ResponseStream
 
@@ -56,6 +55,7 @@ class BackgroundJob:
         # whose sequence_number is i; kept for a response created with stream only (no
         # other is streamed again)
         self.frames: list[str] = []
+        self.emitted = 0  # events emitted: the next one's sequence_number
         self._changed = asyncio.Event()
         self._emit([enc.ev("response.created", response=snap),
                     enc.ev("response.queued", response=snap)])
@@ -81,14 +81,16 @@ class BackgroundJob:
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     def _emit(self, events: list[Event]) -> None:
+        self.emitted += len(events)
         if self.keep_events:
             self.frames += [named_sse([e]) for e in events]
         self._changed.set()
 
     async def _run(self) -> None:
+        events: list[Event] = []  # the batch's events, numbered, not yet emitted
         try:
             async for batch in self.sub.batches():
-                events: list[Event] = []
+                events = []
                 if batch and self.status == "queued":
                     self.enc.response["status"] = "in_progress"
                     events.append(self.enc.ev("response.in_progress", response={
@@ -97,31 +99,39 @@ class BackgroundJob:
                     if out.finish_reason in (FinishReason.ERROR, FinishReason.TIMEOUT):
                         exc = in_responses(early_end_error(out, self.sub.grammar_param))
                         self._emit(events)
-                        self._fail(exc.status, exc.message)
+                        self._fail(exc.message, exc.code)
                         return
                     events += self.enc.chunk(out)
                 self._emit(events)
+                events = []
                 if self.done:  # completed or incomplete
                     self.on_end(self)
                     return
-            self._fail(500, "generation ended without a final output")
+            self._fail("generation ended without a final output", end_code(500))
         except asyncio.CancelledError:
             self.cancel()
             raise
         except Exception as exc:  # noqa: BLE001 - the job must end, and say why
             log.exception("background response %s failed", self.id)
-            self._fail(500, f"{type(exc).__name__}: {exc}")
+            # the batch's events so far go out before the failure, and numbers a call
+            # took before it raised are given back: sequence numbers stay gapless, so
+            # frames[i] is still event i (starting_after replays from the right place)
+            self._emit(events)
+            self.enc.seq = self.emitted
+            self._fail(f"{type(exc).__name__}: {exc}", end_code(500))
         finally:
             self.sub.abort_all()
 
-    def _fail(self, status: int, message: str) -> None:
+    def _fail(self, message: str, code: str | None) -> None:
+        """End ``failed``; ``error.code`` is the code a foreground answer's error has for
+        the same end (generation.end_code: ``engine_error``, ``timeout``; null for the
+        request's own input, a grammar no output completes, whose message names the
+        field), not the error's type."""
         if self.done:
             return
-        err = error_body(status, message)["error"]
         self.enc.interrupt()
         r = self.enc.response
-        r["status"], r["error"] = "failed", {"code": err.get("code") or err["type"],
-                                             "message": message}
+        r["status"], r["error"] = "failed", {"code": code, "message": message}
         self._end([self.enc.ev("response.failed", response=r)])
 
     def cancel(self) -> bool:

@@ -15,6 +15,7 @@ class Job(Protocol):
     tenant: str
     keep_events: bool
     input_items: Sequence[dict[str, Any]]
+    frames: Sequence[str]  # the events so far, as SSE frames (with keep_events)
 
     @property
     def id(self) -> str: ...

@@ -101,3 +101,35 @@ def test_kernels_table_says_what_its_columns_are(tmp_path, capsys) -> None:
            "kernel's, > 1 faster" in out
     # was "torch._scaled_mm measured only at M in [] ..."
     assert "torch._scaled_mm not measured" in out and "M in []" not in out
+
+
+@pytest.mark.parametrize(("bench", "message"), [
+    # were "num_prompts must be >= 1", "concurrency must be >= 1", "shared-prefix needs
+    # num_prompts >= 2 ...": the config's field names, not the flags
+    (["serve", "--num-prompts", "0"], "--num-prompts 0: must be >= 1"),
+    (["serve", "--concurrency", "1", "0"], "--concurrency 0: must be >= 1"),
+    (["serve", "--output-len", "-3"], "--output-len -3: must be >= 1"),
+    (["serve", "--workload", "shared-prefix", "--num-prompts", "1"],
+     "--num-prompts 1: --workload shared-prefix needs >= 2 (the first warms the cache)"),
+    (["serve", "--rounds", "0"], "--rounds 0: must be >= 1"),
+    # was "token counts, prompts and rounds must be >= 1"
+    (["lm-head", "MODEL", "--prompts", "0"], "--prompts 0: must be >= 1"),
+    (["lm-head", "MODEL", "--speed-rounds", "0"], "--speed-rounds 0: must be >= 1"),
+    # was "need kv_cache_gib > 0 and requests, concurrency, prompt_len, max_tokens >= 1"
+    (["rss", "MODEL", "--kv-cache-gib", "0"], "--kv-cache-gib 0: must be > 0"),
+    (["rss", "MODEL", "--prompt-len", "0"], "--prompt-len 0: must be >= 1"),
+    # was "rounds, tokens, prompts and contexts must be >= 1"
+    (["kv-cache", "MODEL", "--speed-tokens", "0"], "--speed-tokens 0: must be >= 1"),
+    (["kv-cache", "MODEL", "--greedy-tokens", "-1"], "--greedy-tokens -1: must be >= 0"),
+    (["kv-cache", "MODEL", "--contexts", "512,0"],
+     "--contexts 512,0: each context length must be >= 1"),
+])
+def test_range_errors_name_the_flag(bench, message, tiny_checkpoint, tmp_path,
+                                    capsys) -> None:
+    if bench[0] == "serve":  # refused before the server is reached
+        argv = [*bench, "--url", "http://127.0.0.1:9", "--json-out", str(tmp_path / "s.json")]
+    else:
+        argv = [bench[0], "--model", str(tiny_checkpoint()), *bench[2:], "--json",
+                str(tmp_path / "out.json")]
+    assert main(["bench", *argv]) == 1
+    assert _error(capsys) == f"fp8serve: error: {message}"

@@ -4,6 +4,7 @@ status 130 and no traceback."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -54,3 +55,17 @@ def test_ctrl_c_ends_the_line_and_exits_130(tiny_checkpoint) -> None:
     assert proc.returncode == 130, err_text
     assert out.endswith(b"\n") and len(out) > 1
     assert "Traceback" not in err_text and "[interrupted]" in err_text
+
+
+def test_threads_past_the_cpus_are_refused_as_serve_refuses_them(tmp_path, capsys) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    n = cpus + 1
+    why = f"{n} threads, but this process may use {cpus} CPUs"
+    # was accepted (serve refused it): a pool of more threads than cores
+    assert main(["generate", "--model", str(tmp_path), "--prompt", "hi", "--threads",
+                 str(n)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == f"fp8serve: error: --threads {n}: {why}"
+    assert main(["serve", "--model", str(tmp_path), "--threads", str(n)]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(why)

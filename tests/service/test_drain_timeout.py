@@ -84,3 +84,5 @@ def test_background_responses_past_the_drain_timeout_end_failed(tiny_checkpoint)
     assert last["type"] == "response.failed", last["type"]
     assert last["response"]["status"] == "failed"
     assert "--drain-timeout" in last["response"]["error"]["message"]
+    # the code a foreground answer ended by the drain has (was the type, server_error)
+    assert last["response"]["error"]["code"] == "engine_error"

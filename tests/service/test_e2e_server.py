@@ -196,13 +196,33 @@ def test_bench_serve_cli_errors_name_the_cause(server, tmp_path, capsys):
     rc = main(["bench", "serve", "--url", server["url"], "--api-key", "wrong",
                "--json-out", str(tmp_path / "b.json")])
     assert rc != 0 and "401" in capsys.readouterr().err
-    # with the model named, each request fails with the server's status, none is counted
+    # with the model named too: the model list is checked first, so nothing is sent
     rc = main(["bench", "serve", "--url", server["url"], "--api-key", "wrong", "--model", "m",
                "--num-prompts", "2", "--input-len", "4", "--output-len", "2",
                "--json-out", str(tmp_path / "c.json")])
-    run = json.loads((tmp_path / "c.json").read_text())["runs"][0]
-    assert rc == 1 and (run["completed"], run["failed"]) == (0, 2)
-    assert run["errors"] and run["errors"][0].startswith("HTTP 401")
+    assert rc != 0 and "401" in capsys.readouterr().err
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_bench_serve_refuses_a_model_the_server_does_not_serve(server, tmp_path, capsys):
+    from cli.main import main
+
+    refused = metric(server, "fp8serve_requests_rejected_total")
+    # was: every request sent (each a 404), an empty results table, then the 404
+    rc = main(["bench", "serve", "--url", server["url"], "--api-key", KEY, "--model",
+               "nonexistent", "--num-prompts", "4", "--input-len", "4", "--output-len", "2",
+               "--json-out", str(tmp_path / "d.json")])
+    captured = capsys.readouterr()
+    assert rc == 1 and "TTFT" not in captured.out
+    assert captured.err.strip().splitlines()[-1] == (
+        f"fp8serve: error: --model nonexistent: {server['url']} does not serve it (it "
+        "serves tiny)")
+    assert not (tmp_path / "d.json").exists()
+    assert metric(server, "fp8serve_requests_rejected_total") == refused  # none sent
+    # a model it serves runs
+    assert main(["bench", "serve", "--url", server["url"], "--api-key", KEY, "--model",
+                 "tiny", "--num-prompts", "1", "--input-len", "4", "--output-len", "2",
+                 "--json-out", str(tmp_path / "e.json")]) == 0
 
 
 def test_prometheus_scrapes_kernel_metric(server):

@@ -161,6 +161,24 @@ def test_a_run_stopped_midway_holds_no_item_in_progress(end):
         assert r.status_code == 200, r.text
 
 
+def test_a_failed_run_reports_the_error_code_a_foreground_answer_has():
+    """A background run past --request-timeout ends failed with error.code "timeout",
+    the code of a foreground answer's error for the same end (the stream's error event,
+    the whole answer's 408); it was the error's type, "timeout_error" ("server_error"
+    where a foreground answer says "engine_error")."""
+    with make_client(request_timeout=0.3) as client:
+        slow(client)
+        bg = post(client, input="<script0>", tools=TOOLS, background=True)
+        failed = wait(client, bg["id"])
+        fg = events(client, {"input": "<script0>", "tools": TOOLS})
+        whole = client.post("/v1/responses", json={"input": "<script0>", "tools": TOOLS})
+    assert failed["status"] == "failed", failed
+    assert fg[-1]["type"] == "error" and whole.status_code == 408
+    assert failed["error"]["code"] == fg[-1]["code"] == whole.json()["error"]["code"] \
+        == "timeout"
+    assert failed["error"]["message"] == fg[-1]["message"]
+
+
 def test_input_items_are_listed_while_the_run_goes_on(client):
     """GET .../input_items of a running background response lists its items (with the
     ids they keep once it ended), as GET shows the response: it was a 404."""
@@ -244,6 +262,19 @@ def test_delete_cancels_a_running_response(client):
     assert client.get(f"/v1/responses/{bg['id']}").status_code == 404
 
 
+def test_delete_of_a_running_response_too_large_to_store_is_a_delete(client):
+    """The cancelled run is not stored when it is over the store's budget: DELETE
+    cancelled it and then answered 404, as if the id were unknown."""
+    slow(client)
+    bg = post(client, input="<script0>", tools=TOOLS, background=True)
+    client.app.state.serving.responses.budget = 1  # no response fits
+    r = client.delete(f"/v1/responses/{bg['id']}")
+    assert r.status_code == 200, r.text
+    assert r.json() == {"id": bg["id"], "object": "response", "deleted": True}
+    assert idle(client)
+    assert client.get(f"/v1/responses/{bg['id']}").status_code == 404
+
+
 def test_refusals_name_their_field(client):
     r = client.post("/v1/responses", json={"input": "x", "background": True, "store": False})
     assert r.status_code == 400 and r.json()["error"]["param"] == "background"
@@ -279,3 +310,91 @@ def test_the_openai_sdk(client):
     running = sdk.responses.create(model="scripted-model", input="<script0>",
                                    tools=TOOLS, background=True)
     assert sdk.responses.cancel(running.id).status == "cancelled"
+
+
+def test_a_run_that_raises_midway_keeps_its_sequence_numbers_gapless():
+    """An exception in the middle of a batch (the third output's encoding raised, after
+    numbering an event of its own): the batch's earlier events were numbered but never
+    sent, so the sequence numbers had a gap before response.failed and starting_after
+    replayed from the wrong place. They now go out, and the numbers stay 0, 1, 2, ..."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from service.store.background import BackgroundJob
+
+    class Encoder:
+        def __init__(self) -> None:
+            self.response = {"id": "resp_x", "status": "in_progress", "output": []}
+            self.seq = 0
+
+        def ev(self, kind, **data):
+            self.seq += 1
+            return kind, {"type": kind, "sequence_number": self.seq - 1, **data}
+
+        def chunk(self, out):
+            if out.text == "boom":
+                self.ev("response.output_text.delta", delta="lost")
+                raise RuntimeError("boom")
+            return [self.ev("response.output_text.delta", delta=out.text)]
+
+        def interrupt(self) -> None:
+            pass
+
+    class Sub:
+        grammar_param = None
+
+        async def batches(self):
+            yield [(0, SimpleNamespace(text=t, finish_reason=None))
+                   for t in ("a", "b", "boom")]
+
+        def abort_all(self) -> None:
+            pass
+
+    async def run():
+        job = BackgroundJob("", Encoder(), Sub(), True, lambda _job: None)
+        job.start()
+        await job.task
+        replay = "".join([x async for x in job.follow(3)])
+        return job, parse("".join(job.frames)), parse(replay) if replay else []
+
+    job, got, after_3 = asyncio.run(run())
+    assert [e["sequence_number"] for e in got] == list(range(len(got)))
+    assert [e["type"] for e in got] == [
+        "response.created", "response.queued", "response.in_progress",
+        "response.output_text.delta", "response.output_text.delta", "response.failed"]
+    assert [e.get("delta") for e in got[3:5]] == ["a", "b"]
+    assert got[-1]["response"]["error"] == {"code": "engine_error",  # an engine error's
+                                            "message": "RuntimeError: boom"}
+    assert after_3 == got[4:]
+
+
+def test_starting_after_past_the_last_event_is_a_400_naming_it(client):
+    """A sequence number no event has (was a 200 with an empty body): a finished run's
+    last event is the last; a running one's, the last so far."""
+    r = client.post("/v1/responses", json={"input": "<script0>", "tools": TOOLS,
+                                           "background": True, "stream": True})
+    got = parse(r.text)
+    rid = got[0]["response"]["id"]
+    last = client.get(f"/v1/responses/{rid}", params={"stream": "true",
+                                                      "starting_after": len(got) - 1})
+    assert last.status_code == 200 and last.text == ""  # the last event: nothing after it
+    for after in (len(got), len(got) + 100):
+        past = client.get(f"/v1/responses/{rid}", params={"stream": "true",
+                                                          "starting_after": after})
+        assert past.status_code == 400, past.text
+        err = past.json()["error"]
+        assert err["param"] == "starting_after"
+        assert err["message"] == (f"starting_after: {after} is past the last event of this "
+                                  f"response (sequence number {len(got) - 1})")
+    slow(client)
+    with client.stream("POST", "/v1/responses", json={
+            "input": "<script0>", "tools": TOOLS, "background": True,
+            "stream": True}) as r:
+        rid = json.loads(next(line for line in r.iter_lines()
+                              if line.startswith("data: "))[6:])["response"]["id"]
+        past = client.get(f"/v1/responses/{rid}", params={"stream": "true",
+                                                          "starting_after": 10_000})
+        assert past.status_code == 400, past.text
+        assert past.json()["error"]["param"] == "starting_after"
+        assert "so far)" in past.json()["error"]["message"]
+        assert client.post(f"/v1/responses/{rid}/cancel").status_code == 200

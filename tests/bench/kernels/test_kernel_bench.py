@@ -180,3 +180,36 @@ def test_block_scales_run_the_block_kernels(tmp_path: Path) -> None:
         assert {("avx2_block_w8a16", 1), ("avx2_block_w8a16", 5)} <= got
     assert any(s["kernel"] == "torch_scaled_mm_w8a8" and "block" in s["reason"]
                for s in res["skipped"])
+
+
+def test_threads_sets_the_thread_count_every_point_is_timed_at(tmp_path: Path, monkeypatch,
+                                                                capsys) -> None:
+    """--threads (as the other benchmarks take it; bench kernels had none, so its kernels
+    always ran on every core): every timed call runs at that torch thread count, and the
+    JSON records it."""
+    import torch
+
+    import bench.kernels.cpu as cpu
+
+    before = torch.get_num_threads()
+    want = 2 if before == 1 else 1
+    seen: set[int] = set()
+    timed = cpu.time_calls
+
+    def recording(*a, **kw):
+        seen.add(torch.get_num_threads())
+        return timed(*a, **kw)
+
+    monkeypatch.setattr(cpu, "time_calls", recording)
+    out_json = tmp_path / "k.json"
+    args = parse("--quick", "--shapes", "64x128", "--m", "1", "--kernels", "torch_w8a16",
+                 "--threads", str(want), "--json", str(out_json), "--png",
+                 str(tmp_path / "k.png"))
+    try:
+        assert bench_cli.run(args, hw=HW) == 0
+    finally:
+        torch.set_num_threads(before)
+    res = json.loads(out_json.read_text())
+    assert seen == {want}
+    assert res["config"]["threads"] == want and res["host"]["threads"] == want
+    assert f"; {want} threads" in capsys.readouterr().out
