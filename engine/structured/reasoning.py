@@ -4,12 +4,16 @@ reasoning has ended; mistral-common's tool grammars for v13 tokenizers open with
 optional ``[THINK] ... [/THINK]``).
 
 :func:`reasoning_first` wraps any :class:`GrammarSpec`: an optional section (the begin
-marker, any text, the end marker), up to 8 whitespace characters, then the constraint,
-embedded whole as a nested grammar (llguidance's ``%lark { ... }``). A prompt that already
-opened the section (``starts_inside``) makes the output start inside it, so the end marker
-must come first. Inside the section every token is allowed but special ones (a marker
-that is a special token ends it; a text marker ends it at its first occurrence), so a
-thinking budget, which forces the end marker, always finds it allowed.
+marker, any text, the end marker), then the constraint, embedded whole as a nested grammar
+(llguidance's ``%lark { ... }``). Up to 8 whitespace characters may separate the section
+from a JSON answer or tool calls (mistral-common's ``SAFE_WS``: leading whitespace is
+still JSON, and is never a call's); before any other constraint (a regex, a choice, a
+grammar, a structural tag) nothing may, as the answer is what the constraint matches from
+the end marker on. A prompt that already opened the section (``starts_inside``) makes the
+output start inside it, so the end marker must come first. Inside the section every token
+is allowed but special ones (a marker that is a special token ends it; a text marker ends
+it at its first occurrence), so a thinking budget, which forces the end marker, always
+finds it allowed.
 
 Markers are Lark terminals: ``<[id]>`` for a special token, a string literal otherwise
 (:func:`marker`).
@@ -24,8 +28,12 @@ from typing import Any
 
 from engine.structured.spec import GrammarSpec
 
-# whitespace between the section's end and the constrained answer ("</think>\n\n{...}")
+# whitespace between the section's end and a JSON answer or tool calls ("</think>\n\n{")
 GAP = r"/[ \t\r\n]{1,8}/"
+# the constraints after which the GAP is allowed: whitespace before them is no part of
+# the answer's value (JSON's own leading whitespace; text before calls that the reader
+# drops under a forced call, and free text under tool_choice auto)
+GAP_KINDS = frozenset({"json_object", "json_schema", "tool_mistral", "tool_hermes"})
 
 
 @dataclass(frozen=True)
@@ -69,9 +77,11 @@ def _rest_of_section(m: ReasoningMarkers) -> str:
 def reasoning_first(spec: GrammarSpec, m: ReasoningMarkers) -> GrammarSpec:
     """``spec`` after an optional reasoning section (a required one's end when the output
     starts inside it); name and kind stay the constraint's."""
-    head = "section_rest (GAP? answer)" if m.starts_inside else \
-        f"({m.begin} section_rest GAP?)? answer"
-    lark = (f"start: {head}\n{_rest_of_section(m)}GAP: {GAP}\n"
-            f"answer: %lark {{\n{spec.lark}\n}}\n")
+    gap = "GAP? " if spec.kind in GAP_KINDS else ""
+    head = f"section_rest ({gap}answer)" if m.starts_inside else \
+        f"({m.begin} section_rest {gap.strip()})? answer"
+    lark = (f"start: {head}\n{_rest_of_section(m)}"
+            + (f"GAP: {GAP}\n" if gap else "")
+            + f"answer: %lark {{\n{spec.lark}\n}}\n")
     return GrammarSpec(lark, spec.name, spec.kind)
 

@@ -10,6 +10,7 @@ test relies on this checkpoint opening the section unbiased, and asserts that it
 from __future__ import annotations
 
 import json
+import re
 from typing import Literal
 
 import anthropic
@@ -128,3 +129,22 @@ def test_messages_thinking_then_a_forced_tool_use(served):
     assert m.content[0].thinking and m.stop_reason == "tool_use"
     schema = {t["name"]: t["input_schema"] for t in tools}[m.content[1].name]
     jsonschema.validate(m.content[1].input, schema)
+
+
+@pytest.mark.parametrize("constraint", [{"choice": ["yes", "no"]}, {"regex": "[0-9]{3}"}])
+def test_a_choice_or_regex_answer_is_exactly_what_follows_the_reasoning(served, think_bias,
+                                                                        constraint):
+    """No whitespace between the section and a regex or choice answer: the content is
+    one of the choices, or matches the regex, whole."""
+    chat, _, name = served
+    c = chat.chat.completions.create(
+        model=name, messages=ASK, temperature=0, max_tokens=30, logprobs=True,
+        logit_bias=think_bias,
+        extra_body={"thinking_token_budget": 3, "structured_outputs": constraint}).choices[0]
+    assert _tokens(c)[0] == "[THINK]" and c.message.reasoning_content
+    assert c.finish_reason == "stop"
+    if "choice" in constraint:
+        assert c.message.content in constraint["choice"], c.message.content
+    else:
+        assert re.fullmatch(constraint["regex"], c.message.content), c.message.content
+

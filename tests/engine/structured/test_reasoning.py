@@ -59,7 +59,12 @@ def test_the_section_is_optional_and_the_answer_after_it_is_constrained(case, ki
     spec = reasoning_first(build(tok, style), markers_for(tok, begin, end))
     assert accepts(tok, spec, good)
     assert accepts(tok, spec, f"{begin}Let me think: 1 + 1.\nDone.{end}{good}")
-    assert accepts(tok, spec, f"{begin}{end}\n\n{good}")  # an empty section, a gap
+    assert accepts(tok, spec, f"{begin}{end}{good}")  # an empty section
+    # whitespace after the section only before JSON or calls, where it is no part of the
+    # answer (or where the answer's free text takes it): before a regex, a choice or a
+    # grammar the content would not match it
+    assert accepts(tok, spec, f"{begin}x{end}\n\n{good}") == (
+        kind in ("json", "tools", "structural_tag"))
     assert not accepts(tok, spec, bad)
     assert not accepts(tok, spec, f"{begin}thinking{end}{bad}")
     if kind == "structural_tag" and style == "hermes":
@@ -85,6 +90,16 @@ def test_a_prompt_that_opened_the_section_makes_its_end_come_first(demo_tokenize
     assert accepts(tok, spec, '</think>{"a": 1}')
     assert not accepts(tok, spec, '{"a": 1}')  # the section is open: an answer is reasoning
     assert not accepts(tok, spec, '<think>x</think>{"a": 1}</think>')
+
+
+def test_the_whitespace_after_the_section_is_no_part_of_a_regex_or_choice_answer(
+        tekken_tokenizer):
+    tok = tekken_tokenizer
+    for inner, answer in ((regex_spec("[0-9]{3}"), "123"), (choice_spec(["yes", "no"]), "no")):
+        spec = reasoning_first(inner, markers_for(tok, "[THINK]", "[/THINK]"))
+        assert accepts(tok, spec, f"[THINK]x[/THINK]{answer}")
+        assert not accepts(tok, spec, f"[THINK]x[/THINK] {answer}")
+        assert not accepts(tok, spec, f"[THINK]x[/THINK]\n{answer}")
 
 
 def test_special_markers_are_tokens_and_text_markers_are_literals(tekken_tokenizer,
