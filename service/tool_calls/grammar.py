@@ -63,7 +63,8 @@ def section_markers(tok: Any, plan: ChatPlan, thinking: ThinkingBudget | None = 
     if thinking is not None and thinking.budget == 0 and not inside:
         return None
     begin, end = REASONING_TAGS[plan.reasoning_parser]
-    return markers_for(tok, begin, end, inside)
+    # ThinkTagReasoningParser ends the section at "</think>" in the text too
+    return markers_for(tok, begin, end, inside, plan.reasoning_parser != "mistral")
 
 
 def compile_plan_grammar(backend: Any, plan: ChatPlan, thinking: ThinkingBudget | None = None

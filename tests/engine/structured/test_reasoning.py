@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from engine.structured import json_schema_spec, tool_call_grammar
+from engine.structured import (
+    GrammarMatchError,
+    compiler_for,
+    json_schema_spec,
+    tool_call_grammar,
+)
 from engine.structured.outputs import (
     choice_spec,
     grammar_text_spec,
@@ -100,6 +105,43 @@ def test_the_whitespace_after_the_section_is_no_part_of_a_regex_or_choice_answer
         assert accepts(tok, spec, f"[THINK]x[/THINK]{answer}")
         assert not accepts(tok, spec, f"[THINK]x[/THINK] {answer}")
         assert not accepts(tok, spec, f"[THINK]x[/THINK]\n{answer}")
+
+
+def _ids(tok, *parts):
+    """Token ids of ``parts``: a str is encoded, an int is that token."""
+    out = []
+    for p in parts:
+        out += [p] if isinstance(p, int) else tok.encode(p, add_special_tokens=False)
+    return out
+
+
+def _takes(tok, spec, ids):
+    m = compiler_for(tok).compile(spec).new_matcher()
+    try:
+        for t in ids:
+            m.advance(t)
+    except GrammarMatchError:
+        return False
+    return m.is_done or m.llg.is_accepting()
+
+
+def test_markers_that_are_single_tokens_are_those_tokens(think_tokenizer):
+    """<think> / </think> as added tokens (special or not): the section opens and ends
+    with those very tokens, which the thinking budget and the reasoning-token count look
+    for; the same text spelled in pieces is no marker (the budget would never see the
+    section, so it would never be cut)."""
+    tok = think_tokenizer
+    b, e = tok.token_to_id("<think>"), tok.token_to_id("</think>")
+    spec = reasoning_first(json_schema_spec(OBJ), markers_for(tok, "<think>", "</think>",
+                                                             read_in_text=True))
+    assert _takes(tok, spec, _ids(tok, b, "plan", e, '{"a": 1}'))
+    assert _takes(tok, spec, _ids(tok, '{"a": 1}'))
+    pieces = [tok.encode(c, add_special_tokens=False)[0] for c in "<>"]
+    think = tok.encode("think", add_special_tokens=False)
+    assert not _takes(tok, spec, [pieces[0], *think, pieces[1]])  # "<think>" in pieces
+    # inside the section, "</think>" in pieces would end it for the parser, not the budget
+    assert not _takes(tok, spec, _ids(tok, b, "plan</", "think", ">", e, '{"a": 1}'))
+    assert not _takes(tok, spec, _ids(tok, b, "plan</", "think", '>{"a": 1}'))
 
 
 def test_special_markers_are_tokens_and_text_markers_are_literals(tekken_tokenizer,
