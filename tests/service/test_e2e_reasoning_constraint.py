@@ -183,3 +183,17 @@ def test_think_tokens_open_and_close_the_section_the_budget_caps(think_served):
     c = r.choices[0]
     assert not getattr(c.message, "reasoning_content", None) and c.finish_reason == "stop"
     jsonschema.validate(json.loads(c.message.content), CITY)
+
+
+@pytest.mark.parametrize("reasoning", [{}, {"reasoning_effort": "none"}])
+def test_a_bad_grammar_is_named_at_its_own_lines(served, reasoning):
+    """The error names the place in the client's grammar, whether or not the reasoning
+    section's rules come before it."""
+    chat, _, name = served
+    with pytest.raises(openai.BadRequestError) as err:
+        chat.chat.completions.create(
+            model=name, messages=ASK, max_tokens=5,
+            extra_body={"structured_outputs": {"grammar": 'start: "a" b\nb: "c" bar\n'},
+                        **reasoning})
+    assert err.value.body["param"] == "structured_outputs"
+    assert 'at 2(4): unknown name: "bar"' in err.value.body["message"], err.value.body
