@@ -23,7 +23,6 @@ from engine.structured import (
 )
 from engine.structured.reasoning import ReasoningMarkers, markers_for, reasoning_first
 from service.errors import APIError
-from service.structured_outputs import compile_spec
 from service.tool_calls.plan import ChatPlan
 from service.tool_calls.reasoning import REASONING_TAGS, STARTS_INSIDE
 
@@ -63,7 +62,21 @@ def section_markers(tok: Any, plan: ChatPlan, thinking: ThinkingBudget | None = 
     if thinking is not None and thinking.budget == 0 and not inside:
         return None
     begin, end = REASONING_TAGS[plan.reasoning_parser]
-    return markers_for(tok, begin, end, inside)
+    # ThinkTagReasoningParser ends the section at "</think>" in the text too
+    return markers_for(tok, begin, end, inside, plan.reasoning_parser != "mistral")
+
+
+def _compile(compiler: Any, spec: Any, markers: ReasoningMarkers | None) -> Any:
+    """``spec`` compiled after the reasoning section ``markers`` (None: alone). Where the
+    whole is rejected, the constraint's own error is raised when it has one: its places
+    (``at 1(8)``) are then in the client's grammar, not in the wrapper's lines."""
+    if markers is None:
+        return compiler.compile(spec)
+    try:
+        return compiler.compile(reasoning_first(spec, markers))
+    except GrammarError:
+        compiler.compile(spec)  # raises the constraint's own error, if it is at fault
+        raise
 
 
 def compile_plan_grammar(backend: Any, plan: ChatPlan, thinking: ThinkingBudget | None = None
@@ -73,15 +86,16 @@ def compile_plan_grammar(backend: Any, plan: ChatPlan, thinking: ThinkingBudget 
     markers = section_markers(backend.tokenizer, plan, thinking)
     if plan.structured is not None:
         param, spec = plan.structured
-        return compile_spec(backend, param,
-                            spec if markers is None else reasoning_first(spec, markers))
+        try:
+            return _compile(backend.grammar_compiler, spec, markers)
+        except GrammarError as exc:
+            raise APIError(400, f"{param}: cannot be enforced as a grammar: {exc}",
+                           param) from exc
     try:
         spec = _spec(backend.tokenizer, plan)
         if spec is None:
             return None
-        if markers is not None:
-            spec = reasoning_first(spec, markers)
-        return backend.grammar_compiler.compile(spec)
+        return _compile(backend.grammar_compiler, spec, markers)
     except GrammarError as exc:
         with_tools = plan.tool_parser is not None and plan.tools
         param = "response_format"

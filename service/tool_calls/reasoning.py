@@ -49,23 +49,38 @@ class MistralReasoningParser:
 
 
 class ThinkTagReasoningParser:
-    structural: frozenset[int] = frozenset()
+    """``<think>`` / ``</think>`` read in the text; where the tokenizer makes one a special
+    token (which decodes to no text), that token is structural and read by its id, as the
+    grammar (engine/structured/reasoning.py) and the thinking budget write and count it."""
 
     def __init__(self, vocab: object = None, starts_inside: bool = False) -> None:
         self._tags = TagSplitter("<think>", "</think>", inside=starts_inside)
+        self.begin, self.end = (_special_tag(vocab, t) for t in REASONING_TAGS["think"])
+        self.structural = frozenset(t for t in (self.begin, self.end) if t is not None)
 
     def feed(self, pieces: Sequence[Piece]) -> list[Item]:
         out: list[Item] = []
         for p in pieces:
             if isinstance(p, str):
                 out += _items(self._tags.feed(p))
+                continue
+            out += _items(self._tags.finish())  # a special token ends held-back text
+            if p == self.begin or p == self.end:
+                self._tags.inside = p == self.begin  # as MistralReasoningParser reads
             else:
-                out += _items(self._tags.finish())  # a special token ends held-back text
                 out.append(p)
         return out
 
     def finish(self) -> list[Item]:
         return _items(self._tags.finish())
+
+
+def _special_tag(vocab: object, text: str) -> int | None:
+    """The id of ``text`` where it is a special token of ``vocab``, else None."""
+    lookup = getattr(vocab, "token_to_id", None)
+    is_special = getattr(vocab, "is_special", None)
+    tid = lookup(text) if lookup is not None else None
+    return tid if tid is not None and is_special is not None and is_special(tid) else None
 
 
 def _items(parts: list[tuple[str, str]]) -> list[Item]:

@@ -10,6 +10,7 @@ test relies on this checkpoint opening the section unbiased, and asserts that it
 from __future__ import annotations
 
 import json
+import re
 from typing import Literal
 
 import anthropic
@@ -22,6 +23,7 @@ from pydantic import BaseModel
 from engine.text.tokenizer import Tokenizer
 from service.app import create_app
 from service.settings import Settings
+from tests.engine.structured.think_tokens import think_model_dir
 from tests.service.test_e2e_tools import TOOLS, WEATHER, e2e_model_dir
 
 ASK = [{"role": "user", "content": "What is the weather in Paris? Use the tools."}]
@@ -128,3 +130,70 @@ def test_messages_thinking_then_a_forced_tool_use(served):
     assert m.content[0].thinking and m.stop_reason == "tool_use"
     schema = {t["name"]: t["input_schema"] for t in tools}[m.content[1].name]
     jsonschema.validate(m.content[1].input, schema)
+
+
+@pytest.mark.parametrize("constraint", [{"choice": ["yes", "no"]}, {"regex": "[0-9]{3}"}])
+def test_a_choice_or_regex_answer_is_exactly_what_follows_the_reasoning(served, think_bias,
+                                                                        constraint):
+    """No whitespace between the section and a regex or choice answer: the content is
+    one of the choices, or matches the regex, whole."""
+    chat, _, name = served
+    c = chat.chat.completions.create(
+        model=name, messages=ASK, temperature=0, max_tokens=30, logprobs=True,
+        logit_bias=think_bias,
+        extra_body={"thinking_token_budget": 3, "structured_outputs": constraint}).choices[0]
+    assert _tokens(c)[0] == "[THINK]" and c.message.reasoning_content
+    assert c.finish_reason == "stop"
+    if "choice" in constraint:
+        assert c.message.content in constraint["choice"], c.message.content
+    else:
+        assert re.fullmatch(constraint["regex"], c.message.content), c.message.content
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["added", "special"])
+def think_served(request, tmp_path_factory):
+    """The demo model whose <think> / </think> are single added tokens (special or not),
+    with a template that mentions <think> (the think reasoning parser)."""
+    model_dir = think_model_dir(tmp_path_factory.mktemp("think-model"), request.param)
+    settings = Settings(model=model_dir, max_model_len=1024, max_num_seqs=4)
+    with TestClient(create_app(settings)) as client:
+        chat = openai.OpenAI(base_url="http://testserver/v1", api_key="x",
+                             http_client=client, max_retries=0)
+        yield chat, chat.models.list().data[0].id, Tokenizer.from_dir(model_dir)
+
+
+def test_think_tokens_open_and_close_the_section_the_budget_caps(think_served):
+    """<think> as one token of the vocabulary: the grammar takes only that token as the
+    section's marker (spelled in pieces, the budget would never see the section and never
+    cut it), the budget closes it, and the parser reads the reasoning out of the JSON
+    answer whether the tags are special tokens (no text) or not."""
+    chat, name, tok = think_served
+    begin = tok.token_to_id("<think>")
+    kw = {"model": name, "messages": ASK, "temperature": 0, "max_tokens": 40,
+          "response_format": FORMAT, "extra_body": {"thinking_token_budget": 2}}
+    r = chat.chat.completions.create(**kw, logprobs=True, logit_bias={str(begin): 30})
+    c = r.choices[0]
+    assert [t.token for t in c.logprobs.content][:4] == ["<think>", *_tokens(c)[1:3],
+                                                         "</think>"]
+    assert c.finish_reason == "stop" and c.message.reasoning_content
+    assert r.usage.completion_tokens_details.reasoning_tokens == 2
+    jsonschema.validate(json.loads(c.message.content), CITY)
+    # "<" is what the model writes first unbiased: it may not open the section in pieces
+    r = chat.chat.completions.create(**kw, logprobs=True)
+    c = r.choices[0]
+    assert not getattr(c.message, "reasoning_content", None) and c.finish_reason == "stop"
+    jsonschema.validate(json.loads(c.message.content), CITY)
+
+
+@pytest.mark.parametrize("reasoning", [{}, {"reasoning_effort": "none"}])
+def test_a_bad_grammar_is_named_at_its_own_lines(served, reasoning):
+    """The error names the place in the client's grammar, whether or not the reasoning
+    section's rules come before it."""
+    chat, _, name = served
+    with pytest.raises(openai.BadRequestError) as err:
+        chat.chat.completions.create(
+            model=name, messages=ASK, max_tokens=5,
+            extra_body={"structured_outputs": {"grammar": 'start: "a" b\nb: "c" bar\n'},
+                        **reasoning})
+    assert err.value.body["param"] == "structured_outputs"
+    assert 'at 2(4): unknown name: "bar"' in err.value.body["message"], err.value.body

@@ -239,3 +239,28 @@ def test_call_ids():
     assert is_call_id(short) and ids("c1") == short
     many = {ids(f"call_{i}") for i in range(2000)}
     assert len(many) == 2000 and all(is_call_id(s) for s in many)
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["added", "special"])
+def think_tok(request, tmp_path_factory):
+    """The demo tokenizer with <think> / </think> as single added tokens (special or not)."""
+    from engine.text.tokenizer import Tokenizer
+    from tests.engine.structured.think_tokens import think_model_dir
+    return Tokenizer.from_dir(think_model_dir(tmp_path_factory.mktemp("think"),
+                                              special=request.param))
+
+
+@pytest.mark.parametrize("reasoning,text,parts", [
+    ("think", '<think>plan</think>{"a": 1}', ("plan", '{"a": 1}')),
+    ("think-open", 'plan</think>{"a": 1}', ("plan", '{"a": 1}')),
+    # a start inside and an end outside are text, or (special tokens) nothing, as [THINK]
+    ("think", "<think>a<think>b</think>c</think>d", ("a<think>b", "c</think>d")),
+])
+def test_think_tags_that_are_special_tokens_are_read(think_tok, reasoning, text, parts):
+    """<think> tags the tokenizer makes special tokens decode to no text: the parser reads
+    them by id (as the grammar writes them and the thinking budget counts them), so the
+    reasoning is not the content's; as added text tokens they are read in the text."""
+    msg = check_all_cuts(think_tok, text, None, reasoning, tags_in_content=True)
+    if think_tok.is_special(think_tok.token_to_id("<think>")):
+        parts = tuple(p.replace("<think>", "").replace("</think>", "") for p in parts)
+    assert (msg.reasoning_content, msg.content) == parts

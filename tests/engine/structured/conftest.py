@@ -9,6 +9,7 @@ import pytest
 
 from engine.demo_model import ensure_demo_model
 from engine.text.tokenizer import Tokenizer
+from tests.engine.structured.think_tokens import think_model_dir
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather",
@@ -64,3 +65,10 @@ def tekken_tokenizer(tekken_dir) -> Tokenizer:
 def any_tokenizer(request) -> Tokenizer:
     return request.getfixturevalue("demo_tokenizer" if request.param == "hf"
                                    else "tekken_tokenizer")
+
+
+@pytest.fixture(scope="session", params=[False, True], ids=["added", "special"])
+def think_tokenizer(request, tmp_path_factory) -> Tokenizer:
+    """The demo tokenizer with <think> / </think> as single added tokens (special or not)."""
+    return Tokenizer.from_dir(think_model_dir(tmp_path_factory.mktemp("think"),
+                                              special=request.param))

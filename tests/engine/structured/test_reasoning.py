@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from engine.structured import json_schema_spec, tool_call_grammar
+from engine.structured import (
+    GrammarMatchError,
+    compiler_for,
+    json_schema_spec,
+    tool_call_grammar,
+)
 from engine.structured.outputs import (
     choice_spec,
     grammar_text_spec,
@@ -59,7 +64,12 @@ def test_the_section_is_optional_and_the_answer_after_it_is_constrained(case, ki
     spec = reasoning_first(build(tok, style), markers_for(tok, begin, end))
     assert accepts(tok, spec, good)
     assert accepts(tok, spec, f"{begin}Let me think: 1 + 1.\nDone.{end}{good}")
-    assert accepts(tok, spec, f"{begin}{end}\n\n{good}")  # an empty section, a gap
+    assert accepts(tok, spec, f"{begin}{end}{good}")  # an empty section
+    # whitespace after the section only before JSON or calls, where it is no part of the
+    # answer (or where the answer's free text takes it): before a regex, a choice or a
+    # grammar the content would not match it
+    assert accepts(tok, spec, f"{begin}x{end}\n\n{good}") == (
+        kind in ("json", "tools", "structural_tag"))
     assert not accepts(tok, spec, bad)
     assert not accepts(tok, spec, f"{begin}thinking{end}{bad}")
     if kind == "structural_tag" and style == "hermes":
@@ -85,6 +95,53 @@ def test_a_prompt_that_opened_the_section_makes_its_end_come_first(demo_tokenize
     assert accepts(tok, spec, '</think>{"a": 1}')
     assert not accepts(tok, spec, '{"a": 1}')  # the section is open: an answer is reasoning
     assert not accepts(tok, spec, '<think>x</think>{"a": 1}</think>')
+
+
+def test_the_whitespace_after_the_section_is_no_part_of_a_regex_or_choice_answer(
+        tekken_tokenizer):
+    tok = tekken_tokenizer
+    for inner, answer in ((regex_spec("[0-9]{3}"), "123"), (choice_spec(["yes", "no"]), "no")):
+        spec = reasoning_first(inner, markers_for(tok, "[THINK]", "[/THINK]"))
+        assert accepts(tok, spec, f"[THINK]x[/THINK]{answer}")
+        assert not accepts(tok, spec, f"[THINK]x[/THINK] {answer}")
+        assert not accepts(tok, spec, f"[THINK]x[/THINK]\n{answer}")
+
+
+def _ids(tok, *parts):
+    """Token ids of ``parts``: a str is encoded, an int is that token."""
+    out = []
+    for p in parts:
+        out += [p] if isinstance(p, int) else tok.encode(p, add_special_tokens=False)
+    return out
+
+
+def _takes(tok, spec, ids):
+    m = compiler_for(tok).compile(spec).new_matcher()
+    try:
+        for t in ids:
+            m.advance(t)
+    except GrammarMatchError:
+        return False
+    return m.is_done or m.llg.is_accepting()
+
+
+def test_markers_that_are_single_tokens_are_those_tokens(think_tokenizer):
+    """<think> / </think> as added tokens (special or not): the section opens and ends
+    with those very tokens, which the thinking budget and the reasoning-token count look
+    for; the same text spelled in pieces is no marker (the budget would never see the
+    section, so it would never be cut)."""
+    tok = think_tokenizer
+    b, e = tok.token_to_id("<think>"), tok.token_to_id("</think>")
+    spec = reasoning_first(json_schema_spec(OBJ), markers_for(tok, "<think>", "</think>",
+                                                             read_in_text=True))
+    assert _takes(tok, spec, _ids(tok, b, "plan", e, '{"a": 1}'))
+    assert _takes(tok, spec, _ids(tok, '{"a": 1}'))
+    pieces = [tok.encode(c, add_special_tokens=False)[0] for c in "<>"]
+    think = tok.encode("think", add_special_tokens=False)
+    assert not _takes(tok, spec, [pieces[0], *think, pieces[1]])  # "<think>" in pieces
+    # inside the section, "</think>" in pieces would end it for the parser, not the budget
+    assert not _takes(tok, spec, _ids(tok, b, "plan</", "think", ">", e, '{"a": 1}'))
+    assert not _takes(tok, spec, _ids(tok, b, "plan</", "think", '>{"a": 1}'))
 
 
 def test_special_markers_are_tokens_and_text_markers_are_literals(tekken_tokenizer,
