@@ -6,7 +6,7 @@ read each choice's output through a ChoiceReader. Each API only formats what com
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fastapi import Request
@@ -31,6 +31,7 @@ from service.schemas import ChatCompletionRequest, PredictionContent
 from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.grammar import compile_plan_grammar
 from service.tool_calls.plan import ChatPlan, plan_chat
+from service.tool_calls.reasoning import parser_for_prompt
 from service.tool_calls.thinking import chat_thinking
 
 
@@ -179,6 +180,12 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
     prompt, images = await run_in_threadpool(encode_chat_prompt, state, body.messages,
                                              body.add_generation_prompt, plan)
     prompt = truncate_chat(state, prompt, images, body.truncate_prompt_tokens)
+    parser = await run_in_threadpool(parser_for_prompt, state.backend.tokenizer,
+                                     plan.reasoning_parser, prompt)
+    if parser != plan.reasoning_parser:  # the prompt opened (or closed) a <think> section
+        plan = replace(plan, reasoning_parser=parser)
+        thinking = chat_thinking(state.backend.tokenizer, plan, body)
+        grammar = await run_in_threadpool(compile_plan_grammar, state.backend, plan, thinking)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = await run_in_threadpool(make_params, state, body, logprobs, body.prompt_logprobs,
                                      grammar, thinking)  # bad_words are encoded

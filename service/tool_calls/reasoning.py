@@ -13,6 +13,7 @@ returned as text.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from service.tool_calls.deltas import Reasoning
 from service.tool_calls.pieces import Piece
@@ -85,3 +86,30 @@ def _special_tag(vocab: object, text: str) -> int | None:
 
 def _items(parts: list[tuple[str, str]]) -> list[Item]:
     return [Reasoning(t) if where == "in" else t for where, t in parts if where != "close"]
+
+
+# the text-tag parsers, one per answer start: whether the prompt left a section open
+TAG_PARSERS = {False: "think", True: "think-open"}
+TAIL_IDS = 2048  # a prompt's last ids searched first for the tags
+
+
+def prompt_opens_section(tok: Any, prompt: Sequence[int]) -> bool:
+    """Whether ``prompt`` (ids of tokenizer ``tok``) ends inside a ``<think>`` section:
+    its last ``<think>`` comes after its last ``</think>`` (a template that opens the
+    section for the answer; a prefill that opened, or closed, one)."""
+    for ids in (prompt[-TAIL_IDS:], prompt):
+        text = tok.decode(list(ids), skip_special_tokens=False)
+        opened, closed = text.rfind("<think>"), text.rfind("</think>")
+        if opened >= 0 or closed >= 0 or len(ids) == len(prompt):
+            return opened > closed
+    return False
+
+
+def parser_for_prompt(tok: Any, parser: str | None, prompt: Sequence[int]) -> str | None:
+    """The reasoning parser that reads the answer to ``prompt``: for ``<think>`` tags,
+    ``think-open`` where the prompt left a section open and ``think`` elsewhere, whichever
+    the server was started with (the prompt decides, as vLLM reads the prompt for the
+    reasoning's end); any other parser as it is."""
+    if parser not in TAG_PARSERS.values():
+        return parser
+    return TAG_PARSERS[prompt_opens_section(tok, prompt)]

@@ -197,3 +197,38 @@ def test_a_bad_grammar_is_named_at_its_own_lines(served, reasoning):
                         **reasoning})
     assert err.value.body["param"] == "structured_outputs"
     assert 'at 2(4): unknown name: "bar"' in err.value.body["message"], err.value.body
+
+
+@pytest.fixture(scope="module", params=["think", "think-open"])
+def think_tag_served(request, tmp_path_factory):
+    """The demo model with <think> / </think> as added tokens, started with either
+    text-tag parser: the prompt, not the flag, says whether the answer starts inside."""
+    model_dir = think_model_dir(tmp_path_factory.mktemp("think-tags"), False)
+    settings = Settings(model=model_dir, max_model_len=1024, max_num_seqs=4,
+                        reasoning_parser=request.param)
+    with TestClient(create_app(settings)) as client:
+        chat = openai.OpenAI(base_url="http://testserver/v1", api_key="x",
+                             http_client=client, max_retries=0)
+        yield chat, chat.models.list().data[0].id
+
+
+def _prefilled(served, prefill, **kw):
+    chat, name = served
+    return chat.chat.completions.create(
+        model=name, temperature=0, max_tokens=30,
+        messages=[*ASK, {"role": "assistant", "content": prefill}],
+        extra_body={"continue_final_message": True, "add_generation_prompt": False, **kw})
+
+
+def test_a_prefill_past_the_section_is_answered_under_the_constraint(think_tag_served):
+    c = _prefilled(think_tag_served, '<think>Paris.</think>{"city": ',
+                   structured_outputs={"regex": r'"(Paris|Rome)"\}'}).choices[0]
+    assert re.fullmatch(r'"(Paris|Rome)"\}', c.message.content), c.message
+    assert not getattr(c.message, "reasoning_content", None)
+
+
+def test_a_prefill_inside_the_section_goes_on_reasoning_first(think_tag_served):
+    c = _prefilled(think_tag_served, "<think>The city is", response_format=FORMAT,
+                   thinking_token_budget=2).choices[0]
+    assert c.message.reasoning_content and c.finish_reason == "stop", c.message
+    jsonschema.validate(json.loads(c.message.content), CITY)

@@ -15,6 +15,7 @@ from service.tool_calls import (
     new_call_id,
     parse_output,
 )
+from service.tool_calls.reasoning import parser_for_prompt, prompt_opens_section
 from tests.service.tool_call_fixtures import counter_ids, cuts, reassemble, stream, tekken_tokenizer
 
 TAG_PARTS = ("<", "<t", "<to", "<tool", "<tool_call", "</", "</tool_call", "<th", "<think",
@@ -264,3 +265,19 @@ def test_think_tags_that_are_special_tokens_are_read(think_tok, reasoning, text,
     if think_tok.is_special(think_tok.token_to_id("<think>")):
         parts = tuple(p.replace("<think>", "").replace("</think>", "") for p in parts)
     assert (msg.reasoning_content, msg.content) == parts
+
+
+@pytest.mark.parametrize("prompt,inside", [
+    ("<|im_start|>assistant\n<think>\n", True),  # a template that opens the section
+    ("<think>a</think>b<think>plan so far", True),
+    ("<think>plan</think>answer", False),  # a prefill past it
+    ("no tags at all", False),
+    ("x" * 3000 + "<think>" + "y" * 3000, True),  # the tag before the searched tail
+])
+def test_the_prompt_says_whether_the_answer_starts_inside_a_section(tok, prompt, inside):
+    ids = tok.encode(prompt, add_special_tokens=False)
+    assert prompt_opens_section(tok, ids) is inside
+    for flag in ("think", "think-open"):
+        assert parser_for_prompt(tok, flag, ids) == ("think-open" if inside else "think")
+    assert parser_for_prompt(tok, "mistral", ids) == "mistral"
+    assert parser_for_prompt(tok, None, ids) is None
