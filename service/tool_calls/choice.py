@@ -75,8 +75,12 @@ class ChoiceReader:
                             and (plan.tool_choice == "required"
                                  or plan.forced_function is not None))
         self._named = plan.tool_parser is not None and plan.forced_function is not None
-        self._held_space = ""  # whitespace after a call, not yet known to be content
+        # with tools, whitespace-only text is no content where a call follows it: before
+        # the first call ("[/THINK]\n\n[TOOL_CALLS]"), between calls and after them
+        self._tools = plan.tool_parser is not None and plan.tools is not None
+        self._held_space = ""  # whitespace not yet known to be content
         self._seen_call = False
+        self._seen_text = False  # text other than whitespace went out as content
         self._stop_string = False  # a stop string ended the output
         # the parsers' markers written as text (not special tokens): never the message's
         self.text_markers = tuple(
@@ -107,17 +111,20 @@ class ChoiceReader:
         return delta
 
     def _after_calls(self, events: list[Event], finished: bool) -> list[Event]:
-        """``events`` without the whitespace-only text between or after calls (what a
-        tool grammar writes between Hermes blocks: vLLM's content is the text before the
-        first call), the same however the output was cut into steps: after a call,
-        whitespace is held until text follows it (then both go out) or a call or the end
-        does (then it is dropped)."""
+        """``events`` without the whitespace-only text before, between or after calls
+        (what a tool grammar writes between Hermes blocks, or after a reasoning section:
+        vLLM's content is the text before the first call), the same however the output
+        was cut into steps: whitespace is held until text follows it (then both go out)
+        or a call does (then it is dropped); at the end it is dropped after a call and
+        goes out as the answer's content where no call came."""
         out: list[Event] = []
         for e in events:
-            if isinstance(e, Content) and self._seen_call:
+            holding = self._seen_call or (self._tools and not self._seen_text)
+            if isinstance(e, Content) and holding:
                 text, self._held_space = self._held_space + e.text, ""
                 if text.strip():
                     out.append(Content(text))
+                    self._seen_text = True
                 else:
                     self._held_space = text
                 continue
@@ -125,6 +132,8 @@ class ChoiceReader:
                 self._seen_call, self._held_space = True, ""
             out.append(e)
         if finished:
+            if self._held_space and not self._seen_call:
+                out.append(Content(self._held_space))
             self._held_space = ""
         return out
 

@@ -26,6 +26,9 @@ SCRIPTS = [
     # the scripted vocabulary has no "\n": a space stands for the grammar's separator
     '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call> '
     '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>',
+    # a reasoning section, then the gap a tool grammar allows before the calls
+    '[THINK]Paris is in France[/THINK]  [TOOL_CALLS]get_time[ARGS]{}',
+    "  ",
 ]
 TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
          for n in ("get_weather", "get_time")]
@@ -317,3 +320,17 @@ def test_parameters_that_describe_no_object_are_400s(path, tool, param):
         ok = {**tool, "parameters": {"type": "object"}} if "parameters" in tool else {
             **tool, "function": {**tool["function"], "parameters": {"type": "object"}}}
         assert c.post(path, json={**body, "tools": [ok]}).status_code == 200
+
+
+def test_whitespace_before_the_first_call_is_no_content():
+    """Whitespace between a reasoning section and the calls (a tool grammar allows up to 8
+    characters there) came back as content "  " beside the calls: content is null, whole
+    and streamed; whitespace that no call follows is still the answer."""
+    with make_client() as c:
+        msg = chat(c, 7, tools=TOOLS).json()["choices"][0]["message"]
+        assert (msg["content"], msg["reasoning_content"]) == (None, "Paris is in France")
+        assert [t["function"]["name"] for t in msg["tool_calls"]] == ["get_time"]
+        streamed, reason = reassemble(stream(c, 7, tools=TOOLS))
+        assert (streamed["content"], reason) == ("", "tool_calls")
+        assert chat(c, 8, tools=TOOLS).json()["choices"][0]["message"]["content"] == "  "
+        assert reassemble(stream(c, 8, tools=TOOLS))[0]["content"] == "  "
