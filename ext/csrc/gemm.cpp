@@ -217,7 +217,8 @@ at::Tensor gemm_avx2(const at::Tensor& x, const at::Tensor& w_packed, const at::
   const float* xfp = xf.data_ptr<float>();
   const float* sp = scale.data_ptr<float>();
   const int64_t tiles_per = block_n / kTileN2, tiles = ceil_div(n, kTileN2);
-  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 20) / (4 * k));
+  // (K = 0, an empty reduction, gives y = bias as without block scales: no chunk divide)
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 20) / (4 * std::max<int64_t>(k, 1)));
   at::parallel_for(0, ceil_div(n, block_n), 1, [&](int64_t c0, int64_t c1) {
     std::vector<float> xs(size_t(std::min(m, chunk) * k));
     const int64_t t0 = c0 * tiles_per, t1 = std::min(tiles, c1 * tiles_per);

@@ -8,8 +8,9 @@ runs the checks there under FP8SERVE_ISA=avx2).
   ones for FP8): fp32 accumulation (relative ~1e-6) and one bf16 rounding of the output
   (<= 2^-9 relative), so |out - ref| <= 2^-8 |ref| + 1e-3, as in test_attention_op.py;
   a wrong slot, scale, head or mask gives errors of order 1. Group sizes 1..16, head_dim
-  64 and 128, contexts on both sides of the 16-key tiles and 128-key segments (1, 15, 16,
-  17, 127, 128, 129, 1030), shuffled block tables with a block size (7) that cuts tiles.
+  64 and 128 (and 32, 96, 160, 224, 256 for groups 1 and 3), contexts on both sides of
+  the 16-key tiles and 128-key segments (1, 15, 16, 17, 127, 128, 129, 1030), shuffled
+  block tables with a block size (7) that cuts tiles.
 * Against the portable kernel (FP8SERVE_ISA=scalar, own process): both are within the
   bound above of the same exact value, so they differ by at most 2^-7 |ref| + 2e-3.
 * Bit-for-bit invariance: a row alone = inside a batch of rows of other lengths = in
@@ -136,6 +137,23 @@ def test_matches_float64_reference_for_every_group_size(ops, fp8: bool, d: int) 
 
 
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_head_dims_not_a_multiple_of_64_match_reference(ops, fp8: bool) -> None:
+    """head_dim 32, 96, 160 and 224 (a lone query head's P V then runs in 32-column chunks
+    instead of 64) and 256 (the largest), for groups of 1 and 3: close to the reference,
+    and a row's bits the same alone and batched."""
+    for d in (32, 96, 160, 224, 256):
+        for group in (1, 3):
+            c = make_case(ops, group, 1, d, LENS, fp8, seed=d + group)
+            out = attend(ops, c)
+            try:
+                assert_close(out, reference(c))
+            except AssertionError as exc:
+                raise AssertionError(f"d {d}, group {group}: {exc}") from None
+            for i in (0, 3, len(LENS) - 1):
+                assert torch.equal(attend(ops, c, slice(i, i + 1))[0], out[i]), (d, group, i)
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 def test_prefill_chunks_and_peaked_scores_match_reference(ops, fp8: bool) -> None:
     """Causal prefill rows [120, 260) of one sequence with q scaled x 6 (segments whose
     maxima differ widely, so the online rescaling and the merge matter)."""
@@ -237,6 +255,8 @@ ops = ext.ops()
 for fp8 in (False, True):
     for d in (64, 128):
         t.test_matches_float64_reference_for_every_group_size(ops, fp8, d)
+    t.test_head_dims_not_a_multiple_of_64_match_reference(ops, fp8)
+    t.test_prefill_chunks_and_peaked_scores_match_reference(ops, fp8)
     t.test_row_bits_alone_batched_chunked_and_threaded(ops, fp8)
 t.test_every_e4m3_code_decodes_as_torch(ops)
 print("avx2 ok")

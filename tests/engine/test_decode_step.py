@@ -2,7 +2,8 @@
 the Python layer it replaces, once per FP8 kernel family the host can execute: the
 AVX-512 kernels (AVX-512 hosts) and the AVX2 kernel (AVX2 hosts and up). The elementwise
 ops and attention run at the host's dispatch ISA either way, so on an AVX-512 host the
-AVX2 case fuses the AVX2 GEMM with the AVX-512 norms.
+AVX2 case fuses the AVX2 GEMM with the AVX-512 norms; test_avx2_families_forced_on_bigger_hosts
+runs the AVX2 cases there again under FP8SERVE_ISA=avx2 (the AVX2 norms and attention).
 
 Tolerance for one layer: both sides run the same FP8 GEMMs on the same packed weights;
 they differ only in fp32 summation order inside RMSNorm and in RoPE's fp32 rounding, each
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+import ext
 from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.kernels.avx512 import GEMV_MAX_M
 from engine.kernels.base import ScaleKind
@@ -34,7 +36,14 @@ from tests.engine.test_model_support import (
     random_weights,
     tiny_config,
 )
-from tests.ext.support import AVX2_HOST, AVX512_HOST, fake_hw, needs_avx2, needs_avx512
+from tests.ext.support import (
+    AVX2_HOST,
+    AVX512_HOST,
+    fake_hw,
+    needs_avx2,
+    needs_avx512,
+    run_with_isa,
+)
 
 NONE = LogitsWanted.NONE
 
@@ -72,13 +81,16 @@ def _runner(case: Case, fuse: bool | None, kv_dtype: str = "auto", amx: bool = F
 KV_DTYPES = pytest.mark.parametrize("kv_dtype", ["auto", "fp8"])
 
 
-@pytest.fixture(scope="module", params=FAMILIES)
-def weights(request):
-    flags, kernel = request.param
+def _case(flags: tuple[str, ...], kernel: str) -> Case:
     kind = ScaleKind.BLOCK if "block" in kernel else ScaleKind.PER_TENSOR
     # 32 x 32 blocks: every tiny shape is a multiple (q, k, v fuse), several per linear
     return Case(random_weights(tiny_config(num_layers=3), seed=21, kind=kind, block=32),
                 flags, kernel)
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def weights(request):
+    return _case(*request.param)
 
 
 def _ids(n: int, seed: int) -> list[int]:
@@ -242,14 +254,17 @@ def test_fused_batched_prefill_equals_solo_bitwise(weights) -> None:
         row += chunk.num_tokens
 
 
-@pytest.fixture(scope="module", params=FAMILIES)
-def wide_weights(request):
+def _wide_case(flags: tuple[str, ...], kernel: str) -> Case:
     # wide enough rows that a 96-token chunk's norms, RoPE, SwiGLU and adds are split
     # over threads (ext/csrc/decode_layer.cpp for_rows: ranges of >= 32K elements)
     cfg = tiny_config(hidden_size=1024, intermediate_size=2048, num_layers=1, num_heads=8,
                       num_kv_heads=2, head_dim=128)
-    flags, kernel = request.param
     return Case(random_weights(cfg, seed=23), flags, kernel)
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def wide_weights(request):
+    return _wide_case(*request.param)
 
 
 def test_fused_prefill_is_bitwise_the_same_for_1_2_3_threads(wide_weights) -> None:
@@ -370,18 +385,61 @@ def test_fp8_kv_layers_fuse_and_match_the_python_layers(weights) -> None:
     assert bool((scales != 1.0).all())  # every written row got its own amax / 448
 
 
-@pytest.fixture(scope="module", params=FAMILIES)
-def ragged_weights(request):
+def _ragged_case(flags: tuple[str, ...], kernel: str) -> Case:
     # hidden and intermediate sizes that are not multiples of 8 or 32: the row ops' tails
     # (the AVX2 ones run them on zero-padded copies) and the per-op path (the team path
     # wants K % 32 == 0)
     cfg = tiny_config(hidden_size=44, intermediate_size=100, num_heads=2, num_kv_heads=1,
                       head_dim=32)
-    flags, kernel = request.param
     return Case(random_weights(cfg, seed=29), flags, kernel)
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def ragged_weights(request):
+    return _ragged_case(*request.param)
 
 
 def test_ragged_widths_fuse_match_python_and_batch_invariantly(ragged_weights) -> None:
     fused, py = _runner(ragged_weights, None), _runner(ragged_weights, False)
     assert fused.model.fusion_reasons == [None] * 2
     _near_python_and_batch_invariant(fused, py, [5, 13], seed=70, token=9)
+
+
+# The AVX2 families' checks above, with the AVX2 norms, RoPE, SwiGLU, adds and attention
+# (decode_layer_avx2.cpp, attention_avx2.cpp) that only dispatch level avx2 runs
+FORCED_AVX2 = """
+import torch, ext
+from tests.engine import test_decode_step as t
+assert ext.isa() == "avx2", ext.isa()
+for kernel in ("avx2_w8a16", "avx2_block_w8a16"):
+    case = t._case(t.AVX2_HOST, kernel)
+    t.test_every_layer_fuses_on_the_family_kernels(case)
+    t.test_fused_layer_matches_the_python_layer(case)
+    t.test_fused_runner_logits_match_python_runner(case)
+    for kv_dtype in ("auto", "fp8"):
+        t.test_fused_batched_decode_equals_solo_bitwise(case, kv_dtype)
+        t.test_team_steps_equal_the_per_op_path_on_any_thread_count(case, kv_dtype)
+        t.test_single_token_decode_layer_op_equals_the_stack(case, kv_dtype)
+    t.test_fused_chunked_prefill_equals_one_shot_bitwise(case)
+    t.test_fused_batched_prefill_equals_solo_bitwise(case)
+    t.test_steps_past_32_rows_run_op_by_op_and_equal_solo_rows(case)
+    t.test_fp8_kv_layers_fuse_and_match_the_python_layers(case)
+    wide = t._wide_case(t.AVX2_HOST, kernel)
+    t.test_fused_prefill_is_bitwise_the_same_for_1_2_3_threads(wide)
+    t.test_fused_wide_prefill_chunked_equals_one_shot_bitwise(wide)
+    t.test_ragged_widths_fuse_match_python_and_batch_invariantly(
+        t._ragged_case(t.AVX2_HOST, kernel))
+print("avx2 ok")
+"""
+
+
+def test_avx2_families_forced_on_bigger_hosts() -> None:
+    """On AVX-512 hosts the avx2 cases above fuse the AVX2 GEMM with the AVX-512 row ops
+    and attention; FP8SERVE_ISA=avx2 (own process: the ISA is chosen once) runs them on
+    the AVX2 ones, as an AVX2 host does."""
+    if not all(f in ext.cpuid_features() for f in AVX2_HOST):
+        pytest.skip("host CPU lacks AVX2/FMA/F16C")
+    if ext.isa() == "avx2":
+        pytest.skip("dispatch is avx2: the in-process tests already cover it")
+    out = run_with_isa("avx2", FORCED_AVX2)
+    assert out.returncode == 0 and "avx2 ok" in out.stdout, out.stderr[-3000:]

@@ -88,6 +88,29 @@ def test_portable_loop_below_avx2():
     assert out.returncode == 0 and "portable ok" in out.stdout, out.stderr[-2000:]
 
 
+_AVX2 = """
+import torch, ext, functools, operator
+assert ext.isa() == "avx2", ext.isa()
+torch.set_num_threads(1)
+for lines in (1, 2, 3, 999):
+    g = torch.Generator().manual_seed(lines)
+    b = torch.randint(0, 256, (64 * lines,), dtype=torch.uint8, generator=g)
+    assert ext.read_xor(b) == functools.reduce(operator.xor, b.view(torch.int64).tolist(), 0)
+print("avx2 ok")
+"""
+
+
+def test_avx2_loop_forced_on_bigger_hosts():
+    """AVX-512 hosts run the AVX-512 loop in-process; FP8SERVE_ISA=avx2 (own process) runs
+    the AVX2 one, its odd-line tail included."""
+    if not all(f in ext.cpuid_features() for f in ("avx2", "fma", "f16c")):
+        pytest.skip("host CPU lacks AVX2/FMA/F16C")
+    if ext.isa() == "avx2":
+        pytest.skip("dispatch is avx2: the in-process tests already cover it")
+    out = run_with_isa("avx2", _AVX2)
+    assert out.returncode == 0 and "avx2 ok" in out.stdout, out.stderr[-2000:]
+
+
 def test_probe_checks_what_it_read_and_reports_both_figures():
     probe = ReadProbe(64 * 1025, passes=2)
     assert probe.expected_xor == 8 * 1025 == ext.read_xor(probe.buf) == _xor(probe.buf)

@@ -116,6 +116,19 @@ def test_row_blocks_outermost_keep_the_bits():
     _assert_invariant(lambda x, b: kernel.apply(packed, x, b), _dequant(w), [130])
 
 
+@pytest.mark.parametrize("block", [(0, 0), (32, 32)], ids=["per-channel", "block"])
+def test_empty_k_gives_the_bias(block):
+    """K = 0 (an empty reduction) gives y = bias with or without block scales, as the
+    portable op does; block scales used to divide by K sizing their row chunks (SIGFPE)."""
+    bn, bk = block
+    wp = ext.pack_avx2(torch.zeros(48, 0).to(torch.float8_e4m3fn))
+    x, bias = torch.zeros(3, 0, dtype=torch.bfloat16), make_bias(48)
+    scale = torch.ones(2, 0) if bk else torch.ones(48)
+    want = bias.bfloat16().expand(3, 48)
+    assert torch.equal(ext.gemm_avx2(x, wp, scale, bias, 48, bn, bk), want)
+    assert torch.equal(ext.gemm_portable(x, wp, scale, bias, 48, bn, bk), want)
+
+
 def test_avx2_block_bad_shapes_name_the_expected_shape():
     """The op (and its fake) reject a block scale of the wrong shape or block size, naming it."""
     w = make_weight(48, 200, ScaleKind.BLOCK, block=(32, 64))
