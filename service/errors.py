@@ -247,8 +247,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # the router's own 404 / 405: a path or method no route serves (scanners,
+        # /favicon.ico) is no API request, so no refusal is counted for it
         return reply(request, exc.status_code, str(exc.detail),
-                      headers=getattr(exc, "headers", None))
+                     headers=getattr(exc, "headers", None), counted=True)
 
     @app.exception_handler(Exception)
     async def _unhandled(request: Request, exc: Exception) -> JSONResponse:

@@ -449,6 +449,10 @@ def test_every_refusal_is_counted_once():
         cl.post("/v1/completions", json={"prompt": "1 2", "max_tokens": 63}, headers=auth)
         assert cl.post("/v1/completions", json={"prompt": "1", "max_tokens": 1},
                        headers=auth).status_code == 200
+        # a path or method no route serves is no refused API request (a scanner's
+        # /favicon.ico counted as http_404 beside the unknown model)
+        assert cl.get("/favicon.ico", headers=auth).status_code == 404
+        assert cl.delete("/v1/completions", headers=auth).status_code == 405
         assert rejected(cl) == {"http_400": 2, "http_404": 1, "http_401": 1, "http_413": 1,
                                 "InvalidRequestError": 1}
         # an engine refusal renamed for each API, and beam search's own budget check
