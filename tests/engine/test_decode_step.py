@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-import ext
 from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.kernels.avx512 import GEMV_MAX_M
 from engine.kernels.base import ScaleKind
@@ -42,7 +41,7 @@ from tests.ext.support import (
     fake_hw,
     needs_avx2,
     needs_avx512,
-    run_with_isa,
+    run_forced_avx2,
 )
 
 NONE = LogitsWanted.NONE
@@ -437,9 +436,4 @@ def test_avx2_families_forced_on_bigger_hosts() -> None:
     """On AVX-512 hosts the avx2 cases above fuse the AVX2 GEMM with the AVX-512 row ops
     and attention; FP8SERVE_ISA=avx2 (own process: the ISA is chosen once) runs them on
     the AVX2 ones, as an AVX2 host does."""
-    if not all(f in ext.cpuid_features() for f in AVX2_HOST):
-        pytest.skip("host CPU lacks AVX2/FMA/F16C")
-    if ext.isa() == "avx2":
-        pytest.skip("dispatch is avx2: the in-process tests already cover it")
-    out = run_with_isa("avx2", FORCED_AVX2)
-    assert out.returncode == 0 and "avx2 ok" in out.stdout, out.stderr[-3000:]
+    run_forced_avx2(FORCED_AVX2)

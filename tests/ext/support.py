@@ -127,6 +127,19 @@ def run_with_isa(isa: str, script: str, timeout: float = 300) -> subprocess.Comp
                           text=True, timeout=timeout, cwd=os.getcwd())
 
 
+def run_forced_avx2(script: str) -> None:
+    """Python ``script``, which prints "avx2 ok" last, in a new process under
+    FP8SERVE_ISA=avx2: the AVX2 loops a host above AVX2 never runs in-process. Skips where
+    the CPU lacks AVX2 (hardware) or the dispatch already is avx2 (the in-process tests
+    run those loops there)."""
+    if not all(f in ext.cpuid_features() for f in AVX2_HOST):
+        pytest.skip("host CPU lacks AVX2/FMA/F16C")
+    if ext.isa() == "avx2":
+        pytest.skip("dispatch is avx2: the in-process tests already cover it")
+    out = run_with_isa("avx2", script)
+    assert out.returncode == 0 and "avx2 ok" in out.stdout, out.stderr[-3000:]
+
+
 def assert_tests_pass_under_isa(isa: str, module: str, *tests: str) -> None:
     """Calls ``module``'s test functions ``tests`` (each given torch.ops.fp8serve) in a new
     process with FP8SERVE_ISA=isa, after checking the process dispatches at that level."""

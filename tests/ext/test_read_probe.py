@@ -11,7 +11,7 @@ import torch
 
 import ext
 from bench.common.read_probe import ReadProbe, best_of
-from tests.ext.support import loaded_status, run_with_isa
+from tests.ext.support import loaded_status, run_forced_avx2, run_with_isa
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -103,12 +103,7 @@ print("avx2 ok")
 def test_avx2_loop_forced_on_bigger_hosts():
     """AVX-512 hosts run the AVX-512 loop in-process; FP8SERVE_ISA=avx2 (own process) runs
     the AVX2 one, its odd-line tail included."""
-    if not all(f in ext.cpuid_features() for f in ("avx2", "fma", "f16c")):
-        pytest.skip("host CPU lacks AVX2/FMA/F16C")
-    if ext.isa() == "avx2":
-        pytest.skip("dispatch is avx2: the in-process tests already cover it")
-    out = run_with_isa("avx2", _AVX2)
-    assert out.returncode == 0 and "avx2 ok" in out.stdout, out.stderr[-2000:]
+    run_forced_avx2(_AVX2)
 
 
 def test_probe_checks_what_it_read_and_reports_both_figures():

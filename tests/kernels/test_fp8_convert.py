@@ -10,12 +10,11 @@ import torch
 import ext
 from engine.kernels.base import FP8_DTYPE
 from tests.ext.support import (
-    AVX2_HOST,
     all_codes_weight,
     loaded_status,
     needs_avx2,
     needs_avx512,
-    run_with_isa,
+    run_forced_avx2,
 )
 
 CODES = torch.arange(256, dtype=torch.uint8).view(FP8_DTYPE)
@@ -52,12 +51,7 @@ print("avx2 ok")
 def test_op_avx2_loop_forced_on_bigger_hosts():
     """The op converts at the dispatch level (the AVX-512 loop on AVX-512 hosts); under
     FP8SERVE_ISA=avx2 (own process) the two checks above run on the AVX2 loop and its tail."""
-    if not all(f in ext.cpuid_features() for f in AVX2_HOST):
-        pytest.skip("host CPU lacks AVX2/FMA/F16C")
-    if ext.isa() == "avx2":
-        pytest.skip("dispatch is avx2: the in-process tests already cover it")
-    out = run_with_isa("avx2", _FORCED_AVX2)
-    assert out.returncode == 0 and "avx2 ok" in out.stdout, out.stderr[-2000:]
+    run_forced_avx2(_FORCED_AVX2)
 
 
 def _onehot(m: int, k: int) -> torch.Tensor:
