@@ -165,8 +165,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reasoning-parser", default=None,
                    choices=("auto", "mistral", "think", "think-open", "none"),
                    help="how chat outputs become reasoning_content (default auto: mistral "
-                   "for [THINK] tokenizers, think for <think> templates; with <think> tags "
-                   "each prompt says whether its answer starts inside a section)")
+                   "for [THINK] tokenizers, think for <think> templates; each prompt says "
+                   "whether its answer starts inside a section)")
     p.add_argument("--limit-mm-per-prompt", type=parse_mm_limit, default=None,
                    metavar="image=N", help="images per chat prompt (default image=4); "
                    "image=0 does not load the vision tower (text-only serving)")

@@ -30,7 +30,7 @@ from service.tool_calls.hermes import CLOSE as HERMES_CLOSE
 from service.tool_calls.hermes import OPEN as HERMES_OPEN
 from service.tool_calls.output import OutputParser
 from service.tool_calls.plan import ChatPlan
-from service.tool_calls.reasoning import REASONING_TAGS
+from service.tool_calls.reasoning import REASONING_TAGS, STARTS_INSIDE
 from service.tool_calls.vocab import TokenVocab
 
 
@@ -44,7 +44,7 @@ class ReasoningCounter:
         self._begin = lookup(begin) if begin else None
         self._end = lookup(end) if end else None
         self._by_ids = self._begin is not None and self._end is not None
-        self._inside = parser == "think-open"
+        self._inside = parser in STARTS_INSIDE
         self._vocab = vocab
         self.count = 0
 

@@ -63,7 +63,7 @@ def section_markers(tok: Any, plan: ChatPlan, thinking: ThinkingBudget | None = 
         return None
     begin, end = REASONING_TAGS[plan.reasoning_parser]
     # ThinkTagReasoningParser ends the section at "</think>" in the text too
-    return markers_for(tok, begin, end, inside, plan.reasoning_parser != "mistral")
+    return markers_for(tok, begin, end, inside, begin != "[THINK]")
 
 
 def _compile(compiler: Any, spec: Any, markers: ReasoningMarkers | None) -> Any:

@@ -30,8 +30,10 @@ TOOL_PARSERS = {"mistral": MistralToolParser, "hermes": HermesToolParser}
 REASONING_PARSERS = {
     "mistral": MistralReasoningParser,
     "think": ThinkTagReasoningParser,
-    # the template opened <think> in the prompt: the output starts as reasoning
+    # the prompt opened a section (a template's <think>, a prefill): the output starts
+    # as reasoning
     "think-open": lambda vocab: ThinkTagReasoningParser(vocab, starts_inside=True),
+    "mistral-open": lambda vocab: MistralReasoningParser(vocab, starts_inside=True),
 }
 
 

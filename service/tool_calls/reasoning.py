@@ -22,17 +22,23 @@ from service.tool_calls.vocab import TokenVocab, special_id
 
 Item = Piece | Reasoning
 # each parser's (start, end) markers; "think-open" starts inside (the prompt opened it)
+# "mistral-open" is no startup choice: the reading of a prompt that left a [THINK] section
+# open (a prefilled assistant message), chosen per request (parser_for_prompt)
 REASONING_TAGS = {"mistral": ("[THINK]", "[/THINK]"), "think": ("<think>", "</think>"),
-                  "think-open": ("<think>", "</think>")}
-STARTS_INSIDE = frozenset({"think-open"})
+                  "think-open": ("<think>", "</think>"),
+                  "mistral-open": ("[THINK]", "[/THINK]")}
+STARTS_INSIDE = frozenset({"think-open", "mistral-open"})
+# each parser's two readings: (the answer starts outside a section, inside one)
+OPENINGS = {"mistral": ("mistral", "mistral-open"), "mistral-open": ("mistral", "mistral-open"),
+            "think": ("think", "think-open"), "think-open": ("think", "think-open")}
 
 
 class MistralReasoningParser:
-    def __init__(self, vocab: TokenVocab) -> None:
+    def __init__(self, vocab: TokenVocab, starts_inside: bool = False) -> None:
         self.begin = special_id(vocab, "[THINK]")
         self.end = special_id(vocab, "[/THINK]")
         self.structural = frozenset((self.begin, self.end))
-        self._inside = False
+        self._inside = starts_inside
 
     def feed(self, pieces: Sequence[Piece]) -> list[Item]:
         out: list[Item] = []
@@ -88,28 +94,32 @@ def _items(parts: list[tuple[str, str]]) -> list[Item]:
     return [Reasoning(t) if where == "in" else t for where, t in parts if where != "close"]
 
 
-# the text-tag parsers, one per answer start: whether the prompt left a section open
-TAG_PARSERS = {False: "think", True: "think-open"}
 TAIL_IDS = 2048  # a prompt's last ids searched first for the tags
 
 
-def prompt_opens_section(tok: Any, prompt: Sequence[int]) -> bool:
-    """Whether ``prompt`` (ids of tokenizer ``tok``) ends inside a ``<think>`` section:
-    its last ``<think>`` comes after its last ``</think>`` (a template that opens the
-    section for the answer; a prefill that opened, or closed, one)."""
+def prompt_opens_section(tok: Any, prompt: Sequence[int], parser: str = "think") -> bool:
+    """Whether ``prompt`` (ids of tokenizer ``tok``) ends inside a reasoning section of
+    ``parser``: its last begin marker comes after its last end marker (a template that
+    opens the section for the answer; a prefill that opened, or closed, one). ``[THINK]``
+    markers are read by id, ``<think>`` tags in the text."""
+    begin, end = REASONING_TAGS[parser]
+    if OPENINGS[parser][0] == "mistral":
+        b, e = tok.token_to_id(begin), tok.token_to_id(end)
+        return next((t == b for t in reversed(prompt) if t in (b, e)), False)
     for ids in (prompt[-TAIL_IDS:], prompt):
         text = tok.decode(list(ids), skip_special_tokens=False)
-        opened, closed = text.rfind("<think>"), text.rfind("</think>")
+        opened, closed = text.rfind(begin), text.rfind(end)
         if opened >= 0 or closed >= 0 or len(ids) == len(prompt):
             return opened > closed
     return False
 
 
 def parser_for_prompt(tok: Any, parser: str | None, prompt: Sequence[int]) -> str | None:
-    """The reasoning parser that reads the answer to ``prompt``: for ``<think>`` tags,
-    ``think-open`` where the prompt left a section open and ``think`` elsewhere, whichever
-    the server was started with (the prompt decides, as vLLM reads the prompt for the
-    reasoning's end); any other parser as it is."""
-    if parser not in TAG_PARSERS.values():
-        return parser
-    return TAG_PARSERS[prompt_opens_section(tok, prompt)]
+    """The reasoning parser that reads the answer to ``prompt``: the reading of the
+    server's parser that starts inside a section where the prompt left one open
+    (``think-open``, ``mistral-open``), else the one that starts outside (``think``,
+    ``mistral``), whichever the server was started with (the prompt decides, as vLLM
+    reads the prompt for the reasoning's end); None as it is."""
+    if parser is None:
+        return None
+    return OPENINGS[parser][prompt_opens_section(tok, prompt, parser)]

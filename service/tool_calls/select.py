@@ -16,7 +16,7 @@ from typing import Any
 from service.tool_calls.output import REASONING_PARSERS, TOOL_PARSERS
 
 TOOL_CHOICES = ("auto", "none", *TOOL_PARSERS)
-REASONING_CHOICES = ("auto", "none", *REASONING_PARSERS)
+REASONING_CHOICES = ("auto", "none", *(p for p in REASONING_PARSERS if p != "mistral-open"))
 
 
 class ParserChoiceError(ValueError):

@@ -232,3 +232,30 @@ def test_a_prefill_inside_the_section_goes_on_reasoning_first(think_tag_served):
                    thinking_token_budget=2).choices[0]
     assert c.message.reasoning_content and c.finish_reason == "stop", c.message
     jsonschema.validate(json.loads(c.message.content), CITY)
+
+
+# a request's own template (--trust-request-chat-template) whose generation prompt opens
+# the section: its [THINK] is the template's markup, so the special token
+OPENS_THINK = ("{{ bos_token }}{% for m in messages %}[INST]{{ m['content'] }}[/INST]"
+               "{% endfor %}[THINK]")
+
+
+def test_a_prompt_that_opened_think_makes_the_answer_start_inside(tiny_checkpoint):
+    """The published file set (tokenizer.json, the mistral reasoning parser) with a
+    template that opens [THINK] for the answer: the answer is reasoning until its end
+    (the budget's 2 tokens), then the JSON the schema asks for."""
+    model_dir = tiny_checkpoint(tokenizer="published")
+    settings = Settings(model=model_dir, max_model_len=512, max_num_seqs=4,
+                        trust_request_chat_template=True)
+    with TestClient(create_app(settings)) as client:
+        chat = openai.OpenAI(base_url="http://testserver/v1", api_key="x",
+                             http_client=client, max_retries=0)
+        r = chat.chat.completions.create(
+            model=chat.models.list().data[0].id, messages=ASK, temperature=0,
+            max_tokens=40, response_format=FORMAT, logprobs=True,
+            extra_body={"chat_template": OPENS_THINK, "thinking_token_budget": 2})
+    c = r.choices[0]
+    assert _tokens(c)[2] == "[/THINK]" and c.message.reasoning_content, _tokens(c)
+    assert r.usage.completion_tokens_details.reasoning_tokens == 2
+    assert c.finish_reason == "stop"
+    jsonschema.validate(json.loads(c.message.content), CITY)

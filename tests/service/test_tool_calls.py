@@ -279,5 +279,18 @@ def test_the_prompt_says_whether_the_answer_starts_inside_a_section(tok, prompt,
     assert prompt_opens_section(tok, ids) is inside
     for flag in ("think", "think-open"):
         assert parser_for_prompt(tok, flag, ids) == ("think-open" if inside else "think")
-    assert parser_for_prompt(tok, "mistral", ids) == "mistral"
+    assert parser_for_prompt(tok, "mistral", ids) == "mistral"  # text, not [THINK] ids
     assert parser_for_prompt(tok, None, ids) is None
+
+
+def test_a_prompt_that_ends_inside_think_is_read_from_inside(tok):
+    """[THINK] / [/THINK] read by id: the answer starts inside where the prompt's last
+    marker is [THINK], and the reader then takes its text as reasoning up to [/THINK]."""
+    b, e = tok.token_to_id("[THINK]"), tok.token_to_id("[/THINK]")
+    text = tok.encode("plan", add_special_tokens=False)
+    for prompt, want in (([1, b, *text], "mistral-open"), ([1, b, *text, e], "mistral"),
+                         ([1, *text], "mistral"), ([b, e, b], "mistral-open")):
+        for flag in ("mistral", "mistral-open"):
+            assert parser_for_prompt(tok, flag, prompt) == want
+    msg = check_all_cuts(tok, "still planning[/THINK]answer", None, "mistral-open")
+    assert (msg.reasoning_content, msg.content) == ("still planning", "answer")
