@@ -248,9 +248,12 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         # the router's own 404 / 405: a path or method no route serves (scanners,
-        # /favicon.ico) is no API request, so no refusal is counted for it
+        # /favicon.ico) is no API request, so no refusal is counted for it; any other
+        # status (FastAPI's 400 for a body it cannot read: bytes that are no UTF-8) is
+        # a refused API request, counted
         return reply(request, exc.status_code, str(exc.detail),
-                     headers=getattr(exc, "headers", None), counted=True)
+                     headers=getattr(exc, "headers", None),
+                     counted=exc.status_code in (404, 405))
 
     @app.exception_handler(Exception)
     async def _unhandled(request: Request, exc: Exception) -> JSONResponse:

@@ -453,7 +453,10 @@ def test_every_refusal_is_counted_once():
         # /favicon.ico counted as http_404 beside the unknown model)
         assert cl.get("/favicon.ico", headers=auth).status_code == 404
         assert cl.delete("/v1/completions", headers=auth).status_code == 405
-        assert rejected(cl) == {"http_400": 2, "http_404": 1, "http_401": 1, "http_413": 1,
+        # a body FastAPI cannot read (bytes that are no UTF-8) is a refused API request
+        assert cl.post("/v1/completions", content=b'{"prompt": "\xff"}', headers={
+            **auth, "content-type": "application/json"}).status_code == 400
+        assert rejected(cl) == {"http_400": 3, "http_404": 1, "http_401": 1, "http_413": 1,
                                 "InvalidRequestError": 1}
         # an engine refusal renamed for each API, and beam search's own budget check
         long = " ".join(["5"] * 64)
@@ -465,7 +468,7 @@ def test_every_refusal_is_counted_once():
                                                 "use_beam_search": True, "n": 2})):
             r = cl.post(path, json=body, headers=auth)
             assert r.status_code == 400, (path, r.text)
-        assert rejected(cl) == {"http_400": 2, "http_404": 1, "http_401": 1, "http_413": 1,
+        assert rejected(cl) == {"http_400": 3, "http_404": 1, "http_401": 1, "http_413": 1,
                                 "InvalidRequestError": 5}
 
 
