@@ -148,6 +148,18 @@ async def chat_prompt(state: ServingState, body: ChatCompletionRequest
     return model, plan, prompt
 
 
+def prefill_text(messages: Sequence[Any], continue_final: bool) -> str | None:
+    """The prefilled assistant message's text (its string content or text parts, joined)
+    when the answer continues it (continue_final_message), else None."""
+    if not continue_final or not messages:
+        return None
+    content = messages[-1].content
+    if isinstance(content, str):
+        return content
+    return "".join(p["text"] for p in content or ()
+                   if isinstance(p, dict) and isinstance(p.get("text"), str))
+
+
 def grammar_field(plan: ChatPlan, grammar: Any) -> str | None:
     """The field that built a chat request's grammar (structured_outputs or a guided_*
     field, tools, response_format); None without one."""
@@ -181,8 +193,9 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
                                              body.add_generation_prompt, plan)
     prompt = truncate_chat(state, prompt, images, body.truncate_prompt_tokens)
     parser = await run_in_threadpool(parser_for_prompt, state.backend.tokenizer,
-                                     plan.reasoning_parser, prompt)
-    if parser != plan.reasoning_parser:  # the prompt opened (or closed) a <think> section
+                                     plan.reasoning_parser, prompt,
+                                     prefill_text(body.messages, plan.continue_final))
+    if parser != plan.reasoning_parser:  # the prompt opened (or closed) a section
         plan = replace(plan, reasoning_parser=parser)
         thinking = chat_thinking(state.backend.tokenizer, plan, body)
         grammar = await run_in_threadpool(compile_plan_grammar, state.backend, plan, thinking)

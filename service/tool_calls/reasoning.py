@@ -94,32 +94,45 @@ def _items(parts: list[tuple[str, str]]) -> list[Item]:
     return [Reasoning(t) if where == "in" else t for where, t in parts if where != "close"]
 
 
-TAIL_IDS = 2048  # a prompt's last ids searched first for the tags
+def _special_markers(tok: Any, parser: str) -> tuple[int, int] | None:
+    """The ids of ``parser``'s two markers where both are special tokens of ``tok``
+    (message text never encodes to those: only a template's own markup writes them)."""
+    ids = tuple(tok.token_to_id(m) for m in REASONING_TAGS[parser])
+    if None in ids or not all(tok.is_special(i) for i in ids):
+        return None
+    return ids[0], ids[1]
 
 
-def prompt_opens_section(tok: Any, prompt: Sequence[int], parser: str = "think") -> bool:
-    """Whether ``prompt`` (ids of tokenizer ``tok``) ends inside a reasoning section of
-    ``parser``: its last begin marker comes after its last end marker (a template that
-    opens the section for the answer; a prefill that opened, or closed, one). ``[THINK]``
-    markers are read by id, ``<think>`` tags in the text."""
-    begin, end = REASONING_TAGS[parser]
-    if OPENINGS[parser][0] == "mistral":
-        b, e = tok.token_to_id(begin), tok.token_to_id(end)
-        return next((t == b for t in reversed(prompt) if t in (b, e)), False)
-    for ids in (prompt[-TAIL_IDS:], prompt):
-        text = tok.decode(list(ids), skip_special_tokens=False)
-        opened, closed = text.rfind(begin), text.rfind(end)
-        if opened >= 0 or closed >= 0 or len(ids) == len(prompt):
-            return opened > closed
-    return False
+def opens_section(begin: str, end: str, text: str) -> bool:
+    """``text`` ends inside a section: its last ``begin`` comes after its last ``end``."""
+    return text.rfind(begin) > text.rfind(end)
 
 
-def parser_for_prompt(tok: Any, parser: str | None, prompt: Sequence[int]) -> str | None:
+def prompt_opens_section(tok: Any, parser: str, prompt: Sequence[int],
+                         prefill: str | None = None) -> bool:
+    """Whether the answer to ``prompt`` (ids of tokenizer ``tok``) starts inside a
+    reasoning section of ``parser``:
+
+    * markers that are special tokens (``[THINK]``): the prompt's last marker is the begin
+      one, read by id (a template that opens the section for the answer);
+    * text markers (``<think>``, which a message's text may spell too): ``prefill``, the
+      prefilled assistant message's text (continue_final_message), ends inside a section;
+      without one, the template's generation prompt opens it (``think-open``, as told at
+      startup)."""
+    special = _special_markers(tok, parser)
+    if special is not None:
+        return next((t == special[0] for t in reversed(prompt) if t in special), False)
+    if prefill is not None:
+        return opens_section(*REASONING_TAGS[parser], prefill)
+    return parser in STARTS_INSIDE
+
+
+def parser_for_prompt(tok: Any, parser: str | None, prompt: Sequence[int],
+                      prefill: str | None = None) -> str | None:
     """The reasoning parser that reads the answer to ``prompt``: the reading of the
     server's parser that starts inside a section where the prompt left one open
-    (``think-open``, ``mistral-open``), else the one that starts outside (``think``,
-    ``mistral``), whichever the server was started with (the prompt decides, as vLLM
-    reads the prompt for the reasoning's end); None as it is."""
+    (``think-open``, ``mistral-open``; prompt_opens_section), else the one that starts
+    outside (``think``, ``mistral``); None as it is."""
     if parser is None:
         return None
-    return OPENINGS[parser][prompt_opens_section(tok, prompt, parser)]
+    return OPENINGS[parser][prompt_opens_section(tok, parser, prompt, prefill)]

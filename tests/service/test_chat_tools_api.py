@@ -334,3 +334,15 @@ def test_whitespace_before_the_first_call_is_no_content():
         assert (streamed["content"], reason) == ("", "tool_calls")
         assert chat(c, 8, tools=TOOLS).json()["choices"][0]["message"]["content"] == "  "
         assert reassemble(stream(c, 8, tools=TOOLS))[0]["content"] == "  "
+
+
+def test_a_message_that_spells_think_opens_no_section():
+    """A message's text that spells <think> (a question about the tag) is no reasoning
+    section: the answer is content, as when the text holds no tag."""
+    with make_client(reasoning_parser="think") as c:
+        for system in ("What does <think> do?", "Hello"):
+            r = c.post("/v1/chat/completions", json={"max_tokens": 20, "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": "<script5>"}]})
+            msg = r.json()["choices"][0]["message"]
+            assert (msg["content"], msg.get("reasoning_content")) == ("Hello world", None)

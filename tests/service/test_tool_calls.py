@@ -267,19 +267,27 @@ def test_think_tags_that_are_special_tokens_are_read(think_tok, reasoning, text,
     assert (msg.reasoning_content, msg.content) == parts
 
 
-@pytest.mark.parametrize("prompt,inside", [
-    ("<|im_start|>assistant\n<think>\n", True),  # a template that opens the section
+@pytest.mark.parametrize("prefill,inside", [
     ("<think>a</think>b<think>plan so far", True),
-    ("<think>plan</think>answer", False),  # a prefill past it
+    ("<think>plan</think>answer", False),  # a prefill past the section
     ("no tags at all", False),
-    ("x" * 3000 + "<think>" + "y" * 3000, True),  # the tag before the searched tail
+    ("", False),
 ])
-def test_the_prompt_says_whether_the_answer_starts_inside_a_section(tok, prompt, inside):
-    ids = tok.encode(prompt, add_special_tokens=False)
-    assert prompt_opens_section(tok, ids) is inside
+def test_a_prefill_says_whether_the_answer_starts_inside_think_tags(tok, prefill, inside):
+    """Text tags are read in the prefilled assistant message only: any message's text may
+    spell them (a question about the <think> tag is no section)."""
+    ids = tok.encode("what does <think> mean?", add_special_tokens=False)
+    assert prompt_opens_section(tok, "think", ids, prefill) is inside
     for flag in ("think", "think-open"):
-        assert parser_for_prompt(tok, flag, ids) == ("think-open" if inside else "think")
-    assert parser_for_prompt(tok, "mistral", ids) == "mistral"  # text, not [THINK] ids
+        assert parser_for_prompt(tok, flag, ids, prefill) == ("think-open" if inside
+                                                               else "think")
+
+
+def test_without_a_prefill_the_template_opens_think_tags_or_not(tok):
+    ids = tok.encode("what does <think> mean?", add_special_tokens=False)
+    assert parser_for_prompt(tok, "think", ids) == "think"
+    assert parser_for_prompt(tok, "think-open", ids) == "think-open"
+    assert parser_for_prompt(tok, "mistral", ids, "[THINK]typed") == "mistral"  # text, no id
     assert parser_for_prompt(tok, None, ids) is None
 
 
