@@ -121,7 +121,9 @@ def prompt_opens_section(tok: Any, parser: str, prompt: Sequence[int],
       startup)."""
     special = _special_markers(tok, parser)
     if special is not None:
-        return next((t == special[0] for t in reversed(prompt) if t in special), False)
+        tail = list(reversed(prompt))  # list.index scans in C: ~1 ms at 130k ids
+        first = [tail.index(t) if t in tail else len(tail) for t in special]
+        return first[0] < first[1]
     if prefill is not None:
         return opens_section(*REASONING_TAGS[parser], prefill)
     return parser in STARTS_INSIDE
