@@ -4,8 +4,9 @@ tokenizer and chat template (``--tool-call-parser``, ``--reasoning-parser``).
 auto picks ``mistral`` when the tokenizer has ``[TOOL_CALLS]`` (and ``[ARGS]`` or the older
 JSON-list form), ``hermes`` when the chat template writes ``<tool_call>`` blocks, else
 none; reasoning: ``mistral`` when the tokenizer has ``[THINK]`` and ``[/THINK]``, ``think``
-when the template mentions ``<think>`` (``think-open`` when its generation prompt opens it),
-else none. A parser named explicitly must fit the tokenizer, or startup fails naming why.
+when the template mentions ``<think>`` (``think-open`` when its generation prompt, rendered
+for a one-message conversation, leaves a section open), else none. A parser named
+explicitly must fit the tokenizer, or startup fails naming why.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.tool_calls.output import REASONING_PARSERS, TOOL_PARSERS
+from service.tool_calls.reasoning import opens_section
 
 TOOL_CHOICES = ("auto", "none", *TOOL_PARSERS)
 REASONING_CHOICES = ("auto", "none", *(p for p in REASONING_PARSERS if p != "mistral-open"))
@@ -51,12 +53,34 @@ def _auto_tool(tok: Any) -> str | None:
     return None
 
 
+PROBE = [{"role": "user", "content": "Hi"}]  # a conversation any template renders
+
+
+def _generation_prompt(tok: Any) -> str | None:
+    """What the chat template adds for the answer (the prompt rendered with its
+    generation prompt, past the one rendered without), or None where it cannot be told
+    (no render, or the two do not share their start)."""
+    render = getattr(tok, "apply_chat_template", None)
+    if render is None:
+        return None
+    try:
+        without, with_prompt = render(PROBE, False), render(PROBE, True)
+    except Exception:  # noqa: BLE001 - a template that needs more than PROBE
+        return None
+    if not isinstance(with_prompt, str) or not with_prompt.startswith(without):
+        return None
+    return with_prompt[len(without):]
+
+
 def _auto_reasoning(tok: Any) -> str | None:
     if _has(tok, "[THINK]", "[/THINK]"):
         return "mistral"
     template = _template(tok)
     if "<think>" not in template:
         return None
+    prompt = _generation_prompt(tok)
+    if prompt is not None:  # the generation prompt leaves a section open, or not
+        return "think-open" if opens_section("<think>", "</think>", prompt) else "think"
     opens = "<|im_start|>assistant\n<think>" in template or "'<think>\\n'" in template
     return "think-open" if opens else "think"
 
