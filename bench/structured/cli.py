@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from bench.common.errors import BenchError
+from bench.common.flags import require_at_least
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,12 +55,14 @@ def run(args: argparse.Namespace) -> int:
                         ("--spec-oracle", getattr(args, "spec_oracle", None))):
         if value is not None and not spec:
             raise BenchError(f"{flag} applies with --speculative-config only")
+    # the configs' own floors (the speculative drafts need 2 tokens, the plain bench 4)
+    require_at_least(args, 2 if spec else 4, "--gen-len")
+    require_at_least(args, 1, "--rounds")
+    conc = _concurrency(args.concurrency or ("1" if spec else "1,16"))
     if args.model is None:
         from engine.demo_model import ensure_demo_model
         args.model = ensure_demo_model()
     try:
-        conc = tuple(int(c) for c in (args.concurrency or ("1" if spec else "1,16")
-                                      ).split(",") if c.strip())
         if spec:
             res, table = _speculative(args, conc)
         else:
@@ -77,6 +80,18 @@ def run(args: argparse.Namespace) -> int:
     out.write_text(json.dumps(res, indent=2))
     print(f"wrote {out}")
     return 0
+
+
+def _concurrency(given: str) -> tuple[int, ...]:
+    """``--concurrency`` "1,16" -> (1, 16); a one-line error naming the flag otherwise."""
+    try:
+        conc = tuple(int(c) for c in given.split(",") if c.strip())
+    except ValueError:
+        raise BenchError(f"--concurrency {given}: not a comma-separated list of integers"
+                         ) from None
+    if not conc or min(conc) < 1:
+        raise BenchError(f"--concurrency {given}: each level must be >= 1")
+    return conc
 
 
 def _speculative(args: argparse.Namespace, conc: tuple[int, ...]) -> tuple[dict, str]:

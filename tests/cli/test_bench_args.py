@@ -58,7 +58,7 @@ def test_structured_gen_len_zero_is_refused(tiny_checkpoint, capsys) -> None:
     # 0 was taken as "not given": the default 48 ran
     assert main(["bench", "structured", "--model", str(tiny_checkpoint()), "--gen-len", "0",
                  "--threads", "1"]) == 1
-    assert "gen_len >= 4" in _error(capsys)
+    assert _error(capsys) == "fp8serve: error: --gen-len 0: must be >= 4"
 
 
 def test_structured_speculation_flags_need_speculation(tiny_checkpoint, capsys) -> None:
@@ -123,6 +123,14 @@ def test_kernels_table_says_what_its_columns_are(tmp_path, capsys) -> None:
     (["kv-cache", "MODEL", "--greedy-tokens", "-1"], "--greedy-tokens -1: must be >= 0"),
     (["kv-cache", "MODEL", "--contexts", "512,0"],
      "--contexts 512,0: each context length must be >= 1"),
+    # were "need gen_len >= 2, rounds >= 1 and concurrency >= 1", "bad concurrency (0,)"
+    # and int()'s "invalid literal"
+    (["structured", "MODEL", "--rounds", "0"], "--rounds 0: must be >= 1"),
+    (["structured", "MODEL", "--speculative-config", '{"method": "ngram"}', "--gen-len", "1"],
+     "--gen-len 1: must be >= 2"),
+    (["structured", "MODEL", "--concurrency", "0"], "--concurrency 0: each level must be >= 1"),
+    (["structured", "MODEL", "--concurrency", "1,x"],
+     "--concurrency 1,x: not a comma-separated list of integers"),
 ])
 def test_range_errors_name_the_flag(bench, message, tiny_checkpoint, tmp_path,
                                     capsys) -> None:
