@@ -19,7 +19,11 @@ from engine.request import (
     QueueFullError,
 )
 from engine.stream import EngineObserver
+from engine.structured.spec import KINDS as GRAMMAR_KINDS
 from service.kernel_metrics import kernel_families
+
+# the spec_decode counters' grammar label: what constrained the drafted sequence
+SPEC_GRAMMARS = ("none", "thinking", *GRAMMAR_KINDS)
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -124,7 +128,8 @@ class ServingMetrics(EngineObserver):
          self._cache_h, self._preempt) = (m.labels(model_name) for m in (
              self.generation_tokens, self.itl, self.ttft, self.queue, self.prompt_tokens,
              self.cache_queries, self.cache_hits, self.preemptions))
-        self._spec_grammar("none")
+        for grammar in SPEC_GRAMMARS:  # zeros before the first draft: rate() sees its step
+            self._spec_grammar(grammar)
         self._export_outcomes()
 
     def _export_outcomes(self) -> None:

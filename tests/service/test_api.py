@@ -435,6 +435,21 @@ def test_the_usual_refusals_are_exported_as_zeros_before_the_first():
         assert rejected(cl) == {"http_400": 1}
 
 
+def test_every_grammar_kind_of_the_draft_counters_is_exported_as_zero_first():
+    """The spec_decode counters' series for a grammar kind were born at its first draft,
+    already above 0, so rate() lost that first step: every kind starts at 0."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from service.metrics import SPEC_GRAMMARS
+    with client() as cl:
+        fams = list(text_string_to_metric_families(cl.get("/metrics").text))
+    for name in ("spec_decode_num_drafts", "spec_decode_num_draft_tokens",
+                 "spec_decode_num_accepted_tokens"):
+        got = {s.labels["grammar"]: s.value for f in fams if f.name == f"fp8serve_{name}"
+               for s in f.samples if s.name.endswith("_total")}
+        assert got == dict.fromkeys(SPEC_GRAMMARS, 0.0), name
+
+
 def test_every_refusal_is_counted_once():
     """fp8serve_requests_rejected_total counts the service's refusals by status (only the
     engine's were counted: a bad field, a wrong model, a missing key moved nothing), and
