@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from engine.request import InvalidRequestError
 from engine.sampling_params import SamplingParams, SamplingParamsError, ThinkingBudget
 from engine.stream import RequestOutput
+from engine.text.chat_template import content_text
 from service.backend import ServingState
 from service.beam_search import BeamSubmission, beam_request, check_beam_fields
 from service.deps import check_model
@@ -153,11 +154,7 @@ def prefill_text(messages: Sequence[Any], continue_final: bool) -> str | None:
     when the answer continues it (continue_final_message), else None."""
     if not continue_final or not messages:
         return None
-    content = messages[-1].content
-    if isinstance(content, str):
-        return content
-    return "".join(p["text"] for p in content or ()
-                   if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return content_text(messages[-1].content)
 
 
 def grammar_field(plan: ChatPlan, grammar: Any) -> str | None:

@@ -29,8 +29,8 @@ REASONING_TAGS = {"mistral": ("[THINK]", "[/THINK]"), "think": ("<think>", "</th
                   "mistral-open": ("[THINK]", "[/THINK]")}
 STARTS_INSIDE = frozenset({"think-open", "mistral-open"})
 # each parser's two readings: (the answer starts outside a section, inside one)
-OPENINGS = {"mistral": ("mistral", "mistral-open"), "mistral-open": ("mistral", "mistral-open"),
-            "think": ("think", "think-open"), "think-open": ("think", "think-open")}
+OPENINGS = {p: pair for pair in (("mistral", "mistral-open"), ("think", "think-open"))
+            for p in pair}
 
 
 class MistralReasoningParser:
@@ -97,10 +97,8 @@ def _items(parts: list[tuple[str, str]]) -> list[Item]:
 def _special_markers(tok: Any, parser: str) -> tuple[int, int] | None:
     """The ids of ``parser``'s two markers where both are special tokens of ``tok``
     (message text never encodes to those: only a template's own markup writes them)."""
-    ids = tuple(tok.token_to_id(m) for m in REASONING_TAGS[parser])
-    if None in ids or not all(tok.is_special(i) for i in ids):
-        return None
-    return ids[0], ids[1]
+    begin, end = (_special_tag(tok, m) for m in REASONING_TAGS[parser])
+    return None if begin is None or end is None else (begin, end)
 
 
 def opens_section(begin: str, end: str, text: str) -> bool:

@@ -259,3 +259,31 @@ def test_a_prompt_that_opened_think_makes_the_answer_start_inside(tiny_checkpoin
     assert r.usage.completion_tokens_details.reasoning_tokens == 2
     assert c.finish_reason == "stop"
     jsonschema.validate(json.loads(c.message.content), CITY)
+
+
+def test_the_published_file_set_reasons_before_a_schema_and_a_call(tiny_checkpoint):
+    """The same on tokenizer.json and the published chat_template.jinja (its own
+    rendering of the prompt; [THINK] a special token of tokenizer.json): the section
+    first, then the JSON schema or the forced call."""
+    model_dir = tiny_checkpoint(tokenizer="published")
+    tok = Tokenizer.from_dir(model_dir)
+    bias = {str(tok.token_to_id("[THINK]")): 30}
+    # the template's own system prompt takes about 1100 tokens
+    settings = Settings(model=model_dir, max_model_len=2048, max_num_seqs=4)
+    with TestClient(create_app(settings)) as client:
+        chat = openai.OpenAI(base_url="http://testserver/v1", api_key="x",
+                             http_client=client, max_retries=0)
+        served = (chat, None, chat.models.list().data[0].id)
+        r = _chat(served, bias, 3, response_format=FORMAT)
+        call = _chat(served, bias, 3, tools=TOOLS, tool_choice="required",
+                     parallel_tool_calls=False).choices[0]
+    c = r.choices[0]
+    assert _tokens(c)[0] == "[THINK]" and _tokens(c)[4] == "[/THINK]", _tokens(c)
+    assert r.usage.completion_tokens_details.reasoning_tokens == 3
+    assert c.finish_reason == "stop"
+    jsonschema.validate(json.loads(c.message.content), CITY)
+    assert _tokens(call)[0] == "[THINK]" and call.message.reasoning_content
+    assert call.finish_reason == "tool_calls" and len(call.message.tool_calls) == 1
+    fn = call.message.tool_calls[0].function
+    schema = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}[fn.name]
+    jsonschema.validate(json.loads(fn.arguments), schema)
