@@ -19,8 +19,10 @@ from engine.config_flags import add_lm_head_arg
 def add_kernel_args(parser: argparse.ArgumentParser) -> None:
     """--kernel ID (replaces FP8SERVE_KERNEL) and --disable-kernel ID[,ID] (repeatable,
     added to FP8SERVE_DISABLED_KERNELS)."""
-    parser.add_argument("--kernel", default=None, metavar="ID",
-                        help="force this kernel where it can run (env FP8SERVE_KERNEL)")
+    parser.add_argument("--kernel", default=None, metavar="ID[,ID]",
+                        help="force this kernel where it can run: an FP8 table's id, a bf16 "
+                             "one (lm_head, unquantized linears), or one of each "
+                             "(env FP8SERVE_KERNEL)")
     parser.add_argument("--disable-kernel", action="append", default=[], metavar="ID[,ID]",
                         help="never use these kernels (env FP8SERVE_DISABLED_KERNELS)")
 

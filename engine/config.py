@@ -154,7 +154,7 @@ class EngineConfig:
     # freed step buffers the malloc heap keeps for the next step (engine/memory.py
     # retain_heap); 0 = the C library's defaults
     heap_retain_mib: int = 256
-    kernel: str | None = None  # FP8SERVE_KERNEL: force this kernel id
+    kernel: str | None = None  # FP8SERVE_KERNEL: force these kernel ids (an FP8 and a bf16)
     disabled_kernels: tuple[str, ...] = ()  # FP8SERVE_DISABLED_KERNELS
     lm_head_dtype: str = "auto"  # LM_HEAD_DTYPES (engine/model/lm_head.py)
     kv_cache_dtype: str = "auto"  # KV_CACHE_DTYPES (engine/model/kv_store.py)

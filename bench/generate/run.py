@@ -139,7 +139,7 @@ def load_bench_runner(cfg: GenerateBenchConfig, disabled: tuple[str, ...] = ()
     bytes_tok = decode_bytes_per_token(weights, cfg.lm_head_dtype)
     hw = probe_hardware()
     env = KernelOverrides.from_env()
-    overrides = KernelOverrides(env.forced, env.disabled | frozenset(disabled))
+    overrides = KernelOverrides(env.forced, env.disabled | frozenset(disabled), env.forced_bf16)
     runner = ModelRunner(weights, ecfg, hw, overrides)
     return runner, bytes_tok, hw
 

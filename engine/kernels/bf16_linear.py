@@ -25,6 +25,11 @@ bf16_portable (ext/csrc/fp8_gemm_portable.cpp)
             bitwise the same for any M. For hosts below AVX2 (or FP8SERVE_ISA=scalar).
     Gate: the extension built with the op.
 
+Operators force or disable these as they do the FP8 kernels (engine/kernels/registry.py
+KernelOverrides: ``--kernel bf16_avx2``, ``--disable-kernel bf16_avx512``); torch_mm, the
+last resort, can be forced (a fallback warning names it) or disabled (then a host that
+runs none of the others fails at startup).
+
 Without the extension callers use torch.mm, whose row i may depend on M (oneDNN picks its
 blocking by shape) and which emulates bf16 on CPUs without AVX-512 BF16, one weight pass
 per row.
@@ -45,11 +50,15 @@ from engine.hardware import DISPATCH_LEVELS, HardwareInfo
 from engine.kernels.avx2 import AVX2_FLAGS
 from engine.kernels.avx512 import AVX512_FLAGS, extension_reason, missing_flags
 from engine.kernels.base import LayoutError, PackedWeight
+from engine.kernels.registry import (
+    BF16_KERNEL_IDS,
+    DISABLED_REASON,
+    NO_OVERRIDES,
+    KernelOverrides,
+    NoKernelError,
+)
 
-KERNEL_ID = "bf16_avx512"
-AVX2_KERNEL_ID = "bf16_avx2"
-PORTABLE_KERNEL_ID = "bf16_portable"
-TORCH_KERNEL_ID = "torch_mm"
+KERNEL_ID, AVX2_KERNEL_ID, PORTABLE_KERNEL_ID, TORCH_KERNEL_ID = BF16_KERNEL_IDS
 # the scale_kind a bf16 linear's choice carries in the kernel report (metrics' label)
 BF16_SCALE_KIND = "bf16"
 BF16_VNNI32_LAYOUT = "bf16_vnni32[ceil(N/32)][ceil(K/32)*16][32][2]"
@@ -97,38 +106,68 @@ def bf16_portable_reason(hw: HardwareInfo) -> str | None:
 
 # the C++ bf16 kernels in priority order (all batch-invariant); torch.mm after them is not
 BF16_KERNELS = (KERNEL_ID, AVX2_KERNEL_ID, PORTABLE_KERNEL_ID)
+FORCED_TORCH_REASON = "forced by operator (FP8SERVE_KERNEL / --kernel torch_mm)"
 
 
-def bf16_table(hw: HardwareInfo) -> list[tuple[str, str | None]]:
-    """[(kernel id, None if this host runs it else why not)] in priority order, torch_mm
-    (always runnable) last: the `cpu/bf16` table of the kernel report."""
+def bf16_table(hw: HardwareInfo, overrides: KernelOverrides = NO_OVERRIDES
+               ) -> list[tuple[str, str | None]]:
+    """[(kernel id, None if this host runs it and the operator left it enabled, else why
+    not)] in priority order, torch_mm (runnable everywhere) last: the `cpu/bf16` table of
+    the kernel report."""
     reasons = {KERNEL_ID: bf16_gemm_reason, AVX2_KERNEL_ID: bf16_avx2_reason,
-               PORTABLE_KERNEL_ID: bf16_portable_reason}
-    return [(k, reasons[k](hw)) for k in BF16_KERNELS] + [(TORCH_KERNEL_ID, None)]
+               PORTABLE_KERNEL_ID: bf16_portable_reason, TORCH_KERNEL_ID: lambda hw: None}
+    return [(k, DISABLED_REASON if k in overrides.disabled else reasons[k](hw))
+            for k in BF16_KERNEL_IDS]
 
 
-def bf16_choice(hw: HardwareInfo) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """(the kernel a bf16 linear runs on this host, ((kernel passed over, why), ...))."""
+@dataclass(frozen=True, slots=True)
+class Bf16Choice:
+    """A bf16 linear's kernel: ``passed`` the kernels tried before it and why not;
+    ``warning`` when a forced kernel could not run; ``first`` the forced kernel, else the
+    table's first the host runs (registry.first_choice: a choice other than it is a
+    startup fallback)."""
+
+    kernel_id: str
+    passed: tuple[tuple[str, str], ...]
+    warning: str | None
+    first: str
+
+    @property
+    def reason(self) -> str | None:
+        """None for a C++ kernel; for torch_mm, why it runs (forced, or why none of the
+        C++ kernels runs)."""
+        if self.kernel_id != TORCH_KERNEL_ID:
+            return None
+        if not self.passed:  # tried first: forced
+            return FORCED_TORCH_REASON
+        return "; ".join(f"{k}: {why}" for k, why in self.passed)
+
+
+def bf16_choice(hw: HardwareInfo, overrides: KernelOverrides = NO_OVERRIDES
+                ) -> Bf16Choice:
+    """The kernel a bf16 linear runs on this host: the forced one (overrides.forced_bf16)
+    where it runs, else the first of the table the host runs and the operator left
+    enabled. Raises NoKernelError (every reason) when there is none."""
+    table = bf16_table(hw, overrides)
+    forced = overrides.forced_bf16
+    first = forced or next((k for k, why in table if why is None), TORCH_KERNEL_ID)
+    order = ([(k, w) for k, w in table if k == forced]
+             + [(k, w) for k, w in table if k != forced])
     passed: list[tuple[str, str]] = []
-    for kernel_id, why in bf16_table(hw):
+    for kernel_id, why in order:
         if why is None:
-            return kernel_id, tuple(passed)
+            warning = None if forced in (None, kernel_id) else (
+                f"forced kernel {forced} cannot run ({dict(table)[forced]}); using {kernel_id}")
+            return Bf16Choice(kernel_id, tuple(passed), warning, first)
         passed.append((kernel_id, why))
-    raise AssertionError("torch_mm always runs")
+    raise NoKernelError("no bf16 kernel: " + "; ".join(f"{k}: {why}" for k, why in passed))
 
 
-def fallback_reason(kernel_id: str, passed: tuple[tuple[str, str], ...]) -> str | None:
-    """None for a C++ kernel; for torch_mm, why none of them runs (from bf16_choice)."""
-    if kernel_id != TORCH_KERNEL_ID:
-        return None
-    return "; ".join(f"{k}: {why}" for k, why in passed)
-
-
-def choose_bf16_kernel(hw: HardwareInfo) -> tuple[str, str | None]:
-    """(kernel id, None) for the highest-priority C++ kernel this host runs, else
-    ("torch_mm", why none runs)."""
-    kernel_id, passed = bf16_choice(hw)
-    return kernel_id, fallback_reason(kernel_id, passed)
+def choose_bf16_kernel(hw: HardwareInfo, overrides: KernelOverrides = NO_OVERRIDES
+                       ) -> tuple[str, str | None]:
+    """(kernel id, None) for the C++ kernel a bf16 linear runs, else ("torch_mm", why)."""
+    choice = bf16_choice(hw, overrides)
+    return choice.kernel_id, choice.reason
 
 
 @dataclass(frozen=True, slots=True)

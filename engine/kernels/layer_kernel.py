@@ -189,7 +189,7 @@ def exactness_warning(report: KernelReport, overrides: KernelOverrides,
         return None
     what = []
     if ids:
-        forced = " (forced)" if overrides.forced in ids else ""
+        forced = " (forced)" if any(overrides.forces(k) for k in ids) else ""
         what.append(f"{', '.join(ids)}{forced} is not batch-invariant")
     if sdpa:
         what.append(f"attention runs on torch SDPA ({attention['reason']}), whose "

@@ -92,18 +92,19 @@ def hardware_dict(hw: HardwareInfo) -> dict[str, Any]:
     }
 
 
-def bf16_table_dict(hw: HardwareInfo) -> dict[str, Any]:
+def bf16_table_dict(hw: HardwareInfo, overrides: KernelOverrides) -> dict[str, Any]:
     """The bf16 linears' table (the lm_head, unquantized linears): engine/kernels/
-    bf16_linear.py's priority, on the CPU wherever the decoder runs; no overrides."""
+    bf16_linear.py's priority, on the CPU wherever the decoder runs."""
     from engine.kernels.bf16_linear import BF16_SCALE_KIND, TORCH_KERNEL_ID, bf16_table
 
     return {"name": f"cpu/{BF16_SCALE_KIND}", "platform": "cpu", "scale_kind": BF16_SCALE_KIND,
             "active": True,
             "kernels": [{"kernel_id": k, "supported": why is None, "reason": why,
-                         "forced": False, "disabled": False,
+                         "forced": k == overrides.forced_bf16,
+                         "disabled": k in overrides.disabled,
                          "batch_invariant": k != TORCH_KERNEL_ID,
                          "generated_rows_kernel": None}
-                        for k, why in bf16_table(hw)]}
+                        for k, why in bf16_table(hw, overrides)]}
 
 
 def tables_list(hw: HardwareInfo, overrides: KernelOverrides,
@@ -112,7 +113,7 @@ def tables_list(hw: HardwareInfo, overrides: KernelOverrides,
                "active": t.active, "kernels": [asdict(e) for e in t.entries]}
               for t in table_infos(hw, overrides, catalog)]
     at = max((i + 1 for i, t in enumerate(tables) if t["platform"] == "cpu"), default=0)
-    return tables[:at] + [bf16_table_dict(hw)] + tables[at:]
+    return tables[:at] + [bf16_table_dict(hw, overrides)] + tables[at:]
 
 
 def summary_dict(report: KernelReport) -> dict[str, list[dict[str, Any]]]:

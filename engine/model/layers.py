@@ -13,6 +13,7 @@ Tensor boundaries (T = tokens in the step, H = hidden size, D = head_dim):
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from dataclasses import dataclass
@@ -26,14 +27,16 @@ from engine.kernels.base import Fp8Weight, Platform, ScaleKind
 from engine.kernels.bf16_linear import (
     BF16_SCALE_KIND,
     TORCH_KERNEL_ID,
+    Bf16Choice,
     Bf16Gemm,
     bf16_choice,
-    fallback_reason,
 )
 from engine.kernels.layer_kernel import KernelReport, LayerChoice, LayerKernel
-from engine.kernels.registry import KernelOverrides, Rejection
+from engine.kernels.registry import NO_OVERRIDES, KernelOverrides, Rejection
 from engine.memory import WeightSource
 from engine.weights import LinearWeight
+
+log = logging.getLogger(__name__)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -170,19 +173,18 @@ class Bf16Linear:
     never pays for the copy); else torch.mm, whose row i may depend on M. ``kernel_id`` /
     ``reason`` say which and why."""
 
-    def __init__(self, name: str, weight: torch.Tensor, hw: HardwareInfo | None = None) -> None:
+    def __init__(self, name: str, weight: torch.Tensor, hw: HardwareInfo | None = None,
+                 overrides: KernelOverrides = NO_OVERRIDES) -> None:
         if weight.dim() != 2:
             raise ValueError(f"{name}: bf16 weight must be [N, K], got {tuple(weight.shape)}")
         self.name = name
         self.weight = weight.to(torch.bfloat16).contiguous()
         self.n, self.k = int(weight.shape[0]), int(weight.shape[1])
-        # passed_over: the higher-priority bf16 kernels and why this host does not run them
-        if hw is None:
-            self.kernel_id, self.passed_over = TORCH_KERNEL_ID, ()
-            self.reason: str | None = "no hardware profile"
-        else:
-            self.kernel_id, self.passed_over = bf16_choice(hw)
-            self.reason = fallback_reason(self.kernel_id, self.passed_over)
+        # choice.passed: the kernels tried before (higher priority or forced) and why not
+        self.choice = (Bf16Choice(TORCH_KERNEL_ID, (), None, TORCH_KERNEL_ID) if hw is None
+                       else bf16_choice(hw, overrides))
+        self.kernel_id = self.choice.kernel_id
+        self.reason = "no hardware profile" if hw is None else self.choice.reason
         self._gemm: Bf16Gemm | None = None
         self._lock = threading.Lock()
 
@@ -239,11 +241,14 @@ class LinearFactory:
         """Fp8Linear for an Fp8Weight or WeightSource (built when packed), else Bf16Linear."""
         if isinstance(weight, (Fp8Weight, WeightSource)):
             return Fp8Linear(name, weight, self.hw, self.overrides, self.report)
-        module = Bf16Linear(name, weight, self.hw)
+        module = Bf16Linear(name, weight, self.hw, self.overrides)
+        choice = module.choice
+        if choice.warning:
+            log.warning("%s: %s", name, choice.warning)
         self.report.record_choice(LayerChoice(
             name, module.kernel_id, "cpu", BF16_SCALE_KIND, module.n, module.k,
-            tuple(Rejection(k, why) for k, why in module.passed_over),
-            first_choice=module.kernel_id))
+            tuple(Rejection(k, why) for k, why in choice.passed), choice.warning,
+            first_choice=choice.first))
         return module
 
     def fused(self, name: str, parts: dict[str, LinearWeight]) -> FusedLinear:
