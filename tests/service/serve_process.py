@@ -56,14 +56,14 @@ def stop_server(server: dict) -> None:
 
 
 @contextmanager
-def server_pair(model: Path, on_args: tuple[str, ...],
-                off_args: tuple[str, ...]) -> Iterator[tuple[dict, dict]]:
-    """Two servers on ``model``, the path under test (``on_args``) and the plain one
-    (``off_args``), started in turn; both are stopped on exit, and ``on`` also when the
-    second fails to start."""
-    on = start_server(model, *on_args)
+def server_pair(model: Path, on_args: tuple[str, ...], off_args: tuple[str, ...],
+                env: dict[str, str] | None = None) -> Iterator[tuple[dict, dict]]:
+    """Two servers on ``model`` (``env`` added to both's environment), the path under test
+    (``on_args``) and the plain one (``off_args``), started in turn; both are stopped on
+    exit, and ``on`` also when the second fails to start."""
+    on = start_server(model, *on_args, env=env)
     try:
-        off = start_server(model, *off_args)
+        off = start_server(model, *off_args, env=env)
     except BaseException:
         stop_server(on)
         raise

@@ -4,7 +4,9 @@ prompt; one plain server (the same FP8 KV cache, nothing else). Each feature has
 end-to-end file; here they run in the same steps, so a draft is verified beside another
 stream's prompt chunk, a preempted stream that was speculating recomputes through the
 cache, and a prefix hit feeds a speculating stream. Every greedy answer (text, token
-logprobs and top logprobs: the logits' own bits) must equal the plain server's."""
+logprobs and top logprobs: the logits' own bits) must equal the plain server's. On hosts
+above AVX2 the pair runs twice: at the host's dispatch and at FP8SERVE_ISA=avx2 (the
+AVX2 kernels, fused layers and attention, which only AVX2 hosts reach otherwise)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import httpx
 import openai
 import pytest
 
+import ext
 from engine.demo_model import ensure_demo_model
 from tests.service.conftest import SPEC
 from tests.service.serve_process import server_pair
@@ -30,9 +33,15 @@ TASKS = ["Copy the text exactly.\nCopy: ", f"Now this code.\n{FUNC}\nThe same co
          "Copy the first sentence twice.\n", "Repeat the text word for word:\n"]
 
 
-@pytest.fixture(scope="module")
-def servers():
+# the host's own dispatch, and AVX2 where the host dispatches above it
+ISAS = ["host"] + (["avx2"] if ext.load().built and ext.isa() not in ("scalar", "avx2")
+                   else [])
+
+
+@pytest.fixture(scope="module", params=ISAS)
+def servers(request):
     model = ensure_demo_model()
+    env = None if request.param == "host" else {"FP8SERVE_ISA": request.param}
     common = ("--api-key", KEY, "--max-model-len", "512", "--max-num-seqs", "8",
               "--served-model-name", "tiny", "--kv-cache-dtype", "fp8")
     # the demo model's fp8 blocks of 16 tokens: 30 layers x 2 (K, V) x 3 KV heads x (64
@@ -41,8 +50,9 @@ def servers():
     # prompt into chunks
     with server_pair(model, (*common, "--kv-cache-gib", "0.003", "--max-num-batched-tokens",
                              "40", "--speculative-config", json.dumps(SPEC)),
-                     (*common, "--kv-cache-gib", "0.1", "--no-enable-prefix-caching")) as pair:
-        yield pair
+                     (*common, "--kv-cache-gib", "0.1", "--no-enable-prefix-caching"),
+                     env) as pair:
+        yield request.param, pair
 
 
 def prompt(i: int) -> str:
@@ -72,8 +82,19 @@ def _complete(srv: dict, text: str) -> dict:
     return r.json()
 
 
+def test_both_servers_run_the_dispatch_under_test(servers):
+    isa, pair = servers
+    for srv in pair:
+        kernels = httpx.get(srv["url"] + "/kernels", headers=HEADERS).json()
+        fp8 = {lay["kernel_id"] for lay in kernels["layers"] if lay["layer"] != "lm_head"}
+        if isa == "avx2":
+            assert fp8 == {"avx2_w8a16"}, fp8
+        elif len(ISAS) > 1:  # the host dispatches above AVX2
+            assert "avx2_w8a16" not in fp8, fp8
+
+
 def test_eight_streams_through_every_path_equal_the_plain_server(servers):
-    on, off = servers
+    on, off = servers[1]
     before = {name: metric(on, name) for name in (
         "fp8serve_num_preemptions_total", "fp8serve_spec_decode_num_accepted_tokens_total")}
     prompts = [prompt(i) for i in range(8)]
@@ -94,7 +115,7 @@ def test_eight_streams_through_every_path_equal_the_plain_server(servers):
 
 
 def test_a_prefix_hit_that_speculates_answers_as_the_plain_server(servers):
-    on, off = servers
+    on, off = servers[1]
     accepted0 = metric(on, "fp8serve_spec_decode_num_accepted_tokens_total")
     first = _complete(on, prompt(20) + "!")
     hit = _complete(on, prompt(20) + "!")
@@ -110,7 +131,7 @@ def test_constrained_and_free_chats_at_once_equal_the_plain_server(servers):
     """Grammars (JSON, a seeded schema) speculating beside free chats, in a KV cache that
     preempts: every answer as the plain server's (the same batch there). Tool prompts do
     not fit this server's 256-token KV cache: test_e2e_spec_grammar.py runs them."""
-    on, off = servers
+    on, off = servers[1]
     cases = [CASES["json_object"], CASES["seeded_schema"]]
     jobs = [cases[i % len(cases)] if i % 2 else
             {"messages": [{"role": "user", "content": f"{ASK} ({i})"}]} for i in range(8)]
