@@ -72,6 +72,12 @@ class Submission(Choices):
         self.drain_ok = ADMITTED_BEFORE_DRAIN.get()
         self._held: dict[int, RequestOutput] = {}
         self._sent: set[int] = set()
+        # a prompt is scored once for its n choices (prompt logprobs): a choice -> its
+        # prompt's first choice, whose first output carries them; the choice's outputs
+        # wait for them, and its first takes them
+        self.scored_by: dict[int, int] = {}
+        self._scored: dict[int, tuple[TokenLogprob | None, ...] | None] = {}
+        self._waiting: dict[int, RequestOutput] = {}
 
     def add(self, prompt_ids: list[int], params: SamplingParams,
             cache_salt: str | None = None, images: tuple[Any, ...] = (),
@@ -117,11 +123,32 @@ class Submission(Choices):
             for index, out in batch:
                 if out.finished:
                     self.open.discard(index)
+            if self.scored_by:
+                batch = self._shared(batch)
             if self.interval > 1:
                 batch = self._paced(batch)
                 if not batch:
                     continue
             yield batch
+
+    def _shared(self, batch: list[tuple[int, RequestOutput]]
+                ) -> list[tuple[int, RequestOutput]]:
+        """``batch`` with the prompt logprobs of each choice that shares its prompt's
+        first choice's on its first output (held back until that choice's first came)."""
+        for index, o in batch:
+            if index not in self.scored_by:
+                self._scored.setdefault(index, o.prompt_logprobs)
+        out = []
+        for index, o in batch:
+            if index in self.scored_by:
+                held = self._waiting.pop(index, None)
+                self._waiting[index] = o if held is None else merge_outputs(held, o)
+            else:
+                out.append((index, o))
+        for index in [i for i in self._waiting if self.scored_by[i] in self._scored]:
+            lps = self._scored[self.scored_by.pop(index)]
+            out.append((index, replace(self._waiting.pop(index), prompt_logprobs=lps)))
+        return out
 
     def _paced(self, batch: list[tuple[int, RequestOutput]]
                ) -> list[tuple[int, RequestOutput]]:
@@ -190,8 +217,12 @@ def submit(state: ServingState, prefix: str, prompts: list[list[int]],
         sub.interval = stream_interval
     try:
         for ids in prompts:
+            first = len(sub.ids)
             for j in range(n):
                 p = params if params.seed is None else replace(params, seed=params.seed + j)
+                if j and p.prompt_logprobs is not None:  # the first choice scores the prompt
+                    p = replace(p, prompt_logprobs=None)
+                    sub.scored_by[len(sub.ids)] = first
                 sub.add(ids, p, cache_salt, images, prediction, priority)
     except BaseException:
         sub.abort_all()

@@ -43,22 +43,39 @@ def choices_usage(choices: Sequence[Choice], n: int) -> dict[str, Any]:
                  sum(c.num_cached_tokens for c in firsts))
 
 
-def text_offsets(tokens: Sequence[str], start: int = 0) -> list[int]:
-    """Character offset of each token's text, the first at ``start``."""
+def text_offsets(ids: Sequence[int], text_of: TokenText, bytes_of: TokenBytes | None = None,
+                 start: int = 0) -> tuple[list[int], int]:
+    """Where each token's text starts in the text, the first at ``start``, and the offset
+    after the last: a token counts its text's characters; one whose bytes (``bytes_of``)
+    hold a part of a UTF-8 character (byte-level BPE splits them) counts the characters it
+    starts, and one that goes on with a character is at that character's start, so the
+    offsets stay offsets into the text."""
     offsets, pos = [], start
-    for t in tokens:
-        offsets.append(pos)
-        pos += len(t)
-    return offsets
+    for t in ids:
+        raw = bytes_of(t) if bytes_of is not None else b""
+        if raw.decode("utf-8", "ignore").encode() == raw:  # whole characters
+            offsets.append(pos)
+            pos += len(text_of(t))
+        else:
+            offsets.append(max(pos - _continues(raw[0]), start))
+            pos += sum(not _continues(b) for b in raw)
+    return offsets, pos
+
+
+def _continues(byte: int) -> bool:
+    """A UTF-8 continuation byte (10xxxxxx): it goes on with a character."""
+    return byte & 0xC0 == 0x80
 
 
 def completion_logprobs(lps: Sequence[TokenLogprob], text_of: TokenText,
-                        offset: int = 0, real_text: TokenText | None = None
-                        ) -> dict[str, Any]:
+                        offset: int = 0, real_text: TokenText | None = None,
+                        bytes_of: TokenBytes | None = None) -> dict[str, Any]:
     """``text_of`` names the tokens; text_offset counts ``real_text`` (default
-    ``text_of``): offsets stay offsets into the answer's text when tokens are named by id."""
+    ``text_of``) and ``bytes_of`` (text_offsets): offsets stay offsets into the answer's
+    text when tokens are named by id or split a character."""
     tokens = [text_of(lp.token_id) for lp in lps]
-    offsets = text_offsets([(real_text or text_of)(lp.token_id) for lp in lps], offset)
+    offsets, _ = text_offsets([lp.token_id for lp in lps], real_text or text_of, bytes_of,
+                              offset)
     return {"tokens": tokens, "token_logprobs": [lp.logprob for lp in lps],
             "top_logprobs": [_top_with_token(lp, text_of) for lp in lps],
             "text_offset": offsets}
@@ -72,12 +89,13 @@ def _top_with_token(lp: TokenLogprob, text_of: TokenText) -> dict[str, float]:
 
 def echo_logprobs(prompt_ids: Sequence[int], prompt_lps: Sequence[TokenLogprob | None],
                   generated: dict[str, Any], text_of: TokenText,
-                  real_text: TokenText | None = None) -> dict[str, Any]:
+                  real_text: TokenText | None = None,
+                  bytes_of: TokenBytes | None = None) -> dict[str, Any]:
     """Completion logprobs with the echoed prompt in front (OpenAI's echo + logprobs): one
     entry per prompt token, the first with null logprobs (it has no context), offsets from
     0; ``generated`` (completion_logprobs with the prompt text's length as offset) follows."""
     tokens = [text_of(t) for t in prompt_ids]
-    offsets = text_offsets([(real_text or text_of)(t) for t in prompt_ids])
+    offsets, _ = text_offsets(prompt_ids, real_text or text_of, bytes_of)
     return {
         "tokens": tokens + generated["tokens"],
         "token_logprobs": [None if lp is None else lp.logprob for lp in prompt_lps]
@@ -133,12 +151,15 @@ class Formatter:
 
     def __init__(self, rid: str, model: str, text_of: TokenText,
                  bytes_of: TokenBytes | None = None,
-                 decoded_of: TokenText | None = None) -> None:
+                 decoded_of: TokenText | None = None,
+                 own_bytes: TokenBytes | None = None) -> None:
         """``text_of`` / ``bytes_of`` name tokens in logprobs; ``decoded_of`` (default
         ``text_of``) is each token's text: prompt_logprobs' decoded_token and what
-        text_offset counts."""
+        text_offset counts, with ``own_bytes`` (default ``bytes_of``), each token's own
+        bytes, for the tokens that split a character (text_offsets)."""
         self.id, self.model, self.text_of, self.bytes_of = rid, model, text_of, bytes_of
         self.decoded_of = text_of if decoded_of is None else decoded_of
+        self.own_bytes = bytes_of if own_bytes is None else own_bytes
         self.created = int(time.time())
 
     def _head(self, obj: str) -> dict[str, Any]:
@@ -177,11 +198,12 @@ class Formatter:
                             ) -> dict[str, Any]:
         """Generated tokens' logprobs; with ``prompt_ids`` and ``prompt_lps`` (echo), the
         prompt's in front."""
-        generated = completion_logprobs(lps, self.text_of, offset, self.decoded_of)
+        generated = completion_logprobs(lps, self.text_of, offset, self.decoded_of,
+                                        self.own_bytes)
         if prompt_ids is None or prompt_lps is None:
             return generated
         return echo_logprobs(prompt_ids, prompt_lps, generated, self.text_of,
-                             self.decoded_of)
+                             self.decoded_of, self.own_bytes)
 
     def completion_chunk(self, index: int, text: str, lps: Sequence[TokenLogprob] | None,
                          reason: FinishReason | None, stop_reason: Any = None,
@@ -205,8 +227,9 @@ class Formatter:
 
     def next_offset(self, offset: int, lps: Sequence[TokenLogprob]) -> int:
         """The text_offset after ``lps``, whose first token is at ``offset`` (as
-        completion_logprobs counts: each token's decoded text)."""
-        return offset + sum(len(self.decoded_of(lp.token_id)) for lp in lps)
+        completion_logprobs counts them: text_offsets)."""
+        return text_offsets([lp.token_id for lp in lps], self.decoded_of, self.own_bytes,
+                            offset)[1]
 
     def chat(self, choices: Sequence[Choice], want_logprobs: bool,
              readers: Sequence[ChoiceReader], details: dict[str, int] | None = None,

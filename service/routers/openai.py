@@ -60,7 +60,8 @@ def formatter(state: ServingState, rid: str, model: str,
     prompt_logprobs' decoded_token is the text either way."""
     text = token_text(state)
     if body.return_tokens_as_token_ids:
-        return Formatter(rid, model, token_id_text, None, decoded_of=text)
+        return Formatter(rid, model, token_id_text, None, decoded_of=text,
+                         own_bytes=token_bytes(state))
     return Formatter(rid, model, text, token_bytes(state))
 
 

@@ -97,12 +97,26 @@ def _parts(content: Any) -> Any:
 def _call(item: FunctionCallItem) -> dict[str, Any]:
     """A call of the history; one max_output_tokens cut (status incomplete, as this
     server stores and returns it) with its complete members only, so that the turn after
-    it can be rendered (its cut JSON was a 400 on every later turn)."""
+    it can be rendered (its cut JSON was a 400 on every later turn). Arguments the model
+    wrote as no valid JSON (a Mistral call's are returned as generated) go back as a JSON
+    string of that text, so that they render too: the Jinja templates write a string as
+    it is, mistral-common's encoding as it wrote that text already (OpenAI keeps
+    arguments a string; a template's JSON parse made them a 400 on every later turn)."""
     arguments = item.arguments
     if item.status == "incomplete":
         arguments = json.dumps(complete_members(arguments), ensure_ascii=False)
+    elif not _is_json(arguments or "{}"):
+        arguments = json.dumps(arguments, ensure_ascii=False)
     return {"id": item.call_id, "type": "function",
             "function": {"name": item.name, "arguments": arguments}}
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _messages(body: ResponsesRequest, context: Sequence[InputItem]) -> list[dict[str, Any]]:

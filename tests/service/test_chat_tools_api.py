@@ -183,6 +183,25 @@ def test_hermes_parser():
         assert (msg["content"], reason) == ("Sure", "tool_calls")
 
 
+def test_a_hermes_block_cut_before_its_name_is_whole_is_content():
+    """max_tokens or a stop string cut a <tool_call> block before its name is whole: no
+    call, the text as written, tags included (vLLM's non-streaming answer; its stream
+    drops the text), whole and streamed alike."""
+    from tests.service.scripted_backend import ScriptTokenizer
+    tok, script = ScriptTokenizer(), SCRIPTS[2]
+    ids = tok.encode(script)
+    at = script.index("<tool_call>")
+    cuts = [({"stop": ["get_"]}, script[:script.index("get_")])]
+    cuts += [({"max_tokens": n}, tok.decode(ids[:n])) for n in range(len(ids))
+             if at < len(tok.decode(ids[:n])) < script.index("get_")]
+    with make_client(tool_call_parser="hermes") as c:
+        for body, text in cuts:
+            whole = chat(c, 2, tools=TOOLS, **body).json()["choices"][0]["message"]
+            msg, _ = reassemble(stream(c, 2, tools=TOOLS, **body))
+            assert (whole["content"], whole.get("tool_calls")) == (text, None), body
+            assert (msg["content"], msg["tool_calls"]) == (text, []), body
+
+
 @pytest.mark.parametrize("choice", ["required", {"type": "function",
                                                   "function": {"name": "get_weather"}}])
 def test_forced_calls_have_no_content_between_them(choice):

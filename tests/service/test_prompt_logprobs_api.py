@@ -55,3 +55,40 @@ def test_prompt_logprobs_are_not_streamed(c, path, body):
     r = c.post(path, json={**BASE, **body, "stream": True, "prompt_logprobs": 1})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "prompt_logprobs"
+
+
+def test_a_prompt_is_scored_once_for_its_n_choices(c, monkeypatch):
+    """n choices of one prompt share its prompt logprobs, scored by one engine request
+    (each choice's scored the prompt again); the answer is the one a single choice gets,
+    on every choice, whole and streamed (echo + logprobs)."""
+    from tests.service.test_api import sse_events
+    eng = c.app.state.serving.engine
+    scored: list[int | None] = []
+    add = eng.add_request
+
+    def spy(rid, prompt_ids, params, *args, **kw):
+        scored.append(params.prompt_logprobs)
+        return add(rid, prompt_ids, params, *args, **kw)
+
+    monkeypatch.setattr(eng, "add_request", spy)
+    body = {**BASE, "prompt": ["2 3 5", "4 1"], "prompt_logprobs": 2}
+    one = c.post("/v1/completions", json=body).json()["choices"]
+    many = c.post("/v1/completions", json={**body, "n": 3}).json()["choices"]
+    assert scored == [2, 2] + [2, None, None] * 2
+    assert [m["prompt_logprobs"] for m in many] == [o["prompt_logprobs"] for o in one
+                                                    for _ in range(3)]
+    echo = {**BASE, "prompt": "2 3 5", "echo": True, "logprobs": 1, "stream": True,
+            "return_token_ids": True}
+    single = sse_events(c.post("/v1/completions", json=echo))[0]["choices"][0]
+    scored.clear()
+    firsts: dict[int, dict] = {}
+    for e in sse_events(c.post("/v1/completions", json={**echo, "n": 2})):
+        firsts.setdefault(e["choices"][0]["index"], e["choices"][0])
+    assert scored == [1, None]
+    k = len(single["prompt_token_ids"])
+    for first in firsts.values():  # each choice's first chunk: the echo and its logprobs
+        assert first["text"].startswith("2 3 5")
+        assert {f: first["logprobs"][f][:k] for f in ("tokens", "token_logprobs",
+                                                        "top_logprobs", "text_offset")} \
+            == {f: single["logprobs"][f][:k] for f in ("tokens", "token_logprobs",
+                                                         "top_logprobs", "text_offset")}

@@ -349,7 +349,7 @@ def test_a_call_cut_by_max_output_tokens_can_be_continued(client):
     assert r.status_code == 200, r.text
     assert count(history(cut, "incomplete")) == count(history('{"city": "Paris"}', None))
     # what a chat template reads: valid JSON (Jinja templates parse it: cut JSON was a
-    # 400); a call sent as whole keeps its text, still the client's to get right
+    # 400); a call sent as whole reads as the text it was (a JSON string of it)
     from service.translate.responses import _call
     from service.translate.schemas import FunctionCallItem
 
@@ -359,7 +359,41 @@ def test_a_call_cut_by_max_output_tokens_can_be_continued(client):
         return _call(item)["function"]["arguments"]
 
     assert json.loads(arguments("incomplete")) == {"city": "Paris"}
-    assert arguments("completed") == arguments(None) == cut
+    assert json.loads(arguments("completed")) == json.loads(arguments(None)) == cut
+
+
+@pytest.mark.parametrize("fmt", ["published", "hf", "tekken"])
+def test_a_call_whose_arguments_are_no_json_can_be_continued(tiny_checkpoint, fmt):
+    """A completed function_call whose arguments the model wrote as no valid JSON (a
+    Mistral call's arguments are returned as generated) goes back into the prompt as the
+    text it was: the turn after it renders (a Jinja template's was a 400 on every later
+    turn, previous_response_id included); mistral-common's encoding, which took it
+    already, writes it as before."""
+    from engine.text.tokenizer import Tokenizer
+    from service.prompts import message_dicts
+    from service.tool_calls.select import ParserChoice
+    from service.translate.responses import to_chat
+    from service.translate.schemas import ResponsesRequest
+
+    tok = Tokenizer.from_dir(tiny_checkpoint(tokenizer=fmt))
+    broken = '{"city": Paris'
+
+    def ids(arguments: str) -> list[int]:
+        call = {"type": "function_call", "call_id": "abcDEF123", "name": "get_weather",
+                "arguments": arguments, "status": "completed"}
+        body = ResponsesRequest.model_validate({"model": "m", "tools": TOOLS, "input": [
+            {"role": "user", "content": "Weather?"}, call,
+            {"type": "function_call_output", "call_id": "abcDEF123", "output": "sunny"}]})
+        chat = to_chat(body, ParserChoice("mistral", None, ""), tok)
+        tools = [t.model_dump(exclude_none=True) for t in chat.tools or ()]
+        return tok.encode_chat(message_dicts(chat.messages), tools=tools)
+
+    text = tok.decode(ids(broken), skip_special_tokens=False)
+    if fmt == "tekken":  # a JSON string of the text, as mistral-common writes such text
+        assert f"[ARGS]{json.dumps(broken)}" in text
+    else:  # both Jinja templates write string arguments as they are
+        assert f"[ARGS]{broken}[TOOL_RESULTS]" in text.replace("</s>", "")
+    assert ids('{"city": "Paris"}') != ids(broken)
 
 
 def test_message_tokens_skip_silent_tokens_and_read_a_cut_character():

@@ -1,0 +1,56 @@
+"""Legacy completions' ``text_offset`` on a byte-level BPE tokenizer (the demo model's),
+whose tokens split a multi-byte UTF-8 character (an emoji, CJK) into parts: each token's
+offset is where its text starts in the returned text, whole and streamed alike."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from engine.demo_model import ensure_demo_model
+from engine.text.tokenizer import Tokenizer
+from service.app import create_app
+from service.settings import Settings
+from tests.service.test_api import sse_events
+
+PROMPT = "Hi 😀 there 日本語 ok"
+BODY = {"prompt": PROMPT, "max_tokens": 8, "temperature": 0, "ignore_eos": True,
+        "echo": True, "logprobs": 0, "return_token_ids": True}
+
+
+@pytest.fixture(scope="module")
+def served():
+    model = ensure_demo_model()
+    with TestClient(create_app(Settings(model=model, max_model_len=128,
+                                        kv_cache_gib=0.02))) as c:
+        yield c, Tokenizer.from_dir(model)
+
+
+def starts(tok: Tokenizer, ids: list[int]) -> list[int]:
+    """Each token's offset from its bytes: the characters whole before its first byte (a
+    token that goes on with a character is at that character)."""
+    out, raw = [], b""
+    for t in ids:
+        out.append(len(raw.decode("utf-8", errors="ignore")))
+        raw += tok.token_bytes(t)
+    return out
+
+
+def test_offsets_index_the_text_when_tokens_split_characters(served):
+    c, tok = served
+    whole = c.post("/v1/completions", json=BODY).json()["choices"][0]
+    ids = whole["prompt_token_ids"] + whole["token_ids"]
+    assert any(len(tok.token_bytes(t).decode("utf-8", errors="ignore"))
+               < len(tok.token_bytes(t)) for t in whole["prompt_token_ids"])  # split
+    offsets = whole["logprobs"]["text_offset"]
+    assert offsets == starts(tok, ids)
+    text = whole["text"]
+    assert text.startswith(PROMPT) and max(offsets) <= len(text)
+    for t, at in zip(ids, offsets, strict=True):  # a whole token's text is at its offset
+        own = tok.token_bytes(t)
+        if own.decode("utf-8", errors="ignore").encode() == own:
+            assert text[at:at + len(own.decode())] == own.decode()
+    events = sse_events(c.post("/v1/completions", json={**BODY, "stream": True}))
+    streamed = [o for e in events for ch in e["choices"] if ch["logprobs"]
+                for o in ch["logprobs"]["text_offset"]]
+    assert streamed == offsets
