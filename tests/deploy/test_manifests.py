@@ -199,3 +199,17 @@ def test_a_mounted_checkpoint_is_served_under_its_own_name(monkeypatch):
     assert env["FP8SERVE_MODEL"] == "/models/current"
     assert re.fullmatch(r"\$\{FP8SERVE_SERVED_MODEL_NAME:-Ministral-3-[\w-]+\}",
                         env["FP8SERVE_SERVED_MODEL_NAME"])
+
+
+def test_replicas_share_the_thinking_signature_key(container):
+    """Anthropic thinking blocks are signed with FP8SERVE_THINKING_SIGNATURE_KEY, else with
+    a random key per process: a history signed by one replica was a 400 on another (the
+    HPA's, the inference gateway's) and on every pod after a rollout. All pods take it
+    from one Secret, which deploy/README.md says how to create."""
+    env = {item["name"]: item for item in container.get("env", [])}
+    ref = env["FP8SERVE_THINKING_SIGNATURE_KEY"]["valueFrom"]["secretKeyRef"]
+    assert ref.get("optional") is True  # without it: one key per process, as before
+    readme = (DEPLOY / "README.md").read_text()
+    command = re.sub(r"\\\n\s*", "", readme)  # one line, continuations joined
+    assert f"kubectl create secret generic {ref['name']} --from-literal={ref['key']}=" \
+        in command
