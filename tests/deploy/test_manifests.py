@@ -213,3 +213,19 @@ def test_replicas_share_the_thinking_signature_key(container):
     command = re.sub(r"\\\n\s*", "", readme)  # one line, continuations joined
     assert f"kubectl create secret generic {ref['name']} --from-literal={ref['key']}=" \
         in command
+
+
+def test_a_disruption_budget_evicts_one_replica_at_a_time():
+    """A node drain evicted every replica on it at once, and each needs minutes to load
+    its model: the PodDisruptionBudget lets one go at a time. maxUnavailable, not
+    minAvailable: with one replica minAvailable 1 would block a drain for good."""
+    from tests.deploy.test_validate import V, require
+
+    for overlay in V.OVERLAYS:
+        objs = require(V.kustomize, overlay)
+        (deploy,) = [o for o in objs if o["kind"] == "Deployment"]
+        (pdb,) = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
+        labels = deploy["spec"]["template"]["metadata"]["labels"]
+        assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items(), overlay.name
+        assert pdb["spec"].get("maxUnavailable") == 1, overlay.name
+        assert "minAvailable" not in pdb["spec"], overlay.name
