@@ -84,7 +84,9 @@ VOLUME ["/models"]
 USER 10001
 WORKDIR /home/fp8serve
 EXPOSE 8000
-HEALTHCHECK --interval=10s --timeout=3s --start-period=120s \
+# The start period: as long as a model may load (deploy/k8s/base's startupProbe); the
+# first check that passes ends it.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=600s \
     CMD ["python", "-c", "import os, sys, urllib.request as u; port = os.environ.get('FP8SERVE_PORT', '8000'); sys.exit(u.urlopen(f'http://127.0.0.1:{port}/health', timeout=3).status != 200)"]
 ENTRYPOINT ["fp8serve"]
 CMD ["serve"]

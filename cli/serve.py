@@ -3,14 +3,17 @@
 Every flag is also an FP8SERVE_* environment variable (service/settings.py); flags win.
 SIGTERM / Ctrl-C drain: /health turns 503 ("draining"), new requests get 503, in-flight
 requests get up to --drain-timeout seconds to finish, then the server exits. A second
-signal exits at once.
+signal exits at once. A SIGTERM while the model loads exits at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -262,13 +265,14 @@ def uvicorn_config(app: Any, settings: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from service.app import create_app
+    with exit_on_sigterm():  # until uvicorn's handlers drain
+        from service.app import create_app
 
-    settings = settings_from_args(args)
-    if settings.model is not None and not settings.model.is_dir():
-        raise CliError(f"--model {settings.model}: not a directory")
-    check_bind(settings.host, settings.port)
-    backend = _load_backend(settings)
+        settings = settings_from_args(args)
+        if settings.model is not None and not settings.model.is_dir():
+            raise CliError(f"--model {settings.model}: not a directory")
+        check_bind(settings.host, settings.port)
+        backend = _load_backend(settings)
     app = create_app(settings, load_backend=lambda _settings: backend)
     server = DrainingServer(uvicorn_config(app, settings), app.state.serving,
                             settings.drain_timeout)
@@ -294,6 +298,27 @@ def check_bind(host: str, port: int) -> None:
         except OSError as exc:
             raise CliError(f"--host {host} --port {port}: cannot bind: "
                            f"{exc.strerror or exc}") from None
+
+
+@contextmanager
+def exit_on_sigterm() -> Iterator[None]:
+    """While the model loads (minutes for a large checkpoint), SIGTERM ends the process.
+    A container's PID 1 never receives a signal it has no handler for (the kernel drops
+    it): a pod stopped while loading started serving anyway and waited for SIGKILL at the
+    end of its grace period. Once uvicorn runs, SIGTERM drains (DrainingServer)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers can only be set from the main thread
+        return
+
+    def stop(sig: int, frame: Any) -> None:
+        log.info("signal %d while loading the model: exiting", sig)
+        raise SystemExit(128 + sig)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _load_backend(settings: Any) -> Any:

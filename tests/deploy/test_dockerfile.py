@@ -127,6 +127,22 @@ def test_entrypoint_cmd_expose_and_healthcheck(instrs):
     assert health.args.split("CMD", 1)[1].strip().startswith("["), "exec form: no shell"
 
 
+def test_healthcheck_waits_as_long_as_the_k8s_startup_probe(instrs):
+    """The health check's start period covers a model load as long as the Kubernetes
+    startup probe allows: with 120 s a checkpoint loading longer (the 8B of
+    docker-compose.model.yml) made the container unhealthy while it loaded, and whatever
+    acts on health (an autoheal, a swarm) restarted it before it ever served. A check
+    that passes ends the start period at once, so a long one costs nothing."""
+    import yaml
+
+    health = _one(_stage(instrs, "runtime"), "HEALTHCHECK")
+    period = re.fullmatch(r"(\d+)s", health.flags.get("start-period", ""))
+    deployment = yaml.safe_load((ROOT / "deploy/k8s/base/deployment.yaml").read_text())
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    probe = container["startupProbe"]
+    assert period and int(period.group(1)) >= probe["periodSeconds"] * probe["failureThreshold"]
+
+
 def test_models_volume_matches_the_k8s_mount(instrs):
     runtime = _stage(instrs, "runtime")
     assert _one(runtime, "VOLUME").words() == ["/models"]

@@ -199,3 +199,33 @@ def test_a_mounted_checkpoint_is_served_under_its_own_name(monkeypatch):
     assert env["FP8SERVE_MODEL"] == "/models/current"
     assert re.fullmatch(r"\$\{FP8SERVE_SERVED_MODEL_NAME:-Ministral-3-[\w-]+\}",
                         env["FP8SERVE_SERVED_MODEL_NAME"])
+
+
+def test_replicas_share_the_thinking_signature_key(container):
+    """Anthropic thinking blocks are signed with FP8SERVE_THINKING_SIGNATURE_KEY, else with
+    a random key per process: a history signed by one replica was a 400 on another (the
+    HPA's, the inference gateway's) and on every pod after a rollout. All pods take it
+    from one Secret, which deploy/README.md says how to create."""
+    env = {item["name"]: item for item in container.get("env", [])}
+    ref = env["FP8SERVE_THINKING_SIGNATURE_KEY"]["valueFrom"]["secretKeyRef"]
+    assert ref.get("optional") is True  # without it: one key per process, as before
+    readme = (DEPLOY / "README.md").read_text()
+    command = re.sub(r"\\\n\s*", "", readme)  # one line, continuations joined
+    assert f"kubectl create secret generic {ref['name']} --from-literal={ref['key']}=" \
+        in command
+
+
+def test_a_disruption_budget_evicts_one_replica_at_a_time():
+    """A node drain evicted every replica on it at once, and each needs minutes to load
+    its model: the PodDisruptionBudget lets one go at a time. maxUnavailable, not
+    minAvailable: with one replica minAvailable 1 would block a drain for good."""
+    from tests.deploy.test_validate import V, require
+
+    for overlay in V.OVERLAYS:
+        objs = require(V.kustomize, overlay)
+        (deploy,) = [o for o in objs if o["kind"] == "Deployment"]
+        (pdb,) = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
+        labels = deploy["spec"]["template"]["metadata"]["labels"]
+        assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items(), overlay.name
+        assert pdb["spec"].get("maxUnavailable") == 1, overlay.name
+        assert "minAvailable" not in pdb["spec"], overlay.name
