@@ -14,7 +14,8 @@ ChatCompletionRequest it means, and a finished choice becomes Anthropic's messag
   checked first, service/translate/signature.py);
 - ``tool_choice`` auto / any / tool / none is auto / required / a named function / none,
   ``disable_parallel_tool_use`` is ``parallel_tool_calls: false``;
-- ``thinking: {type: enabled}`` needs a model with a reasoning parser (a 400 otherwise);
+- ``thinking: {type: enabled}`` needs a model with a reasoning parser (a 400 otherwise)
+  and a tool_choice that does not force tool use (``any`` or ``tool``: a 400, as Anthropic);
   ``budget_tokens`` must be below ``max_tokens`` and is enforced in the sampler (chat's
   ``thinking_token_budget``, service/tool_calls/thinking.py): a 400 naming it where the
   model's reasoning markers are not single tokens. ``{type: disabled}`` is a budget of 0
@@ -147,10 +148,16 @@ def _tool_fields(body: CountTokensRequest | MessagesRequest) -> dict[str, Any]:
 def _thinking(body: CountTokensRequest | MessagesRequest, parsers: ParserChoice, tok: Any
               ) -> int | None:
     """The chat request's thinking_token_budget: budget_tokens when enabled, 0 when
-    disabled on a model that reasons; a 400 naming the field where it cannot be enforced."""
+    disabled on a model that reasons; a 400 naming the field where it cannot be enforced,
+    or where tool_choice forces tool use."""
     t, parser = body.thinking, parsers.reasoning_parser
     if t is None or (t.type == "disabled" and parser is None):
         return None
+    forced = body.tool_choice.type if body.tool_choice else None
+    if t.type == "enabled" and forced in ("any", "tool"):  # Anthropic's rule
+        raise APIError(400, "thinking: thinking may not be enabled when tool_choice forces "
+                       f"tool use (tool_choice.type {forced!r}): send tool_choice auto or "
+                       "none, or thinking disabled", "thinking")
     if t.type == "disabled":
         thinking_budget(tok, parser, 0, "thinking")
         return 0

@@ -369,3 +369,28 @@ def test_tool_fields_served_as_they_are_sent(client):
             "cache_control": {"type": "ephemeral"}}
     r = client.post("/v1/messages", json=ask(0, tools=[noop]))
     assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "tool", "name": "get_time"}])
+def test_thinking_with_a_forced_tool_choice_is_a_400(client, choice):
+    """Anthropic's rule: thinking may not be enabled when tool_choice forces tool use; a
+    forced choice goes with thinking disabled (or left out), and auto with thinking."""
+    sdk = anthropic.Anthropic(base_url="http://testserver", api_key="k", http_client=client,
+                              max_retries=0)
+    kw = {"model": "scripted-model", "max_tokens": 100, "tools": TOOLS,
+          "messages": [{"role": "user", "content": "<script7>"}]}
+    enabled = {"type": "enabled", "budget_tokens": 50}
+    with pytest.raises(anthropic.BadRequestError) as err:
+        sdk.messages.create(**kw, tool_choice=choice, thinking=enabled)
+    message = err.value.body["error"]["message"]
+    assert message.startswith("thinking: ") and "tool_choice" in message, message
+    assert choice["type"] in message
+    with pytest.raises(anthropic.BadRequestError):
+        sdk.messages.count_tokens(model="scripted-model", messages=kw["messages"],
+                                  tools=TOOLS, tool_choice=choice, thinking=enabled)
+    for thinking in ({"type": "disabled"}, None):
+        m = sdk.messages.create(**kw, tool_choice=choice,
+                                **({"thinking": thinking} if thinking else {}))
+        assert m.content[-1].type == "tool_use" and m.stop_reason == "tool_use"
+    m = sdk.messages.create(**kw, tool_choice={"type": "auto"}, thinking=enabled)
+    assert [b.type for b in m.content] == ["thinking", "tool_use"]
