@@ -22,7 +22,8 @@ ChatCompletionRequest it means, and a finished choice becomes Anthropic's messag
   on a model that reasons (a section it opens is closed at once); left out, the model
   reasons as it does by default;
 - a final assistant message with text is a prefill: the answer continues it (chat's
-  ``continue_final_message``) and holds only what follows;
+  ``continue_final_message``) and holds only what follows; with thinking enabled it must
+  start with a thinking block (a 400 otherwise, as Anthropic);
 - ``output_config.format`` (structured outputs, a JSON schema) is chat's ``json_schema``
   response format (grammar-constrained); ``output_config.effort`` other than null is a 400.
 """
@@ -42,10 +43,13 @@ from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.select import ParserChoice
 from service.tool_calls.thinking import thinking_budget
 from service.translate.schemas import (
+    AnthropicMessage,
     CountTokensRequest,
     ImageBlock,
     MessagesRequest,
+    RedactedThinkingBlock,
     TextBlock,
+    ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
 )
@@ -161,6 +165,7 @@ def _thinking(body: CountTokensRequest | MessagesRequest, parsers: ParserChoice,
     if t.type == "disabled":
         thinking_budget(tok, parser, 0, "thinking")
         return 0
+    _check_prefill(body.messages)
     if parser is None:
         raise APIError(400, "thinking: this model has no reasoning format the server can "
                        "read (start it with --reasoning-parser)", "thinking")
@@ -170,6 +175,23 @@ def _thinking(body: CountTokensRequest | MessagesRequest, parsers: ParserChoice,
                        "thinking.budget_tokens")
     thinking_budget(tok, parser, t.budget_tokens, "thinking.budget_tokens")
     return t.budget_tokens
+
+
+def _check_prefill(messages: list[AnthropicMessage]) -> None:
+    """With thinking enabled, a final assistant message (a prefill) starts with a thinking
+    or redacted_thinking block, as Anthropic's rule: after a text prefill the answer is
+    past its reasoning, so the thinking asked for could not be given."""
+    i, last = len(messages) - 1, messages[-1]
+    if last.role != "assistant":
+        return
+    first = last.content if isinstance(last.content, str) else last.content[0]
+    if isinstance(first, ThinkingBlock | RedactedThinkingBlock):
+        return
+    field = f"messages.{i}.content" + ("" if isinstance(first, str) else ".0.type")
+    found = "a string" if isinstance(first, str) else first.type
+    raise APIError(400, f"{field}: expected thinking or redacted_thinking, found {found}: "
+                   "with thinking enabled, a final assistant message (a prefill) must start "
+                   "with a thinking block; send thinking disabled to continue it", field)
 
 
 def _output(body: MessagesRequest) -> dict[str, Any]:

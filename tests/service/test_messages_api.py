@@ -394,3 +394,32 @@ def test_thinking_with_a_forced_tool_choice_is_a_400(client, choice):
         assert m.content[-1].type == "tool_use" and m.stop_reason == "tool_use"
     m = sdk.messages.create(**kw, tool_choice={"type": "auto"}, thinking=enabled)
     assert [b.type for b in m.content] == ["thinking", "tool_use"]
+
+
+def test_thinking_with_a_prefill_needs_the_prefill_to_start_with_thinking(client):
+    """Anthropic's rule: with thinking enabled a final assistant message starts with a
+    thinking block (the answer cannot reason after a text prefill); with one first, or
+    thinking disabled, the prefill is continued."""
+    sdk = anthropic.Anthropic(base_url="http://testserver", api_key="k", http_client=client,
+                              max_retries=0)
+    enabled = {"type": "enabled", "budget_tokens": 10}
+    ask_ = {"role": "user", "content": "<script5>"}  # "Hello world"
+    for prefill, field in (("Hello", "messages.1.content"),
+                           ([{"type": "text", "text": "Hello"}], "messages.1.content.0.type")):
+        kw = {"model": "scripted-model", "max_tokens": 100,
+              "messages": [ask_, {"role": "assistant", "content": prefill}]}
+        with pytest.raises(anthropic.BadRequestError) as err:
+            sdk.messages.create(**kw, thinking=enabled)
+        message = err.value.body["error"]["message"]
+        assert message.startswith(f"{field}: ") and "thinking block" in message, message
+        with pytest.raises(anthropic.BadRequestError):
+            sdk.messages.count_tokens(model="scripted-model", messages=kw["messages"],
+                                      thinking=enabled)
+        m = sdk.messages.create(**kw, thinking={"type": "disabled"})
+        assert [(b.type, b.text) for b in m.content] == [("text", " world")]
+    thought = [{"type": "thinking", "thinking": "hm", "signature": ""},
+               {"type": "text", "text": "Hello"}]
+    for first in (thought, [{"type": "redacted_thinking", "data": "x"}, thought[1]]):
+        m = sdk.messages.create(model="scripted-model", max_tokens=100, thinking=enabled,
+                                messages=[ask_, {"role": "assistant", "content": first}])
+        assert [(b.type, b.text) for b in m.content] == [("text", " world")]
