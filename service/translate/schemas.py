@@ -125,6 +125,8 @@ class AnthropicToolChoice(_Body):
 class ThinkingEnabled(_Body):
     type: Literal["enabled"]
     budget_tokens: int = Field(ge=1)
+    # "omitted": thinking blocks come without their text, signed (anthropic_stream.py)
+    display: Literal["summarized", "omitted"] | None = None
 
 
 class ThinkingDisabled(_Body):
