@@ -19,8 +19,8 @@ ChatCompletionRequest it means, and a finished choice becomes Anthropic's messag
   ``budget_tokens`` must be below ``max_tokens`` and is enforced in the sampler (chat's
   ``thinking_token_budget``, service/tool_calls/thinking.py): a 400 naming it where the
   model's reasoning markers are not single tokens. ``{type: disabled}`` is a budget of 0
-  on a model that reasons (a section it opens is closed at once); left out, the model
-  reasons as it does by default;
+  on a model that reasons (a section it opens is closed at once); left out, or
+  ``{type: adaptive}``, the model reasons as it does by default;
 - a final assistant message with text is a prefill: the answer continues it (chat's
   ``continue_final_message``) and holds only what follows; with thinking enabled it must
   start with a thinking block (a 400 otherwise, as Anthropic);
@@ -155,8 +155,8 @@ def _thinking(body: CountTokensRequest | MessagesRequest, parsers: ParserChoice,
     disabled on a model that reasons; a 400 naming the field where it cannot be enforced,
     or where tool_choice forces tool use."""
     t, parser = body.thinking, parsers.reasoning_parser
-    if t is None or (t.type == "disabled" and parser is None):
-        return None
+    if t is None or t.type == "adaptive" or (t.type == "disabled" and parser is None):
+        return None  # adaptive: the model reasons as it does, if it can
     forced = body.tool_choice.type if body.tool_choice else None
     if t.type == "enabled" and forced in ("any", "tool"):  # Anthropic's rule
         raise APIError(400, "thinking: thinking may not be enabled when tool_choice forces "

@@ -129,6 +129,12 @@ class ThinkingEnabled(_Body):
     display: Literal["summarized", "omitted"] | None = None
 
 
+class ThinkingAdaptive(_Body):
+    """The model decides whether and how much to think: no budget."""
+    type: Literal["adaptive"]
+    display: Literal["summarized", "omitted"] | None = None
+
+
 class ThinkingDisabled(_Body):
     type: Literal["disabled"]
 
@@ -139,7 +145,7 @@ class _AnthropicBody(_Body):
     messages: list[AnthropicMessage] = Field(min_length=1)
     tools: list[AnthropicTool] | None = None
     tool_choice: AnthropicToolChoice | None = None
-    thinking: Annotated[ThinkingEnabled | ThinkingDisabled,
+    thinking: Annotated[ThinkingEnabled | ThinkingAdaptive | ThinkingDisabled,
                         Field(discriminator="type")] | None = None
 
 

@@ -423,3 +423,26 @@ def test_thinking_with_a_prefill_needs_the_prefill_to_start_with_thinking(client
         m = sdk.messages.create(model="scripted-model", max_tokens=100, thinking=enabled,
                                 messages=[ask_, {"role": "assistant", "content": first}])
         assert [(b.type, b.text) for b in m.content] == [("text", " world")]
+
+
+def test_adaptive_thinking_lets_the_model_reason_as_it_does(client):
+    """thinking {type: adaptive} (the model decides whether and how much to think), as
+    the anthropic SDK sends it: no budget; on a model that cannot reason, no thinking."""
+    sdk = anthropic.Anthropic(base_url="http://testserver", api_key="k", http_client=client,
+                              max_retries=0)
+    kw = {"model": "scripted-model", "max_tokens": 100,
+          "messages": [{"role": "user", "content": "<script1>"}]}
+    m = sdk.messages.create(**kw, thinking={"type": "adaptive"})
+    assert [(b.type, getattr(b, "thinking", None)) for b in m.content] == [
+        ("thinking", "Paris is in France"), ("text", None)]
+    m = sdk.messages.create(**kw, thinking={"type": "adaptive", "display": "omitted"})
+    assert m.content[0].thinking == "" and m.content[0].signature
+    n = sdk.messages.count_tokens(model="scripted-model", messages=kw["messages"],
+                                  thinking={"type": "adaptive"})
+    assert n.input_tokens == 2
+    with make_client(reasoning_parser="none") as c:
+        sdk = anthropic.Anthropic(base_url="http://testserver", api_key="k", http_client=c,
+                                  max_retries=0)
+        kw["messages"] = [{"role": "user", "content": "<script5>"}]
+        m = sdk.messages.create(**kw, thinking={"type": "adaptive"})
+        assert [(b.type, b.text) for b in m.content] == [("text", "Hello world")]
