@@ -123,6 +123,8 @@ class AnthropicToolChoice(_Body):
 
 
 class ThinkingEnabled(_Body):
+    """``budget_tokens``: from 1 (Anthropic asks for 1024 or more; small models reason
+    briefly), below max_tokens (service/translate/anthropic.py)."""
     type: Literal["enabled"]
     budget_tokens: int = Field(ge=1)
     # "omitted": thinking blocks come without their text, signed (anthropic_stream.py)
