@@ -205,6 +205,10 @@ _ANTHROPIC = (
          "thinking needs a model with a reasoning parser (--reasoning-parser)"),
     Rule("thinking", "not single tokens",
          "a thinking budget needs reasoning markers that are single tokens"),
+    Rule("messages", "must start with a thinking block", "with thinking enabled, a final "
+         "assistant message (a prefill) starts with a thinking or redacted_thinking block"),
+    Rule("thinking", "forces tool use", "thinking enabled goes with a tool_choice of auto "
+         "or none (not any or tool), as Anthropic's rule"),
     Rule("output_config.effort", "is not supported",
          "there is no effort control: only null is accepted"),
     *_renamed(tuple(r for r in (*MESSAGES, *TOOLS) if r.words != "content part"),

@@ -46,7 +46,8 @@ async def messages(body: MessagesRequest, request: Request, state: ReadyStateDep
         raise in_messages(exc) from exc
     msg_id = run.sub.id.replace("-", "_", 1)
     reader = run.readers[0]
-    enc = MessageStream(msg_id, run.model, reader, len(run.prompt), state.signer)
+    omit = getattr(body.thinking, "display", None) == "omitted"
+    enc = MessageStream(msg_id, run.model, reader, len(run.prompt), state.signer, omit)
     if not body.stream:
         try:
             choice = (await run.collect(request))[0]

@@ -14,14 +14,16 @@ ChatCompletionRequest it means, and a finished choice becomes Anthropic's messag
   checked first, service/translate/signature.py);
 - ``tool_choice`` auto / any / tool / none is auto / required / a named function / none,
   ``disable_parallel_tool_use`` is ``parallel_tool_calls: false``;
-- ``thinking: {type: enabled}`` needs a model with a reasoning parser (a 400 otherwise);
+- ``thinking: {type: enabled}`` needs a model with a reasoning parser (a 400 otherwise)
+  and a tool_choice that does not force tool use (``any`` or ``tool``: a 400, as Anthropic);
   ``budget_tokens`` must be below ``max_tokens`` and is enforced in the sampler (chat's
   ``thinking_token_budget``, service/tool_calls/thinking.py): a 400 naming it where the
   model's reasoning markers are not single tokens. ``{type: disabled}`` is a budget of 0
-  on a model that reasons (a section it opens is closed at once); left out, the model
-  reasons as it does by default;
+  on a model that reasons (a section it opens is closed at once); left out, or
+  ``{type: adaptive}``, the model reasons as it does by default;
 - a final assistant message with text is a prefill: the answer continues it (chat's
-  ``continue_final_message``) and holds only what follows;
+  ``continue_final_message``) and holds only what follows; with thinking enabled it must
+  start with a thinking block (a 400 otherwise, as Anthropic);
 - ``output_config.format`` (structured outputs, a JSON schema) is chat's ``json_schema``
   response format (grammar-constrained); ``output_config.effort`` other than null is a 400.
 """
@@ -41,10 +43,13 @@ from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.select import ParserChoice
 from service.tool_calls.thinking import thinking_budget
 from service.translate.schemas import (
+    AnthropicMessage,
     CountTokensRequest,
     ImageBlock,
     MessagesRequest,
+    RedactedThinkingBlock,
     TextBlock,
+    ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
 )
@@ -147,13 +152,20 @@ def _tool_fields(body: CountTokensRequest | MessagesRequest) -> dict[str, Any]:
 def _thinking(body: CountTokensRequest | MessagesRequest, parsers: ParserChoice, tok: Any
               ) -> int | None:
     """The chat request's thinking_token_budget: budget_tokens when enabled, 0 when
-    disabled on a model that reasons; a 400 naming the field where it cannot be enforced."""
+    disabled on a model that reasons; a 400 naming the field where it cannot be enforced,
+    or where tool_choice forces tool use."""
     t, parser = body.thinking, parsers.reasoning_parser
-    if t is None or (t.type == "disabled" and parser is None):
-        return None
+    if t is None or t.type == "adaptive" or (t.type == "disabled" and parser is None):
+        return None  # adaptive: the model reasons as it does, if it can
+    forced = body.tool_choice.type if body.tool_choice else None
+    if t.type == "enabled" and forced in ("any", "tool"):  # Anthropic's rule
+        raise APIError(400, "thinking: thinking may not be enabled when tool_choice forces "
+                       f"tool use (tool_choice.type {forced!r}): send tool_choice auto or "
+                       "none, or thinking disabled", "thinking")
     if t.type == "disabled":
         thinking_budget(tok, parser, 0, "thinking")
         return 0
+    _check_prefill(body.messages)
     if parser is None:
         raise APIError(400, "thinking: this model has no reasoning format the server can "
                        "read (start it with --reasoning-parser)", "thinking")
@@ -163,6 +175,23 @@ def _thinking(body: CountTokensRequest | MessagesRequest, parsers: ParserChoice,
                        "thinking.budget_tokens")
     thinking_budget(tok, parser, t.budget_tokens, "thinking.budget_tokens")
     return t.budget_tokens
+
+
+def _check_prefill(messages: list[AnthropicMessage]) -> None:
+    """With thinking enabled, a final assistant message (a prefill) starts with a thinking
+    or redacted_thinking block, as Anthropic's rule: after a text prefill the answer is
+    past its reasoning, so the thinking asked for could not be given."""
+    i, last = len(messages) - 1, messages[-1]
+    if last.role != "assistant":
+        return
+    first = last.content if isinstance(last.content, str) else last.content[0]
+    if isinstance(first, ThinkingBlock | RedactedThinkingBlock):
+        return
+    field = f"messages.{i}.content" + ("" if isinstance(first, str) else ".0.type")
+    found = "a string" if isinstance(first, str) else first.type
+    raise APIError(400, f"{field}: expected thinking or redacted_thinking, found {found}: "
+                   "with thinking enabled, a final assistant message (a prefill) must start "
+                   "with a thinking block; send thinking disabled to continue it", field)
 
 
 def _output(body: MessagesRequest) -> dict[str, Any]:

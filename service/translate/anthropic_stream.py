@@ -1,6 +1,7 @@
 """One message's stream in Anthropic's events: ``message_start``, then per content block
 ``content_block_start``, its deltas (``thinking_delta``, ``text_delta``,
-``input_json_delta``; a thinking block's ``signature_delta`` right before its stop) and
+``input_json_delta``; a thinking block's ``signature_delta`` right before its stop; with
+thinking.display "omitted" a thinking block has no text, only the signature of "") and
 ``content_block_stop``, then ``message_delta`` (stop_reason, usage) and ``message_stop``.
 Blocks open in the order the output writes them: a change of kind (thinking, text, a new
 tool call) closes the open block and opens the next. The encoder keeps the blocks its
@@ -26,9 +27,11 @@ PING: list[Event] = [("ping", {"type": "ping"})]
 
 class MessageStream:
     def __init__(self, msg_id: str, model: str, reader: ChoiceReader,
-                 prompt_tokens: int, signer: ThinkingSigner) -> None:
+                 prompt_tokens: int, signer: ThinkingSigner, omit_thinking: bool = False
+                 ) -> None:
         self.msg_id, self.model, self.reader = msg_id, model, reader
         self.prompt_tokens, self.signer = prompt_tokens, signer
+        self.omit_thinking = omit_thinking  # thinking.display "omitted": blocks without text
         self.thought = ""  # the open thinking block's text, for its signature
         self.index = -1
         self.open: tuple[str, int | None] | None = None  # (kind, call index)
@@ -86,8 +89,9 @@ class MessageStream:
             if isinstance(e, Reasoning):
                 events += self._block("thinking", None, {"type": "thinking", "thinking": "",
                                                          "signature": ""})
-                events.append(self._delta({"type": "thinking_delta", "thinking": e.text}))
-                self.thought += e.text
+                if not self.omit_thinking:
+                    events.append(self._delta({"type": "thinking_delta", "thinking": e.text}))
+                    self.thought += e.text
             elif isinstance(e, Content):
                 events += self._block("text", None, {"type": "text", "text": ""})
                 events.append(self._delta({"type": "text_delta", "text": e.text}))

@@ -123,8 +123,18 @@ class AnthropicToolChoice(_Body):
 
 
 class ThinkingEnabled(_Body):
+    """``budget_tokens``: from 1 (Anthropic asks for 1024 or more; small models reason
+    briefly), below max_tokens (service/translate/anthropic.py)."""
     type: Literal["enabled"]
     budget_tokens: int = Field(ge=1)
+    # "omitted": thinking blocks come without their text, signed (anthropic_stream.py)
+    display: Literal["summarized", "omitted"] | None = None
+
+
+class ThinkingAdaptive(_Body):
+    """The model decides whether and how much to think: no budget."""
+    type: Literal["adaptive"]
+    display: Literal["summarized", "omitted"] | None = None
 
 
 class ThinkingDisabled(_Body):
@@ -137,7 +147,7 @@ class _AnthropicBody(_Body):
     messages: list[AnthropicMessage] = Field(min_length=1)
     tools: list[AnthropicTool] | None = None
     tool_choice: AnthropicToolChoice | None = None
-    thinking: Annotated[ThinkingEnabled | ThinkingDisabled,
+    thinking: Annotated[ThinkingEnabled | ThinkingAdaptive | ThinkingDisabled,
                         Field(discriminator="type")] | None = None
 
 

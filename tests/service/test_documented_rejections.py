@@ -71,6 +71,13 @@ REFUSED = [
      "messages.0.content.0.tool_use_id"),
     ("/v1/messages", {"messages": [{"role": "user", "content": "3"}], "max_tokens": 64},
      "max_tokens"),
+    ("/v1/messages", {"messages": [{"role": "user", "content": "3"}], "max_tokens": 20,
+                      "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+                      "tool_choice": {"type": "any"},
+                      "thinking": {"type": "enabled", "budget_tokens": 10}}, "thinking"),
+    ("/v1/messages/count_tokens", {"messages": [
+        {"role": "user", "content": "3"}, {"role": "assistant", "content": "4"}],
+        "thinking": {"type": "enabled", "budget_tokens": 10}}, "messages.1.content"),
     ("/v1/completions", {"prompt": "3", "truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
     ("/v1/responses", {"input": "3", "conversation": "conv_nope"}, "conversation"),
     ("/v1/conversations", {"items": [{"type": "function_call_output", "call_id": "c9",

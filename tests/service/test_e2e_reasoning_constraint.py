@@ -1,11 +1,11 @@
 """Reasoning before a constraint, end to end with the official SDKs on a tiny random v13
 tekken checkpoint (its reasoning parser reads [THINK] ... [/THINK]): the answer may open
 with a reasoning section, which a budget caps, and what follows is constrained (a JSON
-schema, a forced call); a budget of 0 constrains from the first token.
+schema, a forced call); a budget of 0 constrains from the first token. (The Messages
+API refuses thinking with a forced tool use, as Anthropic does.)
 
 The chat requests bias [THINK] so the random model opens the section; the grammar allows
-it only first, so the bias changes nothing after. The Messages API has no logit bias: its
-test relies on this checkpoint opening the section unbiased, and asserts that it does."""
+it only first, so the bias changes nothing after."""
 
 from __future__ import annotations
 
@@ -118,18 +118,22 @@ def test_a_budget_of_zero_constrains_from_the_first_token(served, think_bias):
     jsonschema.validate(json.loads(c.message.content), CITY)
 
 
-def test_messages_thinking_then_a_forced_tool_use(served):
+def test_messages_thinking_with_a_forced_tool_use_is_a_400(served):
+    """Anthropic's rule (thinking may not be enabled when tool_choice forces tool use);
+    with thinking disabled the forced call is made."""
     _, sdk, name = served
     tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
               "input_schema": t["function"]["parameters"]} for t in TOOLS]
-    m = sdk.messages.create(model=name, max_tokens=60, messages=ASK, tools=tools,
-                            tool_choice={"type": "any", "disable_parallel_tool_use": True},
-                            thinking={"type": "enabled", "budget_tokens": 4},
-                            extra_body={"temperature": 0})
-    assert [b.type for b in m.content] == ["thinking", "tool_use"], m
-    assert m.content[0].thinking and m.stop_reason == "tool_use"
-    schema = {t["name"]: t["input_schema"] for t in tools}[m.content[1].name]
-    jsonschema.validate(m.content[1].input, schema)
+    kw = {"model": name, "max_tokens": 60, "messages": ASK, "tools": tools,
+          "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
+          "extra_body": {"temperature": 0}}
+    with pytest.raises(anthropic.BadRequestError) as err:
+        sdk.messages.create(**kw, thinking={"type": "enabled", "budget_tokens": 4})
+    assert "forces tool use" in err.value.body["error"]["message"]
+    m = sdk.messages.create(**kw, thinking={"type": "disabled"})
+    assert [b.type for b in m.content] == ["tool_use"] and m.stop_reason == "tool_use", m
+    schema = {t["name"]: t["input_schema"] for t in tools}[m.content[0].name]
+    jsonschema.validate(m.content[0].input, schema)
 
 
 @pytest.mark.parametrize("constraint", [{"choice": ["yes", "no"]}, {"regex": "[0-9]{3}"}])

@@ -369,3 +369,80 @@ def test_tool_fields_served_as_they_are_sent(client):
             "cache_control": {"type": "ephemeral"}}
     r = client.post("/v1/messages", json=ask(0, tools=[noop]))
     assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "tool", "name": "get_time"}])
+def test_thinking_with_a_forced_tool_choice_is_a_400(client, choice):
+    """Anthropic's rule: thinking may not be enabled when tool_choice forces tool use; a
+    forced choice goes with thinking disabled (or left out), and auto with thinking."""
+    sdk = anthropic.Anthropic(base_url="http://testserver", api_key="k", http_client=client,
+                              max_retries=0)
+    kw = {"model": "scripted-model", "max_tokens": 100, "tools": TOOLS,
+          "messages": [{"role": "user", "content": "<script7>"}]}
+    enabled = {"type": "enabled", "budget_tokens": 50}
+    with pytest.raises(anthropic.BadRequestError) as err:
+        sdk.messages.create(**kw, tool_choice=choice, thinking=enabled)
+    message = err.value.body["error"]["message"]
+    assert message.startswith("thinking: ") and "tool_choice" in message, message
+    assert choice["type"] in message
+    with pytest.raises(anthropic.BadRequestError):
+        sdk.messages.count_tokens(model="scripted-model", messages=kw["messages"],
+                                  tools=TOOLS, tool_choice=choice, thinking=enabled)
+    for thinking in ({"type": "disabled"}, None):
+        m = sdk.messages.create(**kw, tool_choice=choice,
+                                **({"thinking": thinking} if thinking else {}))
+        assert m.content[-1].type == "tool_use" and m.stop_reason == "tool_use"
+    m = sdk.messages.create(**kw, tool_choice={"type": "auto"}, thinking=enabled)
+    assert [b.type for b in m.content] == ["thinking", "tool_use"]
+
+
+def test_thinking_with_a_prefill_needs_the_prefill_to_start_with_thinking(client):
+    """Anthropic's rule: with thinking enabled a final assistant message starts with a
+    thinking block (the answer cannot reason after a text prefill); with one first, or
+    thinking disabled, the prefill is continued."""
+    sdk = anthropic.Anthropic(base_url="http://testserver", api_key="k", http_client=client,
+                              max_retries=0)
+    enabled = {"type": "enabled", "budget_tokens": 10}
+    ask_ = {"role": "user", "content": "<script5>"}  # "Hello world"
+    for prefill, field in (("Hello", "messages.1.content"),
+                           ([{"type": "text", "text": "Hello"}], "messages.1.content.0.type")):
+        kw = {"model": "scripted-model", "max_tokens": 100,
+              "messages": [ask_, {"role": "assistant", "content": prefill}]}
+        with pytest.raises(anthropic.BadRequestError) as err:
+            sdk.messages.create(**kw, thinking=enabled)
+        message = err.value.body["error"]["message"]
+        assert message.startswith(f"{field}: ") and "thinking block" in message, message
+        with pytest.raises(anthropic.BadRequestError):
+            sdk.messages.count_tokens(model="scripted-model", messages=kw["messages"],
+                                      thinking=enabled)
+        m = sdk.messages.create(**kw, thinking={"type": "disabled"})
+        assert [(b.type, b.text) for b in m.content] == [("text", " world")]
+    thought = [{"type": "thinking", "thinking": "hm", "signature": ""},
+               {"type": "text", "text": "Hello"}]
+    for first in (thought, [{"type": "redacted_thinking", "data": "x"}, thought[1]]):
+        m = sdk.messages.create(model="scripted-model", max_tokens=100, thinking=enabled,
+                                messages=[ask_, {"role": "assistant", "content": first}])
+        assert [(b.type, b.text) for b in m.content] == [("text", " world")]
+
+
+def test_adaptive_thinking_lets_the_model_reason_as_it_does(client):
+    """thinking {type: adaptive} (the model decides whether and how much to think), as
+    the anthropic SDK sends it: no budget; on a model that cannot reason, no thinking."""
+    sdk = anthropic.Anthropic(base_url="http://testserver", api_key="k", http_client=client,
+                              max_retries=0)
+    kw = {"model": "scripted-model", "max_tokens": 100,
+          "messages": [{"role": "user", "content": "<script1>"}]}
+    m = sdk.messages.create(**kw, thinking={"type": "adaptive"})
+    assert [(b.type, getattr(b, "thinking", None)) for b in m.content] == [
+        ("thinking", "Paris is in France"), ("text", None)]
+    m = sdk.messages.create(**kw, thinking={"type": "adaptive", "display": "omitted"})
+    assert m.content[0].thinking == "" and m.content[0].signature
+    n = sdk.messages.count_tokens(model="scripted-model", messages=kw["messages"],
+                                  thinking={"type": "adaptive"})
+    assert n.input_tokens == 2
+    with make_client(reasoning_parser="none") as c:
+        sdk = anthropic.Anthropic(base_url="http://testserver", api_key="k", http_client=c,
+                                  max_retries=0)
+        kw["messages"] = [{"role": "user", "content": "<script5>"}]
+        m = sdk.messages.create(**kw, thinking={"type": "adaptive"})
+        assert [(b.type, b.text) for b in m.content] == [("text", "Hello world")]

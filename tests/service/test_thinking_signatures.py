@@ -106,3 +106,28 @@ def test_any_json_string_is_checked_without_failing(client):
         r = client.post("/v1/messages", content=json.dumps(body),  # \ud800 escaped as JSON has it
                         headers={"content-type": "application/json"})
         assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_display_omitted_returns_signed_empty_thinking_blocks(client):
+    """thinking.display "omitted": the thinking block comes without its text (no
+    thinking_delta in a stream) but with a signature, and goes back into the history."""
+    sdk = _sdk(client)
+    shown = sdk.messages.create(model=MODEL, max_tokens=100, messages=THINKING)
+    kw = {"model": MODEL, "max_tokens": 100, "messages": THINKING,
+          "thinking": {"type": "enabled", "budget_tokens": 50, "display": "omitted"}}
+    m = sdk.messages.create(**kw)
+    assert [b.type for b in m.content] == ["thinking", "text"]
+    assert m.content[0].thinking == "" and m.content[0].signature
+    assert m.content[1].text == shown.content[1].text
+    assert m.usage.output_tokens == shown.usage.output_tokens  # the thinking was generated
+    with sdk.messages.stream(**kw) as s:
+        deltas = [e.delta.type for e in s if e.type == "content_block_delta"]
+        final = s.get_final_message()
+    assert "thinking_delta" not in deltas and "signature_delta" in deltas
+    assert final.model_dump() == {**m.model_dump(), "id": final.id}
+    again = sdk.messages.create(model=MODEL, max_tokens=100, messages=_next_turn(
+        [b.model_dump() for b in m.content]))
+    assert again.content[0].text.startswith("Hello world")
+    summarized = {**kw["thinking"], "display": "summarized"}
+    m = sdk.messages.create(**{**kw, "thinking": summarized})
+    assert m.content[0].thinking == shown.content[0].thinking
