@@ -184,6 +184,15 @@ def test_compose_wires_prometheus_and_grafana_to_the_files():
     assert (mounts[provider["options"]["path"]] / Path(home).name).is_file()
 
 
+def test_compose_publishes_on_localhost_unless_told():
+    """The API without a key and Grafana's anonymous viewer stay on the host, as `serve`
+    binds 127.0.0.1 by default; PUBLISH_ADDR opens them."""
+    published = [p for svc in COMPOSE["services"].values() for p in svc.get("ports", [])]
+    assert len(published) == 3
+    for port in published:
+        assert re.fullmatch(r"\$\{PUBLISH_ADDR:-127\.0\.0\.1\}:(\d+):\1", port), port
+
+
 def test_compose_stop_grace_covers_the_drain_timeout():
     fp8 = COMPOSE["services"]["fp8serve"]
     drain = re.fullmatch(r"\$\{FP8SERVE_DRAIN_TIMEOUT:-(\d+)\}",
