@@ -260,6 +260,13 @@ class Settings(BaseSettings):
                              "surrounding spaces")
         return v
 
+    @field_validator("thinking_signature_key", mode="before")
+    @classmethod
+    def _empty_key_is_none(cls, v: object) -> object:
+        """An empty value (compose's ``${FP8SERVE_THINKING_SIGNATURE_KEY:-}`` when the shell
+        sets none) is no key: a random one per process, as without the variable."""
+        return None if v == "" else v
+
     @field_validator("thinking_signature_key")
     @classmethod
     def _key_long_enough(cls, v: SecretStr | None) -> SecretStr | None:

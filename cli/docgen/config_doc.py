@@ -144,7 +144,7 @@ def env_only_rows() -> list[tuple[str, ...]]:
 _COMMENTS = {
     "thinking_signature_key": "HMAC key (16+ characters) of the signatures on Anthropic "
     "`thinking` blocks; set it so signatures stay valid across restarts and replicas "
-    "(unset: a random key per process, so a restarted server answers 400 to the thinking "
+    "(unset or empty: a random key per process, so a restarted server answers 400 to the thinking "
     "blocks of earlier answers). No flag: a flag's value shows in the process list",
 }
 

@@ -131,3 +131,14 @@ def test_display_omitted_returns_signed_empty_thinking_blocks(client):
     summarized = {**kw["thinking"], "display": "summarized"}
     m = sdk.messages.create(**{**kw, "thinking": summarized})
     assert m.content[0].thinking == shown.content[0].thinking
+
+
+def test_an_empty_key_from_the_environment_is_no_key(monkeypatch):
+    """compose passes ${FP8SERVE_THINKING_SIGNATURE_KEY:-}: empty when the shell sets none,
+    which starts with a random key as without the variable."""
+    from service.settings import Settings
+
+    monkeypatch.setenv("FP8SERVE_THINKING_SIGNATURE_KEY", "")
+    assert Settings().thinking_signature_key is None
+    monkeypatch.setenv("FP8SERVE_THINKING_SIGNATURE_KEY", "a-key-of-sixteen-chars")
+    assert Settings().thinking_signature_key.get_secret_value() == "a-key-of-sixteen-chars"
