@@ -9,7 +9,8 @@ BIN := $(VENV)/bin
 MODEL ?=
 HOST ?= 127.0.0.1
 PORT ?= 8000
-IMAGE ?= fp8serve:latest
+# the image tag: the package version (pyproject.toml), which the Kubernetes base names
+IMAGE ?= fp8serve:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 # pytest-xdist workers for `make test`: the suite uses about one core when run serially
 TEST_WORKERS ?= 2
 

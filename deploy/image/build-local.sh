@@ -7,7 +7,7 @@
 #   deploy/image/build-local.sh [extra podman build args...]
 #
 # Environment (all optional):
-#   IMAGE            tag to build                    (fp8serve:latest)
+#   IMAGE            tag to build                    (fp8serve:<package version>)
 #   BASE_IMAGE       local base image                (localhost/fp8serve-base:bookworm)
 #   CONTEXT          build context directory         (the repository root)
 #   FIND_LINKS       pip find-links, space-separated (pip config global.find-links)
@@ -20,7 +20,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-IMAGE=${IMAGE:-fp8serve:latest}
+IMAGE=${IMAGE:-fp8serve:$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/pyproject.toml")}
 BASE_IMAGE=${BASE_IMAGE:-localhost/fp8serve-base:bookworm}
 CONTEXT=${CONTEXT:-$ROOT}
 PIP=(python3 -m pip)

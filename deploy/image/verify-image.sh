@@ -13,14 +13,14 @@
 #      the HEALTHCHECK command exits 0. This runs the image's files on the host kernel,
 #      in the host's network namespace; it is not a container run.
 #
-#   deploy/image/verify-image.sh [IMAGE]      (default fp8serve:latest; needs root)
+#   deploy/image/verify-image.sh [IMAGE]      (default fp8serve:<package version>; needs root)
 #
 # ISA=avx2 (or scalar, avx512, amx) runs the server with FP8SERVE_ISA=$ISA: the extension
 # dispatches at that level and the kernel tables choose as on such a host, so one
 # AVX-512 machine checks the image's AVX2 path too (EXPECT_KERNEL=avx2_w8a16).
 set -euo pipefail
 
-IMAGE=${1:-fp8serve:latest}
+IMAGE=${1:-fp8serve:$(sed -n 's/^version = "\(.*\)"/\1/p' "$(dirname "$0")/../../pyproject.toml")}
 SMOKE=${SMOKE:-1}
 ISA=${ISA:-}
 EXPECT_KERNEL=${EXPECT_KERNEL:-}

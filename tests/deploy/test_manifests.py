@@ -7,6 +7,7 @@ test_monitoring.py.)"""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,17 @@ def test_a_disruption_budget_evicts_one_replica_at_a_time():
         assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items(), overlay.name
         assert pdb["spec"].get("maxUnavailable") == 1, overlay.name
         assert "minAvailable" not in pdb["spec"], overlay.name
+
+
+def test_the_deployment_names_the_tag_make_image_builds(container):
+    """Never `latest`: under IfNotPresent a node keeps whichever `latest` it pulled first.
+    The base names the package version, the tag `make image` and the image scripts give."""
+    version = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(),
+                        re.M).group(1)
+    assert container["image"] == f"fp8serve:{version}"
+    made = subprocess.run(["make", "-s", "-n", "image"], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout
+    assert f"-t fp8serve:{version} " in made
+    for script in ("build-local.sh", "verify-image.sh"):
+        text = (DEPLOY / "image" / script).read_text()
+        assert "fp8serve:latest" not in text and "pyproject.toml" in text, script
