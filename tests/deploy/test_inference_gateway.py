@@ -125,3 +125,11 @@ def test_prefix_scorer_hashes_in_kv_blocks_up_to_the_model_length(objs, base):
     assert prefix["autoTune"] is False and prefix["blockSizeTokens"] == block
     max_len = int(base[("ConfigMap", "fp8serve-config")]["data"]["FP8SERVE_MAX_MODEL_LEN"])
     assert prefix["maxPrefixBlocksToMatch"] * block == max_len
+
+
+def test_epp_stays_as_long_as_the_pool_pods_drain(objs, base):
+    """The picker routes until the last fp8serve pod of a rollout has drained."""
+    def grace(objects: dict, name: str) -> int:
+        return objects[("Deployment", name)]["spec"]["template"]["spec"][
+            "terminationGracePeriodSeconds"]
+    assert grace(objs, "fp8serve-epp") == grace(base, "fp8serve")
