@@ -33,7 +33,9 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
     ("--port", int, "port (default 8000; 0 = any free port)"),
     ("--max-num-seqs", int, "sequences decoded together (default 16)"),
     ("--max-model-len", human_int, "prompt + output tokens per request (default 4096; "
-                                   "32k = 32000, 32K = 32768)"),
+                                   "32k = 32000, 32K = 32768); above the checkpoint's "
+                                   "max_position_embeddings the server starts with a warning "
+                                   "(vLLM refuses unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"),
     ("--max-num-batched-tokens", human_int, "tokens per engine step, prefill chunks (512)"),
     ("--max-prefill-tokens-with-decodes", int,
      "prefill tokens in a step that also decodes (default 0: the rest of the step "

@@ -234,3 +234,20 @@ def test_a_sliding_window_the_context_can_pass_is_refused(weights) -> None:
         make_runner(windowed, kv_cache_gib=0.001, max_model_len=64)
     assert make_runner(windowed, kv_cache_gib=0.001, max_model_len=8).engine_config \
         .max_model_len == 8
+
+
+def test_a_max_model_len_past_max_position_embeddings_starts_with_a_warning(
+        weights, caplog) -> None:
+    """As --max-model-len's help says: not refused (vLLM refuses unless
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN=1), but logged naming both limits; the rotary tables then
+    cover every position up to max_model_len."""
+    import logging
+    from dataclasses import replace
+
+    short = replace(weights, config=replace(weights.config, max_position_embeddings=16))
+    with caplog.at_level(logging.WARNING, logger="engine.runner"):
+        runner = make_runner(short, kv_cache_gib=0.001, max_model_len=24)
+    assert any("max_model_len 24 exceeds the model's max_position_embeddings 16" in
+               r.getMessage() for r in caplog.records)
+    assert runner.model.rope.max_positions == 24
+    assert generate_greedy(runner, _tokens(20, 3), 3)  # positions 16..22 run
