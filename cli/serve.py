@@ -32,7 +32,8 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
     ("--host", str, "bind address (default 127.0.0.1)"),
     ("--port", int, "port (default 8000; 0 = any free port)"),
     ("--max-num-seqs", int, "sequences decoded together (default 16)"),
-    ("--max-model-len", human_int, "prompt + output tokens per request (default 4096; "
+    ("--max-model-len", human_int, "prompt + output tokens per request (default 4096, or the "
+                                   "checkpoint's max_position_embeddings where smaller; "
                                    "32k = 32000, 32K = 32768); above the checkpoint's "
                                    "max_position_embeddings the server starts with a warning "
                                    "(vLLM refuses unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"),
@@ -274,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
         if settings.model is not None and not settings.model.is_dir():
             raise CliError(f"--model {settings.model}: not a directory")
         check_bind(settings.host, settings.port)
+        settings = _fit_max_model_len(settings)
         backend = _load_backend(settings)
     app = create_app(settings, load_backend=lambda _settings: backend)
     server = DrainingServer(uvicorn_config(app, settings), app.state.serving,
@@ -321,6 +323,25 @@ def exit_on_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _fit_max_model_len(settings: Any) -> Any:
+    """``settings`` with max_model_len lowered to the checkpoint's max_position_embeddings
+    when neither --max-model-len nor FP8SERVE_MAX_MODEL_LEN gave it and the default (4096)
+    is above that (vLLM's default is the model's own limit); else as they are."""
+    from engine.checkpoint.errors import CheckpointError
+    from engine.config import ConfigError
+    from service.backend import default_max_model_len
+
+    try:
+        fitted = default_max_model_len(settings)
+    except (CheckpointError, ConfigError, OSError, ValueError) as exc:  # as _load_backend
+        raise CliError(str(exc) or type(exc).__name__) from None
+    if fitted == settings.max_model_len:
+        return settings
+    log.info("max_model_len %d: the checkpoint's max_position_embeddings, below the default "
+             "%d (--max-model-len sets it)", fitted, settings.max_model_len)
+    return settings.model_copy(update={"max_model_len": fitted})
 
 
 def _load_backend(settings: Any) -> Any:

@@ -94,6 +94,18 @@ def check_quantization(settings: Settings, model_dir: Path) -> None:
                               "serve an FP8 checkpoint, or leave the flag out")
 
 
+def default_max_model_len(settings: Settings) -> int:
+    """settings.max_model_len, or the checkpoint's max_position_embeddings when that is
+    smaller and the value is the default (no flag, no environment variable). The demo
+    model (settings.model None) holds 8192 positions, above the default."""
+    if "max_model_len" in settings.model_fields_set or settings.model is None:
+        return settings.max_model_len
+    from engine.loader import read_model_config
+
+    limit = read_model_config(settings.model, settings.checkpoint_layout).max_position_embeddings
+    return min(settings.max_model_len, limit)
+
+
 def load_backend(settings: Settings) -> ModelBackend:
     """Load the checkpoint named by ``settings`` (the demo model when None)."""
     from engine.runner import load_runner

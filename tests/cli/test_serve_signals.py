@@ -21,6 +21,7 @@ def test_sigterm_during_the_load_exits(monkeypatch, tmp_path) -> None:
         raise CliError("stop here")
 
     monkeypatch.setattr(cli.serve, "_load_backend", load)
+    monkeypatch.setattr(cli.serve, "_fit_max_model_len", lambda settings: settings)
     before = signal.getsignal(signal.SIGTERM)
     assert main(["serve", "--model", str(tmp_path), "--threads", "1", "--host",
                  "127.0.0.1", "--port", "0"]) == 1
