@@ -161,6 +161,10 @@ class Engine:
         if state != "ready" and not (state == "draining" and drain_ok):
             raise EngineUnavailableError(f"engine is {state}", state)
         max_tokens = self.output_budget(len(prompt_ids), params.max_tokens)
+        if params.min_tokens > max_tokens:  # no max_tokens: what max_model_len leaves
+            raise InvalidRequestError(f"min_tokens: {params.min_tokens} exceeds max_tokens "
+                                      f"{max_tokens} (the room the prompt of "
+                                      f"{len(prompt_ids)} tokens leaves)", "min_tokens")
         now = self.clock()
         req = Request(request_id, tuple(prompt_ids), params, arrival_time=now,
                       deadline=None if timeout is None else now + timeout,
