@@ -49,7 +49,8 @@ def make_params(state: ServingState, body: Any, logprobs: int | None,
                        "leave no token", "allowed_token_ids")
     try:
         params = SamplingParams(max_tokens=body.output_limit(defaults.max_tokens),
-                                seed=body.seed, logprobs=logprobs,
+                                seed=None if body.seed == -1 else body.seed,  # vLLM's
+                                logprobs=logprobs,
                                 prompt_logprobs=prompt_logprobs, grammar=grammar,
                                 thinking=thinking,
                                 bad_words_ids=bad_words_ids(state, body.bad_words),
