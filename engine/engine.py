@@ -160,7 +160,13 @@ class Engine:
         state = self.stats().state
         if state != "ready" and not (state == "draining" and drain_ok):
             raise EngineUnavailableError(f"engine is {state}", state)
-        max_tokens = self.output_budget(len(prompt_ids), params.max_tokens)
+        max_tokens = self.output_budget(len(prompt_ids), params.max_tokens,
+                                        default=params.default_max_tokens)
+        if params.min_tokens > max_tokens:  # no max_tokens: what max_model_len leaves
+            raise InvalidRequestError(f"min_tokens: {params.min_tokens} exceeds max_tokens "
+                                      f"{max_tokens} (none sent: the model's default or the "
+                                      f"room the prompt of {len(prompt_ids)} tokens leaves)",
+                                      "min_tokens")
         now = self.clock()
         req = Request(request_id, tuple(prompt_ids), params, arrival_time=now,
                       deadline=None if timeout is None else now + timeout,
@@ -174,13 +180,16 @@ class Engine:
                 raise InvalidRequestError(str(exc), "messages") from exc
         return self.steps.make_live(req, sink, max_tokens)
 
-    def output_budget(self, num_prompt: int, asked: int | None, count: bool = False) -> int:
+    def output_budget(self, num_prompt: int, asked: int | None, count: bool = False,
+                      default: int | None = None) -> int:
         """The output budget of a request with a prompt of ``num_prompt`` tokens; raises
         InvalidRequestError naming the parameter. ``asked`` None means as many as
-        max_model_len and the KV cache allow. ``count``: a refusal counts as one (a caller
+        max_model_len and the KV cache allow, and at most ``default`` (the model's limit,
+        SamplingParams.default_max_tokens). ``count``: a refusal counts as one (a caller
         that checks before its own submissions: add counts its own)."""
         try:
-            return self._output_budget(num_prompt, asked)
+            budget = self._output_budget(num_prompt, asked)
+            return budget if asked is not None or default is None else min(budget, default)
         except InvalidRequestError as exc:
             if count:
                 self.observer.on_rejected(type(exc).__name__)

@@ -98,6 +98,10 @@ class SamplingParams:
     # sequence's last token is banned where the output ends with the rest of it
     allowed_token_ids: tuple[int, ...] | None = None
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    # the model's output limit (generation_config max_new_tokens) for a request that sent
+    # none (max_tokens None): the output stops there or where the room the prompt leaves
+    # ends, whichever comes first, as vLLM caps it (a max_tokens sent over the room: a 400)
+    default_max_tokens: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", _as_tuple(self.stop))
@@ -117,6 +121,9 @@ class SamplingParams:
         mt = self.max_tokens
         _check(mt is None or (isinstance(mt, int) and mt >= 1), "max_tokens",
                f"must be >= 1, got {mt}")
+        dm = self.default_max_tokens
+        _check(dm is None or (isinstance(dm, int) and dm >= 1), "default_max_tokens",
+               f"must be >= 1, got {dm}")
         _check(isinstance(self.min_tokens, int) and self.min_tokens >= 0, "min_tokens",
                f"must be >= 0, got {self.min_tokens}")
         _check(mt is None or self.min_tokens <= mt, "min_tokens",

@@ -69,6 +69,7 @@ class BeamRequest:
     shown: int | None
     skip_special_tokens: bool
     include_stop: bool = False  # an ending stop token id's text (include_stop_str_in_output)
+    default_max_tokens: int | None = None  # SamplingParams': the model's, when max_tokens None
 
     @property
     def stop_ids(self) -> frozenset[int]:
@@ -98,12 +99,13 @@ def check_beam_fields(body: Any, refused: str | None = None,
                        "or a cap on reasoning needs one sampled output)", refused)
 
 
-def beam_request(state: ServingState, body: Any, max_tokens: int | None,
+def beam_request(state: ServingState, body: Any, params: SamplingParams,
                  shown: int | None) -> BeamRequest:
+    """``params``: the request's (its output limits)."""
     eos = frozenset() if body.ignore_eos else frozenset(state.backend.tokenizer.eos_token_ids)
-    return BeamRequest(body.n, max_tokens, body.length_penalty, eos,
+    return BeamRequest(body.n, params.max_tokens, body.length_penalty, eos,
                        frozenset(body.stop_token_ids or ()), shown, body.skip_special_tokens,
-                       bool(body.include_stop_str_in_output))
+                       bool(body.include_stop_str_in_output), params.default_max_tokens)
 
 
 @dataclass
@@ -135,7 +137,8 @@ class BeamSubmission(Choices):
                                    "priority": priority}
         self.searches = []
         for prompt in prompts:
-            budget = state.engine.output_budget(len(prompt), beam.max_tokens, count=True)
+            budget = state.engine.output_budget(len(prompt), beam.max_tokens, count=True,
+                                                default=beam.default_max_tokens)
             search = BeamSearch(len(prompt), beam.width, budget, beam.stop_ids,
                                 beam.length_penalty)
             self.searches.append(_Search(prompt, search))

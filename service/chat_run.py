@@ -48,8 +48,11 @@ def make_params(state: ServingState, body: Any, logprobs: int | None,
                        "(structured outputs, response_format, tools): the two masks could "
                        "leave no token", "allowed_token_ids")
     try:
-        params = SamplingParams(max_tokens=body.output_limit(defaults.max_tokens),
-                                seed=body.seed, logprobs=logprobs,
+        limit, sent = body.output_limit(defaults.max_tokens), body.output_limit(None)
+        params = SamplingParams(max_tokens=sent if limit == sent else None,
+                                default_max_tokens=None if limit == sent else limit,
+                                seed=None if body.seed == -1 else body.seed,  # vLLM's
+                                logprobs=logprobs,
                                 prompt_logprobs=prompt_logprobs, grammar=grammar,
                                 thinking=thinking,
                                 bad_words_ids=bad_words_ids(state, body.bad_words),
@@ -205,7 +208,7 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
     try:
         if body.use_beam_search:
             sub: Choices = BeamSubmission(
-                state, prefix, [prompt], beam_request(state, body, params.max_tokens, logprobs),
+                state, prefix, [prompt], beam_request(state, body, params, logprobs),
                 body.cache_salt, images, body.priority)
         else:
             sub = submit(state, prefix, [prompt], params, body.n, body.cache_salt, images,

@@ -141,11 +141,12 @@ class _Sampling(_Body):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
     model: str | None = None
-    temperature: float = Field(1.0, ge=0)
+    temperature: float = Field(1.0, ge=0, le=2)  # OpenAI's range (vLLM's too)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(-1, ge=-1)
     min_p: float = Field(0.0, ge=0, le=1)
-    seed: int | None = None  # any integer, modulo 2**64 (engine/sampler.py make_generator)
+    # any integer, modulo 2**64 (engine/sampler.py make_generator); -1: none, as in vLLM
+    seed: int | None = None
     n: int = Field(1, ge=1, le=32)
     stop: StopStr | StopList | None = None
     stop_token_ids: list[TokenId] | None = None

@@ -197,7 +197,7 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
                                      max(wanted) if wanted else None, grammar)
     if body.use_beam_search:
         sub: Choices = BeamSubmission(
-            state, "cmpl", prompts, beam_request(state, body, params.max_tokens, body.logprobs),
+            state, "cmpl", prompts, beam_request(state, body, params, body.logprobs),
             body.cache_salt, priority=body.priority)
     else:
         sub = submit(state, "cmpl", prompts, params, best_of, body.cache_salt,

@@ -2,14 +2,18 @@
 
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
 
+from engine.checkpoint.generation import SamplingDefaults
 from engine.sampling_params import SamplingParams
 from service.app import create_app
+from service.chat_run import make_params
+from service.schemas import ChatCompletionRequest, CompletionRequest
 from service.settings import Settings
-from tests.engine.fake_runner import expected_tokens
+from tests.engine.fake_runner import VOCAB, expected_tokens
 from tests.service.fake_backend import MODEL, fake_loader
 
 
@@ -565,3 +569,15 @@ def test_a_keyless_request_is_refused_before_its_body_is_read():
         r = cl.post("/v1/completions", json={"prompt": "1", "max_tokens": 1},
                     headers={"Authorization": "Bearer k1"})
         assert r.status_code == 200
+
+
+def test_seed_minus_one_is_no_seed_as_in_vllm():
+    """vLLM reads seed -1 as "no seed" (clients send it for a random answer); any other
+    integer, negative ones included, seeds the request (and n's choices: seed + j)."""
+    state = SimpleNamespace(backend=SimpleNamespace(
+        sampling_defaults=SamplingDefaults(), tokenizer=SimpleNamespace(vocab_size=VOCAB)))
+    for body in (CompletionRequest(prompt="1"),
+                 ChatCompletionRequest(messages=[{"role": "user", "content": "1"}])):
+        def seed(value, body=body):
+            return make_params(state, body.model_copy(update={"seed": value}), None).seed
+        assert seed(-1) is None and seed(-2) == -2 and seed(0) == 0 and seed(None) is None

@@ -245,7 +245,8 @@ class _QueueFullEngine:
         self.refused = 0
         self.counted: list[bool] = []  # count_refusal of each request that went in
 
-    def output_budget(self, num_prompt: int, asked: int | None, count: bool = False) -> int:
+    def output_budget(self, num_prompt: int, asked: int | None, count: bool = False,
+                      default: int | None = None) -> int:
         return asked or 4
 
     def add_request(self, rid, prompt, params, sink, **kw) -> None:

@@ -55,6 +55,9 @@ REFUSED = [
     ("/detokenize", {"tokens": [1, VOCAB]}, "tokens"),
     ("/v1/completions", {"prompt": "3", "max_tokens": 64}, "max_tokens"),
     ("/v1/completions", {"prompt": "3", "min_tokens": 5, "max_tokens": 2}, "min_tokens"),
+    # no max_tokens: the limit is what max_model_len leaves (vLLM's 400 too)
+    ("/v1/chat/completions", {"messages": CALL, "min_tokens": 64}, "min_tokens"),
+    ("/v1/completions", {"prompt": "3", "max_tokens": None, "min_tokens": 64}, "min_tokens"),
     ("/v1/chat/completions", {"messages": STRAY}, "messages.1.tool_call_id"),
     ("/tokenize", {"messages": STRAY}, "messages.1.tool_call_id"),
     ("/v1/messages", {"messages": THOUGHT, "max_tokens": 2}, "messages.1.content.0.signature"),

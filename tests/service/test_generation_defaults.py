@@ -57,6 +57,30 @@ def test_served_requests_use_the_default_max_tokens() -> None:
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
 
 
+def test_a_default_max_tokens_over_the_room_left_is_a_cap_not_a_400() -> None:
+    """The model's max_new_tokens (a generation_config made for a longer context than the
+    server's --max-model-len) stops the output at the room the prompt leaves, as vLLM
+    caps it; a max_tokens the client sent over that room is still a 400."""
+    settings = Settings(max_model_len=64, max_num_seqs=4)
+    app = create_app(settings, load_backend=fake_loader(
+        sampling_defaults=SamplingDefaults(max_tokens=100)))
+    prompt = " ".join(["5"] * 58)
+    with TestClient(app) as c:
+        r = c.post("/v1/completions", json={"model": MODEL, "prompt": [5, 6],
+                                            "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 62
+        for extra in ({}, {"use_beam_search": True}):
+            r = c.post("/v1/chat/completions", json={
+                "model": MODEL, "messages": [{"role": "user", "content": prompt}],
+                "ignore_eos": True, **extra})
+            assert r.status_code == 200, r.text
+            assert r.json()["usage"]["completion_tokens"] == 64 - 59
+        r = c.post("/v1/completions", json={"model": MODEL, "prompt": [5, 6],
+                                            "max_tokens": 100})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
+
+
 @pytest.mark.parametrize("mode,want", [("auto", {"temperature": 0.3, "max_tokens": 9}),
                                        ("none", {})])
 def test_load_backend_reads_generation_config_unless_none(tiny_checkpoint, tmp_path,

@@ -101,6 +101,9 @@ CALL = [{"role": "user", "content": "1"}, {"role": "assistant", "content": None,
 # (body, accepted): the values on either side of each bound the engine enforces
 BOUNDS = [
     ({**P, "temperature": 0}, True), ({**P, "temperature": -0.01}, False),
+    # OpenAI's range, and vLLM's (its SamplingParams refuses more than 2)
+    ({**P, "temperature": 2}, True), ({**P, "temperature": 2.01}, False),
+    ({**M, "temperature": 2.01}, False),
     ({**P, "top_p": 1}, True), ({**P, "top_p": 0}, False), ({**P, "top_p": 1.01}, False),
     ({**P, "top_k": -1}, True), ({**P, "top_k": -2}, False), ({**P, "top_k": 2**70}, True),
     ({**P, "min_p": 1}, True), ({**P, "min_p": 1.01}, False), ({**P, "min_p": -0.1}, False),
