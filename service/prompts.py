@@ -84,7 +84,11 @@ def truncate_prompt(state: ServingState, ids: list[int], keep: int | None) -> li
     if keep == 0:
         raise APIError(400, "truncate_prompt_tokens: keep at least 1 token (or -1 for "
                        "max_model_len)", "truncate_prompt_tokens")
-    keep = state.settings.max_model_len if keep == -1 else keep
+    limit = state.settings.max_model_len
+    if keep > limit:
+        raise APIError(400, f"truncate_prompt_tokens: {keep} is greater than max_model_len "
+                       f"({limit}); keep at most that many, or -1", "truncate_prompt_tokens")
+    keep = limit if keep == -1 else keep
     return ids[-keep:]
 
 

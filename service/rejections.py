@@ -147,8 +147,10 @@ BEAM_CONSTRAINTS = tuple(Rule(p, "use_beam_search", "use_beam_search goes withou
 # more choices than the engine runs and queues (service/generation.py check_choices)
 CHOICES = tuple(Rule(p, "choices (prompts x", "the choices (n x prompts, or best_of) fit "
                      "--max-num-seqs + --max-queue") for p in ("n", "best_of"))
-TRUNCATE = Rule("truncate_prompt_tokens", "keep at least 1",
-                "truncate_prompt_tokens keeps 1 or more tokens, or -1 (max_model_len)")
+TRUNCATE = (Rule("truncate_prompt_tokens", "keep at least 1",
+                 "truncate_prompt_tokens keeps 1 or more tokens, or -1 (max_model_len)"),
+            Rule("truncate_prompt_tokens", "greater than max_model_len",
+                 "truncate_prompt_tokens keeps at most --max-model-len tokens (vLLM's rule)"))
 COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
                Rule("response_format", "as a grammar", "the format's schema must compile "
                     "to a grammar for the model's tokenizer (llguidance)"),
@@ -159,7 +161,7 @@ COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
                     "cache"),
                Rule("best_of", "less than n", "best_of is at least n"),
                Rule("best_of", "not with stream", "best_of above n needs stream false"),
-               TRUNCATE, *BEAM, *BEAM_CONSTRAINTS, *CHOICES,
+               *TRUNCATE, *BEAM, *BEAM_CONSTRAINTS, *CHOICES,
                Rule("echo", "use_beam_search", "echo with logprobs (the prompt's logprobs) "
                     "goes without use_beam_search"),
                Rule("prompt", "prompt is empty", "a text that encodes to no tokens needs a "
@@ -167,7 +169,7 @@ COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
 PREDICTION = (Rule("prediction", "longer than max_model_len",
                    "a prediction must not exceed max_model_len tokens"),)
 CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDICTION,
-        *STRUCTURED, *TEMPLATE, *CONTINUE, TRUNCATE, *BEAM, *BEAM_CONSTRAINTS, CHOICES[0],
+        *STRUCTURED, *TEMPLATE, *CONTINUE, *TRUNCATE, *BEAM, *BEAM_CONSTRAINTS, CHOICES[0],
         *(Rule(p, "use_beam_search", "use_beam_search goes without tools, a prediction or "
                "a cap on reasoning")
           for p in ("tools", "prediction", "thinking_token_budget", "reasoning_effort")),
