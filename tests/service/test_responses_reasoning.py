@@ -8,6 +8,7 @@ from __future__ import annotations
 import openai
 import pytest
 from openai.types.responses import ResponseReasoningItem
+from openai.types.responses.response_reasoning_item import Summary
 
 from tests.service.conformance import final_response
 from tests.service.test_chat_tools_api import make_client
@@ -78,3 +79,23 @@ def test_what_cannot_be_served_is_a_400_naming_it(client, reasoning, param):
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] == param, r.text
     assert err["message"].startswith(f"{param}: ")
+
+
+def test_a_reasoning_item_given_back_is_listed_with_its_summary_and_text(client):
+    """A reasoning item sent back in ``input`` (as the SDK sends an earlier output) is
+    listed by input_items with what it held: OpenAI's item has a ``summary`` list."""
+    sdk = _sdk(client)
+    first = sdk.responses.create(model="scripted-model", input="<script1>", temperature=0)
+    summary = [{"type": "summary_text", "text": "about Paris"}]
+    given = [{"role": "user", "content": "<script1>"}, *first.output,
+             {"type": "reasoning", "id": "rs_other", "summary": summary},
+             {"role": "user", "content": "<script5>"}]
+    second = sdk.responses.create(model="scripted-model", input=given, temperature=0)
+    listed = sdk.responses.input_items.list(second.id, order="asc").data
+    reasoning = [i for i in listed if i.type == "reasoning"]
+    assert [(i.summary, i.content) for i in reasoning] == [
+        (first.output[0].summary, first.output[0].content), (summary_of(summary), None)]
+
+
+def summary_of(parts: list[dict]) -> list:
+    return [Summary(**p) for p in parts]
