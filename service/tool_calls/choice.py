@@ -158,6 +158,11 @@ class ChoiceReader:
         return self._message.to_openai()
 
     @property
+    def in_reasoning(self) -> bool:
+        """Whether the output read so far ends inside a reasoning section (a cut one)."""
+        return self._parser is not None and self._parser.in_reasoning
+
+    @property
     def reasoning_tokens(self) -> int:
         return self._reasoning.total(self._message.reasoning_content)
 

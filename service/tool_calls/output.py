@@ -52,6 +52,11 @@ class OutputParser:
         self._gate = TextGate()
         self._vocab = vocab
 
+    @property
+    def in_reasoning(self) -> bool:
+        """Whether the output read so far ends inside a reasoning section."""
+        return self._reasoning is not None and self._reasoning.inside
+
     def feed(self, ids: Sequence[int], engine_text: str | None = None) -> DeltaMessage:
         """One engine step's new ids -> what to send now. ``engine_text``: the engine's new
         text for the same step, given when stop strings may cut the output (text_gate.py);

@@ -40,6 +40,11 @@ class MistralReasoningParser:
         self.structural = frozenset((self.begin, self.end))
         self._inside = starts_inside
 
+    @property
+    def inside(self) -> bool:
+        """Whether what was read so far ends inside a section."""
+        return self._inside
+
     def feed(self, pieces: Sequence[Piece]) -> list[Item]:
         out: list[Item] = []
         for p in pieces:
@@ -64,6 +69,12 @@ class ThinkTagReasoningParser:
         self._tags = TagSplitter("<think>", "</think>", inside=starts_inside)
         self.begin, self.end = (_special_tag(vocab, t) for t in REASONING_TAGS["think"])
         self.structural = frozenset(t for t in (self.begin, self.end) if t is not None)
+
+    @property
+    def inside(self) -> bool:
+        """Whether what was read so far ends inside a section (a close tag held back in
+        part has not closed it)."""
+        return self._tags.inside
 
     def feed(self, pieces: Sequence[Piece]) -> list[Item]:
         out: list[Item] = []

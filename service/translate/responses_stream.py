@@ -174,12 +174,19 @@ class ResponseStream:
             self.open = None
             self._item["status"] = "incomplete"
 
+    def _cut(self, finish: FinishReason | None) -> bool:
+        """Whether max_output_tokens cut the open item: not a reasoning section that was
+        closed right before the limit (that item is whole, and no answer began)."""
+        if finish is not FinishReason.LENGTH:
+            return False
+        return self.open is None or self.open[0] != "reasoning" or self.reader.in_reasoning
+
     def finish(self, finish: FinishReason | None) -> list[Event]:
         messages = [o for o in self.response["output"] if o["type"] == "message"]
         if self.pending and messages:  # before the done events, which carry the part
             messages[-1]["content"][0]["logprobs"] += self.pending
         self.pending = []
-        events = self._close("incomplete" if finish is FinishReason.LENGTH else "completed")
+        events = self._close("incomplete" if self._cut(finish) else "completed")
         r = self.response
         if finish is FinishReason.LENGTH:
             r["status"], r["incomplete_details"] = "incomplete", {"reason": "max_output_tokens"}

@@ -218,8 +218,22 @@ class FunctionCallOutputItem(_Body):
     output: str | list[InputText]
 
 
+class SummaryText(_Body):
+    type: Literal["summary_text"]
+    text: str
+
+
+class ReasoningText(_Body):
+    type: Literal["reasoning_text"]
+    text: str
+
+
 class ReasoningItem(_Body):
-    type: Literal["reasoning"]  # an earlier turn's reasoning: dropped from the prompt
+    """An earlier turn's reasoning: dropped from the prompt; kept as given (input_items
+    and a conversation's items list it with its summary and text)."""
+    type: Literal["reasoning"]
+    summary: list[SummaryText] = []
+    content: list[ReasoningText] | None = None
 
 
 def _item_type(value: Any) -> Any:

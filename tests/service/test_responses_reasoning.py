@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import openai
 import pytest
+from fastapi.testclient import TestClient
 from openai.types.responses import ResponseReasoningItem
+from openai.types.responses.response_reasoning_item import Summary
 
+from service.app import create_app
+from service.settings import Settings
 from tests.service.conformance import final_response
+from tests.service.scripted_backend import ScriptTokenizer, scripted_loader
 from tests.service.test_chat_tools_api import make_client
 from tests.service.test_responses_api import ask, events
 
@@ -78,3 +83,43 @@ def test_what_cannot_be_served_is_a_400_naming_it(client, reasoning, param):
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] == param, r.text
     assert err["message"].startswith(f"{param}: ")
+
+
+def test_a_reasoning_item_given_back_is_listed_with_its_summary_and_text(client):
+    """A reasoning item sent back in ``input`` (as the SDK sends an earlier output) is
+    listed by input_items with what it held: OpenAI's item has a ``summary`` list."""
+    sdk = _sdk(client)
+    first = sdk.responses.create(model="scripted-model", input="<script1>", temperature=0)
+    summary = [{"type": "summary_text", "text": "about Paris"}]
+    given = [{"role": "user", "content": "<script1>"}, *first.output,
+             {"type": "reasoning", "id": "rs_other", "summary": summary},
+             {"role": "user", "content": "<script5>"}]
+    second = sdk.responses.create(model="scripted-model", input=given, temperature=0)
+    listed = sdk.responses.input_items.list(second.id, order="asc").data
+    reasoning = [i for i in listed if i.type == "reasoning"]
+    assert [(i.summary, i.content) for i in reasoning] == [
+        (first.output[0].summary, first.output[0].content), (summary_of(summary), None)]
+
+
+def summary_of(parts: list[dict]) -> list:
+    return [Summary(**p) for p in parts]
+
+
+@pytest.mark.parametrize("parser, section", [("mistral", "[THINK]Paris[/THINK]"),
+                                             ("think", "<think>Paris</think>")])
+def test_a_section_the_limit_ends_right_after_is_completed(parser, section):
+    """max_output_tokens reached just after the reasoning section closed: the response
+    is incomplete, but the reasoning item is whole (completed); one token less cuts it."""
+    whole = len(ScriptTokenizer().encode(section))
+    app = create_app(Settings(max_model_len=512, reasoning_parser=parser),
+                     load_backend=scripted_loader([section + "Hello world"]))
+    with TestClient(app) as c:
+        for limit, status in ((whole, "completed"), (whole - 1, "incomplete")):
+            body = ask(0, max_output_tokens=limit)
+            r = c.post("/v1/responses", json=body).json()
+            final = events(c, body)[-1]["response"]
+            for out in (r, final):
+                assert (out["status"], out["incomplete_details"]) == (
+                    "incomplete", {"reason": "max_output_tokens"})
+                assert [(o["type"], o["status"]) for o in out["output"]] == [
+                    ("reasoning", status)], (limit, out["output"])
