@@ -1,7 +1,7 @@
 """`fp8serve bench <name>`: each benchmark (kernels, generate, serve, rss, gpu-kernels,
-lm-head, structured, vision, kv-cache, llamacpp) is its own command module under bench/ (its
-``register(subparsers)``); this module only gathers them, and turns their BenchError into
-the CliError that `fp8serve` prints as one line."""
+lm-head, structured, vision, kv-cache, attention, llamacpp) is its own command module under
+bench/ (its ``register(subparsers)``); this module only gathers them, and turns their
+BenchError into the CliError that `fp8serve` prints as one line."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+from bench.attention import cli as attention
 from bench.common.errors import BenchError
 from bench.generate import cli as generate
 from bench.kernels import cli as kernels
@@ -26,7 +27,7 @@ from bench.vision import cli as vision
 from cli.main import CliError
 
 BENCH_COMMANDS: tuple[ModuleType, ...] = (kernels, generate, serve, rss, gpu_kernels, lm_head,
-                                          structured, vision, kv_cache, llamacpp)
+                                          structured, vision, kv_cache, attention, llamacpp)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,1 @@
+"""Prefill attention: the C++ paged-attention op against torch SDPA."""
