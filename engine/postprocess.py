@@ -63,6 +63,8 @@ class StepRunner(DraftVerifier):
         self.sampler = sampler  # engine.sampler.Sampler (a stand-in in tests)
         self.make_detok = detokenizer or _default_detokenizer()
         self.eos = frozenset(tokenizer.eos_token_ids)
+        # an EOS other than the tokenizer's own ends a request with stop_reason its id
+        self.primary_eos = getattr(tokenizer, "primary_eos_id", None)
         self.mask_time_s = 0.0  # total time spent filling grammar masks (for benchmarks)
         self.mask_fills = 0  # grammar masks filled (one per sampled constrained row, and
         self.draft_mask_fills = 0  # K + 1 per greedy K-token draft), and of those for rows
@@ -239,8 +241,9 @@ class StepRunner(DraftVerifier):
         # include_stop_str_in_output (vLLM's)
         quiet = eos_end or (id_end and not p.include_stop_str_in_output)
         step = None if quiet else lv.detok.push(token)
+        other_eos = eos_end and self.primary_eos is not None and token != self.primary_eos
         reason, stop_reason = self._finish_reason(lv, step, eos_end,
-                                                  token if id_end else None)
+                                                  token if id_end or other_eos else None)
         text = "" if step is None else step.new_text
         if reason is not None and not (step is not None and step.stopped):
             text += lv.detok.flush() or ""
@@ -273,12 +276,13 @@ class StepRunner(DraftVerifier):
     def _finish_reason(self, lv: LiveRequest, step: Any, eos_end: bool,
                        stop_id: int | None) -> tuple[FinishReason | None, str | int | None]:
         """(reason, stop_reason) after a token was appended: ``eos_end``, it was an EOS
-        that ends the request; ``stop_id``, a stop token id that does; ``step``, the
+        that ends the request; ``stop_id``, a stop token id (or an EOS other than the
+        tokenizer's own) that does; ``step``, the
         detokenizer's step (None: the token was not text)."""
         req = lv.req
         n = len(req.output_ids)
-        if eos_end:
-            return FinishReason.STOP, None
+        if eos_end:  # stop_id: an EOS other than the tokenizer's own (vLLM's stop_reason)
+            return FinishReason.STOP, stop_id
         if step is not None and step.stopped:
             return FinishReason.STOP, getattr(step, "stop_str", None)
         if stop_id is not None:

@@ -157,6 +157,10 @@ class Tokenizer:
         # Text of the template's ``eos_token``: tokenizer_config's, else the lowest EOS id's.
         first_eos = min(eos_token_ids) if eos_token_ids else None
         self.eos_token = eos_token or self._text_of(first_eos) or ""
+        # the tokenizer's own EOS (vLLM's tokenizer.eos_token_id); the others, from
+        # generation_config or config, end a request as stop token ids do (stop_reason: id)
+        own = self.token_to_id(self.eos_token) if self.eos_token else None
+        self.primary_eos_id = own if own in eos_token_ids else first_eos
         self.bos_token = self._text_of(bos_token_id) or ""
 
     @classmethod

@@ -309,3 +309,22 @@ def test_on_step_reports_each_steps_decode_rows_and_prompt_tokens():
     assert rec.steps[:3] == [(0, 3), (1, 0), (1, 10)]  # the third step is mixed
     assert sum(d for d, _ in rec.steps) == 3 + 1  # a: 3 decode tokens, b: 1
     assert sum(p for _, p in rec.steps) == 3 + 10
+
+
+def test_an_eos_other_than_the_tokenizers_own_reports_its_id_as_stop_reason():
+    """vLLM's: generation_config's extra EOS ids end a request as stop token ids do
+    (stop_reason the id); the tokenizer's own EOS leaves stop_reason None."""
+    class TwoEos(FakeTokenizer):
+        eos_token_ids = (0, 5)
+        primary_eos_id = 0
+
+    for eos, want in ((5, 5), (0, None)):
+        runner = CacheCheckingRunner(next_fn=lambda s, eos=eos: eos if len(s) >= 4 else 7)
+        cfg = EngineConfig(model_dir=".", max_num_seqs=4, max_model_len=64,
+                           max_num_batched_tokens=16)
+        eng = Engine(runner, TwoEos(), cfg, detokenizer=FakeDetokenizer)
+        got = collect(eng, "e", [1, 2], SamplingParams(max_tokens=9, temperature=0.0))
+        run_all(eng)
+        assert [o.token_ids[0] for o in got] == [7, 7, eos]
+        assert got[-1].finish_reason is FinishReason.STOP and got[-1].stop_reason == want
+        assert "".join(o.text for o in got) == " 7 7"  # an ending EOS is never text

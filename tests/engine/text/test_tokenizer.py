@@ -38,6 +38,8 @@ def test_bpe_special_ids_from_configs(bpe):
     assert bpe.eos_token_ids == frozenset({0, 2}) and im_end == 2
     assert bpe.bos_token_id == bpe.backend.token_to_id("<s>")
     assert bpe.eos_token == "<|im_end|>" and bpe.bos_token == "<s>"
+    # the tokenizer's own EOS; 0 (generation_config's) ends a request as a stop token id
+    assert bpe.primary_eos_id == im_end
 
 
 def test_bpe_chat_template_render_and_encode(bpe):
