@@ -121,7 +121,10 @@ def read_file(url: str, param: str, policy: MediaPolicy) -> bytes:
     if policy.local_root is None:
         raise _bad("file:// image URLs are not allowed on this server (start it with "
                    "--allowed-local-media-path)", param)
-    path = Path(unquote(_parsed(url, param)[0].path)).resolve()
+    name = unquote(_parsed(url, param)[0].path)
+    if "\0" in name:  # no path holds one (resolve() raised ValueError: a 500)
+        raise _bad("image path holds a NUL character", param)
+    path = Path(name).resolve()
     root = policy.local_root.resolve()
     if not path.is_relative_to(root):
         raise _bad(f"image path is outside --allowed-local-media-path {root}", param)

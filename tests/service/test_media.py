@@ -55,6 +55,7 @@ def test_data_url_scheme_and_media_type_in_any_case() -> None:
     (MediaPolicy(allowed_domains=("localhost",), fetch_timeout=2),
      "http://localhost/" + "a" * 70000),  # over httpx's URL length
     (MediaPolicy(local_root=Path("/tmp")), "file://[x]/etc/passwd"),
+    (MediaPolicy(local_root=Path("/tmp")), "file:///tmp/a%00b.png"),  # a NUL in the path
 ])
 def test_malformed_urls_are_400s_naming_the_part(policy: MediaPolicy, url: str) -> None:
     """Each was a 500 (a ValueError, httpx.InvalidURL or an exception group escaping)."""
