@@ -140,6 +140,11 @@ def bound_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None
         check(_str_method(owner, func.__name__, args, kwargs), "a string")
 
 
+def _texts(values: Any) -> int:
+    """The characters of the strings among ``values`` (and in their lists)."""
+    return sum(size(v) for v in values if isinstance(v, (str, list, tuple)))
+
+
 def _indent_size(text: Any, width: Any = 4, *args: Any, **kwargs: Any) -> int:
     lines = str(text).count("\n") + 1 if isinstance(text, str) else 1
     pad = len(width) if isinstance(width, str) else _ints([width])
@@ -158,8 +163,12 @@ _FILTER_SIZES: dict[str, Callable[..., int]] = {
     "pprint": lambda v, *a, **k: 2 * size(v),
     "wordwrap": lambda v, width=79, brk=True, wrapstring=None, *a, **k: size(v) * (
         1 + (len(wrapstring) if isinstance(wrapstring, str) else 1)),
-    "tojson": lambda v, *a, **k: size(v) * 2 + size(v) * _ints([*a, *k.values()]),
+    # each item may get the indent and the separators (and an urlize link its attributes)
+    "tojson": lambda v, *a, **k: size(v) * (2 + _ints([*a, *k.values()])
+                                            + _texts([*a, *k.values()])),
+    "urlize": lambda v, *a, **k: size(v) * (1 + _texts([*a, *k.values()])),
     "batch": lambda v, n=1, *a, **k: _ints([n]),
+    "slice": lambda v, n=1, *a, **k: _ints([n]),
 }
 
 

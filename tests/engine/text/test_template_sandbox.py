@@ -59,6 +59,9 @@ S = '{% set s = "x" * 9000000 %}'  # two of it are past MAX_RENDER_CHARS
     '{% set t = "%*d" % (17000000, 1) %}ok',
     '{% set t = "{:>17000000}".format(1) %}ok',
     "{% set t = [1]|tojson(indent=17000000) %}ok",
+    S + "{% set t = [1, 2, 3]|tojson(separators=(s, s)) %}ok",
+    S + '{% set t = "a.com b.com"|urlize(target=s) %}ok',
+    "{% set t = [1]|slice(17000000)|list %}ok",
     '{% set t = ("a\n" * 100)|indent("x" * 200000) %}ok',
     "{% set n = 2 ** 2000 %}{% set n = n * n * n %}ok",  # squarings: 2**(2000 * 2**k)
 ])
