@@ -94,7 +94,7 @@ def create_app(settings: Settings | None = None,
     app.state.serving = state
     # inside CORS: its 400s and 413s carry CORS headers
     app.add_middleware(LoneSurrogateGuard, max_bytes=settings.max_request_body_mib * 2**20
-                       if settings.max_request_body_mib else None)
+                       if settings.max_request_body_mib else None, unread_paths=OPEN_PATHS)
     app.add_middleware(ApiKeyGate)  # before the guard reads a body; CORS preflights pass
     if settings.allowed_origins:  # CORS for browser pages on those origins (vLLM's flags)
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins),

@@ -54,11 +54,15 @@ class LoneSurrogateGuard:
     naming that string's field (``messages.0.content``); others pass through unchanged
     (the body, read here, is handed on as one message). A body over ``max_bytes`` is a
     413 before any of it is kept (by its Content-Length, else once the bytes read pass
-    it): one huge request costs neither the memory nor the event loop of the others."""
+    it): one huge request costs neither the memory nor the event loop of the others.
+    The bodies of ``unread_paths`` (routes that take none: those open without a key) are
+    left unread, so that a client without a key cannot make the server hold one."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int | None = None) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int | None = None,
+                 unread_paths: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.unread_paths = unread_paths
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         mib = (self.max_bytes or 0) / 2**20
@@ -70,7 +74,8 @@ class LoneSurrogateGuard:
         await response(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+        if (scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH")
+                or scope["path"] in self.unread_paths):
             await self.app(scope, receive, send)
             return
         limit = self.max_bytes

@@ -255,6 +255,13 @@ def install_error_handlers(app: FastAPI) -> None:
                      headers=getattr(exc, "headers", None),
                      counted=exc.status_code in (404, 405))
 
+    @app.exception_handler(RecursionError)
+    async def _too_deep(request: Request, exc: RecursionError) -> JSONResponse:
+        # JSON the parser reads (about 1000 levels) that a walk over it cannot: a
+        # request's doing, as its nesting is (service/rejections.py NESTING)
+        return reply(request, 400, "the request body nests deeper than this server reads "
+                     "(keep its arrays and objects within a few hundred levels)")
+
     @app.exception_handler(Exception)
     async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")

@@ -4,7 +4,8 @@ rules). Every refusal is an APIError(400) naming the content part.
 - ``data:image/...;base64,...``: always accepted; the payload must be strict base64.
 - ``http(s)://``: only with --allowed-media-domains (off by default); the host must be
   one of them or a subdomain; fetched with --media-fetch-timeout (5 s) and at most
-  --max-media-bytes; redirects are not followed (a redirect could leave the allowlist).
+  --max-media-bytes as sent (a Content-Encoding is not undone); redirects are not
+  followed (a redirect could leave the allowlist).
 - ``file://``: only under --allowed-local-media-path (resolved, symlinks included).
 """
 
@@ -105,11 +106,13 @@ async def _fetch(url: str, host: str, param: str, policy: MediaPolicy) -> bytes:
 
     async with httpx.AsyncClient(timeout=policy.fetch_timeout,
                                  follow_redirects=False) as client:
-        async with client.stream("GET", url) as resp:
+        # the bytes as sent: a gzip chunk of 64 KiB decoded to up to 64 MiB at once,
+        # before the limit was checked (images are compressed already)
+        async with client.stream("GET", url, headers={"Accept-Encoding": "identity"}) as resp:
             if resp.status_code != 200:
                 raise _bad(f"image fetch failed: HTTP {resp.status_code} from {host}", param)
             data = bytearray()
-            async for part in resp.aiter_bytes():
+            async for part in resp.aiter_raw():
                 data += part
                 if len(data) > policy.max_bytes:
                     raise _bad(f"image at {host} is over the limit of {policy.max_bytes} "
@@ -121,7 +124,10 @@ def read_file(url: str, param: str, policy: MediaPolicy) -> bytes:
     if policy.local_root is None:
         raise _bad("file:// image URLs are not allowed on this server (start it with "
                    "--allowed-local-media-path)", param)
-    path = Path(unquote(_parsed(url, param)[0].path)).resolve()
+    name = unquote(_parsed(url, param)[0].path)
+    if "\0" in name:  # no path holds one (resolve() raised ValueError: a 500)
+        raise _bad("image path holds a NUL character", param)
+    path = Path(name).resolve()
     root = policy.local_root.resolve()
     if not path.is_relative_to(root):
         raise _bad(f"image path is outside --allowed-local-media-path {root}", param)

@@ -34,6 +34,9 @@ def _vocab(param: str) -> Rule:
     return Rule(param, "out of range", "token ids must be below the model's vocabulary size")
 
 
+# a RecursionError while a body is read or walked (service/errors.py)
+NESTING = Rule("", "nests deeper", "the body's arrays and objects nest within a few "
+               "hundred levels")
 CONTEXT = (
     Rule("max_tokens", "max_model_len", "the prompt plus the output limit must fit max_model_len"),
     Rule("max_tokens", "KV", "the prompt plus the output limit must fit the KV cache"),
@@ -165,7 +168,7 @@ COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
                Rule("echo", "use_beam_search", "echo with logprobs (the prompt's logprobs) "
                     "goes without use_beam_search"),
                Rule("prompt", "prompt is empty", "a text that encodes to no tokens needs a "
-                    "tokenizer with a BOS or EOS token to start the document"))
+                    "tokenizer with a BOS or EOS token to start the document"), NESTING)
 PREDICTION = (Rule("prediction", "longer than max_model_len",
                    "a prediction must not exceed max_model_len tokens"),)
 CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDICTION,
@@ -178,9 +181,9 @@ CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDIC
         Rule("store", "stores no chat completions", "store true needs a server that keeps "
              "them (--responses-store-mib above 0)"),
         Rule("truncate_prompt_tokens", "with images is never cut",
-             "truncate_prompt_tokens must keep the whole of a prompt with images"))
+             "truncate_prompt_tokens must keep the whole of a prompt with images"), NESTING)
 INVOCATIONS = tuple(dict.fromkeys((*CHAT, *COMPLETIONS)))  # either, by the body
-TOKENIZE = (*TOOL_TURNS, *MESSAGES, *TEMPLATE, *CONTINUE,
+TOKENIZE = (*TOOL_TURNS, *MESSAGES, *TEMPLATE, *CONTINUE, NESTING,
             *(r for r in TOOLS if r.param == "tools" and r.words != "as a grammar"))
 DETOKENIZE = (_vocab("tokens"),)
 MODELS = (Rule("after_id", "not a served model", "a page cursor names a served model"),
@@ -214,7 +217,7 @@ _ANTHROPIC = (
     Rule("output_config.effort", "is not supported",
          "there is no effort control: only null is accepted"),
     *_renamed(tuple(r for r in (*MESSAGES, *TOOLS) if r.words != "content part"),
-              messages_field),
+              messages_field), NESTING,
 )
 MESSAGES_API = (
     *_ANTHROPIC, *_renamed(CONTEXT, messages_field),
@@ -226,7 +229,7 @@ MESSAGES_API = (
 )
 COUNT_TOKENS = _ANTHROPIC
 RESPONSES = (
-    *_renamed((*CONTEXT, *MESSAGES, *TOOLS), responses_field),
+    *_renamed((*CONTEXT, *MESSAGES, *TOOLS), responses_field), NESTING,
     Rule("input", "answers no function_call",
          "a function_call_output answers a function_call earlier in input"),
     Rule("input", "no message to answer", "input must hold a message or a function call "
@@ -264,7 +267,7 @@ CONVERSATIONS = (
     Rule("item_id", "whose output is in the conversation", "a function_call goes after "
          "its function_call_output"),
     Rule("items", "over the store's budget", "one conversation fits the store's budget "
-         "(--conversations-store-mib)"),
+         "(--conversations-store-mib)"), NESTING,
 )
 STORED_CHAT = (
     Rule("after", "is no", "after names an entry of the list"),

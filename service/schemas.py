@@ -71,6 +71,9 @@ NonEmptyStr = Annotated[str, Field(min_length=1)]
 # seconds per token on the engine thread, every other request's steps with it
 MAX_STOP_STRINGS = 64
 MAX_STOP_CHARS = 512
+# a request's own chat_template: compiled before the render's deadline applies (2.5 MB
+# took 15 s), and far past the longest published template (tens of KB)
+MAX_REQUEST_TEMPLATE_CHARS = 128 * 1024
 StopStr = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
 StopList = Annotated[list[StopStr], Field(max_length=MAX_STOP_STRINGS)]
 MAX_BAD_WORDS = 1024  # each checked against the output at every step (and encoded twice)
@@ -469,7 +472,7 @@ class ChatCompletionRequest(_Sampling):
     continue_final_message: bool = False
     # vLLM's: a Jinja template for this request instead of the model's (a server started
     # with --trust-request-chat-template; else a 400)
-    chat_template: str | None = Field(None, min_length=1)
+    chat_template: str | None = Field(None, min_length=1, max_length=MAX_REQUEST_TEMPLATE_CHARS)
     # vLLM's: documents for retrieval-augmented templates (the template's ``documents``
     # variable); a 400 when the chat template reads none
     documents: list[dict[str, str]] | None = None
@@ -535,7 +538,7 @@ class TokenizeRequest(_Body):
     continue_final_message: bool = False
     tools: list[ToolDefinition] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
-    chat_template: str | None = Field(None, min_length=1)
+    chat_template: str | None = Field(None, min_length=1, max_length=MAX_REQUEST_TEMPLATE_CHARS)
     # the tokens' vocabulary strings beside their ids
     return_token_strs: bool = False
 

@@ -19,6 +19,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.text.content_format import CONTENT_FORMATS, detect_content_format
 from engine.text.template_sandbox import BoundedEnvironment, render_bounded
+from engine.text.template_size import bounded_filter
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
 
@@ -90,7 +91,7 @@ def _strftime_now(fmt: str) -> str:
 @lru_cache(maxsize=8)
 def _compile(source: str) -> jinja2.Template:
     env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    env.filters["tojson"] = _tojson
+    env.filters["tojson"] = bounded_filter("tojson", _tojson)
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     try:

@@ -3,6 +3,10 @@
 - ``*`` and ``**`` are checked before they run (not folded while the template compiles):
   a repetition of more than MAX_RENDER_CHARS items, or a power of more than MAX_POWER_BITS
   bits, is refused ('x' * 300000000 allocated 300 MB as it compiled);
+- so is every other way to build a value without writing it out: ``+``, ``~``, ``%``,
+  str methods and filters that join, pad, replace or format: a value whose text would pass
+  MAX_RENDER_CHARS (its size: template_size.py) is refused before it is built (a few
+  ``{% set s = s ~ s %}`` allocated gigabytes, as did ``"x".ljust(10**10)``);
 - the rendered text is gathered chunk by chunk and refused past MAX_RENDER_CHARS (a loop
   over the messages wrote 1 GB in half a second);
 - ``deadline_s`` (a request's own template, --trust-request-chat-template) bounds the
@@ -15,32 +19,56 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sized
 from typing import Any
 
 import jinja2
+from jinja2.compiler import CodeGenerator, Frame
+from jinja2.nodes import Concat
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-MAX_RENDER_CHARS = 16 * 2**20  # far past any prompt max_model_len holds
-MAX_POWER_BITS = 4096
+from engine.text.template_size import (
+    MAX_POWER_BITS,
+    MAX_RENDER_CHARS,
+    ChatTemplateBoundError,
+    bound_call,
+    bound_filters,
+    bounded_concat,
+    check_binop,
+    check_output,
+)
+
 TRACE_EVERY = 4096  # trace events between clock reads
 
 
-class ChatTemplateBoundError(jinja2.TemplateError):
-    """A template went past a bound (the caller reports it as a ChatTemplateError)."""
+class _BoundedCodeGenerator(CodeGenerator):
+    def visit_Concat(self, node: Concat, frame: Frame) -> None:
+        """``a ~ b``: joined by the environment, which checks the size first."""
+        self.write("environment.concat((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
 
 
 class BoundedEnvironment(ImmutableSandboxedEnvironment):
-    intercepted_binops = frozenset({"*", "**"})
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
+    code_generator_class = _BoundedCodeGenerator
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, finalize=check_output, **kwargs)
+        bound_filters(self.filters)
+        self.globals.pop("lipsum", None)  # n paragraphs of text for any n
+
+    def concat(self, parts: tuple[Any, ...]) -> str:
+        return bounded_concat(parts)
+
+    def call(__self, __context: Any, __obj: Any, *args: Any,  # noqa: N805 - jinja's form
+             **kwargs: Any) -> Any:
+        bound_call(__obj, args, kwargs)
+        return super().call(__context, __obj, *args, **kwargs)
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if operator == "*":
-            for seq, n in ((left, right), (right, left)):
-                if (isinstance(seq, Sized) and not isinstance(seq, bool)
-                        and isinstance(n, int) and len(seq) * max(n, 0) > MAX_RENDER_CHARS):
-                    raise ChatTemplateBoundError(
-                        f"a repetition of {len(seq) * n} items is past the "
-                        f"{MAX_RENDER_CHARS} a template may build")
+        check_binop(operator, left, right)
         if operator == "**" and isinstance(left, int) and isinstance(right, int) and (
                 right > 0 and abs(left) > 1
                 and right * max(abs(left).bit_length(), 1) > MAX_POWER_BITS):

@@ -99,3 +99,31 @@ def test_a_body_nested_past_the_parser_is_a_400(c, path):
     for body in (deep, deep.replace("\\ud800", "x")):
         r = c.post(path, content=body, headers={"content-type": "application/json"})
         assert r.status_code == 400, (path, r.status_code, r.text[:200])
+
+
+@pytest.mark.parametrize("path", ["/ping", "/health", "/metrics"])
+def test_a_route_open_without_a_key_never_has_its_body_read(path):
+    """POST /ping (and a POST to the other open routes, a 405) takes no body: a client
+    without a key made the server hold up to --max-request-body-mib of one first."""
+    import asyncio
+
+    from service.app import create_app
+    from service.settings import Settings
+
+    app = create_app(Settings(api_keys=("k",), max_request_body_mib=1))
+    pulled, sent = [], []
+    scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(),
+             "query_string": b"", "headers": [], "app": app, "scheme": "http",
+             "server": ("127.0.0.1", 18700), "client": ("127.0.0.1", 1), "root_path": "",
+             "http_version": "1.1"}
+
+    async def receive():
+        pulled.append(1)
+        return {"type": "http.request", "body": b"x" * 65536, "more_body": len(pulled) < 64}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    assert sent[0]["type"] == "http.response.start"
+    assert len(pulled) <= 1, f"{len(pulled)} body chunks read"

@@ -4,6 +4,7 @@ file paths, size caps), and the encoded-image cache's LRU bound."""
 from __future__ import annotations
 
 import base64
+import gzip
 import os
 import time
 from pathlib import Path
@@ -55,6 +56,7 @@ def test_data_url_scheme_and_media_type_in_any_case() -> None:
     (MediaPolicy(allowed_domains=("localhost",), fetch_timeout=2),
      "http://localhost/" + "a" * 70000),  # over httpx's URL length
     (MediaPolicy(local_root=Path("/tmp")), "file://[x]/etc/passwd"),
+    (MediaPolicy(local_root=Path("/tmp")), "file:///tmp/a%00b.png"),  # a NUL in the path
 ])
 def test_malformed_urls_are_400s_naming_the_part(policy: MediaPolicy, url: str) -> None:
     """Each was a 500 (a ValueError, httpx.InvalidURL or an exception group escaping)."""
@@ -124,11 +126,14 @@ def local_http():
                     time.sleep(0.1)
                 return
             routes = {"/img": (200, body), "/big": (200, body * 100),
-                      "/moved": (302, b""), "/missing": (404, b"")}
+                      "/moved": (302, b""), "/missing": (404, b""),
+                      "/gzip": (200, gzip.compress(b"\0" * 2**22))}
             status, data = routes.get(self.path, (404, b""))
             self.send_response(status)
             if status == 302:
                 self.send_header("Location", "/img")
+            if self.path == "/gzip":  # whatever the client accepts: 4 MiB in 4 KiB
+                self.send_header("Content-Encoding", "gzip")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -154,6 +159,16 @@ def test_http_fetch_from_an_allowed_host(local_http) -> None:
         load_media(base + "/missing", "p", policy)
     with pytest.raises(APIError, match="not in --allowed-media-domains"):
         load_media(base + "/img", "p", MediaPolicy(allowed_domains=("example.com",)))
+
+
+def test_a_fetch_is_not_decompressed(local_http) -> None:
+    """The bytes a server sends are what the limit counts: a Content-Encoding is not
+    undone (a gzip or deflate chunk of 64 KiB became up to 64 MiB at once before the limit
+    was checked); images are compressed already."""
+    base, _ = local_http
+    served = gzip.compress(b"\0" * 2**22)
+    policy = MediaPolicy(allowed_domains=("127.0.0.1",), max_bytes=len(served))
+    assert load_media(base + "/gzip", "p", policy) == served
 
 
 def test_a_fetch_that_drips_ends_at_the_fetch_timeout(local_http) -> None:

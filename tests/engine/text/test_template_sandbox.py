@@ -38,3 +38,35 @@ def test_ordinary_templates_render_as_before():
               "{{ 2 ** 10 }}")
     assert render_chat_template(source, MSGS, deadline_s=1.0) == "<user>xxxxxx1024"
     assert render_chat_template(source, MSGS) == "<user>xxxxxx1024"
+
+
+S = '{% set s = "x" * 9000000 %}'  # two of it are past MAX_RENDER_CHARS
+
+
+@pytest.mark.parametrize("source", [
+    S + "{% set t = s ~ s %}ok",  # each step a doubling: gigabytes in a few lines
+    S + "{% set t = s + s %}ok",
+    S + '{% set t = "%s%s" % (s, s) %}ok',
+    S + "{% set t = [s, s]|join %}ok",
+    S + "{% set t = [s, s]|string %}ok",
+    S + '{% set t = s.replace("x", "yy") %}ok',
+    S + '{% set t = s|replace("x", "yy") %}ok',
+    S + '{% set t = "{}{}".format(s, s) %}ok',
+    S + "{% set t = [s] + [s] %}{% set u = t|join %}ok",
+    '{% set t = "x".ljust(17000000) %}ok',
+    '{% set t = "x"|center(17000000) %}ok',
+    '{% set t = "%17000000d" % 1 %}ok',
+    '{% set t = "%*d" % (17000000, 1) %}ok',
+    '{% set t = "{:>17000000}".format(1) %}ok',
+    "{% set t = [1]|tojson(indent=17000000) %}ok",
+    S + "{% set t = [1, 2, 3]|tojson(separators=(s, s)) %}ok",
+    S + '{% set t = "a.com b.com"|urlize(target=s) %}ok',
+    "{% set t = [1]|slice(17000000)|list %}ok",
+    '{% set t = ("a\n" * 100)|indent("x" * 200000) %}ok',
+    "{% set n = 2 ** 2000 %}{% set n = n * n * n %}ok",  # squarings: 2**(2000 * 2**k)
+])
+def test_what_a_template_builds_without_output_is_bounded(source):
+    """Values a template builds but never writes out were only bounded for ``*``: a few
+    concatenations or a width argument allocated gigabytes before any output."""
+    with pytest.raises(ChatTemplateError, match="past the"):
+        render_chat_template(source, MSGS)
