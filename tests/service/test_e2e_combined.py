@@ -21,8 +21,10 @@ import ext
 from engine.demo_model import ensure_demo_model
 from tests.service.conftest import SPEC
 from tests.service.serve_process import server_pair
+from tests.service.test_e2e_kv_fp8 import complete
 from tests.service.test_e2e_prefix_cache import HEADERS, KEY, answer, cached, metric
 from tests.service.test_e2e_spec import FUNC, PASSAGE
+from tests.service.test_e2e_spec import _stream as spec_stream
 from tests.service.test_e2e_spec_grammar import ASK, CASES, _answer, by_grammar
 
 MAX_TOKENS = 48
@@ -60,26 +62,14 @@ def prompt(i: int) -> str:
 
 
 async def _stream(client: httpx.AsyncClient, text: str) -> list:
-    body = {"model": "tiny", "prompt": text, "max_tokens": MAX_TOKENS, "temperature": 0,
-            "logprobs": 2, "ignore_eos": True, "stream": True}
-    got = []
-    async with client.stream("POST", "/v1/completions", json=body) as r:
-        assert r.status_code == 200, await r.aread()
-        async for line in r.aiter_lines():
-            if line.startswith("data: {"):
-                lp = json.loads(line[6:])["choices"][0]["logprobs"]
-                if lp and lp["tokens"]:
-                    got += list(zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"],
-                                    strict=True))
+    """The greedy tokens of ``text`` with their logprobs (test_e2e_spec's stream)."""
+    got, _ = await spec_stream(client, text, model="tiny", max_tokens=MAX_TOKENS,
+                               ignore_eos=True)
     return got
 
 
 def _complete(srv: dict, text: str) -> dict:
-    body = {"model": "tiny", "prompt": text, "max_tokens": MAX_TOKENS, "temperature": 0,
-            "logprobs": 2, "ignore_eos": True}
-    r = httpx.post(srv["url"] + "/v1/completions", json=body, headers=HEADERS, timeout=600)
-    assert r.status_code == 200, r.text
-    return r.json()
+    return complete(srv, text, MAX_TOKENS)
 
 
 def test_both_servers_run_the_dispatch_under_test(servers):

@@ -33,7 +33,7 @@ def servers(tiny_checkpoint):
         yield pair
 
 
-def complete(srv: dict, prompt: list[int], max_tokens: int = 8) -> dict:
+def complete(srv: dict, prompt: list[int] | str, max_tokens: int = 8) -> dict:
     body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
             "logprobs": 2, "ignore_eos": True}
     r = httpx.post(srv["url"] + "/v1/completions", json=body, headers=HEADERS, timeout=300)
