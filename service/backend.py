@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -39,6 +40,7 @@ from service.store.conversations import ConversationStore
 from service.store.jobs import BackgroundJobs
 from service.store.responses import ResponseStore
 from service.tool_calls.select import ParserChoice, choose_parsers
+from service.translate.sealed import ReasoningSeal
 from service.translate.signature import ThinkingSigner
 
 log = logging.getLogger(__name__)
@@ -180,7 +182,9 @@ class ServingState:
         self.http_in_flight = 0
         self.parsers: ParserChoice = ParserChoice(None, None, "")  # set by attach
         key = settings.thinking_signature_key
-        self.signer = ThinkingSigner(key.get_secret_value().encode() if key else None)
+        secret = key.get_secret_value().encode() if key else secrets.token_bytes(32)
+        self.signer = ThinkingSigner(secret)
+        self.sealer = ReasoningSeal(secret)  # Responses reasoning items' encrypted_content
         mib = settings.responses_store_mib
         self.responses: ResponseStore | None = ResponseStore(mib * 2**20) if mib else None
         # stored chat completions (store: true), a store of their own with the same budget

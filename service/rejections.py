@@ -238,7 +238,9 @@ RESPONSES = (
     Rule("reasoning.effort", "not single tokens",
          "a reasoning effort of none needs reasoning markers that are single tokens"),
     Rule("include", "is not supported", "of the include values only "
-         "message.output_text.logprobs is served"),
+         "message.output_text.logprobs and reasoning.encrypted_content are served"),
+    Rule("input", "could not be decrypted", "a reasoning item's encrypted_content is one "
+         "this server (or a replica with the same FP8SERVE_THINKING_SIGNATURE_KEY) made"),
     Rule("top_logprobs", "needs include", "top_logprobs takes effect with include "
          "message.output_text.logprobs"),
     Rule("reasoning.summary", "is not supported", "reasoning summaries are not written"),
@@ -264,6 +266,8 @@ CONVERSATIONS = (
          "(--conversations-store-mib above 0)"),
     Rule("items", "answers no function_call", "a function_call_output answers a "
          "function_call earlier in items or in the conversation"),
+    Rule("items", "could not be decrypted", "a reasoning item's encrypted_content is one "
+         "this server (or a replica with the same FP8SERVE_THINKING_SIGNATURE_KEY) made"),
     Rule("item_id", "whose output is in the conversation", "a function_call goes after "
          "its function_call_output"),
     Rule("items", "over the store's budget", "one conversation fits the store's budget "

@@ -137,8 +137,10 @@ class Settings(BaseSettings):
     speculative_config: str | None = None
     # vLLM's --seed: where the random state of requests without a seed starts
     seed: int | None = None
-    # the HMAC key of Anthropic thinking-block signatures (service/translate/signature.py);
-    # unset: a random key per process, so signatures do not outlive a restart. The
+    # the HMAC key of Anthropic thinking-block signatures (service/translate/signature.py)
+    # and the secret of Responses reasoning items' encrypted_content
+    # (service/translate/sealed.py); unset: a random key per process, so neither outlives a
+    # restart. The
     # environment only, no CLI flag: a flag's value shows in the process list
     thinking_signature_key: SecretStr | None = None
     # torch intra-op threads of the one thread that encodes images (None: --threads);

@@ -143,9 +143,11 @@ def env_only_rows() -> list[tuple[str, ...]]:
 # Settings fields with no flag carry their meaning in a comment; the table needs it here.
 _COMMENTS = {
     "thinking_signature_key": "HMAC key (16+ characters) of the signatures on Anthropic "
-    "`thinking` blocks; set it so signatures stay valid across restarts and replicas "
+    "`thinking` blocks, and the secret the `encrypted_content` key of Responses reasoning "
+    "items is derived from; set it so both stay valid across restarts and replicas "
     "(unset or empty: a random key per process, so a restarted server answers 400 to the thinking "
-    "blocks of earlier answers). No flag: a flag's value shows in the process list",
+    "blocks and encrypted reasoning of earlier answers). No flag: a flag's value shows in the "
+    "process list",
 }
 
 

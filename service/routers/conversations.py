@@ -58,7 +58,9 @@ def _query(request: Request, paged: bool = False) -> None:
 def add_items(state: ServingState, request: Request, conv: Conversation, items: list[Any],
               name: str = "items") -> list[dict[str, Any]]:
     """Append request items (each function_call_output answering a call of the
-    conversation or of ``items``); returns them as listed."""
+    conversation or of ``items``; a reasoning item's encrypted_content opened); returns
+    them as listed."""
+    items = state.sealer.open_items(items, name)
     check_function_outputs(items, conv.items, name)
     listed = items_json(items, status=True)
     try:

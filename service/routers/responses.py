@@ -39,7 +39,13 @@ from service.store.background import BackgroundJob
 from service.store.conversations import Conversation, ConversationTooLarge
 from service.store.responses import StoredResponse, json_bytes
 from service.translate.refusals import check_function_outputs, in_responses
-from service.translate.responses import items_json, output_items, own_items, to_chat
+from service.translate.responses import (
+    items_json,
+    output_items,
+    own_items,
+    seals,
+    to_chat,
+)
 from service.translate.responses_stream import ResponseStream
 from service.translate.schemas import ResponsesInputTokensRequest, ResponsesRequest
 from service.translate.truncation import fit
@@ -136,7 +142,7 @@ async def _context(state: ServingState, request: Request, body: ResponsesRequest
                    ) -> Context:
     prev = _previous(state, store_tenant(request), body)
     conv = _conversation(state, request, body)
-    own = own_items(body)
+    own = state.sealer.open_items(own_items(body))
     earlier = ([*prev.context, *output_items(prev.response["output"])] if prev
                else list(conv.items) if conv else [])
     check_function_outputs(own, earlier)
@@ -209,7 +215,8 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
     enc = ResponseStream(run.sub.id.replace("-", "_", 1), head, run.readers[0],
                          len(run.prompt), run.reasoning, entries,
                          None if body.background else on_done,
-                         getattr(state.backend.tokenizer, "is_special", lambda _: False))
+                         getattr(state.backend.tokenizer, "is_special", lambda _: False),
+                         state.sealer.seal if seals(body) else None)
     if body.background:
         def on_end(job: BackgroundJob) -> None:
             state.jobs.drop(job)

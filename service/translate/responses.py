@@ -10,7 +10,9 @@ ChatCompletionRequest it means.
   ``logprobs`` (``top_logprobs``): the message's ``output_text`` part and its deltas carry
   the entries of the tokens its text is made of, each with the token's own bytes (an
   output read as plain text: every generated token's; with tools or reasoning, not those
-  of the calls, the reasoning or their markers);
+  of the calls, the reasoning or their markers); ``"reasoning.encrypted_content"`` puts a
+  reasoning item's text, sealed, in its ``encrypted_content`` (service/translate/sealed.py),
+  for a client that stores nothing here to send it back;
 - ``tools`` (function), ``tool_choice``, ``parallel_tool_calls`` as on chat;
   ``text.format`` is chat's ``response_format``; ``max_output_tokens`` is ``max_tokens``;
 - ``reasoning.effort``: ``"none"`` is a thinking budget of 0 on a model that reasons (a
@@ -42,6 +44,7 @@ from service.schemas import ChatCompletionRequest
 from service.tool_calls.call_json import complete_members
 from service.tool_calls.select import ParserChoice
 from service.tool_calls.thinking import effort_budget, thinking_budget
+from service.translate import sealed
 from service.translate.anthropic import validated
 from service.translate.schemas import (
     FunctionCallItem,
@@ -173,6 +176,12 @@ def _reasoning(body: ResponsesRequest, parsers: ParserChoice, tok: Any) -> int |
 
 
 LOGPROBS = "message.output_text.logprobs"
+INCLUDES = (LOGPROBS, sealed.INCLUDE)
+
+
+def seals(body: ResponsesRequest) -> bool:
+    """Whether the reasoning items carry ``encrypted_content``."""
+    return sealed.INCLUDE in (body.include or [])
 
 
 def _logprobs(body: ResponsesRequest) -> int | None:
@@ -180,9 +189,10 @@ def _logprobs(body: ResponsesRequest) -> int | None:
     (None: not asked)."""
     include = body.include or []
     for value in include:
-        if value != LOGPROBS:
+        if value not in INCLUDES:
             raise APIError(400, f"include: {value!r} is not supported: nothing is stored or "
-                           f"run beside the model here (accepted: {LOGPROBS!r})", "include")
+                           "run beside the model here (accepted: "
+                           f"{', '.join(map(repr, INCLUDES))})", "include")
     if LOGPROBS not in include:
         if body.top_logprobs:
             raise APIError(400, f"top_logprobs: needs include [{LOGPROBS!r}], which "

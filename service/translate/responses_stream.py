@@ -7,7 +7,9 @@ with its
 non-streaming feeds the whole output's events (in output order) as one delta and returns
 the last snapshot, so both answers are the same items in the same order.
 With ``include: ["message.output_text.logprobs"]``, a message's output_text carries the
-entries of the tokens its text is made of (MessageTokens, where parsers split the output).
+entries of the tokens its text is made of (MessageTokens, where parsers split the output);
+with ``"reasoning.encrypted_content"``, a reasoning item carries its text sealed
+(service/translate/sealed.py) from its ``output_item.done`` on.
 ``response.completed`` ends a stream, or ``response.incomplete`` when max_output_tokens
 cut it (status ``incomplete`` on the response and on the item it cut), as OpenAI's API
 ends one (openai-agents reads a cut answer from it, streamed or not)."""
@@ -40,7 +42,8 @@ class ResponseStream:
                  prompt_tokens: int, reasoning: bool,
                  entries: Callable[[Sequence[TokenLogprob]], list[dict[str, Any]]] | None = None,
                  on_done: Callable[[dict[str, Any]], None] | None = None,
-                 silent: Callable[[int], bool] = lambda _: False) -> None:
+                 silent: Callable[[int], bool] = lambda _: False,
+                 seal: Callable[[str], str] | None = None) -> None:
         """``head``: the request's echoed fields (model, tools, tool_choice, ...).
         ``entries``: the logprob entries of generated tokens (include
         message.output_text.logprobs). Read as plain text, each token is the message's: a
@@ -50,7 +53,9 @@ class ResponseStream:
         (MessageTokens), and no others are given.
         ``on_done``: called with the finished response (completed or incomplete; not on an
         error or a client that left). ``silent``: a token id whose text the output never
-        shows (a special token's)."""
+        shows (a special token's). ``seal``: a reasoning item's ``encrypted_content`` of
+        its text (include reasoning.encrypted_content), set when the item is done."""
+        self.seal = seal
         self.reader, self.prompt_tokens, self.reasoning = reader, prompt_tokens, reasoning
         self.entries, self.on_done = entries, on_done
         self.pending: list[dict[str, Any]] = []  # entries no text delta has carried yet
@@ -117,6 +122,8 @@ class ResponseStream:
             events += [self.ev(name, **where, content_index=0, text=part["text"], **extra),
                        self.ev("response.content_part.done", **where, content_index=0,
                                 part=dict(part))]
+            if kind == "reasoning" and self.seal is not None:
+                item["encrypted_content"] = self.seal(part["text"])
         else:
             events.append(self.ev("response.function_call_arguments.done", **where,
                                    arguments=item["arguments"]))

@@ -230,10 +230,13 @@ class ReasoningText(_Body):
 
 class ReasoningItem(_Body):
     """An earlier turn's reasoning: dropped from the prompt; kept as given (input_items
-    and a conversation's items list it with its summary and text)."""
+    and a conversation's items list it with its summary and text). ``encrypted_content``:
+    what ``include: ["reasoning.encrypted_content"]`` returned (service/translate/sealed.py);
+    checked, and its text restored where ``content`` is left out."""
     type: Literal["reasoning"]
     summary: list[SummaryText] = []
     content: list[ReasoningText] | None = None
+    encrypted_content: str | None = None
 
 
 def _item_type(value: Any) -> Any:

@@ -268,7 +268,7 @@ def test_message_logprobs_beside_calls_and_reasoning(script, parsers, text):
 
 
 @pytest.mark.parametrize(("settings", "extra", "param", "words"), [
-    ({"reasoning_parser": "none"}, {"include": ["reasoning.encrypted_content"]}, "include",
+    ({"reasoning_parser": "none"}, {"include": ["file_search_call.results"]}, "include",
      "is not supported"),
     ({"reasoning_parser": "none"}, {"top_logprobs": 3}, "top_logprobs", "needs include"),
 ])

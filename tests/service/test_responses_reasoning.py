@@ -13,6 +13,7 @@ from openai.types.responses.response_reasoning_item import Summary
 
 from service.app import create_app
 from service.settings import Settings
+from service.translate.sealed import ReasoningSeal
 from tests.service.conformance import final_response
 from tests.service.scripted_backend import ScriptTokenizer, scripted_loader
 from tests.service.test_chat_tools_api import make_client
@@ -123,3 +124,81 @@ def test_a_section_the_limit_ends_right_after_is_completed(parser, section):
                     "incomplete", {"reason": "max_output_tokens"})
                 assert [(o["type"], o["status"]) for o in out["output"]] == [
                     ("reasoning", status)], (limit, out["output"])
+
+
+SEALED = {"include": ["reasoning.encrypted_content"]}
+
+
+def test_encrypted_content_in_both_modes(client):
+    """include reasoning.encrypted_content: the reasoning item carries its text sealed,
+    in the body and from the stream's output_item.done on; the text opens again."""
+    sdk = _sdk(client)
+    r = sdk.responses.create(model="scripted-model", input="<script1>", temperature=0,
+                             store=False, **SEALED)
+    item = r.output[0]
+    assert isinstance(item, ResponseReasoningItem) and item.encrypted_content
+    assert "Paris" not in item.encrypted_content
+    assert client.app.state.serving.sealer.open(item.encrypted_content) == "Paris is in France"
+    with sdk.responses.stream(model="scripted-model", input="<script1>", temperature=0,
+                              store=False, **SEALED) as s:
+        evs = list(s)
+    added = next(e for e in evs if e.type == "response.output_item.added")
+    done = next(e for e in evs if e.type == "response.output_item.done")
+    assert added.item.encrypted_content is None
+    final = final_response(evs).output[0]
+    assert done.item.encrypted_content == final.encrypted_content
+    assert client.app.state.serving.sealer.open(final.encrypted_content) == \
+        "Paris is in France"
+    plain = sdk.responses.create(model="scripted-model", input="<script1>", temperature=0)
+    assert plain.output[0].encrypted_content is None
+
+
+def test_a_sealed_item_sent_back_is_opened_and_dropped_from_the_prompt(client):
+    """A stateless client (store false) sends the item back as the SDK gives it: served,
+    with the prompt of the same history without it; stored, the input items list its
+    text (restored where the client left content out)."""
+    sdk = _sdk(client)
+    first = sdk.responses.create(model="scripted-model", input="<script1>", temperature=0,
+                                 store=False, **SEALED)
+    item = first.output[0].model_dump(exclude_none=True)
+    bare = {k: v for k, v in item.items() if k != "content"}
+    turn = [{"role": "user", "content": "<script1>"}]
+    later = [{"role": "user", "content": "<script5>"}]
+    without = sdk.responses.create(model="scripted-model", input=turn + later, temperature=0)
+    for given in (item, bare):
+        r = sdk.responses.create(model="scripted-model", input=[*turn, given, *later],
+                                 temperature=0, **SEALED)
+        assert r.usage.input_tokens == without.usage.input_tokens
+        assert r.output_text == without.output_text
+        listed = sdk.responses.input_items.list(r.id, order="asc").data
+        assert listed[1].type == "reasoning"
+        assert listed[1].content[0].text == "Paris is in France"
+        assert listed[1].encrypted_content == item["encrypted_content"]
+
+
+def test_encrypted_content_that_does_not_open_is_a_400_naming_it(client):
+    token = client.app.state.serving.sealer.seal("Paris is in France")
+    other = ReasoningSeal(b"another server's key, not this one").seal("Paris is in France")
+    cut = token[:-4]
+    for bad in (other, cut, "not a token", token[:20] + ("A" if token[20] != "A" else "B")
+                + token[21:]):
+        item = {"type": "reasoning", "summary": [], "encrypted_content": bad}
+        r = client.post("/v1/responses", json=ask(1, input=[
+            {"role": "user", "content": "<script1>"}, item]))
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "input.1.encrypted_content"
+        conv = client.post("/v1/conversations", json={"items": [item]})
+        assert conv.status_code == 400 and conv.json()["error"]["param"] == \
+            "items.0.encrypted_content", conv.text
+
+
+def test_replicas_sharing_the_key_open_each_others_items():
+    key = "a shared signing key of 32 characters"
+    tokens = []
+    for _ in range(2):
+        with make_client(thinking_signature_key=key) as c:
+            sealer = c.app.state.serving.sealer
+            tokens.append(sealer.seal("thought"))
+            assert [sealer.open(t) for t in tokens] == ["thought"] * len(tokens)
+    assert ReasoningSeal(key.encode()).open(tokens[0]) == "thought"
+    assert ReasoningSeal().open(tokens[0]) is None  # the per-process key of an unset one
