@@ -132,3 +132,39 @@ def test_the_loop_with_top_logprobs(base_url):
     answer = last.output[-1].content[0]
     assert [e.token for e in answer.logprobs] == ["Hello", " world"]  # not the end token
     assert all(len(e.top_logprobs) == 2 for e in answer.logprobs)
+
+
+TIMES: list[str] = []
+
+
+@function_tool
+def get_time() -> str:
+    """The time."""
+    TIMES.append("asked")
+    return "<script5>"
+
+
+def test_a_stateless_loop_sends_its_encrypted_reasoning_back(base_url):
+    """ModelSettings(store=False, response_include=["reasoning.encrypted_content"]), as a
+    client that keeps nothing on the server runs a reasoning model: the first turn reasons
+    and calls a tool, the SDK sends the reasoning item back with its encrypted_content
+    (the include was a 400), and the server opens it."""
+    TIMES.clear()
+    settings = ModelSettings(store=False, response_include=["reasoning.encrypted_content"])
+
+    async def go():
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
+        agent = Agent(name="clock", instructions="Answer briefly.", tools=[get_time],
+                      model=OpenAIResponsesModel(model=MODEL, openai_client=client),
+                      model_settings=settings)
+        return await Runner.run(agent, "<script7>")
+
+    result = asyncio.run(go())
+    assert TIMES == ["asked"] and result.final_output == "Hello world"
+    first = result.raw_responses[0]
+    reasoning = [o for o in first.output if o.type == "reasoning"]
+    assert len(reasoning) == 1 and reasoning[0].encrypted_content
+    sent = result.to_input_list()
+    assert any(i.get("type") == "reasoning" and i.get("encrypted_content")
+               == reasoning[0].encrypted_content for i in sent)
+    assert len(result.raw_responses) == 2  # the second turn was served, with the item
