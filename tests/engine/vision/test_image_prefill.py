@@ -1,7 +1,8 @@
 """Image features scattered into the text model's prefill: next-token logits against
 transformers' Mistral3ForConditionalGeneration (fp32, FP8 dequantized) for prompts with
 one and with several images, HF and native layouts; chunked prefill with chunk
-boundaries inside an image; the batch contract's shapes.
+boundaries inside an image (on this host's kernels: the one-shot bits, chunked and
+batched); the batch contract's shapes.
 
 Tolerance: max |ours - ref| / max |ref| over every prompt position < 0.05, the bound of
 tests/engine/test_model_parity.py (bf16 activations); measured 0.013-0.016 here. Feeding
@@ -16,6 +17,8 @@ import torch
 
 from engine.batch import BatchInputs, ChunkEmbeds, LogitsWanted, SeqChunk
 from engine.hardware import HardwareInfo
+from engine.hardware_probe import probe_hardware
+from engine.kernels.layer_kernel import exactness_warning
 from engine.kernels.registry import KernelOverrides
 from engine.runner import ModelRunner, load_runner
 from engine.vision.encoder import VisionEncoder, load_vision_encoder
@@ -165,3 +168,31 @@ def test_check_layout_refuses_misplaced_images() -> None:
         check_layout([img], [1, 10, 11, 13], 10)
     with pytest.raises(ValueError, match="leaves the prompt"):
         check_layout([img], [1, 10, 10], 10)
+
+
+@pytest.mark.parametrize("step", [3, 7, 16])
+def test_on_the_hosts_kernels_chunks_and_batches_give_the_same_bits(pair, step: int) -> None:
+    """On this host's kernels (batch-invariant: the runner reports exactness on), a prompt
+    with images prefilled in chunks whose boundaries fall inside image rows, and the same
+    prompt prefilled beside a text-only sequence, give the one-shot logits bit for bit."""
+    enc = load_vision_encoder(pair[0])
+    ids, images, _ = _prompt([(112, 112), (28, 56)], enc)
+    runner = load_runner(pair[0], engine_config(kv_block_size=16), hw=probe_hardware(),
+                         overrides=KernelOverrides())
+    assert exactness_warning(runner.kernel_report, KernelOverrides()) is None
+    one = runner.run(BatchInputs((SeqChunk(0, tuple(ids), 0, tuple(range(4)),
+                                           LogitsWanted.LAST,
+                                           chunk_embeds(images, 0, len(ids))),)))
+    for start in range(0, len(ids), step):
+        end = min(start + step, len(ids))
+        wanted = LogitsWanted.LAST if end == len(ids) else LogitsWanted.NONE
+        out = runner.run(BatchInputs((SeqChunk(1, tuple(ids[start:end]), start,
+                                               tuple(range(4, 8)), wanted,
+                                               chunk_embeds(images, start, end)),)))
+    assert torch.equal(out, one)
+    text = tuple(range(700, 700 + step + 5))
+    both = runner.run(BatchInputs((
+        SeqChunk(2, text, 0, tuple(range(8, 12)), LogitsWanted.LAST),
+        SeqChunk(3, tuple(ids), 0, tuple(range(12, 16)), LogitsWanted.LAST,
+                 chunk_embeds(images, 0, len(ids))))))
+    assert torch.equal(both[1:], one)
