@@ -5,7 +5,8 @@
 In this process's memory, as the response store (service/store/responses.py): a restart
 forgets them, replicas do not share them, each API key reads only its own, and whole
 conversations are evicted least recently used past a byte budget
-(``--conversations-store-mib``; 0: the routes and the ``conversation`` field are 400s).
+(``--conversations-store-mib``; 0: the routes and the ``conversation`` field are 400s),
+the oldest of the key that holds the most bytes first (service/store/fair.py).
 
 A conversation holds its items twice: validated (service.translate.schemas.InputItem,
 what a prompt is built from) and as JSON with an ``id`` (what the routes list). The
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.store.fair import victim
 from service.store.responses import json_bytes
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,10 @@ class Conversation:
 
     def find(self, item_id: str) -> int | None:
         return next((i for i, d in enumerate(self.listed) if d["id"] == item_id), None)
+
+
+def _size(conv: Conversation) -> int:
+    return conv.nbytes
 
 
 class ConversationTooLarge(ValueError):
@@ -120,14 +126,11 @@ class ConversationStore:
         return True
 
     def _evict(self, keep: Conversation) -> None:
-        """Least recently used first, until the budget holds; never ``keep`` (just grown,
-        and within the budget on its own: append refuses more)."""
-        while self.used > self.budget and len(self._convs) > 1:
-            key, old = next(iter(self._convs.items()))
-            if old is keep:
-                self._convs.move_to_end(key)
-                continue
-            del self._convs[key]
+        """Least recently used first, of the key holding the most bytes
+        (service/store/fair.py), until the budget holds; never ``keep`` (just grown, and
+        within the budget on its own: append refuses more)."""
+        while self.used > self.budget and (key := victim(self._convs, _size, keep)):
+            old = self._convs.pop(key)
             self.used -= old.nbytes
             log.warning("conversation %s evicted: the store is over its budget of %d bytes "
                         "(--conversations-store-mib)", old.id, self.budget)

@@ -4,7 +4,8 @@ continues, and ``GET`` / ``DELETE /v1/responses/{id}`` (and ``.../input_items``)
 In this process's memory, as vLLM keeps them: a restart forgets them, and replicas do not
 share them (route a conversation to one replica). Entries are kept per API key (a key
 reads only what it stored) and evicted least recently used past a byte budget
-(``--responses-store-mib``; 0: nothing is stored).
+(``--responses-store-mib``; 0: nothing is stored), the oldest of the key that holds the
+most bytes first (service/store/fair.py): one key filling the store evicts its own.
 
 Each entry holds:
 - ``response``: the response object as it was answered (the non-streaming body, or the
@@ -32,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from service.store.fair import victim
+
 log = logging.getLogger(__name__)
 
 
@@ -55,6 +58,10 @@ class StoredResponse:
         """What a continuation's context counts of this entry: its context and output,
         not its events (a continuation keeps none of them alive)."""
         return self.nbytes - sum(len(f) for f in self.frames)
+
+
+def _size(entry: StoredResponse) -> int:
+    return entry.nbytes
 
 
 def tenant_of(api_key: str | None) -> str:
@@ -105,8 +112,9 @@ class ResponseStore:
             return False
         self.delete(tenant, response["id"])
         while self.used + nbytes > self.budget:
-            _, old = self._entries.popitem(last=False)
-            self.used -= old.nbytes
+            key = victim(self._entries, _size, adding=(tenant, nbytes))
+            assert key is not None  # the entries hold more than the budget leaves it
+            self.used -= self._entries.pop(key).nbytes
         self._seq += 1
         self._entries[(tenant, response["id"])] = StoredResponse(
             response, tuple(context), tuple(input_items), nbytes, tuple(frames), self._seq)
@@ -125,9 +133,8 @@ class ResponseStore:
         self._entries[(tenant, response["id"])] = new
         self._entries.move_to_end((tenant, response["id"]))
         self.used += grown
-        while self.used > self.budget and len(self._entries) > 1:
-            _, gone = self._entries.popitem(last=False)
-            self.used -= gone.nbytes
+        while self.used > self.budget and (key := victim(self._entries, _size, new)):
+            self.used -= self._entries.pop(key).nbytes
         return new
 
     def listing(self, tenant: str) -> list[StoredResponse]:

@@ -269,3 +269,12 @@ def test_tenants_do_not_share_ids():
     assert store.get(b, "r") is None and store.get(a, "r") is not None
     store.put(b, _resp("r", 5), (), 0, ())
     assert store.get(a, "r").response["pad"] == "" and len(store) == 2
+
+
+def test_one_key_is_plain_least_recently_used_order_on_replace():
+    store = ResponseStore(3 * _size("r0", 100))
+    for k in range(3):
+        assert store.put("", _resp(f"r{k}", 100), (), 0, ())
+    grown = store.replace("", _resp("r1", 150))
+    assert grown is not None and store.get("", "r0") is None
+    assert store.get("", "r1") is grown and store.get("", "r2") is not None
