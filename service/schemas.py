@@ -359,6 +359,19 @@ class NamedToolChoice(_Body):
     function: FunctionName
 
 
+class AllowedTools(_Body):
+    """The tools the model may call, of those the prompt shows (all of ``tools``, so
+    that the prompt stays the same): ``auto``, text or calls of these; ``required``, one
+    or more calls of these."""
+    mode: Literal["auto", "required"]
+    tools: list[NamedToolChoice] = Field(min_length=1)
+
+
+class AllowedToolsChoice(_Body):
+    type: Literal["allowed_tools"]
+    allowed_tools: AllowedTools
+
+
 
 class FunctionCall(_Body):
     name: str
@@ -457,7 +470,8 @@ class ChatCompletionRequest(_Sampling):
     top_logprobs: int | None = Field(None, ge=0, le=20)
     add_generation_prompt: bool = True
     tools: list[ToolDefinition] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tool_choice: (Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolsChoice
+                  | None) = None
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
     # a cap on reasoning tokens (service/tool_calls/thinking.py): vLLM's budget (-1: none),

@@ -11,8 +11,10 @@ Two wire styles:
 ``tool_choice``: ``"none"`` -> no tool grammar; ``"required"`` -> one or more calls
 (exactly one when ``parallel_tool_calls`` is false); ``{"type": "function", "function":
 {"name": n}}`` -> exactly one call of ``n``; ``"auto"`` -> free text, or text followed by
-calls (once a call starts, the rest must be valid calls). Arguments must be valid against
-each tool's ``parameters`` (strict when the tool says ``strict: true``, lenient otherwise).
+calls (once a call starts, the rest must be valid calls). ``allowed`` (OpenAI's
+``allowed_tools``) narrows the calls of ``"auto"`` / ``"required"`` to those tools.
+Arguments must be valid against each tool's ``parameters`` (strict when the tool says
+``strict: true``, lenient otherwise).
 A ``response_format`` with ``"auto"`` gives "JSON matching the format, or calls" (no free
 text: it would defeat the format); with ``"none"`` the format alone.
 
@@ -130,10 +132,12 @@ def _body(style: str, mode: str, parallel: bool, fmt: GrammarSpec | None) -> lis
 def tool_call_grammar(tools: Sequence[Mapping[str, Any]], tool_choice: Any = "auto",
                       parallel_tool_calls: bool = True, style: str = "mistral",
                       vocab: Vocab | None = None,
-                      response_format: Mapping[str, Any] | None = None
-                      ) -> GrammarSpec | None:
+                      response_format: Mapping[str, Any] | None = None,
+                      allowed: Sequence[str] | None = None) -> GrammarSpec | None:
     """The grammar for a chat request with tools; None when nothing is constrained
-    (``tool_choice`` "none" or no tools with "auto", and no response_format)."""
+    (``tool_choice`` "none" or no tools with "auto", and no response_format).
+    ``allowed``: the names of the tools that may be called (OpenAI's allowed_tools, with
+    ``tool_choice`` its mode); None: every tool."""
     if style not in STYLES:
         raise GrammarError(f"tool-call style {style!r} not in {STYLES}")
     fmt = spec_from_response_format(response_format)
@@ -145,6 +149,10 @@ def tool_call_grammar(tools: Sequence[Mapping[str, Any]], tool_choice: Any = "au
         raise GrammarError("a structural_tag response_format goes alone: its tags and the "
                            "model's tool calls would be two grammars for the same text")
     mode, fns = _chosen(_functions(tools), tool_choice)
+    if allowed is not None:
+        fns = [f for f in fns if f["name"] in allowed]
+        if not fns:
+            raise GrammarError(f"allowed_tools names none of the tools {list(allowed)}")
     rules = _call_rules(fns, style, vocab)
     head = "call" if style == "mistral" else "fn"
     alts = " | ".join(f"fn_{i}" for i in range(len(fns)))

@@ -46,7 +46,8 @@ def _spec(tok: Any, plan: ChatPlan) -> Any:
     if plan.tool_parser is not None and plan.tools:
         return tool_call_grammar(plan.tools, plan.tool_choice, plan.parallel_tool_calls,
                                  style=plan.tool_parser, vocab=tok,
-                                 response_format=plan.response_format)
+                                 response_format=plan.response_format,
+                                 allowed=plan.allowed_tools)
     return spec_from_response_format(plan.response_format)
 
 

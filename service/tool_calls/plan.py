@@ -34,6 +34,9 @@ class ChatPlan:
     template: str | None = None
     # vLLM's documents: the template's documents variable (service/prompts.py checks it)
     documents: list[dict[str, str]] | None = None
+    # OpenAI's allowed_tools: the names the model may call (tool_choice is then its mode,
+    # "auto" or "required"); None: any of the tools
+    allowed_tools: tuple[str, ...] | None = None
 
     @property
     def forced_function(self) -> str | None:
@@ -45,11 +48,28 @@ class ChatPlan:
         return self.tool_choice == "required" or self.forced_function is not None
 
 
-def _tool_choice(body: Any) -> str | dict[str, Any]:
+def _tool_choice(body: Any) -> tuple[str | dict[str, Any], tuple[str, ...] | None]:
+    """(the choice, the names allowed_tools lets the model call; None: any). An
+    allowed_tools choice is its mode, with its names."""
     tc = body.tool_choice
     if tc is None:
-        return "auto" if body.tools else "none"
-    return tc if isinstance(tc, str) else tc.model_dump()
+        return ("auto" if body.tools else "none"), None
+    if isinstance(tc, str):
+        return tc, None
+    if tc.type == "allowed_tools":
+        allowed = tc.allowed_tools
+        return allowed.mode, tuple(dict.fromkeys(t.function.name for t in allowed.tools))
+    return tc.model_dump(), None
+
+
+def _check_allowed(body: Any, allowed: tuple[str, ...] | None) -> None:
+    names = [t.function.name for t in body.tools or ()]
+    for i, t in enumerate(body.tool_choice.allowed_tools.tools if allowed else ()):
+        if t.function.name not in names:
+            param = f"tool_choice.allowed_tools.tools.{i}.function.name"
+            raise APIError(400, f"{param}: allowed_tools names function "
+                           f"{t.function.name!r}, which is not among the tools "
+                           f"({', '.join(names) or 'none were given'})", param)
 
 
 def _check_tools(body: Any, choice: str | dict[str, Any], parsers: ParserChoice) -> None:
@@ -131,8 +151,9 @@ def _continue_final(body: Any) -> bool:
 
 def plan_chat(body: Any, parsers: ParserChoice) -> ChatPlan:
     """``body``: service.schemas.ChatCompletionRequest."""
-    choice = _tool_choice(body)
+    choice, allowed = _tool_choice(body)
     _check_tools(body, choice, parsers)
+    _check_allowed(body, allowed)
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
     fmt = _response_format(body, choice)
     return ChatPlan(tools=tools, tool_choice=choice,
@@ -144,4 +165,4 @@ def plan_chat(body: Any, parsers: ParserChoice) -> ChatPlan:
                     continue_final=_continue_final(body),
                     special_tokens=getattr(body, "add_special_tokens", False),
                     template=getattr(body, "chat_template", None),
-                    documents=getattr(body, "documents", None))
+                    documents=getattr(body, "documents", None), allowed_tools=allowed)

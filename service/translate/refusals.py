@@ -27,6 +27,9 @@ def responses_field(param: str) -> str:
     head, rest = _HEAD.match(param).groups()  # type: ignore[union-attr]
     if head == "tools":
         return param.replace(".function.", ".")  # a function tool is flat here
+    if param.startswith("tool_choice.allowed_tools."):  # flat here too
+        return "tool_choice." + param[len("tool_choice.allowed_tools."):].replace(
+            ".function.", ".")
     return {"max_tokens": "max_output_tokens", "response_format": "text.format",
             "messages": "input"}.get(head, head + rest)
 

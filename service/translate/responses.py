@@ -13,7 +13,8 @@ ChatCompletionRequest it means.
   of the calls, the reasoning or their markers); ``"reasoning.encrypted_content"`` puts a
   reasoning item's text, sealed, in its ``encrypted_content`` (service/translate/sealed.py),
   for a client that stores nothing here to send it back;
-- ``tools`` (function), ``tool_choice``, ``parallel_tool_calls`` as on chat;
+- ``tools`` (function), ``tool_choice`` (``allowed_tools`` too, in the Responses shape),
+  ``parallel_tool_calls`` as on chat;
   ``text.format`` is chat's ``response_format``; ``max_output_tokens`` is ``max_tokens``;
 - ``reasoning.effort``: ``"none"`` is a thinking budget of 0 on a model that reasons (a
   section it opens is closed at once; service/tool_calls/thinking.py) and a no-op on one
@@ -47,6 +48,7 @@ from service.tool_calls.thinking import effort_budget, thinking_budget
 from service.translate import sealed
 from service.translate.anthropic import validated
 from service.translate.schemas import (
+    AllowedFunctions,
     FunctionCallItem,
     FunctionCallOutputItem,
     InputItem,
@@ -201,6 +203,10 @@ def _logprobs(body: ResponsesRequest) -> int | None:
     return body.top_logprobs or 0
 
 
+def _named(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name}}
+
+
 def to_chat(body: ResponsesRequest, parsers: ParserChoice, tok: Any,
             context: Sequence[InputItem] | None = None) -> ChatCompletionRequest:
     """The chat request ``body`` means; ``tok``: the model's tokenizer; ``context``: the
@@ -219,9 +225,11 @@ def to_chat(body: ResponsesRequest, parsers: ParserChoice, tok: Any,
         data["tools"] = [{"type": "function", "function": t.model_dump(
             exclude_none=True, exclude={"type"})} for t in body.tools]
     tc = body.tool_choice
-    if tc is not None:
-        data["tool_choice"] = (tc if isinstance(tc, str)
-                               else {"type": "function", "function": {"name": tc.name}})
+    if isinstance(tc, AllowedFunctions):
+        data["tool_choice"] = {"type": "allowed_tools", "allowed_tools": {
+            "mode": tc.mode, "tools": [_named(t.name) for t in tc.tools]}}
+    elif tc is not None:
+        data["tool_choice"] = tc if isinstance(tc, str) else _named(tc.name)
     fmt = _format(body)
     if fmt is not None:
         data["response_format"] = fmt

@@ -270,6 +270,13 @@ class NamedFunction(_Body):
     name: str
 
 
+class AllowedFunctions(_Body):
+    """Chat's allowed_tools in the Responses API's shape."""
+    type: Literal["allowed_tools"]
+    mode: Literal["auto", "required"]
+    tools: list[NamedFunction] = Field(min_length=1)
+
+
 # name, description, schema and strict belong to a json_schema format (OpenAI's); on
 # another type they would go unused: a 400 naming the field, as the schema says
 _JSON_SCHEMA_ONLY = ("name", "description", "schema", "strict")
@@ -331,7 +338,8 @@ class ResponsePrompt(_Body):
     input: str | Annotated[list[InputItem], Field(min_length=1)]
     instructions: str | None = None
     tools: list[FunctionTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = None
+    tool_choice: (Literal["none", "auto", "required"] | NamedFunction | AllowedFunctions
+                  | None) = None
     parallel_tool_calls: bool = True
     text: TextConfig | None = None
     reasoning: ReasoningConfig | None = None

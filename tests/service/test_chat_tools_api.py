@@ -365,3 +365,50 @@ def test_a_message_that_spells_think_opens_no_section():
                 {"role": "user", "content": "<script5>"}]})
             msg = r.json()["choices"][0]["message"]
             assert (msg["content"], msg.get("reasoning_content")) == ("Hello world", None)
+
+
+def _allowed(mode: str, *names: str) -> dict:
+    return {"type": "allowed_tools", "allowed_tools": {
+        "mode": mode, "tools": [{"type": "function", "function": {"name": n}} for n in names]}}
+
+
+def test_allowed_tools_read_as_their_mode(client):
+    """allowed_tools auto reads text and calls as auto does, required only the calls (the
+    grammar narrows the names: tests/engine/structured/test_grammar_language.py); the
+    prompt shows every tool, as with tool_choice auto."""
+    auto = chat(client, 3, tools=TOOLS, tool_choice=_allowed("auto", "get_time")).json()
+    assert auto["choices"][0]["message"]["content"] == "Hello world"
+    assert [c["function"]["name"] for c in auto["choices"][0]["message"]["tool_calls"]] \
+        == ["get_time"]
+    plain = chat(client, 3, tools=TOOLS).json()
+    assert auto["usage"]["prompt_tokens"] == plain["usage"]["prompt_tokens"]
+    req = chat(client, 5, tools=TOOLS, tool_choice=_allowed("required", "get_time")).json()
+    assert req["choices"][0]["message"]["content"] is None  # calls only, as required
+
+
+@pytest.mark.parametrize("tool_choice, param", [
+    (_allowed("auto", "get_time", "nope"), "tool_choice.allowed_tools.tools.1.function.name"),
+    ({"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}},
+     "tool_choice.allowed_tools.tools"),
+    ({"type": "allowed_tools", "allowed_tools": {"mode": "none", "tools": [
+        {"type": "function", "function": {"name": "get_time"}}]}},
+     "tool_choice.allowed_tools.mode"),
+])
+def test_allowed_tools_refusals_name_the_field(client, tool_choice, param):
+    r = chat(client, 3, tools=TOOLS, tool_choice=tool_choice)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+def test_allowed_tools_in_the_responses_shape(client):
+    tools = [{"type": "function", "name": t["function"]["name"],
+              "parameters": t["function"]["parameters"]} for t in TOOLS]
+    only = {"type": "allowed_tools", "mode": "auto",
+            "tools": [{"type": "function", "name": "get_time"}]}
+    body = {"model": "scripted-model", "input": "<script3>", "tools": tools,
+            "tool_choice": only}
+    r = client.post("/v1/responses", json=body).json()
+    assert [o["type"] for o in r["output"]] == ["message", "function_call"]
+    assert r["tool_choice"] == only
+    bad = {**only, "tools": [{"type": "function", "name": "nope"}]}
+    r = client.post("/v1/responses", json={**body, "tool_choice": bad})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice.tools.0.name"

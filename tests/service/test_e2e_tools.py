@@ -19,7 +19,7 @@ from engine.synth import SynthSpec, write_checkpoint
 from service.app import create_app
 from service.settings import Settings
 from service.tool_calls.call_ids import is_call_id
-from tests.service.conformance import CHAT_NO_REASONING
+from tests.service.conformance import CHAT_NO_REASONING, RESPONSES_NO_REASONING
 
 WEATHER = {"type": "object", "properties": {
     "city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]},
@@ -126,6 +126,32 @@ def test_stream_equals_non_streaming(served):
     assert (final.message.content or None) == whole.message.content
     assert [(c.function.name, c.function.arguments) for c in final.message.tool_calls] == \
         [(c.function.name, c.function.arguments) for c in whole.message.tool_calls]
+
+
+def test_allowed_tools_narrow_the_calls_and_keep_the_prompt(served):
+    """allowed_tools required with get_time only: every call is get_time, though the ask
+    is about the weather and the prompt shows both tools (its token count equals the
+    same request with tool_choice required); the Responses shape alike."""
+    only = {"type": "allowed_tools", "allowed_tools": {
+        "mode": "required", "tools": [{"type": "function", "function": {"name": "get_time"}}]}}
+    r = _create(served, tools=TOOLS, tool_choice=only, max_tokens=120)
+    calls = r.choices[0].message.tool_calls
+    assert calls and {c.function.name for c in calls} == {"get_time"}
+    for call in calls if r.choices[0].finish_reason == "tool_calls" else calls[:-1]:
+        _check_call(call)
+    plain = _create(served, tools=TOOLS, tool_choice="required", max_tokens=1)
+    assert r.usage.prompt_tokens == plain.usage.prompt_tokens
+    _, sdk, name = served
+    resp = sdk.responses.create(
+        model=name, input=ASK[0]["content"], temperature=0, max_output_tokens=120,
+        tools=[{"type": "function", "name": t["function"]["name"],
+                "parameters": t["function"]["parameters"]} for t in TOOLS],
+        tool_choice={"type": "allowed_tools", "mode": "required",
+                     "tools": [{"type": "function", "name": "get_time"}]},
+        **RESPONSES_NO_REASONING)
+    names = {o.name for o in resp.output if o.type == "function_call"}
+    assert names == {"get_time"}, resp.output
+    assert resp.tool_choice.type == "allowed_tools"
 
 
 def test_auto_is_text_or_valid_calls(served):

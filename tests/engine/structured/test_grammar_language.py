@@ -138,3 +138,30 @@ def test_a_calls_arguments_are_an_object_of_its_schema(demo_tokenizer, parameter
                              style="hermes", vocab=demo_tokenizer)
     text = _h(f'{{"name": "f", "arguments": {args}}}')
     assert accepts(demo_tokenizer, spec, text) is ok
+
+
+@pytest.mark.parametrize("mode, text, ok", [
+    ("auto", "Plain answer.", True),
+    ("auto", "Checking." + _m(MA), True),
+    ("auto", _m(MA, MA), True),
+    ("auto", "Checking." + _m(MW), False),  # shown in the prompt, not allowed
+    ("auto", _m(MA, MW), False),
+    ("required", _m(MA), True),
+    ("required", _m(MW), False),
+    ("required", "x" + _m(MA), False),
+])
+def test_allowed_tools_narrow_the_calls_mistral(tekken_tokenizer, mode, text, ok):
+    spec = tool_call_grammar(TOOLS, mode, True, "mistral", tekken_tokenizer, allowed=["add"])
+    assert accepts(tekken_tokenizer, spec, text) is ok
+
+
+@pytest.mark.parametrize("mode, text, ok", [
+    ("auto", "Just text, no call.", True),
+    ("auto", "Let me check.\n" + _h(A), True),
+    ("auto", _h(W), False),
+    ("required", _h(A, A), True),
+    ("required", _h(A, W), False),
+])
+def test_allowed_tools_narrow_the_calls_hermes(demo_tokenizer, mode, text, ok):
+    spec = tool_call_grammar(TOOLS, mode, True, "hermes", allowed=["add"])
+    assert accepts(demo_tokenizer, spec, text) is ok
