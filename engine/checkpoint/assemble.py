@@ -100,9 +100,30 @@ def check_names(store: TensorStore, cfg: ModelConfig, names: NameMap, source: st
         if names.is_vision(name):
             vision += 1
             continue
-        raise CheckpointError(f"{store.meta(name).file}: tensor '{name}' unexpected "
-                              "(not part of the text decoder, not a vision tensor)")
+        why = _excluded_scale(store, cfg, names, name) or (
+            "not part of the text decoder, not a vision tensor")
+        raise CheckpointError(f"{store.meta(name).file}: tensor '{name}' unexpected ({why})")
     return vision
+
+
+def _excluded_scale(store: TensorStore, cfg: ModelConfig, names: NameMap, name: str) -> str:
+    """For the FP8 scale of a decoder linear that modules_to_not_convert names (so no scale
+    is read for it): what the config says and what the weight is (else '')."""
+    suffix = next((s for s in (".weight_scale_inv", ".activation_scale")
+                   if name.endswith(s)), None)
+    if suffix is None or names.native or cfg.quant.method != "fp8":
+        return ""
+    weight = name[: -len(suffix)] + ".weight"
+    canonical = {names.disk(f"layers.{i}.{m}.weight"): f"layers.{i}.{m}"
+                 for i in range(cfg.num_layers) for m in LINEAR_MODULES.values()}
+    module = canonical.get(weight, "lm_head" if weight == names.disk("lm_head.weight") else None)
+    if module is None or weight not in store or is_fp8(cfg, module):
+        return ""
+    dtype = str(store.meta(weight).dtype).removeprefix("torch.")
+    return (f"a scale of '{weight[: -len('.weight')]}', which config.json quantization_config."
+            f"modules_to_not_convert lists, so it is read unquantized; its weight is {dtype}"
+            + (": remove the module from that list" if store.meta(weight).dtype == FP8_DTYPE
+               else ", so the scale is stray"))
 
 
 def _unquantized(store: TensorStore, missing: str) -> str:

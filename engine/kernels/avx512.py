@@ -15,6 +15,8 @@ avx512_w8a16 (per-tensor, per-channel) / avx512_block_w8a16 (block scales)
             per output over K in order (scale on the fp32 sums), so the switch and the
             chunk sizes change speed only. No brgemm on this path.
 Gate: avx512f/bw/vl + avx512_bf16, the extension built, its dispatch level >= avx512.
+Shapes: any N and K >= 1 (K = 0 is declined in can_implement, as the op requires K >= 1);
+block sizes multiples of 32. These checks serve the AMX kernels (amx.py) too.
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ class _Vnni32Kernel(Fp8Kernel):
     def can_implement(self, spec: Fp8Spec) -> str | None:
         if not spec.weight_contiguous:
             return "weight is not a row-major [N, K] tensor (transposed view?)"
+        if spec.k == 0:  # the op's GEMMs take K >= 1 (ext/csrc gemm_avx512, gemm_amx)
+            return "K = 0 (an empty reduction; the GEMM needs K >= 1)"
         if spec.scale_kind is ScaleKind.BLOCK and (reason := block_reason(spec)):
             return reason
         return super().can_implement(spec)

@@ -421,3 +421,26 @@ def test_a_directory_in_place_of_the_weights(ckpt):
     (ckpt / "model.safetensors").unlink()
     (ckpt / "model.safetensors").mkdir()
     assert _error(ckpt) == "model.safetensors: not a file (a safetensors file was expected)"
+
+
+@pytest.mark.parametrize("fp8_weight", [True, False])
+def test_a_scale_of_a_module_the_config_excludes_says_so(ckpt, fp8_weight):
+    """modules_to_not_convert names a decoder linear whose scale is on disk: the error
+    names that tensor and says the config excludes its module (not that the tensor is
+    foreign to the decoder), and, when the weight is FP8, that the entry is wrong."""
+    module = "model.layers.0.mlp.down_proj"
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["quantization_config"]["modules_to_not_convert"].append(module)
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    if not fp8_weight:
+        _edit(ckpt, lambda t: t.update({f"{module}.weight": torch.zeros(
+            t[f"{module}.weight"].shape, dtype=torch.bfloat16)}))
+    msg = _error(ckpt)
+    assert msg.startswith(f"model.safetensors: tensor '{module}.") and " unexpected (" in msg
+    assert "not part of the text decoder" not in msg, msg
+    assert (f"a scale of '{module}', which config.json quantization_config."
+            "modules_to_not_convert lists") in msg, msg
+    if fp8_weight:
+        assert msg.endswith("its weight is float8_e4m3fn: remove the module from that list)")
+    else:
+        assert msg.endswith("its weight is bfloat16, so the scale is stray)"), msg
