@@ -3,7 +3,7 @@ Responses are plain dicts built in service/openai_format.py."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator
 from pydantic.config import JsonDict
@@ -35,6 +35,9 @@ class _Body(BaseModel):
     # a route's body without an OpenAI endpoint class (/detokenize, conversations, a
     # metadata update): an unknown field is a 400 as on the API endpoints
     strict_body: ClassVar[bool] = False
+    # null for a field with a default that is not null means that default, as OpenAI's
+    # API and vLLM read it (``"temperature": null``, the openai SDK's temperature=None)
+    nulls_as_defaults: ClassVar[bool] = True
 
     @classmethod
     def _checks_fields(cls, data: dict[str, Any]) -> bool:
@@ -55,7 +58,18 @@ class _Body(BaseModel):
             kind = ("unrecognized_argument" if isinstance(bad, unsupported.Unrecognized)
                     else "unsupported_value")
             raise _field_error(cls.__name__, bad.field, kind, bad.message(), bad.value)
+        if cls.nulls_as_defaults:
+            data = {k: v for k, v in data.items() if v is not None or not cls._has_default(k)}
         return unsupported.whole_numbers(data)
+
+    @classmethod
+    def _has_default(cls, name: str) -> bool:
+        """Whether field ``name`` has a default that null is read as (it is not nullable
+        and not required)."""
+        field = cls.model_fields.get(name)
+        return (field is not None and not field.is_required()
+                and type(None) not in get_args(field.annotation)
+                and field.annotation is not Any)
 
 
 def _field_error(model: str, field: str, kind: str, message: str, value: Any

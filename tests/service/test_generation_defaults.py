@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
 from engine.checkpoint.errors import CheckpointError
 from engine.checkpoint.generation import SamplingDefaults
@@ -40,6 +41,28 @@ def test_values_sent_win_even_when_equal_to_the_schema_default() -> None:
     assert chat.output_limit(3) == 7
     assert ChatCompletionRequest(messages=[{"role": "user", "content": "x"}]) \
         .output_limit(3) == 3
+
+
+def test_null_is_the_default_as_openai_and_vllm_read_it() -> None:
+    """null for a field with a default (the openai SDK's temperature=None) is that field
+    left out: the model's default applies; a required field's null stays a 400."""
+    nulls = {k: None for k in ("temperature", "top_p", "top_k", "min_p",
+                               "repetition_penalty", "n", "stream", "presence_penalty",
+                               "frequency_penalty", "ignore_eos", "min_tokens", "echo")}
+    body = CompletionRequest.model_validate({"prompt": "hi", **nulls})
+    kw = body.sampling_kwargs(DEFAULTS)
+    assert (kw["temperature"], kw["top_p"], kw["top_k"], kw["min_p"],
+            kw["repetition_penalty"]) == (0.15, 0.9, 20, 0.05, 1.1)
+    assert (body.n, body.stream, kw["presence_penalty"], body.echo) == (1, False, 0.0, False)
+    chat = ChatCompletionRequest.model_validate({
+        "messages": [{"role": "user", "content": "x"}], "logprobs": None,
+        "parallel_tool_calls": None, "add_generation_prompt": None, **nulls})
+    assert (chat.logprobs, chat.parallel_tool_calls, chat.add_generation_prompt) == (
+        False, True, True)
+    with pytest.raises(ValidationError):
+        ChatCompletionRequest.model_validate({"messages": None})
+    with pytest.raises(ValidationError):  # not null: still checked
+        CompletionRequest.model_validate({"prompt": "hi", "temperature": "1"})
 
 
 def test_served_requests_use_the_default_max_tokens() -> None:
