@@ -18,8 +18,11 @@ agree):
 
 - a name that is empty or not ``[A-Za-z0-9_.-]{1,64}`` at ``[ARGS]``: no call; the name and
   the arguments text become content;
-- a name with no ``[ARGS]`` (the next ``[TOOL_CALLS]``, ``</s>`` or the end comes first): no
-  call; the name text becomes content;
+- a name with no ``[ARGS]`` (the next ``[TOOL_CALLS]``, ``</s>`` or the end comes first, as
+  where ``max_tokens`` or a stop string cuts ``[TOOL_CALLS]get_wea``): no call, and no
+  content: text that reads as a name (and a ``[CALL_ID]`` id) is the start of a call, never
+  the answer's text, as vLLM drops it; other text there (``[TOOL_CALLS]I cannot``) is
+  content;
 - arguments that are not valid JSON, or cut by ``</s>``/the end: the call is returned with
   the arguments exactly as generated (``ToolCall.arguments_valid`` tells), as vLLM does: the
   fragments were already streamed;
@@ -116,10 +119,17 @@ class MistralToolParser:
 
     def _close(self, out: list[Event]) -> None:
         """The current segment ends (next [TOOL_CALLS], </s> or the end of the output)."""
-        if self._state in ("name", "call_id") and self._name + self._id:
+        if self._state in ("name", "call_id") and not self._call_start():
             out.append(Content(self._name + self._id))
         elif self._state == "json":
             self._json_items(self._json.finish(), out)
+
+    def _call_start(self) -> bool:
+        """Whether the text after ``[TOOL_CALLS]`` is a call's start: nothing, a name (whole
+        or cut) and, after ``[CALL_ID]``, an alphanumeric id (whole or cut)."""
+        name, given = self._name.strip(), self._id.strip()
+        return (not name or valid_name(name)) and (not given or (given.isascii()
+                                                                and given.isalnum()))
 
     def _json_items(self, items: list[tuple[str, str]], out: list[Event]) -> None:
         for kind, raw in items:

@@ -107,7 +107,14 @@ def test_no_tool_parser_all_text_is_content(tok):
     ('[TOOL_CALLS]f[ARGS]{"a": </s>', "", [("f", '{"a": ')], False),  # EOS mid-arguments
     ('[TOOL_CALLS]f[ARGS]{"a": 1', "", [("f", '{"a": 1')], False),  # the output just ends
     ("[TOOL_CALLS]f[ARGS]not json", "", [("f", "not json")], False),
-    ("Hi[TOOL_CALLS]get_weather</s>", "Higet_weather", [], None),  # no [ARGS]
+    # a name with no [ARGS] (EOS, the end, the next [TOOL_CALLS]) is a call's start: never
+    # content (it came back as "Higet_weather", glued to the text before it)
+    ("Hi[TOOL_CALLS]get_weather</s>", "Hi", [], None),
+    ("Hi[TOOL_CALLS]get_wea", "Hi", [], None),  # max_tokens or a stop string cut the name
+    ("Hi[TOOL_CALLS]get_weather[CALL_ID]ab1", "Hi", [], None),  # cut in a v11 call id
+    ("Hi[TOOL_CALLS]get_wea[TOOL_CALLS]f[ARGS]{}", "Hi", [("f", "{}")], True),
+    ("Hi[TOOL_CALLS] ", "Hi", [], None),
+    ("Hi[TOOL_CALLS]I cannot do that", "HiI cannot do that", [], None),  # no name: text
     ("[TOOL_CALLS]a b[ARGS]{}", "a b{}", [], None),  # invalid name
     ("[TOOL_CALLS][ARGS]{}[TOOL_CALLS]g[ARGS]{}", "{}", [("g", "{}")], True),  # empty name
     ("[TOOL_CALLS]f[ARGS]{}[TOOL_CALLS]", "", [("f", "{}")], True),  # trailing [TOOL_CALLS]
