@@ -309,3 +309,25 @@ def test_a_prompt_that_ends_inside_think_is_read_from_inside(tok):
             assert parser_for_prompt(tok, flag, prompt) == want
     msg = check_all_cuts(tok, "still planning[/THINK]answer", None, "mistral-open")
     assert (msg.reasoning_content, msg.content) == ("still planning", "answer")
+
+
+@pytest.mark.parametrize("text,ready", [
+    ('{"a": 1}', '{"a": 1}'), ('  {"a": [1, {"b": "x\\"y"}]}', '  {"a": [1, {"b": "x\\"y"}]}'),
+    ('{"a": 1, "b": nope}', '{"a": 1, "b": n'), ("[1, 2]", ""), ("not json", ""), ("  ", ""),
+    ('{"a": "cut', '{"a": "cut'),
+])
+def test_object_prefix_is_the_same_however_the_text_comes(text, ready):
+    """What may be sent of a call's arguments so that every accumulated fragment reads as
+    a JSON object so far: the same text fed whole or in any pieces."""
+    from pydantic_core import from_json
+
+    from service.tool_calls.call_json import object_prefix
+    for sizes in cuts(len(text), limit=8, samples=60):
+        sent, held, pos = "", "", 0
+        for size in sizes:
+            out, held = object_prefix(sent, held + text[pos:pos + size])
+            pos += size
+            sent += out
+            if sent:
+                assert isinstance(from_json(sent, allow_partial=True), dict), sent
+        assert (sent, held) == (ready, text[len(ready):]), sizes
