@@ -105,9 +105,11 @@ class MessageStream:
                     "type": "tool_use", "id": e.id, "name": e.name, "input": {}})
                 self.calls[e.index] = self.index
             else:
-                index = self.calls[e.index]
+                index, held = self.calls[e.index], self.held.get(self.calls[e.index], "")
+                if held.strip():  # text that stopped reading as an object: none can follow
+                    continue
                 text, self.held[index] = object_prefix(self.arguments.get(index, ""),
-                                                       self.held.get(index, "") + e.text)
+                                                       held + e.text)
                 if text:
                     events.append(self._delta({"type": "input_json_delta",
                                                "partial_json": text}, index))
