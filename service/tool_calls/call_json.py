@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic_core import from_json
 
-from service.tool_calls.call_ids import is_call_id
+from service.tool_calls.call_ids import AnswerIds
 from service.tool_calls.deltas import CallArgs, CallStart, Event
 
 NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")  # OpenAI's function-name rule, plus "."
@@ -69,7 +69,7 @@ def object_prefix(sent: str, held: str) -> tuple[str, str]:
     return held[:lo], held[lo:]
 
 
-def call_events(raw: str, index: int, new_id: Callable[[], str]) -> list[Event] | None:
+def call_events(raw: str, index: int, new_id: AnswerIds) -> list[Event] | None:
     """[CallStart, CallArgs] for a JSON object with a valid "name"; None otherwise."""
     try:
         obj = json.loads(raw)
@@ -79,8 +79,7 @@ def call_events(raw: str, index: int, new_id: Callable[[], str]) -> list[Event] 
         return None
     if not valid_name(obj["name"]):
         return None
-    given = obj.get("id")
-    call_id = given if isinstance(given, str) and is_call_id(given) else new_id()
+    call_id = new_id(obj.get("id"))  # the model's own, when it is one
     args = arguments_text(obj.get("arguments", obj.get("parameters", {})))
     return [CallStart(index, call_id, obj["name"]), CallArgs(index, args)]
 
@@ -88,7 +87,7 @@ def call_events(raw: str, index: int, new_id: Callable[[], str]) -> list[Event] 
 _ARGUMENTS = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
 
 
-def cut_call_events(raw: str, index: int, new_id: Callable[[], str]) -> list[Event] | None:
+def cut_call_events(raw: str, index: int, new_id: AnswerIds) -> list[Event] | None:
     """[CallStart, CallArgs] for a call whose JSON the end of the output cut: a whole
     valid "name" written before the arguments, which are the text as cut ("" when none
     was written); None otherwise."""

@@ -4,7 +4,8 @@ Wire forms (mistral-common ``tokens/tokenizers/instruct.py``), all accepted by o
 
 - v13 (Ministral-3): ``[TOOL_CALLS]name[ARGS]{json}`` per call; a call's arguments run to
   the next ``[TOOL_CALLS]`` or ``</s>``.
-- v11: ``[TOOL_CALLS]name[CALL_ID]id[ARGS]{json}``; a 9-character alphanumeric id is kept.
+- v11: ``[TOOL_CALLS]name[CALL_ID]id[ARGS]{json}``; a 9-character alphanumeric id is kept
+  (unless an earlier call of the answer has it: ids are unique in an answer).
 - v3-v7: ``[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]``, recognised when the text
   after ``[TOOL_CALLS]`` starts with ``[`` or ``{``; each call is delivered when its object
   closes.
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from service.tool_calls.call_ids import is_call_id, new_call_id
+from service.tool_calls.call_ids import AnswerIds, new_call_id
 from service.tool_calls.call_json import call_events, valid_name
 from service.tool_calls.deltas import CallArgs, CallStart, Content, Event
 from service.tool_calls.json_list import JsonListScanner
@@ -54,7 +55,7 @@ class MistralToolParser:
         self.eos = special_id(vocab, "</s>", required=False)
         self.structural = frozenset(i for i in (self.tool_calls, self.args, self.call_id,
                                                 self.eos) if i is not None)
-        self._new_id = new_id
+        self._new_id = AnswerIds(new_id)
         self._state = "content"  # content | name | call_id | args | json | done
         self._name = ""  # raw name text
         self._id = ""  # raw [CALL_ID] text
@@ -115,7 +116,7 @@ class MistralToolParser:
                 out.append(Content(self._name + self._id))
             return
         self._index, self._count = self._count, self._count + 1
-        out.append(CallStart(self._index, given if is_call_id(given) else self._new_id(), name))
+        out.append(CallStart(self._index, self._new_id(given), name))
 
     def _close(self, out: list[Event]) -> None:
         """The current segment ends (next [TOOL_CALLS], </s> or the end of the output)."""

@@ -75,6 +75,22 @@ def test_v11_call_id_is_kept(tok):
     assert bad.tool_calls[0].id == "id0000000"  # not 9 alphanumerics: a fresh id
 
 
+@pytest.mark.parametrize("text,parser", [
+    ('[TOOL_CALLS]f[CALL_ID]abcDEF123[ARGS]{}[TOOL_CALLS]g[CALL_ID]abcDEF123[ARGS]{}',
+     "mistral"),
+    ('[TOOL_CALLS][{"name": "f", "arguments": {}, "id": "abcDEF123"}, '
+     '{"name": "g", "arguments": {}, "id": "abcDEF123"}]', "mistral"),
+    ('<tool_call>{"name": "f", "arguments": {}, "id": "abcDEF123"}</tool_call>'
+     '<tool_call>{"name": "g", "arguments": {}, "id": "abcDEF123"}</tool_call>', "hermes"),
+])
+def test_an_id_the_model_gives_twice_is_kept_once(tok, text, parser):
+    """Two calls of one answer never share an id (a client matches each result to its
+    call by id): a model's id an earlier call of the answer took gives way to a fresh
+    one; it came back on both calls."""
+    msg = check_all_cuts(tok, text, parser, limit=8, tags_in_content=parser == "hermes")
+    assert [(c.id, c.name) for c in msg.tool_calls] == [("abcDEF123", "f"), ("id0000000", "g")]
+
+
 def test_v7_json_list(tok):
     text = ('[TOOL_CALLS] [{"name": "f", "arguments": {"q": "}]\\"{"}}, '
             '{"name": "g", "arguments": {}, "id": "ABCdef789"}]</s>')
