@@ -129,8 +129,8 @@ class MistralToolParser:
         """Whether the text after ``[TOOL_CALLS]`` is a call's start: nothing, a name (whole
         or cut) and, after ``[CALL_ID]``, an alphanumeric id (whole or cut)."""
         name, given = self._name.strip(), self._id.strip()
-        return (not name or valid_name(name)) and (not given or (given.isascii()
-                                                                and given.isalnum()))
+        id_so_far = not given or (given.isascii() and given.isalnum())
+        return (not name or valid_name(name)) and id_so_far
 
     def _json_items(self, items: list[tuple[str, str]], out: list[Event]) -> None:
         for kind, raw in items:
