@@ -6,7 +6,7 @@ each time within one conversation, and never the same 9-character id for two dif
 originals: an id that already is 9 alphanumerics is kept; otherwise the last 9
 alphanumerics are taken (vLLM's rule), and when those collide with another original's
 mapped id (or there are fewer than 9), a deterministic hash of the original is used instead,
-re-hashed until it is free.
+re-hashed until it is free. ``AnswerIds``: the ids of one answer's calls, unique within it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import hashlib
 import re
 import secrets
 import string
+from collections.abc import Callable
 
 ALPHABET = string.ascii_letters + string.digits
 CALL_ID_LEN = 9
@@ -28,6 +29,25 @@ def new_call_id() -> str:
 
 def is_call_id(text: str) -> bool:
     return _VALID.fullmatch(text) is not None
+
+
+class AnswerIds:
+    """One answer's call ids: ``ids(given)`` is the model's own id (``given``, 9
+    alphanumerics) unless an earlier call of the answer has it, else a fresh one
+    (``new_id``), never one the answer gave already: two calls of one answer never share
+    an id (a client matches each call's result to it by id)."""
+
+    def __init__(self, new_id: Callable[[], str] = new_call_id) -> None:
+        self._new = new_id
+        self._taken: set[str] = set()
+
+    def __call__(self, given: object = None) -> str:
+        ok = isinstance(given, str) and is_call_id(given) and given not in self._taken
+        out = given if ok else self._new()
+        while out in self._taken:
+            out = self._new()
+        self._taken.add(out)
+        return out
 
 
 def _hashed(original: str, attempt: int) -> str:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic_core import from_json
 
-from service.tool_calls.call_ids import is_call_id
+from service.tool_calls.call_ids import AnswerIds
 from service.tool_calls.deltas import CallArgs, CallStart, Event
 
 NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")  # OpenAI's function-name rule, plus "."
@@ -36,7 +36,40 @@ def complete_members(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def call_events(raw: str, index: int, new_id: Callable[[], str]) -> list[Event] | None:
+def _object_so_far(text: str) -> bool:
+    """Whether ``text`` reads as a JSON object, whole or cut (as ``complete_members``
+    and the anthropic SDK's stream accumulator read it)."""
+    try:
+        return isinstance(from_json(text, allow_partial=True), dict)
+    except ValueError:
+        return False
+
+
+def object_prefix(sent: str, held: str) -> tuple[str, str]:
+    """(ready, held): how much of ``held``, a call's arguments text after ``sent`` (text
+    already sent, empty or an object so far), may follow it so that the whole still reads
+    as a JSON object (``_object_so_far``), and the rest, held back. A client that parses
+    every fragment's accumulated text (the anthropic SDK's ``input_json_delta``) raises on
+    text that does not: whitespace alone (held until the object starts), arguments that
+    are no JSON (the longest prefix that reads as an object goes, the rest never can)."""
+    if _object_so_far(sent + held):
+        return held, ""
+    lo = 0  # the fewest characters of held that can make sent + held[:lo] an object
+    if not sent.strip():
+        start = len(held) - len(held.lstrip())
+        if start == len(held) or held[start] != "{":
+            return "", held
+        lo = start + 1
+    if not _object_so_far(sent + held[:lo]):
+        return "", held
+    hi = len(held)  # sent + held[:hi] is no object; its prefixes that are, are one run
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _object_so_far(sent + held[:mid]) else (lo, mid)
+    return held[:lo], held[lo:]
+
+
+def call_events(raw: str, index: int, new_id: AnswerIds) -> list[Event] | None:
     """[CallStart, CallArgs] for a JSON object with a valid "name"; None otherwise."""
     try:
         obj = json.loads(raw)
@@ -46,8 +79,7 @@ def call_events(raw: str, index: int, new_id: Callable[[], str]) -> list[Event] 
         return None
     if not valid_name(obj["name"]):
         return None
-    given = obj.get("id")
-    call_id = given if isinstance(given, str) and is_call_id(given) else new_id()
+    call_id = new_id(obj.get("id"))  # the model's own, when it is one
     args = arguments_text(obj.get("arguments", obj.get("parameters", {})))
     return [CallStart(index, call_id, obj["name"]), CallArgs(index, args)]
 
@@ -55,7 +87,7 @@ def call_events(raw: str, index: int, new_id: Callable[[], str]) -> list[Event] 
 _ARGUMENTS = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
 
 
-def cut_call_events(raw: str, index: int, new_id: Callable[[], str]) -> list[Event] | None:
+def cut_call_events(raw: str, index: int, new_id: AnswerIds) -> list[Event] | None:
     """[CallStart, CallArgs] for a call whose JSON the end of the output cut: a whole
     valid "name" written before the arguments, which are the text as cut ("" when none
     was written); None otherwise."""

@@ -80,7 +80,7 @@ class ChoiceReader:
         self._tools = plan.tool_parser is not None and plan.tools is not None
         self._held_space = ""  # whitespace not yet known to be content
         self._seen_call = False
-        self._seen_text = False  # text other than whitespace went out as content
+        self._run_text = False  # text other than whitespace went out since the last call
         self._stop_string = False  # a stop string ended the output
         # the parsers' markers written as text (not special tokens): never the message's
         self.text_markers = tuple(
@@ -114,22 +114,23 @@ class ChoiceReader:
         """``events`` without the whitespace-only text before, between or after calls
         (what a tool grammar writes between Hermes blocks, or after a reasoning section:
         vLLM's content is the text before the first call), the same however the output
-        was cut into steps: whitespace is held until text follows it (then both go out)
-        or a call does (then it is dropped); at the end it is dropped after a call and
-        goes out as the answer's content where no call came."""
+        was cut into steps: a run's whitespace is held until text follows it (then both
+        go out, and the rest of the run with them) or a call does (then it is dropped);
+        at the end it is dropped after a call and goes out as the answer's content where
+        no call came."""
         out: list[Event] = []
         for e in events:
-            holding = self._seen_call or (self._tools and not self._seen_text)
+            holding = (self._seen_call or self._tools) and not self._run_text
             if isinstance(e, Content) and holding:
                 text, self._held_space = self._held_space + e.text, ""
                 if text.strip():
                     out.append(Content(text))
-                    self._seen_text = True
+                    self._run_text = True
                 else:
                     self._held_space = text
                 continue
             if isinstance(e, CallStart | CallArgs):
-                self._seen_call, self._held_space = True, ""
+                self._seen_call, self._held_space, self._run_text = True, "", False
             out.append(e)
         if finished:
             if self._held_space and not self._seen_call:

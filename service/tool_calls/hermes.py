@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from service.tool_calls.call_ids import new_call_id
+from service.tool_calls.call_ids import AnswerIds, new_call_id
 from service.tool_calls.call_json import call_events, cut_call_events, outside_json_string
 from service.tool_calls.deltas import Content, Event
 from service.tool_calls.pieces import Piece
@@ -31,11 +31,12 @@ OPEN, CLOSE = "<tool_call>", "</tool_call>"
 class HermesToolParser:
     structural: frozenset[int] = frozenset()
 
-    def __init__(self, vocab: object = None, new_id: Callable[[], str] = new_call_id,
+    def __init__(self, vocab: object = None,
+                 new_id: Callable[[], str] | AnswerIds = new_call_id,
                  strings: bool = True) -> None:
         """``strings`` False: every close tag ends its block (the rule for a block whose
         JSON never closed its string; see finish)."""
-        self._new_id = new_id
+        self._new_id = new_id if isinstance(new_id, AnswerIds) else AnswerIds(new_id)
         self._tags = TagSplitter(OPEN, CLOSE, closes=outside_json_string if strings else None)
         self._block = ""
         self._count = 0

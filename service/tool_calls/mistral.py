@@ -4,7 +4,8 @@ Wire forms (mistral-common ``tokens/tokenizers/instruct.py``), all accepted by o
 
 - v13 (Ministral-3): ``[TOOL_CALLS]name[ARGS]{json}`` per call; a call's arguments run to
   the next ``[TOOL_CALLS]`` or ``</s>``.
-- v11: ``[TOOL_CALLS]name[CALL_ID]id[ARGS]{json}``; a 9-character alphanumeric id is kept.
+- v11: ``[TOOL_CALLS]name[CALL_ID]id[ARGS]{json}``; a 9-character alphanumeric id is kept
+  (unless an earlier call of the answer has it: ids are unique in an answer).
 - v3-v7: ``[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]``, recognised when the text
   after ``[TOOL_CALLS]`` starts with ``[`` or ``{``; each call is delivered when its object
   closes.
@@ -18,8 +19,11 @@ agree):
 
 - a name that is empty or not ``[A-Za-z0-9_.-]{1,64}`` at ``[ARGS]``: no call; the name and
   the arguments text become content;
-- a name with no ``[ARGS]`` (the next ``[TOOL_CALLS]``, ``</s>`` or the end comes first): no
-  call; the name text becomes content;
+- a name with no ``[ARGS]`` (the next ``[TOOL_CALLS]``, ``</s>`` or the end comes first, as
+  where ``max_tokens`` or a stop string cuts ``[TOOL_CALLS]get_wea``): no call, and no
+  content: text that reads as a name (and a ``[CALL_ID]`` id) is the start of a call, never
+  the answer's text, as vLLM drops it; other text there (``[TOOL_CALLS]I cannot``) is
+  content;
 - arguments that are not valid JSON, or cut by ``</s>``/the end: the call is returned with
   the arguments exactly as generated (``ToolCall.arguments_valid`` tells), as vLLM does: the
   fragments were already streamed;
@@ -33,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from service.tool_calls.call_ids import is_call_id, new_call_id
+from service.tool_calls.call_ids import AnswerIds, new_call_id
 from service.tool_calls.call_json import call_events, valid_name
 from service.tool_calls.deltas import CallArgs, CallStart, Content, Event
 from service.tool_calls.json_list import JsonListScanner
@@ -51,7 +55,7 @@ class MistralToolParser:
         self.eos = special_id(vocab, "</s>", required=False)
         self.structural = frozenset(i for i in (self.tool_calls, self.args, self.call_id,
                                                 self.eos) if i is not None)
-        self._new_id = new_id
+        self._new_id = AnswerIds(new_id)
         self._state = "content"  # content | name | call_id | args | json | done
         self._name = ""  # raw name text
         self._id = ""  # raw [CALL_ID] text
@@ -112,14 +116,21 @@ class MistralToolParser:
                 out.append(Content(self._name + self._id))
             return
         self._index, self._count = self._count, self._count + 1
-        out.append(CallStart(self._index, given if is_call_id(given) else self._new_id(), name))
+        out.append(CallStart(self._index, self._new_id(given), name))
 
     def _close(self, out: list[Event]) -> None:
         """The current segment ends (next [TOOL_CALLS], </s> or the end of the output)."""
-        if self._state in ("name", "call_id") and self._name + self._id:
+        if self._state in ("name", "call_id") and not self._call_start():
             out.append(Content(self._name + self._id))
         elif self._state == "json":
             self._json_items(self._json.finish(), out)
+
+    def _call_start(self) -> bool:
+        """Whether the text after ``[TOOL_CALLS]`` is a call's start: nothing, a name (whole
+        or cut) and, after ``[CALL_ID]``, an alphanumeric id (whole or cut)."""
+        name, given = self._name.strip(), self._id.strip()
+        id_so_far = not given or (given.isascii() and given.isalnum())
+        return (not name or valid_name(name)) and id_so_far
 
     def _json_items(self, items: list[tuple[str, str]], out: list[Event]) -> None:
         for kind, raw in items:

@@ -7,7 +7,10 @@ Blocks open in the order the output writes them: a change of kind (thinking, tex
 tool call) closes the open block and opens the next. The encoder keeps the blocks its
 events build (``content``, as the SDK's accumulator builds them); the non-streamed body
 (``whole``) is that snapshot after the whole output's events, so both modes give one
-message."""
+message. A tool_use block's ``input_json_delta`` text reads, accumulated, as a JSON object
+after every delta (call_json.object_prefix: the SDK's accumulator parses it there and
+raises where it does not): whitespace before the object waits for it, and arguments that
+are no JSON end with their longest prefix that is, in both modes."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from typing import Any
 from engine.stream import RequestOutput
 from service.errors import APIError, anthropic_error_body
 from service.generation import Choice, Event
+from service.tool_calls.call_json import object_prefix
 from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.deltas import CallStart, Content, DeltaMessage, Reasoning
 from service.translate.anthropic import stop_reason, tool_input, usage
@@ -38,6 +42,7 @@ class MessageStream:
         self.calls: dict[int, int] = {}  # call index -> its block's index
         self.content: list[dict[str, Any]] = []  # the blocks the events so far build
         self.arguments: dict[int, str] = {}  # a tool_use block's index -> its JSON text
+        self.held: dict[int, str] = {}  # a tool_use block's text no delta may carry yet
         self.output_tokens = self.cached = 0
 
     def first(self) -> list[Event]:
@@ -100,8 +105,14 @@ class MessageStream:
                     "type": "tool_use", "id": e.id, "name": e.name, "input": {}})
                 self.calls[e.index] = self.index
             else:
-                events.append(self._delta({"type": "input_json_delta",
-                                           "partial_json": e.text}, self.calls[e.index]))
+                index, held = self.calls[e.index], self.held.get(self.calls[e.index], "")
+                if held.strip():  # text that stopped reading as an object: none can follow
+                    continue
+                text, self.held[index] = object_prefix(self.arguments.get(index, ""),
+                                                       held + e.text)
+                if text:
+                    events.append(self._delta({"type": "input_json_delta",
+                                               "partial_json": text}, index))
         return events
 
     def chunk(self, out: RequestOutput) -> list[Event]:

@@ -29,6 +29,9 @@ SCRIPTS = [
     # a reasoning section, then the gap a tool grammar allows before the calls
     '[THINK]Paris is in France[/THINK]  [TOOL_CALLS]get_time[ARGS]{}',
     "  ",
+    # text between and after Hermes calls, each run ending in a space
+    'A <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call> B '
+    '<tool_call>{"name": "get_time", "arguments": {}}</tool_call> C ',
 ]
 TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
          for n in ("get_weather", "get_time")]
@@ -412,3 +415,38 @@ def test_allowed_tools_in_the_responses_shape(client):
     bad = {**only, "tools": [{"type": "function", "name": "nope"}]}
     r = client.post("/v1/responses", json={**body, "tool_choice": bad})
     assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice.tools.0.name"
+
+
+def test_text_between_calls_keeps_its_trailing_whitespace_in_both_modes():
+    """Text between two calls that ended in whitespace (" B " before a call, " C " at the
+    end) lost that whitespace in streams only: it came as its own step, was held as if the
+    run were whitespace alone, then dropped when the call (or the end) came. Whitespace is
+    dropped only where the whole run between calls is whitespace; chat, Responses and
+    Messages, whole and streamed, give the same text."""
+    with make_client(tool_call_parser="hermes") as c:
+        whole = chat(c, 9, tools=TOOLS).json()["choices"][0]["message"]
+        streamed, _ = reassemble(stream(c, 9, tools=TOOLS))
+        assert whole["content"] == streamed["content"] == "A  B  C ", (whole, streamed)
+        assert len(whole["tool_calls"]) == len(streamed["tool_calls"]) == 2
+        tools = [{"type": "function", "name": n, "parameters": {"type": "object"}}
+                 for n in ("get_weather", "get_time")]
+        body = {"input": "<script9>", "tools": tools}
+        texts = []
+        for r in (c.post("/v1/responses", json=body).json(), json.loads(c.post(
+                "/v1/responses", json={**body, "stream": True}).text.strip().split(
+                "\n")[-1][6:])["response"]):
+            texts.append([o["content"][0]["text"] for o in r["output"]
+                          if o["type"] == "message"])
+        assert texts == [["A ", " B ", " C "]] * 2
+        body = {"max_tokens": 200, "messages": [{"role": "user", "content": "<script9>"}],
+                "tools": [{"name": t["name"], "input_schema": t["parameters"]}
+                          for t in tools]}
+        whole = c.post("/v1/messages", json=body).json()["content"]
+        deltas = [json.loads(ln[6:]) for ln in c.post("/v1/messages", json={
+            **body, "stream": True}).text.splitlines() if ln.startswith("data: ")]
+        text = {}
+        for d in deltas:
+            if d["type"] == "content_block_delta" and d["delta"]["type"] == "text_delta":
+                text[d["index"]] = text.get(d["index"], "") + d["delta"]["text"]
+        assert [b["text"] for b in whole if b["type"] == "text"] == list(text.values()) \
+            == ["A ", " B ", " C "]

@@ -446,3 +446,41 @@ def test_adaptive_thinking_lets_the_model_reason_as_it_does(client):
         kw["messages"] = [{"role": "user", "content": "<script5>"}]
         m = sdk.messages.create(**kw, thinking={"type": "adaptive"})
         assert [(b.type, b.text) for b in m.content] == [("text", "Hello world")]
+
+
+@pytest.mark.parametrize("script,arguments,input_", [
+    ('[TOOL_CALLS]get_time[ARGS] {"a": 1}', ' {"a": 1}', {"a": 1}),  # a space first
+    ('[TOOL_CALLS]get_weather[ARGS]{"a": 1, "city": Paris}', '{"a": 1, "city": Paris}',
+     {"a": 1}),  # no JSON: the members before the fault
+    ("[TOOL_CALLS]get_time[ARGS]now", "now", {}),
+])
+def test_every_input_json_delta_reads_as_an_object(script, arguments, input_):
+    """The anthropic SDK parses a tool_use's accumulated input_json_delta text after each
+    delta and raises where it is no JSON object so far: a Mistral call whose arguments
+    start with a space, or are no JSON (no grammar kept the model to it), made the SDK's
+    stream raise, while the body held the input {}. Now the deltas carry the longest
+    prefix that reads as an object (a space waits for the object) and both modes give the
+    input that prefix holds; chat keeps the arguments as generated."""
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.settings import Settings
+    from tests.service.scripted_backend import scripted_loader
+    cfg = Settings(max_model_len=512, tool_call_parser="mistral")
+    with TestClient(create_app(cfg, load_backend=scripted_loader([script]))) as c:
+        sdk = anthropic.Anthropic(base_url="http://testserver", api_key="k", http_client=c,
+                                  max_retries=0)
+        body = {"model": "scripted-model", **ask(0, tools=TOOLS)}
+        del body["temperature"]
+        with sdk.messages.stream(**body) as s:
+            deltas = [e.partial_json for e in s if e.type == "input_json"]
+            streamed = s.get_final_message()
+        whole = sdk.messages.create(**body)
+        for m in (streamed, whole):
+            assert [(b.type, b.input) for b in m.content] == [("tool_use", input_)]
+            assert m.stop_reason == "tool_use"
+        assert arguments.startswith("".join(deltas)) and (not deltas or deltas[0].strip())
+        msg = chat(c, 0, tools=[{"type": "function", "function": {
+            "name": t["name"], "parameters": t["input_schema"]}} for t in TOOLS]).json()
+        assert msg["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == \
+            arguments

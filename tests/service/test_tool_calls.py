@@ -75,6 +75,22 @@ def test_v11_call_id_is_kept(tok):
     assert bad.tool_calls[0].id == "id0000000"  # not 9 alphanumerics: a fresh id
 
 
+@pytest.mark.parametrize("text,parser", [
+    ('[TOOL_CALLS]f[CALL_ID]abcDEF123[ARGS]{}[TOOL_CALLS]g[CALL_ID]abcDEF123[ARGS]{}',
+     "mistral"),
+    ('[TOOL_CALLS][{"name": "f", "arguments": {}, "id": "abcDEF123"}, '
+     '{"name": "g", "arguments": {}, "id": "abcDEF123"}]', "mistral"),
+    ('<tool_call>{"name": "f", "arguments": {}, "id": "abcDEF123"}</tool_call>'
+     '<tool_call>{"name": "g", "arguments": {}, "id": "abcDEF123"}</tool_call>', "hermes"),
+])
+def test_an_id_the_model_gives_twice_is_kept_once(tok, text, parser):
+    """Two calls of one answer never share an id (a client matches each result to its
+    call by id): a model's id an earlier call of the answer took gives way to a fresh
+    one; it came back on both calls."""
+    msg = check_all_cuts(tok, text, parser, limit=8, tags_in_content=parser == "hermes")
+    assert [(c.id, c.name) for c in msg.tool_calls] == [("abcDEF123", "f"), ("id0000000", "g")]
+
+
 def test_v7_json_list(tok):
     text = ('[TOOL_CALLS] [{"name": "f", "arguments": {"q": "}]\\"{"}}, '
             '{"name": "g", "arguments": {}, "id": "ABCdef789"}]</s>')
@@ -107,7 +123,14 @@ def test_no_tool_parser_all_text_is_content(tok):
     ('[TOOL_CALLS]f[ARGS]{"a": </s>', "", [("f", '{"a": ')], False),  # EOS mid-arguments
     ('[TOOL_CALLS]f[ARGS]{"a": 1', "", [("f", '{"a": 1')], False),  # the output just ends
     ("[TOOL_CALLS]f[ARGS]not json", "", [("f", "not json")], False),
-    ("Hi[TOOL_CALLS]get_weather</s>", "Higet_weather", [], None),  # no [ARGS]
+    # a name with no [ARGS] (EOS, the end, the next [TOOL_CALLS]) is a call's start: never
+    # content (it came back as "Higet_weather", glued to the text before it)
+    ("Hi[TOOL_CALLS]get_weather</s>", "Hi", [], None),
+    ("Hi[TOOL_CALLS]get_wea", "Hi", [], None),  # max_tokens or a stop string cut the name
+    ("Hi[TOOL_CALLS]get_weather[CALL_ID]ab1", "Hi", [], None),  # cut in a v11 call id
+    ("Hi[TOOL_CALLS]get_wea[TOOL_CALLS]f[ARGS]{}", "Hi", [("f", "{}")], True),
+    ("Hi[TOOL_CALLS] ", "Hi", [], None),
+    ("Hi[TOOL_CALLS]I cannot do that", "HiI cannot do that", [], None),  # no name: text
     ("[TOOL_CALLS]a b[ARGS]{}", "a b{}", [], None),  # invalid name
     ("[TOOL_CALLS][ARGS]{}[TOOL_CALLS]g[ARGS]{}", "{}", [("g", "{}")], True),  # empty name
     ("[TOOL_CALLS]f[ARGS]{}[TOOL_CALLS]", "", [("f", "{}")], True),  # trailing [TOOL_CALLS]
@@ -302,3 +325,25 @@ def test_a_prompt_that_ends_inside_think_is_read_from_inside(tok):
             assert parser_for_prompt(tok, flag, prompt) == want
     msg = check_all_cuts(tok, "still planning[/THINK]answer", None, "mistral-open")
     assert (msg.reasoning_content, msg.content) == ("still planning", "answer")
+
+
+@pytest.mark.parametrize("text,ready", [
+    ('{"a": 1}', '{"a": 1}'), ('  {"a": [1, {"b": "x\\"y"}]}', '  {"a": [1, {"b": "x\\"y"}]}'),
+    ('{"a": 1, "b": nope}', '{"a": 1, "b": n'), ("[1, 2]", ""), ("not json", ""), ("  ", ""),
+    ('{"a": "cut', '{"a": "cut'),
+])
+def test_object_prefix_is_the_same_however_the_text_comes(text, ready):
+    """What may be sent of a call's arguments so that every accumulated fragment reads as
+    a JSON object so far: the same text fed whole or in any pieces."""
+    from pydantic_core import from_json
+
+    from service.tool_calls.call_json import object_prefix
+    for sizes in cuts(len(text), limit=8, samples=60):
+        sent, held, pos = "", "", 0
+        for size in sizes:
+            out, held = object_prefix(sent, held + text[pos:pos + size])
+            pos += size
+            sent += out
+            if sent:
+                assert isinstance(from_json(sent, allow_partial=True), dict), sent
+        assert (sent, held) == (ready, text[len(ready):]), sizes
