@@ -183,7 +183,12 @@ CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDIC
         Rule("truncate_prompt_tokens", "with images is never cut",
              "truncate_prompt_tokens must keep the whole of a prompt with images"), NESTING)
 INVOCATIONS = tuple(dict.fromkeys((*CHAT, *COMPLETIONS)))  # either, by the body
+# /tokenize's options that render messages: beside a text prompt they would change nothing
+TOKENIZE_CHAT_OPTIONS = ("tools", "add_generation_prompt", "continue_final_message",
+                         "chat_template_kwargs", "chat_template")
 TOKENIZE = (*TOOL_TURNS, *MESSAGES, *TEMPLATE, *CONTINUE, NESTING,
+            *(Rule(p, "renders messages", "the chat options go with messages, not with a "
+                   "text prompt") for p in TOKENIZE_CHAT_OPTIONS),
             *(r for r in TOOLS if r.param == "tools" and r.words != "as a grammar"))
 DETOKENIZE = (_vocab("tokens"),)
 MODELS = (Rule("after_id", "not a served model", "a page cursor names a served model"),
