@@ -180,6 +180,7 @@ CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDIC
              "true"),
         Rule("store", "stores no chat completions", "store true needs a server that keeps "
              "them (--responses-store-mib above 0)"),
+        Rule("metadata", "is kept only with the answer", "metadata needs store true"),
         Rule("truncate_prompt_tokens", "with images is never cut",
              "truncate_prompt_tokens must keep the whole of a prompt with images"), NESTING)
 INVOCATIONS = tuple(dict.fromkeys((*CHAT, *COMPLETIONS)))  # either, by the body

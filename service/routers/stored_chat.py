@@ -30,7 +30,11 @@ _errors = partial(errors, not_found=_NOT_FOUND)
 
 
 def check_store(state: ServingState, body: ChatCompletionRequest) -> bool:
-    """Whether the answer is kept: ``store: true`` on a server that keeps them."""
+    """Whether the answer is kept: ``store: true`` on a server that keeps them; metadata
+    goes only with a kept answer (OpenAI's rule: it would be dropped)."""
+    if body.metadata and not body.store:
+        raise APIError(400, "metadata: is kept only with the answer, and this request "
+                       "stores none: send store: true, or leave metadata out", "metadata")
     if body.store and state.chat_completions is None:
         raise APIError(400, "store: true, but this server stores no chat completions "
                        "(--responses-store-mib 0); accepted: false or null", "store")

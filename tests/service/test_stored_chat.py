@@ -123,6 +123,20 @@ def test_refusals():
         assert r.status_code == 400 and r.json()["error"]["param"].startswith("metadata")
 
 
+def test_metadata_needs_store(client):
+    """metadata is kept only with the answer (OpenAI's 400: only allowed when store is
+    enabled): without store true it was answered 200 and dropped."""
+    for extra in ({}, {"store": False}, {"store": None}, {"stream": True}):
+        r = client.post(CHAT, json={"messages": [{"role": "user", "content": "<script5>"}],
+                                    "metadata": {"k": "v"}, **extra})
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "metadata" and "store" in r.json()["error"][
+            "message"]
+    for extra in ({"metadata": {}}, {"metadata": None}):
+        assert chat(client, **extra)["object"] == "chat.completion"
+    assert client.get(CHAT).json()["data"] == []
+
+
 def test_each_api_key_reads_only_its_own():
     cfg = Settings(max_model_len=512, api_keys=("key-one", "key-two"))
     with TestClient(create_app(cfg, load_backend=scripted_loader(SCRIPTS))) as c:
