@@ -291,6 +291,28 @@ def test_query_parameters_not_served_are_400s_naming_them(client):
     assert len(items(client, cid, after=item, order="asc")) == 0  # paging still served
 
 
+def test_the_routes_on_a_conversation_take_no_query_parameter(client):
+    """create, retrieve, update, delete and an item's delete answered 200 with a query
+    parameter ignored; a paging parameter given twice was read once."""
+    cid = conversation(client, items=[{"type": "message", "role": "user", "content": "hi"}])
+    item = items(client, cid)[0]["id"]
+    for method, path, kw in (
+            ("POST", "/v1/conversations", {"json": {}}),
+            ("GET", f"/v1/conversations/{cid}", {}),
+            ("POST", f"/v1/conversations/{cid}", {"json": {"metadata": {"a": "b"}}}),
+            ("DELETE", f"/v1/conversations/{cid}/items/{item}", {}),
+            ("DELETE", f"/v1/conversations/{cid}", {})):
+        r = client.request(method, path, params={"include[]": "x"}, **kw)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "include", (path,
+                                                                                  r.text)
+    # nothing was done
+    assert client.get(f"/v1/conversations/{cid}").json()["metadata"] == {}
+    assert [i["id"] for i in items(client, cid)] == [item]
+    r = client.get(f"/v1/conversations/{cid}/items", params=[("limit", "1"),
+                                                             ("limit", "5")])
+    assert r.status_code == 400 and r.json()["error"]["param"] == "limit", r.text
+
+
 def test_an_output_whose_call_was_deleted_meanwhile_is_not_added(client):
     """A background response answers call c1; c1 is deleted from the conversation while
     it runs: its turn is not added (it left an output with no call before it, and every
