@@ -206,6 +206,21 @@ def test_least_recently_used_conversations_go_first_within_the_byte_budget():
     assert not store.append("t", a, [None], big[:1])  # no longer kept
 
 
+def test_metadata_that_grows_the_store_evicts_as_items_do():
+    """Metadata replaced by bigger metadata is counted and evicts the least recently
+    used past the budget (it was counted only: a store of small conversations, each given
+    16 long pairs, held many times its budget until the next create or append)."""
+    store = ConversationStore(4000)
+    convs = [store.create("t", {}) for _ in range(20)]
+    assert store.used <= store.budget and len(store) == 20
+    big = {f"k{i}": "v" * 500 for i in range(3)}
+    for conv in convs:
+        store.set_metadata(conv, big)
+        assert store.used <= store.budget, store.used
+    assert store.get("t", convs[-1].id) is convs[-1]  # the one just updated stays
+    assert store.used == sum(c.nbytes for c in convs if store.get("t", c.id) is c)
+
+
 def test_items_that_outgrow_the_store_are_a_400_and_evict_nothing():
     settings = Settings(max_model_len=256, max_num_seqs=4, conversations_store_mib=1)
     with TestClient(create_app(settings, load_backend=scripted_loader(SCRIPTS))) as c:
