@@ -134,8 +134,8 @@ class Context:
 
 async def _context(state: ServingState, request: Request, body: ResponsesRequest
                    ) -> Context:
+    conv = _conversation(state, request, body)  # first: it refuses previous_response_id
     prev = _previous(state, store_tenant(request), body)
-    conv = _conversation(state, request, body)
     own = own_items(body)
     earlier = ([*prev.context, *output_items(prev.response["output"])] if prev
                else list(conv.items) if conv else [])

@@ -123,6 +123,13 @@ def test_refusals_name_their_field(client):
     r = client.post("/v1/responses", json={"input": "x", "conversation": cid,
                                            "previous_response_id": first["id"]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "conversation"
+    # the two together are refused whatever the stored response (one not stored, store
+    # false, was refused as a previous_response_id not found)
+    for prev in (post(client, input="<script5>", store=False)["id"], "resp_nope"):
+        r = client.post("/v1/responses", json={"input": "x", "conversation": cid,
+                                               "previous_response_id": prev})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "conversation", r.text
+        assert "previous_response_id" in r.json()["error"]["message"]
     stray = [{"type": "function_call_output", "call_id": "call_nope", "output": "x"}]
     r = client.post(f"/v1/conversations/{cid}/items", json={"items": stray})
     assert r.status_code == 400 and r.json()["error"]["param"] == "items.0.call_id"
