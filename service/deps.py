@@ -111,9 +111,9 @@ def refuse_other_query(request: Request, served: Mapping[str, tuple[str, ...] | 
     """A 400 naming the first query parameter outside ``served``, or with a value its
     entry does not list (None: any value, the route checks it): never one ignored.
     ``name[]``, how the SDKs send a list, is ``name``; ``why`` ends the message."""
-    refuse_repeated_query(request)
     for name, value in request.query_params.multi_items():
         base = name[:-2] if name.endswith("[]") else name
         if base not in served or (served[base] is not None and value not in served[base]):
             raise APIError(400, f"{base}: {value!r} is not supported here: {why}", base,
                            query=True)
+    refuse_repeated_query(request)

@@ -95,7 +95,6 @@ async def list_completions(request: Request, state: StateDep,
                            order: Literal["asc", "desc"] = "asc",
                            after: str | None = None, model: str | None = None
                            ) -> dict[str, Any]:
-    refuse_repeated_query(request)
     wanted: dict[str, str] = {}
     for name, value in request.query_params.multi_items():
         if name.startswith("metadata[") and name.endswith("]"):
@@ -103,6 +102,7 @@ async def list_completions(request: Request, state: StateDep,
         elif name not in ("limit", "order", "after", "model"):
             raise APIError(400, f"{name}: is not a filter of this list (limit, order, "
                            "after, model, metadata[KEY])", name, query=True)
+    refuse_repeated_query(request)
     def keep(entry: dict[str, Any]) -> bool:
         return ((model is None or entry["model"] == model)
                 and all(entry["metadata"].get(k) == v for k, v in wanted.items()))

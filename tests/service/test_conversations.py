@@ -333,6 +333,11 @@ def test_the_routes_on_a_conversation_take_no_query_parameter(client):
     r = client.get(f"/v1/conversations/{cid}/items", params=[("limit", "1"),
                                                              ("limit", "5")])
     assert r.status_code == 400 and r.json()["error"]["param"] == "limit", r.text
+    assert "given twice" in r.json()["error"]["message"]
+    # one not served at all is named as such, however often it is given
+    r = client.get(f"/v1/conversations/{cid}/items", params=[("include", "a"),
+                                                             ("include", "b")])
+    assert r.status_code == 400 and "not supported here" in r.json()["error"]["message"]
 
 
 def test_an_output_whose_call_was_deleted_meanwhile_is_not_added(client):
