@@ -95,6 +95,17 @@ def check_model(state: ServingState, model: str | None) -> str:
 PAGING: dict[str, tuple[str, ...] | None] = {"limit": None, "order": None, "after": None}
 
 
+def refuse_repeated_query(request: Request) -> None:
+    """A 400 naming a query parameter given twice (all but one were ignored); ``name[]``
+    is a list, each of its values one of it."""
+    seen: set[str] = set()
+    for name, _ in request.query_params.multi_items():
+        if name in seen and not name.endswith("[]"):
+            raise APIError(400, f"{name}: is given twice; give a query parameter once",
+                           name, query=True)
+        seen.add(name)
+
+
 def refuse_other_query(request: Request, served: Mapping[str, tuple[str, ...] | None],
                        why: str) -> None:
     """A 400 naming the first query parameter outside ``served``, or with a value its
@@ -105,3 +116,4 @@ def refuse_other_query(request: Request, served: Mapping[str, tuple[str, ...] | 
         if base not in served or (served[base] is not None and value not in served[base]):
             raise APIError(400, f"{base}: {value!r} is not supported here: {why}", base,
                            query=True)
+    refuse_repeated_query(request)

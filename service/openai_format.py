@@ -276,9 +276,12 @@ class Formatter:
 
 
 def page_items(items: list[dict[str, Any]], limit: int, order: str, after: str | None,
-               where: str) -> dict[str, Any]:
+               where: str, keep: Callable[[dict[str, Any]], bool] | None = None
+               ) -> dict[str, Any]:
     """OpenAI's item list page: ``order`` asc or desc, the items after the one whose id
-    is ``after`` (else a 400 naming it: "is no ``where``"), at most ``limit``."""
+    is ``after`` (else a 400 naming it: "is no ``where``"), at most ``limit``; ``keep``:
+    a filter, applied after the cursor is found among all ``items`` (a cursor that no
+    longer passes it, its metadata changed meanwhile, still places the next page)."""
     if order == "desc":
         items = items[::-1]
     if after is not None:
@@ -286,6 +289,8 @@ def page_items(items: list[dict[str, Any]], limit: int, order: str, after: str |
         if at is None:
             raise APIError(400, f"after: {after!r} is no {where}", "after")
         items = items[at + 1:]
+    if keep is not None:
+        items = [item for item in items if keep(item)]
     page = items[:limit]
     return {"object": "list", "data": page,
             "first_id": page[0]["id"] if page else None,

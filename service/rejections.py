@@ -180,10 +180,16 @@ CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDIC
              "true"),
         Rule("store", "stores no chat completions", "store true needs a server that keeps "
              "them (--responses-store-mib above 0)"),
+        Rule("metadata", "is kept only with the answer", "metadata needs store true"),
         Rule("truncate_prompt_tokens", "with images is never cut",
              "truncate_prompt_tokens must keep the whole of a prompt with images"), NESTING)
 INVOCATIONS = tuple(dict.fromkeys((*CHAT, *COMPLETIONS)))  # either, by the body
+# /tokenize's options that render messages: beside a text prompt they would change nothing
+TOKENIZE_CHAT_OPTIONS = ("tools", "add_generation_prompt", "continue_final_message",
+                         "chat_template_kwargs", "chat_template")
 TOKENIZE = (*TOOL_TURNS, *MESSAGES, *TEMPLATE, *CONTINUE, NESTING,
+            *(Rule(p, "renders messages", "the chat options go with messages, not with a "
+                   "text prompt") for p in TOKENIZE_CHAT_OPTIONS),
             *(r for r in TOOLS if r.param == "tools" and r.words != "as a grammar"))
 DETOKENIZE = (_vocab("tokens"),)
 MODELS = (Rule("after_id", "not a served model", "a page cursor names a served model"),
@@ -273,16 +279,25 @@ CONVERSATIONS = (
     Rule("items", "over the store's budget", "one conversation fits the store's budget "
          "(--conversations-store-mib)"), NESTING,
 )
+# a query parameter given twice (a route would read one of them)
+QUERY_ONCE = Rule("", "is given twice", "a query parameter is given once (a list as "
+                  "name[])")
 STORED_CHAT = (
     Rule("after", "is no", "after names an entry of the list"),
     Rule("", "is not a filter of this list", "the list's filters are limit, order, after, "
          "model and metadata[KEY]"),
+    Rule("", "is not supported here", "a stored completion's messages page with limit, "
+         "order and after"), QUERY_ONCE,
 )
+# a route on one stored chat completion or one conversation: no query parameter
+NO_QUERY = (Rule("", "takes no query parameter", "the route takes no query parameter"),
+            QUERY_ONCE)
 CONVERSATION_ITEMS = (
     *CONVERSATIONS,
     Rule("after", "is no item", "after names an item of the conversation"),
     Rule("include", "is not supported here", "items are returned whole"),
     Rule("before", "is not supported here", "item lists page with limit, order and after"),
+    QUERY_ONCE,
 )
 
 
@@ -295,11 +310,11 @@ STORED_QUERY = (
     Rule("starting_after", "takes effect with stream", "starting_after needs stream=true"),
     Rule("starting_after", "is past the last event", "starting_after names an event the "
          "response has sent (its sequence_number)"),
-    Rule("include", "is not supported here", _UNSERVED_QUERY),
+    Rule("include", "is not supported here", _UNSERVED_QUERY), QUERY_ONCE,
 )
 INPUT_ITEMS = (
     Rule("after", "is no input item", "after names an input item of the response"),
-    Rule("include", "is not supported here", _UNSERVED_QUERY),
+    Rule("include", "is not supported here", _UNSERVED_QUERY), QUERY_ONCE,
 )
 CANCEL = (
     Rule("response_id", "only background responses", "only background responses can be "

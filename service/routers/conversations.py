@@ -32,6 +32,7 @@ router = APIRouter(dependencies=[Depends(require_api_key)])
 _NOT_FOUND = ("no conversation (or item) has this id for this API key: never created, "
               "deleted, or evicted (--conversations-store-mib)")
 _errors = partial(errors, not_found=_NOT_FOUND)
+_RULES = (*rejections.CONVERSATIONS, *rejections.NO_QUERY)  # the routes on a conversation
 
 
 def store_of(state: ServingState) -> ConversationStore:
@@ -55,6 +56,11 @@ def _query(request: Request, paged: bool = False) -> None:
                        "lists page with limit, order and after")
 
 
+def _no_query(request: Request) -> None:
+    """A route on the conversation itself: any query parameter is a 400 (not ignored)."""
+    refuse_other_query(request, {}, "this route takes no query parameter")
+
+
 def add_items(state: ServingState, request: Request, conv: Conversation, items: list[Any],
               name: str = "items") -> list[dict[str, Any]]:
     """Append request items (each function_call_output answering a call of the
@@ -71,9 +77,10 @@ def add_items(state: ServingState, request: Request, conv: Conversation, items: 
 
 
 @router.post("/v1/conversations", response_model=None, responses={
-    **ok("Conversation"), **_errors(400, 401, rules=rejections.CONVERSATIONS)})
+    **ok("Conversation"), **_errors(400, 401, rules=_RULES)})
 async def create(body: ConversationCreateRequest, request: Request, state: StateDep
                  ) -> dict[str, Any]:
+    _no_query(request)
     store = store_of(state)
     conv = store.create(store_tenant(request), body.metadata or {})
     try:
@@ -85,24 +92,27 @@ async def create(body: ConversationCreateRequest, request: Request, state: State
 
 
 @router.get("/v1/conversations/{conversation_id}", response_model=None, responses={
-    **ok("Conversation"), **_errors(400, 401, 404, rules=rejections.CONVERSATIONS)})
+    **ok("Conversation"), **_errors(400, 401, 404, rules=_RULES)})
 async def retrieve(conversation_id: str, request: Request, state: StateDep
                    ) -> dict[str, Any]:
+    _no_query(request)
     return lookup(state, request, conversation_id).body()
 
 
 @router.post("/v1/conversations/{conversation_id}", response_model=None, responses={
-    **ok("Conversation"), **_errors(400, 401, 404, rules=rejections.CONVERSATIONS)})
+    **ok("Conversation"), **_errors(400, 401, 404, rules=_RULES)})
 async def update(conversation_id: str, body: MetadataUpdate, request: Request,
                  state: StateDep) -> dict[str, Any]:
+    _no_query(request)
     conv = lookup(state, request, conversation_id)
     store_of(state).set_metadata(conv, body.metadata or {})
     return conv.body()
 
 
 @router.delete("/v1/conversations/{conversation_id}", response_model=None, responses={
-    **ok("ConversationDeleted"), **_errors(400, 401, 404, rules=rejections.CONVERSATIONS)})
+    **ok("ConversationDeleted"), **_errors(400, 401, 404, rules=_RULES)})
 async def delete(conversation_id: str, request: Request, state: StateDep) -> dict[str, Any]:
+    _no_query(request)
     lookup(state, request, conversation_id)
     store_of(state).delete(store_tenant(request), conversation_id)
     return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
@@ -153,10 +163,10 @@ async def retrieve_item(conversation_id: str, item_id: str, request: Request,
 
 @router.delete("/v1/conversations/{conversation_id}/items/{item_id}", response_model=None,
                responses={**ok("Conversation", description="the conversation, the item "
-                               "gone"), **_errors(400, 401, 404,
-                                                  rules=rejections.CONVERSATIONS)})
+                               "gone"), **_errors(400, 401, 404, rules=_RULES)})
 async def delete_item(conversation_id: str, item_id: str, request: Request,
                       state: StateDep) -> dict[str, Any]:
+    _no_query(request)
     conv = lookup(state, request, conversation_id)
     at = _item_at(conv, item_id)
     gone = conv.items[at]

@@ -94,6 +94,15 @@ async def reset_prefix_cache(state: ReadyStateDep) -> dict[str, Any]:
     return {"enabled": enabled, "num_blocks_dropped": dropped}
 
 
+def _refuse_chat_options(body: TokenizeRequest) -> None:
+    """A 400 naming a chat option sent beside ``prompt`` (null or its default: none)."""
+    for name in rejections.TOKENIZE_CHAT_OPTIONS:
+        value = getattr(body, name)
+        if value is not None and value != TokenizeRequest.model_fields[name].default:
+            raise APIError(400, f"{name}: renders messages, and this request tokenizes a "
+                           "prompt; send messages, or leave it out", name)
+
+
 @private.post("/tokenize", response_model=None,
               responses={**ok("Tokens"),
                          **errors(400, 401, 404, 503, rules=rejections.TOKENIZE)})
@@ -103,6 +112,7 @@ async def tokenize(body: TokenizeRequest, state: ReadyStateDep) -> Response:
     if (body.prompt is None) == (body.messages is None):
         raise APIError(400, "give exactly one of prompt or messages", "prompt")
     if body.prompt is not None:
+        _refuse_chat_options(body)
         check_text_fits(state, len(body.prompt), "prompt", OVERSIZE_TEXT_FACTOR)
         special = body.add_special_tokens is not False
         ids = await run_in_threadpool(tok.encode, body.prompt, special)

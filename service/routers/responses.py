@@ -140,8 +140,8 @@ class Context:
 
 async def _context(state: ServingState, request: Request, body: ResponsesRequest
                    ) -> Context:
+    conv = _conversation(state, request, body)  # first: it refuses previous_response_id
     prev = _previous(state, store_tenant(request), body)
-    conv = _conversation(state, request, body)
     own = state.sealer.open_items(own_items(body))
     earlier = ([*prev.context, *output_items(prev.response["output"])] if prev
                else list(conv.items) if conv else [])

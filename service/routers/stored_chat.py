@@ -15,7 +15,14 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from service import rejections
 from service.backend import ServingState
-from service.deps import PAGING, StateDep, refuse_other_query, require_api_key, store_tenant
+from service.deps import (
+    PAGING,
+    StateDep,
+    refuse_other_query,
+    refuse_repeated_query,
+    require_api_key,
+    store_tenant,
+)
 from service.errors import APIError
 from service.openai_format import page_items
 from service.openapi import errors, ok
@@ -30,7 +37,11 @@ _errors = partial(errors, not_found=_NOT_FOUND)
 
 
 def check_store(state: ServingState, body: ChatCompletionRequest) -> bool:
-    """Whether the answer is kept: ``store: true`` on a server that keeps them."""
+    """Whether the answer is kept: ``store: true`` on a server that keeps them; metadata
+    goes only with a kept answer (OpenAI's rule: it would be dropped)."""
+    if body.metadata and not body.store:
+        raise APIError(400, "metadata: is kept only with the answer, and this request "
+                       "stores none: send store: true, or leave metadata out", "metadata")
     if body.store and state.chat_completions is None:
         raise APIError(400, "store: true, but this server stores no chat completions "
                        "(--responses-store-mib 0); accepted: false or null", "store")
@@ -61,12 +72,19 @@ def _store(state: ServingState) -> ResponseStore:
     return state.chat_completions
 
 
-def _lookup(state: ServingState, request: Request, completion_id: str) -> StoredResponse:
+def _find(state: ServingState, request: Request, completion_id: str) -> StoredResponse:
     found = _store(state).get(store_tenant(request), completion_id)
     if found is None:
         raise APIError(404, f"Chat completion with id {completion_id!r} not found.",
                        "completion_id")
     return found
+
+
+def _lookup(state: ServingState, request: Request, completion_id: str) -> StoredResponse:
+    """The stored completion, for a route that takes no query parameter (any is a 400:
+    it would be ignored)."""
+    refuse_other_query(request, {}, "this route takes no query parameter")
+    return _find(state, request, completion_id)
 
 
 @router.get("/v1/chat/completions", response_model=None, responses={
@@ -84,15 +102,18 @@ async def list_completions(request: Request, state: StateDep,
         elif name not in ("limit", "order", "after", "model"):
             raise APIError(400, f"{name}: is not a filter of this list (limit, order, "
                            "after, model, metadata[KEY])", name, query=True)
-    entries = [e.response for e in _store(state).listing(store_tenant(request))
-               if (model is None or e.response["model"] == model)
-               and all(e.response["metadata"].get(k) == v for k, v in wanted.items())]
-    return page_items(entries, limit, order, after, "stored chat completion")
+    refuse_repeated_query(request)
+    def keep(entry: dict[str, Any]) -> bool:
+        return ((model is None or entry["model"] == model)
+                and all(entry["metadata"].get(k) == v for k, v in wanted.items()))
+
+    entries = [e.response for e in _store(state).listing(store_tenant(request))]
+    return page_items(entries, limit, order, after, "stored chat completion", keep)
 
 
 @router.get("/v1/chat/completions/{completion_id}", response_model=None, responses={
     **ok("ChatCompletion", description="the stored chat completion, with its metadata"),
-    **_errors(401, 404)})
+    **_errors(400, 401, 404, rules=rejections.NO_QUERY)})
 async def retrieve_completion(completion_id: str, request: Request, state: StateDep
                               ) -> dict[str, Any]:
     return _lookup(state, request, completion_id).response
@@ -100,7 +121,7 @@ async def retrieve_completion(completion_id: str, request: Request, state: State
 
 @router.post("/v1/chat/completions/{completion_id}", response_model=None, responses={
     **ok("ChatCompletion", description="the stored chat completion, its metadata "
-         "replaced"), **_errors(400, 401, 404)})
+         "replaced"), **_errors(400, 401, 404, rules=rejections.NO_QUERY)})
 async def update_completion(completion_id: str, body: MetadataUpdate, request: Request,
                             state: StateDep) -> dict[str, Any]:
     found = _lookup(state, request, completion_id)
@@ -110,7 +131,7 @@ async def update_completion(completion_id: str, body: MetadataUpdate, request: R
 
 
 @router.delete("/v1/chat/completions/{completion_id}", response_model=None, responses={
-    **ok("ChatCompletionDeleted"), **_errors(401, 404)})
+    **ok("ChatCompletionDeleted"), **_errors(400, 401, 404, rules=rejections.NO_QUERY)})
 async def delete_completion(completion_id: str, request: Request, state: StateDep
                             ) -> dict[str, Any]:
     _lookup(state, request, completion_id)
@@ -128,6 +149,6 @@ async def list_messages(completion_id: str, request: Request, state: StateDep,
                         after: str | None = None) -> dict[str, Any]:
     refuse_other_query(request, PAGING, "a stored completion's messages page with limit, "
                        "order and after")
-    found = _lookup(state, request, completion_id)
+    found = _find(state, request, completion_id)
     return page_items(list(found.input_items), limit, order, after,
                  f"message of chat completion {completion_id!r}")

@@ -117,6 +117,7 @@ class ConversationStore:
         change = json_bytes(conv.body()) - before
         conv.nbytes += change
         self.used += change
+        self._evict(conv)
 
     def delete(self, tenant: str, conv_id: str) -> bool:
         conv = self._convs.pop((tenant, conv_id), None)

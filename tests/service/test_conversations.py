@@ -123,6 +123,13 @@ def test_refusals_name_their_field(client):
     r = client.post("/v1/responses", json={"input": "x", "conversation": cid,
                                            "previous_response_id": first["id"]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "conversation"
+    # the two together are refused whatever the stored response (one not stored, store
+    # false, was refused as a previous_response_id not found)
+    for prev in (post(client, input="<script5>", store=False)["id"], "resp_nope"):
+        r = client.post("/v1/responses", json={"input": "x", "conversation": cid,
+                                               "previous_response_id": prev})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "conversation", r.text
+        assert "previous_response_id" in r.json()["error"]["message"]
     stray = [{"type": "function_call_output", "call_id": "call_nope", "output": "x"}]
     r = client.post(f"/v1/conversations/{cid}/items", json={"items": stray})
     assert r.status_code == 400 and r.json()["error"]["param"] == "items.0.call_id"
@@ -204,6 +211,21 @@ def test_least_recently_used_conversations_go_first_within_the_byte_budget():
     assert store.get("t", a.id) is a and store.get("u", c.id) is c
     assert store.delete("t", a.id)
     assert not store.append("t", a, [None], big[:1])  # no longer kept
+
+
+def test_metadata_that_grows_the_store_evicts_as_items_do():
+    """Metadata replaced by bigger metadata is counted and evicts the least recently
+    used past the budget (it was counted only: a store of small conversations, each given
+    16 long pairs, held many times its budget until the next create or append)."""
+    store = ConversationStore(4000)
+    convs = [store.create("t", {}) for _ in range(20)]
+    assert store.used <= store.budget and len(store) == 20
+    big = {f"k{i}": "v" * 500 for i in range(3)}
+    for conv in convs:
+        store.set_metadata(conv, big)
+        assert store.used <= store.budget, store.used
+    assert store.get("t", convs[-1].id) is convs[-1]  # the one just updated stays
+    assert store.used == sum(c.nbytes for c in convs if store.get("t", c.id) is c)
 
 
 def test_items_that_outgrow_the_store_are_a_400_and_evict_nothing():
@@ -289,6 +311,33 @@ def test_query_parameters_not_served_are_400s_naming_them(client):
                     json={"items": [{"type": "message", "role": "user", "content": "a"}]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "include"
     assert len(items(client, cid, after=item, order="asc")) == 0  # paging still served
+
+
+def test_the_routes_on_a_conversation_take_no_query_parameter(client):
+    """create, retrieve, update, delete and an item's delete answered 200 with a query
+    parameter ignored; a paging parameter given twice was read once."""
+    cid = conversation(client, items=[{"type": "message", "role": "user", "content": "hi"}])
+    item = items(client, cid)[0]["id"]
+    for method, path, kw in (
+            ("POST", "/v1/conversations", {"json": {}}),
+            ("GET", f"/v1/conversations/{cid}", {}),
+            ("POST", f"/v1/conversations/{cid}", {"json": {"metadata": {"a": "b"}}}),
+            ("DELETE", f"/v1/conversations/{cid}/items/{item}", {}),
+            ("DELETE", f"/v1/conversations/{cid}", {})):
+        r = client.request(method, path, params={"include[]": "x"}, **kw)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "include", (path,
+                                                                                  r.text)
+    # nothing was done
+    assert client.get(f"/v1/conversations/{cid}").json()["metadata"] == {}
+    assert [i["id"] for i in items(client, cid)] == [item]
+    r = client.get(f"/v1/conversations/{cid}/items", params=[("limit", "1"),
+                                                             ("limit", "5")])
+    assert r.status_code == 400 and r.json()["error"]["param"] == "limit", r.text
+    assert "given twice" in r.json()["error"]["message"]
+    # one not served at all is named as such, however often it is given
+    r = client.get(f"/v1/conversations/{cid}/items", params=[("include", "a"),
+                                                             ("include", "b")])
+    assert r.status_code == 400 and "not supported here" in r.json()["error"]["message"]
 
 
 def test_an_output_whose_call_was_deleted_meanwhile_is_not_added(client):

@@ -60,6 +60,8 @@ REFUSED = [
     ("/v1/completions", {"prompt": "3", "max_tokens": None, "min_tokens": 64}, "min_tokens"),
     ("/v1/chat/completions", {"messages": STRAY}, "messages.1.tool_call_id"),
     ("/tokenize", {"messages": STRAY}, "messages.1.tool_call_id"),
+    ("/tokenize", {"prompt": "3", "add_generation_prompt": False}, "add_generation_prompt"),
+    ("/v1/chat/completions", {"messages": CALL, "metadata": {"k": "v"}}, "metadata"),
     ("/v1/messages", {"messages": THOUGHT, "max_tokens": 2}, "messages.1.content.0.signature"),
     ("/v1/messages/count_tokens", {"messages": THOUGHT}, "messages.1.content.0.signature"),
     ("/v1/responses", {"input": [{"type": "reasoning"}]}, "input"),

@@ -86,6 +86,43 @@ def test_the_list_pages_and_filters(client):
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
 
 
+def test_a_filtered_list_pages_on_when_its_cursor_no_longer_matches(client):
+    """A page of metadata[state]=todo, each marked done, then the next page after the
+    last: the cursor is placed in the whole list (it was a 400, the cursor being no
+    longer in the filtered one, so a client that worked through a filter page by page
+    was stopped after the first)."""
+    ids = [chat(client, store=True, metadata={"state": "todo"})["id"] for _ in range(4)]
+    first = client.get(CHAT, params={"metadata[state]": "todo", "limit": 2}).json()
+    assert [c["id"] for c in first["data"]] == ids[:2] and first["has_more"]
+    for done in first["data"]:
+        client.post(f"{CHAT}/{done['id']}", json={"metadata": {"state": "done"}})
+    rest = client.get(CHAT, params={"metadata[state]": "todo", "limit": 2,
+                                    "after": first["last_id"]})
+    assert rest.status_code == 200, rest.text
+    assert [c["id"] for c in rest.json()["data"]] == ids[2:]
+    assert not rest.json()["has_more"]
+    desc = client.get(CHAT, params={"metadata[state]": "done", "order": "desc",
+                                    "after": ids[3]}).json()
+    assert [c["id"] for c in desc["data"]] == ids[1::-1]
+    r = client.get(CHAT, params={"metadata[state]": "todo", "after": "chatcmpl-nope"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "after"
+
+
+def test_query_parameters_the_routes_do_not_take_are_400s(client):
+    """retrieve, update and delete take no query parameter (one was ignored); a filter
+    given twice is refused (the last one was used)."""
+    rid = chat(client, store=True)["id"]
+    for method, kw in (("GET", {}), ("POST", {"json": {"metadata": {"a": "b"}}}),
+                       ("DELETE", {})):
+        r = client.request(method, f"{CHAT}/{rid}", params={"include[]": "x"}, **kw)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "include", r.text
+    assert client.get(f"{CHAT}/{rid}").json()["metadata"] == {}  # nothing was done
+    r = client.get(CHAT, params=[("metadata[a]", "b"), ("metadata[a]", "c")])
+    assert r.status_code == 400 and r.json()["error"]["param"] == "metadata[a]", r.text
+    r = client.get(CHAT, params=[("limit", "1"), ("limit", "2")])
+    assert r.status_code == 400 and r.json()["error"]["param"] == "limit", r.text
+
+
 def test_update_delete_and_messages(client):
     messages = [{"role": "system", "content": "be brief"},
                 {"role": "user", "content": [{"type": "text", "text": "<script5>"}]}]
@@ -121,6 +158,20 @@ def test_refusals():
         r = c.post(CHAT, json={"messages": [{"role": "user", "content": "x"}],
                                "store": True, "metadata": {f"k{i}": "v" for i in range(17)}})
         assert r.status_code == 400 and r.json()["error"]["param"].startswith("metadata")
+
+
+def test_metadata_needs_store(client):
+    """metadata is kept only with the answer (OpenAI's 400: only allowed when store is
+    enabled): without store true it was answered 200 and dropped."""
+    for extra in ({}, {"store": False}, {"store": None}, {"stream": True}):
+        r = client.post(CHAT, json={"messages": [{"role": "user", "content": "<script5>"}],
+                                    "metadata": {"k": "v"}, **extra})
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "metadata" and "store" in r.json()["error"][
+            "message"]
+    for extra in ({"metadata": {}}, {"metadata": None}):
+        assert chat(client, **extra)["object"] == "chat.completion"
+    assert client.get(CHAT).json()["data"] == []
 
 
 def test_each_api_key_reads_only_its_own():

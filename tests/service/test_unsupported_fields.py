@@ -134,7 +134,7 @@ ACCEPTED = [
     (unsupported.CHAT, "audio", None), (unsupported.COMPLETIONS, "best_of", 1),
     (unsupported.COMPLETIONS, "best_of", 2),
     (unsupported.COMPLETIONS, "suffix", ""), (unsupported.COMPLETIONS, "suffix", None),
-    (unsupported.CHAT, "metadata", {"k": "v"}), (unsupported.CHAT, "prompt_cache_key", "k"),
+    (unsupported.CHAT, "metadata", {}), (unsupported.CHAT, "prompt_cache_key", "k"),
     (unsupported.CHAT, "safety_identifier", "h"), (unsupported.CHAT, "user", "u"),
     (unsupported.COMPLETIONS, "user", "u"),
     (unsupported.CHAT, "stream_options", {"include_usage": True,
