@@ -11,7 +11,7 @@ ChatCompletionRequest it means, and a finished choice becomes Anthropic's messag
 - assistant ``text`` blocks are its content, ``tool_use`` blocks its tool calls (input
   as JSON text); ``thinking`` / ``redacted_thinking`` blocks are dropped from the prompt,
   as Anthropic's own models drop earlier turns' thinking (a thinking block's signature is
-  checked first, service/translate/signature.py);
+  checked first, service/translate/signature.py), and a turn of thinking alone with them;
 - ``tool_choice`` auto / any / tool / none is auto / required / a named function / none,
   ``disable_parallel_tool_use`` is ``parallel_tool_calls: false``;
 - ``thinking: {type: enabled}`` needs a model with a reasoning parser (a 400 otherwise)
@@ -125,7 +125,14 @@ def _messages(body: CountTokensRequest | MessagesRequest) -> list[dict[str, Any]
         system = [{"type": "text", "text": b.text} for b in system if b.text]
     out = [{"role": "system", "content": system}] if system else []
     for i, m in enumerate(body.messages):
-        out += _user(m.content, i) if m.role == "user" else [_assistant(m.content)]
+        if m.role == "user":
+            out += _user(m.content, i)
+            continue
+        msg = _assistant(m.content)
+        if msg["content"] is not None or "tool_calls" in msg:
+            out.append(msg)
+        # else only thinking: the turn is dropped whole, as its thinking is (an empty
+        # assistant turn is no valid message to Mistral's encoding)
     return out
 
 

@@ -119,3 +119,19 @@ def test_a_format_the_grammar_refuses_names_output_config(served):
             "output_config": {"format": {"type": "json_schema", "schema": schema}}})
     assert exc.value.body["error"]["message"].startswith(
         "output_config.format: cannot be enforced as a grammar"), exc.value.body
+
+
+def test_a_turn_of_thinking_alone_is_dropped_with_its_thinking(served):
+    """An assistant turn that holds only a thinking block (an answer cut while it
+    reasoned, sent back as clients send it): the turn is dropped with its thinking, so
+    the prompt is the history without it, on Mistral's encoding too (an empty assistant
+    message was a 400 there)."""
+    sdk, _, name, _ = served
+    later = [{"role": "user", "content": "And in Rome?"}]
+    thought = {"role": "assistant", "content": [
+        {"type": "thinking", "thinking": "The user asks about", "signature": ""}]}
+    n = sdk.messages.count_tokens(model=name, messages=[*ASK, thought, *later])
+    alone = sdk.messages.count_tokens(model=name, messages=[*ASK, *later])
+    assert n.input_tokens == alone.input_tokens
+    m = _create(served, messages=[*ASK, thought, *later], **MESSAGES_NO_THINKING)
+    assert m.content and m.usage.output_tokens > 0
