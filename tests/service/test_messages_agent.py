@@ -48,3 +48,23 @@ def test_max_tokens_past_the_window_stops_at_the_window(small):
         final = s.get_final_message()
     assert (final.stop_reason, final.content[0].text) == ("model_context_window_exceeded",
                                                           "Hello")
+
+
+def test_a_key_in_either_header_is_accepted():
+    """A client may send x-api-key and Authorization: Bearer both, one of them a token for
+    another service (Claude Code with ANTHROPIC_API_KEY and ANTHROPIC_AUTH_TOKEN both set);
+    only the bearer was read, so the server's key in x-api-key beside another bearer was a
+    401. Now either header's key passes; neither is still a 401."""
+    with make_client(api_keys=("sekrit",)) as c:
+        body = {"model": "scripted-model", "max_tokens": 20, "messages": ASK}
+        for key, token in (("sekrit", "oauth-token"), ("other", "sekrit"), ("sekrit", ""),
+                           ("", "sekrit")):
+            headers = {"x-api-key": key, "authorization": f"Bearer {token}"}
+            r = c.post("/v1/messages", json=body, headers=headers)
+            assert r.status_code == 200, (headers, r.text)
+            r = c.post("/v1/messages/count_tokens", json={"messages": ASK}, headers=headers)
+            assert r.json() == {"input_tokens": 2}
+        r = c.post("/v1/messages", json=body,
+                   headers={"x-api-key": "other", "authorization": "Bearer oauth-token"})
+        assert r.status_code == 401
+        assert r.json()["error"]["type"] == "authentication_error"
