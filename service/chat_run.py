@@ -38,10 +38,13 @@ from service.tool_calls.thinking import chat_thinking
 
 def make_params(state: ServingState, body: Any, logprobs: int | None,
                 prompt_logprobs: int | None = None, grammar: Any = None,
-                thinking: ThinkingBudget | None = None) -> SamplingParams:
+                thinking: ThinkingBudget | None = None, fit_window: bool = False
+                ) -> SamplingParams:
     """The request's sampling parameters; fields it leaves out take the model's
     generation_config.json defaults where the server applies them. It encodes the
-    request's bad_words: routes call it through the thread pool."""
+    request's bad_words: routes call it through the thread pool. ``fit_window``: the
+    output limit is a cap that max_model_len may lower (Anthropic's reading of
+    max_tokens), not a demand the prompt must leave room for."""
     defaults = state.backend.sampling_defaults
     if body.allowed_token_ids is not None and grammar is not None:
         raise APIError(400, "allowed_token_ids: cannot be combined with a grammar "
@@ -49,6 +52,8 @@ def make_params(state: ServingState, body: Any, logprobs: int | None,
                        "leave no token", "allowed_token_ids")
     try:
         limit, sent = body.output_limit(defaults.max_tokens), body.output_limit(None)
+        if fit_window:
+            sent = None
         params = SamplingParams(max_tokens=sent if limit == sent else None,
                                 default_max_tokens=None if limit == sent else limit,
                                 seed=None if body.seed == -1 else body.seed,  # vLLM's
@@ -181,7 +186,7 @@ def beam_refusal(plan: ChatPlan, grammar: Any, thinking: ThinkingBudget | None
 
 
 async def start_chat(state: ServingState, body: ChatCompletionRequest,
-                     prefix: str = "chatcmpl") -> ChatRun:
+                     prefix: str = "chatcmpl", fit_window: bool = False) -> ChatRun:
     model = check_model(state, body.model)
     plan = plan_chat(body, state.parsers)
     thinking = chat_thinking(state.backend.tokenizer, plan, body)
@@ -201,7 +206,7 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
         grammar = await run_in_threadpool(compile_plan_grammar, state.backend, plan, thinking)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = await run_in_threadpool(make_params, state, body, logprobs, body.prompt_logprobs,
-                                     grammar, thinking)  # bad_words are encoded
+                                     grammar, thinking, fit_window)  # bad_words are encoded
     prediction = await run_in_threadpool(encode_prediction, state, body.prediction)
     if body.use_beam_search:
         check_beam_fields(body, beam_refusal(plan, grammar, thinking))

@@ -37,16 +37,21 @@ KEY_REFUSAL = APIError(401, "invalid or missing API key (Authorization: Bearer <
 
 
 def key_accepted(request: Request) -> bool:
-    """Whether the request may pass: the server takes no keys, or it presents one of them
-    (compared in constant time against every configured key)."""
+    """Whether the request may pass: the server takes no keys, or it presents one of them."""
     keys = request.app.state.serving.settings.api_keys
-    if not keys:
-        return True
-    given = presented_key(request).encode()
-    ok = False
-    for key in keys:
-        ok |= hmac.compare_digest(given, key.encode())
-    return ok
+    return not keys or accepted_key(request, keys) is not None
+
+
+def accepted_key(request: Request, keys: tuple[str, ...]) -> str | None:
+    """The first key the request presents that is one of ``keys`` (every pair compared,
+    in constant time), else None."""
+    found = None
+    for given in presented_keys(request):
+        ok = False
+        for key in keys:
+            ok |= hmac.compare_digest(given.encode(), key.encode())
+        found = found or (given if ok else None)
+    return found
 
 
 def require_api_key(request: Request) -> None:
@@ -57,19 +62,22 @@ def require_api_key(request: Request) -> None:
         raise KEY_REFUSAL
 
 
-def presented_key(request: Request) -> str:
-    """The key the request presents ("" for none): ``Authorization: Bearer <key>``, else
-    ``x-api-key``."""
+def presented_keys(request: Request) -> tuple[str, ...]:
+    """The keys the request presents: ``Authorization: Bearer <key>``, then ``x-api-key``.
+    Either may be this server's: a client may send both, one of them with a token meant
+    for another service (Claude Code with ANTHROPIC_API_KEY and ANTHROPIC_AUTH_TOKEN both
+    set)."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    given = token.strip() if scheme.lower() == "bearer" else ""
-    return given or request.headers.get("x-api-key", "").strip()
+    given = (token.strip() if scheme.lower() == "bearer" else "",
+             request.headers.get("x-api-key", "").strip())
+    return tuple(k for k in given if k)
 
 
 def store_tenant(request: Request) -> str:
     """The response store's namespace of an authenticated request: its API key's, or the
     one namespace of a server that takes no keys."""
     keys = request.app.state.serving.settings.api_keys
-    return tenant_of(presented_key(request) if keys else None)
+    return tenant_of(accepted_key(request, keys) if keys else None)
 
 
 def served_names(state: ServingState) -> tuple[str, ...]:

@@ -226,7 +226,9 @@ _ANTHROPIC = (
               messages_field), NESTING,
 )
 MESSAGES_API = (
-    *_ANTHROPIC, *_renamed(CONTEXT, messages_field),
+    # max_tokens past max_model_len or the KV cache stops there (stop_reason
+    # model_context_window_exceeded): only the prompt's own rules remain
+    *_ANTHROPIC, *_renamed(CONTEXT[2:], messages_field),
     Rule("thinking.budget_tokens", "less than max_tokens",
          "thinking.budget_tokens must be less than max_tokens"),
     Rule("thread", "keeps no conversation threads", "threads (beta) are not kept: the "

@@ -41,13 +41,16 @@ async def messages(body: MessagesRequest, request: Request, state: ReadyStateDep
                        details={"error_code": "thread_unsupported_request", "unsupported": []})
     try:
         chat = _checked_chat(body, state)
-        run = await start_chat(state, chat, "msg")
+        # max_tokens is a cap the context window may lower, as Anthropic serves it: the
+        # window's end is stop_reason model_context_window_exceeded
+        run = await start_chat(state, chat, "msg", fit_window=True)
     except (APIError, InvalidRequestError) as exc:
         raise in_messages(exc) from exc
     msg_id = run.sub.id.replace("-", "_", 1)
     reader = run.readers[0]
     omit = getattr(body.thinking, "display", None) == "omitted"
-    enc = MessageStream(msg_id, run.model, reader, len(run.prompt), state.signer, omit)
+    enc = MessageStream(msg_id, run.model, reader, len(run.prompt), state.signer, omit,
+                        body.max_tokens)
     if not body.stream:
         try:
             choice = (await run.collect(request))[0]

@@ -248,9 +248,10 @@ def validated(data: dict[str, Any]) -> ChatCompletionRequest:
 
 
 def stop_reason(reader: ChoiceReader, finish: FinishReason | None,
-                stop: int | str | None) -> tuple[str | None, str | None]:
+                stop: int | str | None, window: bool = False) -> tuple[str | None, str | None]:
     """Anthropic's (stop_reason, stop_sequence) of a finished choice (``finish`` and
-    ``stop``: its engine finish_reason and stop_reason)."""
+    ``stop``: its engine finish_reason and stop_reason; ``window``: a length stop there
+    was max_model_len's, before max_tokens)."""
     reason = reader.finish_reason(finish)
     if reason is None:
         return None, None
@@ -259,7 +260,7 @@ def stop_reason(reader: ChoiceReader, finish: FinishReason | None,
     if reason == "tool_calls":
         return "tool_use", None
     if finish is FinishReason.LENGTH:
-        return "max_tokens", None
+        return ("model_context_window_exceeded" if window else "max_tokens"), None
     return "end_turn", None
 
 

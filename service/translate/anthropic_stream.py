@@ -31,8 +31,8 @@ PING: list[Event] = [("ping", {"type": "ping"})]
 
 class MessageStream:
     def __init__(self, msg_id: str, model: str, reader: ChoiceReader,
-                 prompt_tokens: int, signer: ThinkingSigner, omit_thinking: bool = False
-                 ) -> None:
+                 prompt_tokens: int, signer: ThinkingSigner, omit_thinking: bool = False,
+                 max_tokens: int | None = None) -> None:
         self.msg_id, self.model, self.reader = msg_id, model, reader
         self.prompt_tokens, self.signer = prompt_tokens, signer
         self.omit_thinking = omit_thinking  # thinking.display "omitted": blocks without text
@@ -44,6 +44,7 @@ class MessageStream:
         self.arguments: dict[int, str] = {}  # a tool_use block's index -> its JSON text
         self.held: dict[int, str] = {}  # a tool_use block's text no delta may carry yet
         self.output_tokens = self.cached = 0
+        self.max_tokens = max_tokens  # asked: a length stop short of it is the window's
 
     def first(self) -> list[Event]:
         msg = {"id": self.msg_id, "type": "message", "role": "assistant",
@@ -121,7 +122,8 @@ class MessageStream:
         events = self.feed(self.reader.feed(out))
         if not out.finished:
             return events
-        reason, sequence = stop_reason(self.reader, out.finish_reason, out.stop_reason)
+        reason, sequence = stop_reason(self.reader, out.finish_reason, out.stop_reason,
+                                       self._window(self.output_tokens))
         use = usage(self.prompt_tokens, self.output_tokens, self.cached)
         return events + self._close() + [
             ("message_delta", {"type": "message_delta",
@@ -136,11 +138,17 @@ class MessageStream:
         self._close()
         for index, text in self.arguments.items():
             self.content[index]["input"] = tool_input(text)
-        reason, sequence = stop_reason(self.reader, choice.finish_reason, choice.stop_reason)
+        reason, sequence = stop_reason(self.reader, choice.finish_reason, choice.stop_reason,
+                                       self._window(len(choice.token_ids)))
         return {"id": self.msg_id, "type": "message", "role": "assistant", "model": self.model,
                 "content": self.content, "stop_reason": reason, "stop_sequence": sequence,
                 "usage": usage(self.prompt_tokens, len(choice.token_ids),
                                choice.num_cached_tokens)}
+
+    def _window(self, output_tokens: int) -> bool:
+        """Whether a length stop after ``output_tokens`` was the context window's: fewer
+        than max_tokens asked for."""
+        return self.max_tokens is not None and output_tokens < self.max_tokens
 
     @staticmethod
     def error(exc: APIError) -> list[Event]:

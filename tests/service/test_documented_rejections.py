@@ -74,8 +74,9 @@ REFUSED = [
     ("/v1/messages", {"messages": [{"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "t9", "content": "2"}]}], "max_tokens": 2},
      "messages.0.content.0.tool_use_id"),
-    ("/v1/messages", {"messages": [{"role": "user", "content": "3"}], "max_tokens": 64},
-     "max_tokens"),
+    # max_tokens past the window stops there (model_context_window_exceeded); no room is not
+    ("/v1/messages", {"messages": [{"role": "user", "content": LONG}], "max_tokens": 64},
+     "messages"),
     ("/v1/messages", {"messages": [{"role": "user", "content": "3"}], "max_tokens": 20,
                       "tools": [{"name": "f", "input_schema": {"type": "object"}}],
                       "tool_choice": {"type": "any"},
