@@ -44,20 +44,23 @@ def choices_usage(choices: Sequence[Choice], n: int) -> dict[str, Any]:
 
 
 def text_offsets(ids: Sequence[int], text_of: TokenText, bytes_of: TokenBytes | None = None,
-                 start: int = 0) -> tuple[list[int], int]:
+                 start: int = 0, floor: int | None = None) -> tuple[list[int], int]:
     """Where each token's text starts in the text, the first at ``start``, and the offset
     after the last: a token counts its text's characters; one whose bytes (``bytes_of``)
     hold a part of a UTF-8 character (byte-level BPE splits them) counts the characters it
     starts, and one that goes on with a character is at that character's start, so the
-    offsets stay offsets into the text."""
+    offsets stay offsets into the text. ``floor`` (default ``start``): where the tokens'
+    text begins; a stream's chunk starts at ``start`` past it, and its first token may go
+    on with a character an earlier chunk began."""
     offsets, pos = [], start
+    floor = start if floor is None else floor
     for t in ids:
         raw = bytes_of(t) if bytes_of is not None else b""
         if raw.decode("utf-8", "ignore").encode() == raw:  # whole characters
             offsets.append(pos)
             pos += len(text_of(t))
         else:
-            offsets.append(max(pos - _continues(raw[0]), start))
+            offsets.append(max(pos - _continues(raw[0]), floor))
             pos += sum(not _continues(b) for b in raw)
     return offsets, pos
 
@@ -69,13 +72,14 @@ def _continues(byte: int) -> bool:
 
 def completion_logprobs(lps: Sequence[TokenLogprob], text_of: TokenText,
                         offset: int = 0, real_text: TokenText | None = None,
-                        bytes_of: TokenBytes | None = None) -> dict[str, Any]:
+                        bytes_of: TokenBytes | None = None,
+                        floor: int | None = None) -> dict[str, Any]:
     """``text_of`` names the tokens; text_offset counts ``real_text`` (default
-    ``text_of``) and ``bytes_of`` (text_offsets): offsets stay offsets into the answer's
-    text when tokens are named by id or split a character."""
+    ``text_of``) and ``bytes_of`` (text_offsets, with ``floor``): offsets stay offsets
+    into the answer's text when tokens are named by id or split a character."""
     tokens = [text_of(lp.token_id) for lp in lps]
     offsets, _ = text_offsets([lp.token_id for lp in lps], real_text or text_of, bytes_of,
-                              offset)
+                              offset, floor)
     return {"tokens": tokens, "token_logprobs": [lp.logprob for lp in lps],
             "top_logprobs": [_top_with_token(lp, text_of) for lp in lps],
             "text_offset": offsets}
@@ -194,12 +198,13 @@ class Formatter:
 
     def completion_logprobs(self, lps: Sequence[TokenLogprob], offset: int,
                             prompt_ids: Sequence[int] | None = None,
-                            prompt_lps: Sequence[TokenLogprob | None] | None = None
-                            ) -> dict[str, Any]:
-        """Generated tokens' logprobs; with ``prompt_ids`` and ``prompt_lps`` (echo), the
-        prompt's in front."""
+                            prompt_lps: Sequence[TokenLogprob | None] | None = None,
+                            floor: int | None = None) -> dict[str, Any]:
+        """Generated tokens' logprobs, the first at ``offset`` (``floor``: where the
+        generated text begins, text_offsets); with ``prompt_ids`` and ``prompt_lps``
+        (echo), the prompt's in front."""
         generated = completion_logprobs(lps, self.text_of, offset, self.decoded_of,
-                                        self.own_bytes)
+                                        self.own_bytes, floor)
         if prompt_ids is None or prompt_lps is None:
             return generated
         return echo_logprobs(prompt_ids, prompt_lps, generated, self.text_of,
@@ -208,17 +213,21 @@ class Formatter:
     def completion_chunk(self, index: int, text: str, lps: Sequence[TokenLogprob] | None,
                          reason: FinishReason | None, stop_reason: Any = None,
                          echo: tuple[str, Sequence[int], Sequence[TokenLogprob | None]]
-                         | None = None, offset: int = 0) -> dict[str, Any]:
+                         | None = None, offset: int = 0, floor: int = 0) -> dict[str, Any]:
         """``echo`` (text, ids, logprobs of the prompt) puts the prompt in front of this
         chunk, logprobs included: the first chunk of an echo + logprobs stream.
         ``offset``: the text_offset of this chunk's first generated token (the choice's
-        text before it: next_offset of the chunk before), so that a stream's offsets equal
-        the whole answer's however its tokens were grouped."""
+        text before it: next_offset of the chunk before), and ``floor`` where the choice's
+        generated text begins (after an echoed prompt), so that a stream's offsets equal
+        the whole answer's however its tokens were grouped (a character split across
+        chunks included)."""
         prefix = "" if echo is None else echo[0]
         logprobs = None
         if lps is not None:
-            logprobs = (self.completion_logprobs(lps, len(prefix) + offset, echo[1], echo[2])
-                        if echo is not None else self.completion_logprobs(lps, offset))
+            logprobs = (self.completion_logprobs(lps, len(prefix) + offset, echo[1], echo[2],
+                                                 len(prefix))
+                        if echo is not None else self.completion_logprobs(lps, offset,
+                                                                          floor=floor))
         choice = {"index": index, "text": prefix + text, "logprobs": logprobs,
                   "finish_reason": finish_reason(reason)}
         if reason is not None:

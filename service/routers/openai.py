@@ -248,7 +248,7 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
         if echo_lps and out.prompt_logprobs is not None:
             head = (echo[i // body.n], prompts[i // body.n], out.prompt_logprobs)
         got = fmt.completion_chunk(i, out.text, lps, out.finish_reason, out.stop_reason,
-                                   head, offset[i])
+                                   head, offset[i], len(echo[i // body.n]) if echo else 0)
         if lps is not None:
             offset[i] = fmt.next_offset(offset[i] + (len(head[0]) if head else 0), lps)
         if body.return_token_ids:
