@@ -156,13 +156,17 @@ class Formatter:
     def __init__(self, rid: str, model: str, text_of: TokenText,
                  bytes_of: TokenBytes | None = None,
                  decoded_of: TokenText | None = None,
-                 own_bytes: TokenBytes | None = None) -> None:
+                 own_bytes: TokenBytes | None = None,
+                 shown_of: TokenText | None = None) -> None:
         """``text_of`` / ``bytes_of`` name tokens in logprobs; ``decoded_of`` (default
         ``text_of``) is each token's text: prompt_logprobs' decoded_token and what
         text_offset counts, with ``own_bytes`` (default ``bytes_of``), each token's own
-        bytes, for the tokens that split a character (text_offsets)."""
+        bytes, for the tokens that split a character (text_offsets); ``shown_of``
+        (default ``decoded_of``) is a generated token's text as the answer shows it (a
+        special token's is empty where skip_special_tokens leaves it out)."""
         self.id, self.model, self.text_of, self.bytes_of = rid, model, text_of, bytes_of
         self.decoded_of = text_of if decoded_of is None else decoded_of
+        self.shown_of = self.decoded_of if shown_of is None else shown_of
         self.own_bytes = bytes_of if own_bytes is None else own_bytes
         self.created = int(time.time())
 
@@ -203,7 +207,7 @@ class Formatter:
         """Generated tokens' logprobs, the first at ``offset`` (``floor``: where the
         generated text begins, text_offsets); with ``prompt_ids`` and ``prompt_lps``
         (echo), the prompt's in front."""
-        generated = completion_logprobs(lps, self.text_of, offset, self.decoded_of,
+        generated = completion_logprobs(lps, self.text_of, offset, self.shown_of,
                                         self.own_bytes, floor)
         if prompt_ids is None or prompt_lps is None:
             return generated
@@ -237,7 +241,7 @@ class Formatter:
     def next_offset(self, offset: int, lps: Sequence[TokenLogprob]) -> int:
         """The text_offset after ``lps``, whose first token is at ``offset`` (as
         completion_logprobs counts them: text_offsets)."""
-        return text_offsets([lp.token_id for lp in lps], self.decoded_of, self.own_bytes,
+        return text_offsets([lp.token_id for lp in lps], self.shown_of, self.own_bytes,
                             offset)[1]
 
     def chat(self, choices: Sequence[Choice], want_logprobs: bool,

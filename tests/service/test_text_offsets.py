@@ -80,3 +80,27 @@ def test_streamed_offsets_equal_whole_when_a_character_spans_chunks(served, seed
                     and x["logprobs"] for o in x["logprobs"]["text_offset"]]
         assert streamed == offsets, (ch["index"], ch["text"])
     assert split  # the answers really split characters across tokens
+
+
+def test_offsets_skip_the_special_tokens_the_text_leaves_out(served):
+    """skip_special_tokens (the default) leaves a generated special token out of the text:
+    its offset is where the text goes on, and the tokens after it are not pushed past
+    the text; kept, it counts its text."""
+    c, tok = served
+    special = tok.token_to_id("<|im_start|>")
+    body = {"prompt": "Hello there", "max_tokens": 4, "temperature": 1, "seed": 3,
+            "logprobs": 0, "logit_bias": {str(special): 30},
+            "return_token_ids": True, "echo": True}
+    for skip in (True, False):
+        sent = {**body, "skip_special_tokens": skip}
+        whole = c.post("/v1/completions", json=sent).json()["choices"][0]
+        assert special in whole["token_ids"] and special not in whole["prompt_token_ids"]
+        text, offsets = whole["text"], whole["logprobs"]["text_offset"]
+        ids = whole["prompt_token_ids"] + whole["token_ids"]
+        shown = [tok.decode([t], skip_special_tokens=skip and i >= len(whole["prompt_token_ids"]))
+                 for i, t in enumerate(ids)]
+        assert "".join(shown) == text
+        assert offsets == [len("".join(shown[:i])) for i in range(len(ids))]
+        events = sse_events(c.post("/v1/completions", json={**sent, "stream": True}))
+        assert [o for e in events for x in e["choices"] if x["logprobs"]
+                for o in x["logprobs"]["text_offset"]] == offsets
