@@ -10,6 +10,7 @@ import random
 import pytest
 from fastapi.testclient import TestClient
 
+from engine.demo_model import ensure_demo_model
 from engine.synth import SynthSpec, write_checkpoint
 from engine.text.tokenizer import Tokenizer
 from service.app import create_app
@@ -78,3 +79,41 @@ def test_seeded_chat_streams_equal_whole_answers(tekken):
             got, streamed, choice = chat_content(c, {**body, "stop": [stop]})
             assert got == streamed == full[:full.find(stop)], (body, stop)
             assert choice["finish_reason"] == "stop"
+
+
+@pytest.fixture(scope="module")
+def demo():
+    model = ensure_demo_model()
+    with TestClient(create_app(Settings(model=model, max_model_len=128,
+                                        kv_cache_gib=0.02))) as c:
+        yield c, Tokenizer.from_dir(model)
+
+
+def test_stop_string_in_text_held_for_a_split_character_ends_with_stop(demo):
+    """A token such as " \\xf0\\x9f" (a space and an emoji's first bytes) is held back
+    whole until the emoji completes; when max_tokens ends the output there, the held text
+    is released, and a stop string in it cuts the text: the answer then ends with
+    finish_reason "stop" and that stop string, as any cut by a stop string does."""
+    c, tok = demo
+    body = {"prompt": "Emoji list: 😀 😃 😄", "max_tokens": 16, "temperature": 0.8,
+            "ignore_eos": True, "return_token_ids": True}
+    checked = 0
+    for seed in (3, 6):
+        ids = c.post("/v1/completions", json={**body, "seed": seed}).json()
+        ids = ids["choices"][0]["token_ids"]
+        k = next(k for k, t in enumerate(ids) if k and tok.token_bytes(t)[:1] == b" "
+                 and "\ufffd" in tok.decode([t]))
+        before = tok.decode(ids[:k])
+        stop = before[-1] + " "
+        assert stop not in before
+        sent = {**body, "seed": seed, "max_tokens": k + 1, "stop": [stop]}
+        whole = c.post("/v1/completions", json=sent).json()["choices"][0]
+        assert whole["text"] == before[:-1]
+        assert (whole["finish_reason"], whole["stop_reason"]) == ("stop", stop)
+        events = sse_events(c.post("/v1/completions", json={**sent, "stream": True}))
+        assert "".join(e["choices"][0]["text"] for e in events) == whole["text"]
+        ends = [(e["choices"][0]["finish_reason"], e["choices"][0].get("stop_reason"))
+                for e in events if e["choices"][0]["finish_reason"]]
+        assert ends == [("stop", stop)]
+        checked += 1
+    assert checked == 2
