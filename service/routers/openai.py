@@ -66,11 +66,16 @@ def formatter(state: ServingState, rid: str, model: str,
     prompt_logprobs' decoded_token is the text either way. text_offset counts a generated
     special token as the answer's text shows it: nothing, with skip_special_tokens."""
     text = token_text(state)
-    shown = shown_text(state) if body.skip_special_tokens else None
+    skipped = shown_text(state)
+    shown = skipped if body.skip_special_tokens else None
+
+    def special(i: int) -> bool:
+        return not skipped(i) and bool(text(i))
+
     if body.return_tokens_as_token_ids:
         return Formatter(rid, model, token_id_text, None, decoded_of=text,
-                         own_bytes=token_bytes(state), shown_of=shown)
-    return Formatter(rid, model, text, token_bytes(state), shown_of=shown)
+                         own_bytes=token_bytes(state), shown_of=shown, special=special)
+    return Formatter(rid, model, text, token_bytes(state), shown_of=shown, special=special)
 
 
 def check_prompt_logprobs(body: CompletionRequest | ChatCompletionRequest) -> None:

@@ -117,3 +117,26 @@ def test_stop_string_in_text_held_for_a_split_character_ends_with_stop(demo):
         assert ends == [("stop", stop)]
         checked += 1
     assert checked == 2
+
+
+def test_echoed_offsets_index_the_text_after_an_added_bos(tekken):
+    """A text prompt on a tokenizer that adds BOS: the echoed text is the prompt as sent,
+    without the BOS's text, so the BOS takes no room and every offset indexes the text
+    (the generated tokens' after the prompt's: they increase); whole and streamed."""
+    c, tok = tekken
+    body = {"prompt": "Ωmega ≈ √2 and <s> ok", "max_tokens": 6, "temperature": 0,
+            "echo": True, "logprobs": 0, "return_token_ids": True, "ignore_eos": True}
+    whole = c.post("/v1/completions", json=body).json()["choices"][0]
+    prompt_ids = whole["prompt_token_ids"]
+    bos = tok.token_to_id("<s>")
+    assert prompt_ids[0] == bos and prompt_ids.count(bos) == 2  # added, and sent as text
+    text, offsets = whole["text"], whole["logprobs"]["text_offset"]
+    assert text.startswith(body["prompt"]) and offsets == sorted(offsets)
+    assert offsets[:2] == [0, 0] and offsets[len(prompt_ids)] == len(body["prompt"])
+    for t, at in zip(prompt_ids[1:] + whole["token_ids"], offsets[1:], strict=True):
+        own = tok.token_bytes(t)
+        if own.decode("utf-8", errors="ignore").encode() == own:
+            assert text[at:at + len(own.decode())] == own.decode()
+    events = sse_events(c.post("/v1/completions", json={**body, "stream": True}))
+    assert [o for e in events for x in e["choices"] if x["logprobs"]
+            for o in x["logprobs"]["text_offset"]] == offsets
