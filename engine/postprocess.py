@@ -247,6 +247,10 @@ class StepRunner(DraftVerifier):
         text = "" if step is None else step.new_text
         if reason is not None and not (step is not None and step.stopped):
             text += lv.detok.flush() or ""
+            if reason is FinishReason.LENGTH and getattr(lv.detok, "stopped", False):
+                # the text held back for an unfinished character held a stop string: it
+                # cut the text, so the output ended on it
+                reason, stop_reason = FinishReason.STOP, lv.detok.stop_str
         lps = ()
         if p.logprobs is not None:
             pairs = tuple(zip(*top, strict=True)) if top else ()

@@ -207,6 +207,10 @@ async def start_chat(state: ServingState, body: ChatCompletionRequest,
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     params = await run_in_threadpool(make_params, state, body, logprobs, body.prompt_logprobs,
                                      grammar, thinking, fit_window)  # bad_words are encoded
+    if (plan.tool_parser or plan.reasoning_parser) and not params.skip_special_tokens:
+        # the parsers' message never shows special tokens, and stop strings cut it where
+        # the engine's text has them (text_gate.py): that text skips them too
+        params = replace(params, skip_special_tokens=True)
     prediction = await run_in_threadpool(encode_prediction, state, body.prediction)
     if body.use_beam_search:
         check_beam_fields(body, beam_refusal(plan, grammar, thinking))

@@ -44,20 +44,28 @@ def choices_usage(choices: Sequence[Choice], n: int) -> dict[str, Any]:
 
 
 def text_offsets(ids: Sequence[int], text_of: TokenText, bytes_of: TokenBytes | None = None,
-                 start: int = 0) -> tuple[list[int], int]:
+                 start: int = 0, floor: int | None = None, text: str | None = None,
+                 special: Callable[[int], bool] | None = None) -> tuple[list[int], int]:
     """Where each token's text starts in the text, the first at ``start``, and the offset
     after the last: a token counts its text's characters; one whose bytes (``bytes_of``)
     hold a part of a UTF-8 character (byte-level BPE splits them) counts the characters it
     starts, and one that goes on with a character is at that character's start, so the
-    offsets stay offsets into the text."""
+    offsets stay offsets into the text. ``floor`` (default ``start``): where the tokens'
+    text begins; a stream's chunk starts at ``start`` past it, and its first token may go
+    on with a character an earlier chunk began. ``text`` (with ``special``): the text the
+    offsets index; a special token whose text it does not hold at the token's place (the
+    BOS a tokenizer adds to a prompt sent as text) takes no room in it."""
     offsets, pos = [], start
+    floor = start if floor is None else floor
     for t in ids:
         raw = bytes_of(t) if bytes_of is not None else b""
         if raw.decode("utf-8", "ignore").encode() == raw:  # whole characters
             offsets.append(pos)
-            pos += len(text_of(t))
+            own = text_of(t)
+            if text is None or special is None or not special(t) or text.startswith(own, pos):
+                pos += len(own)
         else:
-            offsets.append(max(pos - _continues(raw[0]), start))
+            offsets.append(max(pos - _continues(raw[0]), floor))
             pos += sum(not _continues(b) for b in raw)
     return offsets, pos
 
@@ -69,13 +77,14 @@ def _continues(byte: int) -> bool:
 
 def completion_logprobs(lps: Sequence[TokenLogprob], text_of: TokenText,
                         offset: int = 0, real_text: TokenText | None = None,
-                        bytes_of: TokenBytes | None = None) -> dict[str, Any]:
+                        bytes_of: TokenBytes | None = None,
+                        floor: int | None = None) -> dict[str, Any]:
     """``text_of`` names the tokens; text_offset counts ``real_text`` (default
-    ``text_of``) and ``bytes_of`` (text_offsets): offsets stay offsets into the answer's
-    text when tokens are named by id or split a character."""
+    ``text_of``) and ``bytes_of`` (text_offsets, with ``floor``): offsets stay offsets
+    into the answer's text when tokens are named by id or split a character."""
     tokens = [text_of(lp.token_id) for lp in lps]
     offsets, _ = text_offsets([lp.token_id for lp in lps], real_text or text_of, bytes_of,
-                              offset)
+                              offset, floor)
     return {"tokens": tokens, "token_logprobs": [lp.logprob for lp in lps],
             "top_logprobs": [_top_with_token(lp, text_of) for lp in lps],
             "text_offset": offsets}
@@ -90,12 +99,15 @@ def _top_with_token(lp: TokenLogprob, text_of: TokenText) -> dict[str, float]:
 def echo_logprobs(prompt_ids: Sequence[int], prompt_lps: Sequence[TokenLogprob | None],
                   generated: dict[str, Any], text_of: TokenText,
                   real_text: TokenText | None = None,
-                  bytes_of: TokenBytes | None = None) -> dict[str, Any]:
+                  bytes_of: TokenBytes | None = None, text: str | None = None,
+                  special: Callable[[int], bool] | None = None) -> dict[str, Any]:
     """Completion logprobs with the echoed prompt in front (OpenAI's echo + logprobs): one
     entry per prompt token, the first with null logprobs (it has no context), offsets from
-    0; ``generated`` (completion_logprobs with the prompt text's length as offset) follows."""
+    0 into the echoed ``text`` (text_offsets); ``generated`` (completion_logprobs with the
+    prompt text's length as offset) follows."""
     tokens = [text_of(t) for t in prompt_ids]
-    offsets, _ = text_offsets(prompt_ids, real_text or text_of, bytes_of)
+    offsets, _ = text_offsets(prompt_ids, real_text or text_of, bytes_of, text=text,
+                              special=special)
     return {
         "tokens": tokens + generated["tokens"],
         "token_logprobs": [None if lp is None else lp.logprob for lp in prompt_lps]
@@ -152,13 +164,20 @@ class Formatter:
     def __init__(self, rid: str, model: str, text_of: TokenText,
                  bytes_of: TokenBytes | None = None,
                  decoded_of: TokenText | None = None,
-                 own_bytes: TokenBytes | None = None) -> None:
+                 own_bytes: TokenBytes | None = None,
+                 shown_of: TokenText | None = None,
+                 special: Callable[[int], bool] | None = None) -> None:
         """``text_of`` / ``bytes_of`` name tokens in logprobs; ``decoded_of`` (default
         ``text_of``) is each token's text: prompt_logprobs' decoded_token and what
         text_offset counts, with ``own_bytes`` (default ``bytes_of``), each token's own
-        bytes, for the tokens that split a character (text_offsets)."""
+        bytes, for the tokens that split a character (text_offsets); ``shown_of``
+        (default ``decoded_of``) is a generated token's text as the answer shows it (a
+        special token's is empty where skip_special_tokens leaves it out); ``special``
+        tells the special tokens (an echoed prompt's offsets: text_offsets)."""
+        self.special = special
         self.id, self.model, self.text_of, self.bytes_of = rid, model, text_of, bytes_of
         self.decoded_of = text_of if decoded_of is None else decoded_of
+        self.shown_of = self.decoded_of if shown_of is None else shown_of
         self.own_bytes = bytes_of if own_bytes is None else own_bytes
         self.created = int(time.time())
 
@@ -179,7 +198,7 @@ class Formatter:
                         "logprobs": self.completion_logprobs(
                             c.logprobs, len(prefix),
                             prompt_ids[i // n] if echo and prompt_ids else None,
-                            _top_cut(c.prompt_logprobs, logprobs))
+                            _top_cut(c.prompt_logprobs, logprobs), echo_text=prefix)
                         if logprobs is not None else None,
                         "finish_reason": finish_reason(c.finish_reason),
                         "stop_reason": c.stop_reason})
@@ -194,31 +213,37 @@ class Formatter:
 
     def completion_logprobs(self, lps: Sequence[TokenLogprob], offset: int,
                             prompt_ids: Sequence[int] | None = None,
-                            prompt_lps: Sequence[TokenLogprob | None] | None = None
+                            prompt_lps: Sequence[TokenLogprob | None] | None = None,
+                            floor: int | None = None, echo_text: str | None = None
                             ) -> dict[str, Any]:
-        """Generated tokens' logprobs; with ``prompt_ids`` and ``prompt_lps`` (echo), the
-        prompt's in front."""
-        generated = completion_logprobs(lps, self.text_of, offset, self.decoded_of,
-                                        self.own_bytes)
+        """Generated tokens' logprobs, the first at ``offset`` (``floor``: where the
+        generated text begins, text_offsets); with ``prompt_ids`` and ``prompt_lps``
+        (echo), the prompt's in front, their offsets into ``echo_text``."""
+        generated = completion_logprobs(lps, self.text_of, offset, self.shown_of,
+                                        self.own_bytes, floor)
         if prompt_ids is None or prompt_lps is None:
             return generated
         return echo_logprobs(prompt_ids, prompt_lps, generated, self.text_of,
-                             self.decoded_of, self.own_bytes)
+                             self.decoded_of, self.own_bytes, echo_text, self.special)
 
     def completion_chunk(self, index: int, text: str, lps: Sequence[TokenLogprob] | None,
                          reason: FinishReason | None, stop_reason: Any = None,
                          echo: tuple[str, Sequence[int], Sequence[TokenLogprob | None]]
-                         | None = None, offset: int = 0) -> dict[str, Any]:
+                         | None = None, offset: int = 0, floor: int = 0) -> dict[str, Any]:
         """``echo`` (text, ids, logprobs of the prompt) puts the prompt in front of this
         chunk, logprobs included: the first chunk of an echo + logprobs stream.
         ``offset``: the text_offset of this chunk's first generated token (the choice's
-        text before it: next_offset of the chunk before), so that a stream's offsets equal
-        the whole answer's however its tokens were grouped."""
+        text before it: next_offset of the chunk before), and ``floor`` where the choice's
+        generated text begins (after an echoed prompt), so that a stream's offsets equal
+        the whole answer's however its tokens were grouped (a character split across
+        chunks included)."""
         prefix = "" if echo is None else echo[0]
         logprobs = None
         if lps is not None:
-            logprobs = (self.completion_logprobs(lps, len(prefix) + offset, echo[1], echo[2])
-                        if echo is not None else self.completion_logprobs(lps, offset))
+            logprobs = (self.completion_logprobs(lps, len(prefix) + offset, echo[1], echo[2],
+                                                 len(prefix), prefix)
+                        if echo is not None else self.completion_logprobs(lps, offset,
+                                                                          floor=floor))
         choice = {"index": index, "text": prefix + text, "logprobs": logprobs,
                   "finish_reason": finish_reason(reason)}
         if reason is not None:
@@ -228,7 +253,7 @@ class Formatter:
     def next_offset(self, offset: int, lps: Sequence[TokenLogprob]) -> int:
         """The text_offset after ``lps``, whose first token is at ``offset`` (as
         completion_logprobs counts them: text_offsets)."""
-        return text_offsets([lp.token_id for lp in lps], self.decoded_of, self.own_bytes,
+        return text_offsets([lp.token_id for lp in lps], self.shown_of, self.own_bytes,
                             offset)[1]
 
     def chat(self, choices: Sequence[Choice], want_logprobs: bool,

@@ -48,6 +48,12 @@ def token_bytes(state: ServingState):
     return getattr(state.backend.tokenizer, "token_bytes", None)
 
 
+def shown_text(state: ServingState):
+    """A generated token's text as skip_special_tokens shows it (a special token's: "")."""
+    tok = state.backend.tokenizer
+    return lambda i: tok.decode([i], skip_special_tokens=True)
+
+
 def token_id_text(token_id: int) -> str:
     """vLLM's return_tokens_as_token_ids: a token named by its id."""
     return f"token_id:{token_id}"
@@ -57,12 +63,19 @@ def formatter(state: ServingState, rid: str, model: str,
               body: CompletionRequest | ChatCompletionRequest) -> Formatter:
     """The request's Formatter: logprobs name tokens by their text and bytes, or with
     return_tokens_as_token_ids as "token_id:<id>" (bytes: that name's UTF-8, as vLLM's);
-    prompt_logprobs' decoded_token is the text either way."""
+    prompt_logprobs' decoded_token is the text either way. text_offset counts a generated
+    special token as the answer's text shows it: nothing, with skip_special_tokens."""
     text = token_text(state)
+    skipped = shown_text(state)
+    shown = skipped if body.skip_special_tokens else None
+
+    def special(i: int) -> bool:
+        return not skipped(i) and bool(text(i))
+
     if body.return_tokens_as_token_ids:
         return Formatter(rid, model, token_id_text, None, decoded_of=text,
-                         own_bytes=token_bytes(state))
-    return Formatter(rid, model, text, token_bytes(state))
+                         own_bytes=token_bytes(state), shown_of=shown, special=special)
+    return Formatter(rid, model, text, token_bytes(state), shown_of=shown, special=special)
 
 
 def check_prompt_logprobs(body: CompletionRequest | ChatCompletionRequest) -> None:
@@ -248,7 +261,7 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
         if echo_lps and out.prompt_logprobs is not None:
             head = (echo[i // body.n], prompts[i // body.n], out.prompt_logprobs)
         got = fmt.completion_chunk(i, out.text, lps, out.finish_reason, out.stop_reason,
-                                   head, offset[i])
+                                   head, offset[i], len(echo[i // body.n]) if echo else 0)
         if lps is not None:
             offset[i] = fmt.next_offset(offset[i] + (len(head[0]) if head else 0), lps)
         if body.return_token_ids:
