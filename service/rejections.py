@@ -208,6 +208,8 @@ _ANTHROPIC = (
          "must verify (a block this server signed, unchanged; unsigned blocks are accepted)"),
     Rule("messages", "answers no tool_use",
          "a tool_result block answers a tool_use block of an earlier assistant message"),
+    Rule("messages", "tool_result block after", "a user message's tool_result blocks come "
+         "before its text and image blocks"),
     Rule("messages", "cannot carry", "user messages carry text, image and tool_result "
          "blocks; assistant messages text, tool_use and thinking blocks"),
     Rule("messages", "image in a tool_result", "a tool_result holds a string or text "

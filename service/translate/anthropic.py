@@ -12,6 +12,8 @@ ChatCompletionRequest it means, and a finished choice becomes Anthropic's messag
   as JSON text); ``thinking`` / ``redacted_thinking`` blocks are dropped from the prompt,
   as Anthropic's own models drop earlier turns' thinking (a thinking block's signature is
   checked first, service/translate/signature.py), and a turn of thinking alone with them;
+  consecutive user (or assistant) messages are one turn of their blocks, as Anthropic
+  combines them; a user message's ``tool_result`` blocks come first (a 400 otherwise);
 - ``tool_choice`` auto / any / tool / none is auto / required / a named function / none,
   ``disable_parallel_tool_use`` is ``parallel_tool_calls: false``;
 - ``thinking: {type: enabled}`` needs a model with a reasoning parser (a 400 otherwise)
@@ -86,9 +88,11 @@ def _user(content: Any, i: int) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for j, block in enumerate(content):
         if isinstance(block, ToolResultBlock):
-            if parts:
-                out.append({"role": "user", "content": parts})
-                parts = []
+            if parts:  # Anthropic's rule: the results answer the calls right before them
+                field = f"messages.{i}.content.{j}"
+                raise APIError(400, f"{field}: a tool_result block after a text or image "
+                               "block: a user message's tool_result blocks come first",
+                               field)
             out.append(_tool_message(block, f"messages.{i}.content.{j}"))
         elif isinstance(block, TextBlock | ImageBlock):
             parts.append(_part(block))
@@ -133,7 +137,30 @@ def _messages(body: CountTokensRequest | MessagesRequest) -> list[dict[str, Any]
             out.append(msg)
         # else only thinking: the turn is dropped whole, as its thinking is (an empty
         # assistant turn is no valid message to Mistral's encoding)
+    return _one_turn_each(out)
+
+
+def _one_turn_each(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive user (or assistant) messages as one turn of their parts in order, as
+    Anthropic combines them (a template that wants roles to alternate refused them)."""
+    out: list[dict[str, Any]] = []
+    for msg in messages:
+        prev = out[-1] if out else None
+        if prev is None or prev["role"] != msg["role"] or msg["role"] not in ("user",
+                                                                              "assistant"):
+            out.append(msg)
+            continue
+        parts = _as_parts(prev["content"]) + _as_parts(msg["content"])
+        joined = {**prev, "content": parts or None}
+        calls = prev.get("tool_calls", []) + msg.get("tool_calls", [])
+        out[-1] = {**joined, "tool_calls": calls} if calls else joined
     return out
+
+
+def _as_parts(content: Any) -> list[dict[str, Any]]:
+    if content is None or content == "":
+        return []
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
 
 
 def _tool_fields(body: CountTokensRequest | MessagesRequest) -> dict[str, Any]:

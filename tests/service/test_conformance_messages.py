@@ -174,3 +174,33 @@ def test_several_text_blocks_stay_parts(matrix):
     if matrix.kind == "tekken":  # mistral-common joins every role's parts with "\n\n"
         rendered = matrix.tokenizer.apply_chat_template(chat)
         assert "Be brief.\n\nBe kind." in rendered and "Error: no\n\ndata" in rendered
+
+
+def test_consecutive_turns_are_one_and_a_thinking_turn_is_dropped(matrix):
+    """Two user messages in a row are one turn of their blocks (as Anthropic combines
+    them), and an assistant turn of thinking alone is dropped with its thinking: both are
+    served on every file set (the published template wants roles to alternate, and Mistral's
+    encoding refused the empty assistant turn), counted as the one-turn history."""
+    thought = {"role": "assistant", "content": [
+        {"type": "thinking", "thinking": "Paris, then", "signature": ""}]}
+    again = {"role": "user", "content": "And Rome?"}
+    joined = {"role": "user", "content": [{"type": "text", "text": ASK},
+                                          {"type": "text", "text": "And Rome?"}]}
+    one = matrix.anthropic.messages.count_tokens(model=matrix.model, messages=[joined])
+    for messages in ([*USER, again], [*USER, thought, again]):
+        n = matrix.anthropic.messages.count_tokens(model=matrix.model, messages=messages)
+        assert n.input_tokens == one.input_tokens
+        _both(matrix, messages=messages, **MESSAGES_NO_THINKING)
+
+
+def test_a_tool_result_after_text_is_a_400_naming_it(matrix):
+    call = {"type": "tool_use", "id": "call_abc123", "name": "get_weather",
+            "input": {"city": "Paris"}}
+    messages = [*USER, {"role": "assistant", "content": [call]},
+                {"role": "user", "content": [
+                    {"type": "text", "text": "Here:"},
+                    {"type": "tool_result", "tool_use_id": "call_abc123", "content": RESULT}]}]
+    r = matrix.client.post("/v1/messages", json={
+        "model": matrix.model, "max_tokens": 8, "messages": messages, "tools": TOOLS})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"].startswith("messages.2.content.1: ")
