@@ -55,6 +55,7 @@ from service.translate.schemas import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from service.translate.turns import one_turn_each
 
 
 def _part(block: TextBlock | ImageBlock) -> dict[str, Any]:
@@ -137,30 +138,7 @@ def _messages(body: CountTokensRequest | MessagesRequest) -> list[dict[str, Any]
             out.append(msg)
         # else only thinking: the turn is dropped whole, as its thinking is (an empty
         # assistant turn is no valid message to Mistral's encoding)
-    return _one_turn_each(out)
-
-
-def _one_turn_each(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Consecutive user (or assistant) messages as one turn of their parts in order, as
-    Anthropic combines them (a template that wants roles to alternate refused them)."""
-    out: list[dict[str, Any]] = []
-    for msg in messages:
-        prev = out[-1] if out else None
-        if prev is None or prev["role"] != msg["role"] or msg["role"] not in ("user",
-                                                                              "assistant"):
-            out.append(msg)
-            continue
-        parts = _as_parts(prev["content"]) + _as_parts(msg["content"])
-        joined = {**prev, "content": parts or None}
-        calls = prev.get("tool_calls", []) + msg.get("tool_calls", [])
-        out[-1] = {**joined, "tool_calls": calls} if calls else joined
-    return out
-
-
-def _as_parts(content: Any) -> list[dict[str, Any]]:
-    if content is None or content == "":
-        return []
-    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    return one_turn_each(out)
 
 
 def _tool_fields(body: CountTokensRequest | MessagesRequest) -> dict[str, Any]:

@@ -5,7 +5,8 @@ ChatCompletionRequest it means.
   items: ``message`` items (``input_text`` / ``output_text`` parts are text parts,
   ``input_image`` an ``image_url`` part), ``function_call`` items the calls of an
   assistant message (consecutive calls share one), ``function_call_output`` items
-  ``tool`` messages; ``reasoning`` items are dropped from the prompt;
+  ``tool`` messages; ``reasoning`` items are dropped from the prompt; consecutive
+  messages of one role are one turn (service/translate/turns.py);
 - ``include: ["message.output_text.logprobs"]`` (with ``top_logprobs``) is chat's
   ``logprobs`` (``top_logprobs``): the message's ``output_text`` part and its deltas carry
   the entries of the tokens its text is made of, each with the token's own bytes (an
@@ -56,6 +57,7 @@ from service.translate.schemas import (
     MessageItem,
     ResponsesRequest,
 )
+from service.translate.turns import one_turn_each
 
 _ITEMS: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
 _ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco",
@@ -145,7 +147,7 @@ def _messages(body: ResponsesRequest, context: Sequence[InputItem]) -> list[dict
     if not out:
         raise APIError(400, "input: no message to answer (reasoning items are dropped from "
                        "the prompt)", "input")
-    return out
+    return one_turn_each(out)
 
 
 def _format(body: ResponsesRequest) -> dict[str, Any] | None:

@@ -2,7 +2,8 @@
 of exact token streams (tool calls, reasoning, stop strings).
 
 ScriptTokenizer: specials (</s>, <s>, [TOOL_CALLS], [ARGS], [THINK], [/THINK] and script
-markers <script0>..<script15>), a few whole words, then every printable ASCII character;
+markers <script0>..<script15>), a few whole words, then every printable ASCII character
+and "\n";
 encoding is greedy longest match. A chat prompt is <s> + every message's content; a content
 of "<scriptK>" makes the model write script K (a string, encoded) token by token, then
 </s>.
@@ -26,7 +27,9 @@ SPECIALS = ["</s>", "<s>", "[TOOL_CALLS]", "[ARGS]", "[THINK]", "[/THINK]",
             *(f"<script{k}>" for k in range(16))]
 WORDS = ["<tool_call>", "</tool_call>", "get_weather", "get_time", "Paris", "Rome",
          '{"city": "', '"}', "Hello", " world", "<think>", "</think>"]
-VOCAB = SPECIALS + WORDS + list(string.printable[:95])
+# then "\n", last, so that the other ids stay (the string-template join of content
+# parts, "\n\n", encodes)
+VOCAB = SPECIALS + WORDS + list(string.printable[:95]) + ["\n"]
 
 
 class ScriptTokenizer:

@@ -245,7 +245,12 @@ def _step_counts(c) -> dict[str, float]:
 def test_engine_step_histogram_by_kind(c):
     before = _step_counts(c)
     c.post("/v1/completions", json={"prompt": "1 2", "max_tokens": 3, "ignore_eos": True})
-    after = _step_counts(c)
+    # the engine thread records a step after it publishes the step's tokens: the answer
+    # may come back before its last step is counted
+    end = time.monotonic() + 5
+    while (after := _step_counts(c))["decode"] - before["decode"] < 2 \
+            and time.monotonic() < end:
+        time.sleep(0.01)
     # one step prefills the 2-token prompt (sampling token 1), two decode tokens 2 and 3
     assert after["prefill"] - before["prefill"] == 1
     assert after["decode"] - before["decode"] == 2

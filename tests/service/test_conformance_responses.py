@@ -261,3 +261,19 @@ def test_image_input(matrix):
         model=matrix.model, input=[{"role": "user", "content": content[:1]}],
         max_output_tokens=1, temperature=0))
     assert r.usage.input_tokens > text_only.usage.input_tokens  # the image's tokens
+
+
+def test_consecutive_user_items_are_one_turn(matrix):
+    """Two user message items in a row (and a reasoning item between them, dropped) are
+    one turn of their parts, served on every file set (the published template wants roles
+    to alternate) and counted as that one turn."""
+    again = {"role": "user", "content": "And Rome?"}
+    joined = {"role": "user", "content": [{"type": "input_text", "text": ASK},
+                                          {"type": "input_text", "text": "And Rome?"}]}
+    reasoning = {"type": "reasoning", "summary": [],
+                 "content": [{"type": "reasoning_text", "text": "Paris, then"}]}
+    one = matrix.openai.responses.input_tokens.count(model=matrix.model, input=[joined])
+    for items in ([*USER, again], [*USER, reasoning, again]):
+        n = matrix.openai.responses.input_tokens.count(model=matrix.model, input=items)
+        assert n.input_tokens == one.input_tokens
+        _both(matrix, input=items, **RESPONSES_NO_REASONING)
