@@ -16,6 +16,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from starlette.types import Scope
 
 from engine.request import (
     EngineError,
@@ -111,6 +113,16 @@ def body_for(anthropic: bool, status: int, message: str, param: str | None = Non
             message = f"{param}: {message}"
         return anthropic_error_body(status, message, details)
     return error_body(status, message, param, code, dot)
+
+
+def routed(scope: Scope) -> bool:
+    """Whether a route of the app serves this path and method: a request to none (a
+    scanner's /favicon.ico) is no API request, and a refusal of it is not counted."""
+    app = scope.get("app")
+    routes = getattr(getattr(app, "router", None), "routes", None)
+    if routes is None:
+        return True
+    return any(route.matches(scope)[0] == Match.FULL for route in routes)
 
 
 def count_refusal(app: Any, status: int) -> None:

@@ -472,6 +472,12 @@ def test_every_refusal_is_counted_once():
         # /favicon.ico counted as http_404 beside the unknown model)
         assert cl.get("/favicon.ico", headers=auth).status_code == 404
         assert cl.delete("/v1/completions", headers=auth).status_code == 405
+        # nor is one without a key: refused (401) before its body is read, not counted
+        assert cl.get("/favicon.ico").status_code == 401
+        assert cl.delete("/v1/completions").status_code == 401
+        assert cl.post("/nope", content=b"x" * (2**20 + 1), headers=auth).status_code == 413
+        assert cl.post("/nope", content=b'{"a": "\\ud800"}', headers={
+            **auth, "content-type": "application/json"}).status_code == 400
         # a body FastAPI cannot read (bytes that are no UTF-8) is a refused API request
         assert cl.post("/v1/completions", content=b'{"prompt": "\xff"}', headers={
             **auth, "content-type": "application/json"}).status_code == 400
