@@ -374,6 +374,7 @@ def test_a_body_over_the_limit_is_a_413_before_it_is_read():
                                headers={"content-type": "application/json"}), 413)
         r = cl.post("/v1/messages", content=big, headers={"content-type": "application/json"})
         assert r.status_code == 413 and r.json()["type"] == "error"
+        assert r.json()["error"]["type"] == "request_too_large"  # Anthropic's 413 type
         assert cl.post("/v1/completions", json={"prompt": "5", "max_tokens": 1}
                        ).status_code == 200
 
