@@ -233,6 +233,11 @@ def _telling_error(errors: list[dict]) -> dict:
                 deepest[0])
 
 
+def not_json_message(why: object, at: object) -> str:
+    """The 400's message for a body that is not JSON: what the parser says, and where."""
+    return f"the request body is not valid JSON: {why} at character {at}"
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api(request: Request, exc: APIError) -> JSONResponse:
@@ -251,8 +256,7 @@ def install_error_handlers(app: FastAPI) -> None:
         if first.get("type") == "json_invalid":  # loc: ("body", character offset)
             at = first.get("loc", ("body", "?"))[-1]
             why = (first.get("ctx") or {}).get("error", "JSON decode error")
-            return reply(request, 400, f"the request body is not valid JSON: {why} at "
-                          f"character {at}")
+            return reply(request, 400, not_json_message(why, at))
         param = _loc_param(tuple(first.get("loc", ())), exc.body)
         msg = first.get("msg", "invalid request")
         return reply(request, 400, f"{param}: {msg}" if param else msg, param)
