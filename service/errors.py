@@ -257,6 +257,10 @@ def install_error_handlers(app: FastAPI) -> None:
             at = first.get("loc", ("body", "?"))[-1]
             why = (first.get("ctx") or {}).get("error", "JSON decode error")
             return reply(request, 400, not_json_message(why, at))
+        if first.get("type") == "missing" and tuple(first.get("loc", ())) == ("body",):
+            # no body at all (curl without -d): what the parser says of an empty text,
+            # not "Field required" naming nothing
+            return reply(request, 400, not_json_message("Expecting value", 0))
         param = _loc_param(tuple(first.get("loc", ())), exc.body)
         msg = first.get("msg", "invalid request")
         return reply(request, 400, f"{param}: {msg}" if param else msg, param)
