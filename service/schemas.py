@@ -3,6 +3,8 @@ Responses are plain dicts built in service/openai_format.py."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator
@@ -21,6 +23,15 @@ def _document_unsupported(schema: dict[str, Any], cls: type) -> None:
     if unsupported.rejects_unknown(endpoint) or getattr(cls, "strict_body", False):
         # any other field is a 400, unless null (a field left out)
         schema["additionalProperties"] = {"type": "null"}
+
+
+def with_rules(rules: JsonDict) -> Callable[[dict[str, Any], type], None]:
+    """A model's json_schema_extra: its own ``rules`` (if / then, ...) beside what every
+    body documents (its no-op fields; additionalProperties where others are a 400)."""
+    def extra(schema: dict[str, Any], cls: type) -> None:
+        schema.update(copy.deepcopy(rules))
+        _document_unsupported(schema, cls)
+    return extra
 
 
 class _Body(BaseModel):

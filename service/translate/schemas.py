@@ -19,6 +19,7 @@ from service.schemas import (
     _field_error,
     _Option,
     check_object_parameters,
+    with_rules,
 )
 
 
@@ -108,9 +109,10 @@ class AnthropicToolChoice(_Option):
     """Anthropic's tool choices as one model: ``tool`` names the tool (its ToolChoiceTool
     requires ``name``)."""
 
-    model_config = ConfigDict(json_schema_extra={
+    model_config = ConfigDict(json_schema_extra=with_rules({
         "if": {"properties": {"type": {"const": "tool"}}},
-        "then": {"required": ["name"], "properties": {"name": {"type": "string", "minLength": 1}}}})
+        "then": {"required": ["name"],
+                 "properties": {"name": {"type": "string", "minLength": 1}}}}))
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
     disable_parallel_tool_use: bool = False
@@ -287,7 +289,7 @@ _FORMAT_RULES: JsonDict = {"if": {"properties": {"type": {"not": {"const": "json
 
 
 class TextFormat(_Option):
-    model_config = ConfigDict(json_schema_extra=_FORMAT_RULES)
+    model_config = ConfigDict(json_schema_extra=with_rules(_FORMAT_RULES))
     type: Literal["text", "json_object", "json_schema"]
     name: str | None = Field(None, pattern=NAME_PATTERN)
     description: str | None = None
