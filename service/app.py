@@ -19,7 +19,7 @@ from service.backend import ADMITTED_BEFORE_DRAIN, ModelBackend, ServingState
 from service.backend import load_backend as default_load_backend
 from service.body_text import LoneSurrogateGuard
 from service.deps import KEY_REFUSAL, key_accepted
-from service.errors import install_error_handlers, reply
+from service.errors import install_error_handlers, reply, routed
 from service.openapi import install_openapi
 from service.routers import anthropic, conversations, openai, ops, responses, stored_chat
 from service.settings import Settings
@@ -45,8 +45,10 @@ class ApiKeyGate:
             request = Request(scope)
             if not key_accepted(request):
                 exc = KEY_REFUSAL
+                # refused, and counted, only where a route serves the path and method
                 await reply(request, exc.status, exc.message, code=exc.code,
-                            headers=exc.headers)(scope, receive, send)
+                            headers=exc.headers, counted=not routed(scope))(
+                                scope, receive, send)
                 return
         await self.app(scope, receive, send)
 

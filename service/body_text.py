@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import body_for, count_refusal, speaks_anthropic
+from service.errors import body_for, count_refusal, routed, speaks_anthropic
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
@@ -66,7 +66,8 @@ class LoneSurrogateGuard:
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         mib = (self.max_bytes or 0) / 2**20
-        count_refusal(scope.get("app"), 413)
+        if routed(scope):  # a path no route serves is no API request: not counted
+            count_refusal(scope.get("app"), 413)
         response = JSONResponse(body_for(
             speaks_anthropic(Request(scope)), 413,
             f"request body larger than the server's limit of {mib:g} MiB "
@@ -104,7 +105,8 @@ class LoneSurrogateGuard:
         if _SURROGATE_ESCAPE.search(body) and (path := _bad_path(body)) is not None:
             param = ".".join(path) or None
             text = f"{param}: " if param else ""
-            count_refusal(scope.get("app"), 400)
+            if routed(scope):
+                count_refusal(scope.get("app"), 400)
             response = JSONResponse(body_for(
                 speaks_anthropic(Request(scope)), 400,
                 f"{text}the string holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff "

@@ -16,6 +16,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from starlette.types import Scope
 
 from engine.request import (
     EngineError,
@@ -111,6 +113,16 @@ def body_for(anthropic: bool, status: int, message: str, param: str | None = Non
             message = f"{param}: {message}"
         return anthropic_error_body(status, message, details)
     return error_body(status, message, param, code, dot)
+
+
+def routed(scope: Scope) -> bool:
+    """Whether a route of the app serves this path and method: a request to none (a
+    scanner's /favicon.ico) is no API request, and a refusal of it is not counted."""
+    app = scope.get("app")
+    routes = getattr(getattr(app, "router", None), "routes", None)
+    if routes is None:
+        return True
+    return any(route.matches(scope)[0] == Match.FULL for route in routes)
 
 
 def count_refusal(app: Any, status: int) -> None:
@@ -221,6 +233,11 @@ def _telling_error(errors: list[dict]) -> dict:
                 deepest[0])
 
 
+def not_json_message(why: object, at: object) -> str:
+    """The 400's message for a body that is not JSON: what the parser says, and where."""
+    return f"the request body is not valid JSON: {why} at character {at}"
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api(request: Request, exc: APIError) -> JSONResponse:
@@ -239,8 +256,11 @@ def install_error_handlers(app: FastAPI) -> None:
         if first.get("type") == "json_invalid":  # loc: ("body", character offset)
             at = first.get("loc", ("body", "?"))[-1]
             why = (first.get("ctx") or {}).get("error", "JSON decode error")
-            return reply(request, 400, f"the request body is not valid JSON: {why} at "
-                          f"character {at}")
+            return reply(request, 400, not_json_message(why, at))
+        if first.get("type") == "missing" and tuple(first.get("loc", ())) == ("body",):
+            # no body at all (curl without -d): what the parser says of an empty text,
+            # not "Field required" naming nothing
+            return reply(request, 400, not_json_message("Expecting value", 0))
         param = _loc_param(tuple(first.get("loc", ())), exc.body)
         msg = first.get("msg", "invalid request")
         return reply(request, 400, f"{param}: {msg}" if param else msg, param)

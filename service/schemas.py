@@ -3,6 +3,8 @@ Responses are plain dicts built in service/openai_format.py."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator
@@ -23,11 +25,21 @@ def _document_unsupported(schema: dict[str, Any], cls: type) -> None:
         schema["additionalProperties"] = {"type": "null"}
 
 
+def with_rules(rules: JsonDict) -> Callable[[dict[str, Any], type], None]:
+    """A model's json_schema_extra: its own ``rules`` (if / then, ...) beside what every
+    body documents (its no-op fields; additionalProperties where others are a 400)."""
+    def extra(schema: dict[str, Any], cls: type) -> None:
+        schema.update(copy.deepcopy(rules))
+        _document_unsupported(schema, cls)
+    return extra
+
+
 class _Body(BaseModel):
     """Strict JSON types (``"5"`` is not an integer, ``1`` not a boolean, as OpenAI
     answers; ``5.0`` is an integer, as in JSON Schema); fields outside the model go through
     service/unsupported.py: a not-implemented OpenAI value is a 400, and so is an unknown
-    field of an endpoint's body (a nested object's is logged)."""
+    field of an endpoint's body and of an option's object (_Option; a message's or
+    content part's is logged)."""
 
     model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False,
                               json_schema_extra=_document_unsupported)
@@ -104,6 +116,15 @@ LogitBias = Annotated[
     dict[Annotated[str, Field(pattern=r"^[0-9]{1,9}$")], Annotated[float, Field(ge=-100, le=100)]],
     WithJsonSchema({"type": "object", "propertyNames": {"pattern": "^[0-9]{1,9}$"},
                     "additionalProperties": _BIAS})]
+
+
+class _Option(_Body):
+    """A request option's object (response_format, tool_choice, prediction, ...): a field
+    it does not name is a 400 naming it, as OpenAI and Anthropic answer (a typo such as
+    ``"stirct": true`` would otherwise go unused). The objects clients send back from
+    earlier answers (messages, content parts, tool definitions) only log theirs."""
+
+    strict_body: ClassVar[bool] = True
 
 
 class StreamOptions(_Body):
@@ -250,14 +271,14 @@ class _Sampling(_Body):
 NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 
 
-class JsonSchemaFormat(_Body):
+class JsonSchemaFormat(_Option):
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
     schema_: dict[str, Any] | None = Field(None, alias="schema")
     strict: bool | None = None
 
 
-class _PlainFormat(_Body):
+class _PlainFormat(_Option):
     """A response_format without a schema (text, json_object): a json_schema beside it
     would go unused, so it is a 400 unless null (vLLM's ResponseFormat model sends null)."""
 
@@ -282,7 +303,7 @@ class JsonObjectFormat(_PlainFormat):
     type: Literal["json_object"]
 
 
-class JsonSchemaResponseFormat(_Body):
+class JsonSchemaResponseFormat(_Option):
     type: Literal["json_schema"]
     json_schema: JsonSchemaFormat
 
@@ -364,16 +385,16 @@ class ToolDefinition(_Body):
     function: FunctionDefinition
 
 
-class FunctionName(_Body):
+class FunctionName(_Option):
     name: str
 
 
-class NamedToolChoice(_Body):
+class NamedToolChoice(_Option):
     type: Literal["function"]
     function: FunctionName
 
 
-class AllowedTools(_Body):
+class AllowedTools(_Option):
     """The tools the model may call, of those the prompt shows (all of ``tools``, so
     that the prompt stays the same): ``auto``, text or calls of these; ``required``, one
     or more calls of these."""
@@ -381,7 +402,7 @@ class AllowedTools(_Body):
     tools: list[NamedToolChoice] = Field(min_length=1)
 
 
-class AllowedToolsChoice(_Body):
+class AllowedToolsChoice(_Option):
     type: Literal["allowed_tools"]
     allowed_tools: AllowedTools
 
@@ -456,12 +477,12 @@ class ChatMessage(_Body):
         return self
 
 
-class PredictionTextPart(_Body):
+class PredictionTextPart(_Option):
     type: Literal["text"]
     text: str
 
 
-class PredictionContent(_Body):
+class PredictionContent(_Option):
     """OpenAI's predicted output: text the answer is expected to copy (much of it), whose
     tokens are drafted and verified (engine/spec/prediction.py). It never changes the
     answer, only how fast it comes."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -18,7 +19,7 @@ from service.backend import ServingState
 from service.beam_search import BeamSubmission, beam_request, check_beam_fields
 from service.chat_run import make_params, start_chat
 from service.deps import ReadyStateDep, check_model, require_api_key, served_names
-from service.errors import APIError
+from service.errors import APIError, not_json_message
 from service.generation import (
     Choice,
     Choices,
@@ -381,8 +382,11 @@ async def invocations(request: Request, state: ReadyStateDep):
     completion, one with ``prompt`` a completion, answered as those routes answer."""
     try:
         data = await request.json()
-    except ValueError:
-        raise APIError(400, "the body is not JSON") from None
+    except json.JSONDecodeError as exc:  # said as the other routes say it: what, and where
+        raise APIError(400, not_json_message(exc.msg, exc.pos)) from None
+    except ValueError:  # bytes that are no UTF-8
+        raise APIError(400, "the request body is not valid JSON: its bytes are no UTF-8"
+                       ) from None
     except RecursionError:
         raise APIError(400, "the body nests deeper than the JSON parser reads") from None
     chat = isinstance(data, dict) and data.get("messages") is not None

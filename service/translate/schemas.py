@@ -17,7 +17,9 @@ from service.schemas import (
     StopList,
     _Body,
     _field_error,
+    _Option,
     check_object_parameters,
+    with_rules,
 )
 
 
@@ -103,13 +105,14 @@ class AnthropicTool(_Body):
         return self
 
 
-class AnthropicToolChoice(_Body):
+class AnthropicToolChoice(_Option):
     """Anthropic's tool choices as one model: ``tool`` names the tool (its ToolChoiceTool
     requires ``name``)."""
 
-    model_config = ConfigDict(json_schema_extra={
+    model_config = ConfigDict(json_schema_extra=with_rules({
         "if": {"properties": {"type": {"const": "tool"}}},
-        "then": {"required": ["name"], "properties": {"name": {"type": "string", "minLength": 1}}}})
+        "then": {"required": ["name"],
+                 "properties": {"name": {"type": "string", "minLength": 1}}}}))
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
     disable_parallel_tool_use: bool = False
@@ -122,7 +125,7 @@ class AnthropicToolChoice(_Body):
         return self
 
 
-class ThinkingEnabled(_Body):
+class ThinkingEnabled(_Option):
     """``budget_tokens``: from 1 (Anthropic asks for 1024 or more; small models reason
     briefly), below max_tokens (service/translate/anthropic.py)."""
     type: Literal["enabled"]
@@ -131,13 +134,13 @@ class ThinkingEnabled(_Body):
     display: Literal["summarized", "omitted"] | None = None
 
 
-class ThinkingAdaptive(_Body):
+class ThinkingAdaptive(_Option):
     """The model decides whether and how much to think: no budget."""
     type: Literal["adaptive"]
     display: Literal["summarized", "omitted"] | None = None
 
 
-class ThinkingDisabled(_Body):
+class ThinkingDisabled(_Option):
     type: Literal["disabled"]
 
 
@@ -151,12 +154,12 @@ class _AnthropicBody(_Body):
                         Field(discriminator="type")] | None = None
 
 
-class JsonOutputFormat(_Body):
+class JsonOutputFormat(_Option):
     type: Literal["json_schema"]
     schema_: dict[str, Any] = Field(alias="schema")
 
 
-class OutputConfig(_Body):
+class OutputConfig(_Option):
     """Anthropic's structured outputs (``format``); ``effort`` has no control to map to:
     only null is accepted (service/translate/anthropic.py)."""
     format: JsonOutputFormat | None = None
@@ -265,12 +268,12 @@ class FunctionTool(_Body):
         return self
 
 
-class NamedFunction(_Body):
+class NamedFunction(_Option):
     type: Literal["function"]
     name: str
 
 
-class AllowedFunctions(_Body):
+class AllowedFunctions(_Option):
     """Chat's allowed_tools in the Responses API's shape."""
     type: Literal["allowed_tools"]
     mode: Literal["auto", "required"]
@@ -285,8 +288,8 @@ _FORMAT_RULES: JsonDict = {"if": {"properties": {"type": {"not": {"const": "json
                                                    for k in _JSON_SCHEMA_ONLY}}}
 
 
-class TextFormat(_Body):
-    model_config = ConfigDict(json_schema_extra=_FORMAT_RULES)
+class TextFormat(_Option):
+    model_config = ConfigDict(json_schema_extra=with_rules(_FORMAT_RULES))
     type: Literal["text", "json_object", "json_schema"]
     name: str | None = Field(None, pattern=NAME_PATTERN)
     description: str | None = None
@@ -313,7 +316,7 @@ class TextConfig(_Body):
 Summary = Literal["auto", "concise", "detailed"]
 
 
-class ReasoningConfig(_Body):
+class ReasoningConfig(_Option):
     """``effort`` and ``summary`` (and its deprecated ``generate_summary``): the values
     this server can serve are checked in service/translate/responses.py; ``context``:
     reasoning items are never rendered back into the prompt, so only the server's choice
@@ -326,7 +329,7 @@ class ReasoningConfig(_Body):
     mode: Literal["standard"] | None = None
 
 
-class ConversationRef(_Body):
+class ConversationRef(_Option):
     id: str = Field(min_length=1)
 
 

@@ -379,6 +379,7 @@ def test_a_body_over_the_limit_is_a_413_before_it_is_read():
                                headers={"content-type": "application/json"}), 413)
         r = cl.post("/v1/messages", content=big, headers={"content-type": "application/json"})
         assert r.status_code == 413 and r.json()["type"] == "error"
+        assert r.json()["error"]["type"] == "request_too_large"  # Anthropic's 413 type
         assert cl.post("/v1/completions", json={"prompt": "5", "max_tokens": 1}
                        ).status_code == 200
 
@@ -477,6 +478,12 @@ def test_every_refusal_is_counted_once():
         # /favicon.ico counted as http_404 beside the unknown model)
         assert cl.get("/favicon.ico", headers=auth).status_code == 404
         assert cl.delete("/v1/completions", headers=auth).status_code == 405
+        # nor is one without a key: refused (401) before its body is read, not counted
+        assert cl.get("/favicon.ico").status_code == 401
+        assert cl.delete("/v1/completions").status_code == 401
+        assert cl.post("/nope", content=b"x" * (2**20 + 1), headers=auth).status_code == 413
+        assert cl.post("/nope", content=b'{"a": "\\ud800"}', headers={
+            **auth, "content-type": "application/json"}).status_code == 400
         # a body FastAPI cannot read (bytes that are no UTF-8) is a refused API request
         assert cl.post("/v1/completions", content=b'{"prompt": "\xff"}', headers={
             **auth, "content-type": "application/json"}).status_code == 400

@@ -89,6 +89,15 @@ def test_a_body_that_is_not_json_says_where(c):
     assert err["param"] is None
     assert err["message"].startswith("the request body is not valid JSON: ")
     assert err["message"].endswith("at character 31")
+    # an empty body (curl without -d) too, on every route that takes one (it was "Field
+    # required", naming nothing)
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses",
+                 "/tokenize", "/invocations"):
+        r = c.post(path, content=b"", headers={"content-type": "application/json"})
+        assert r.status_code == 400, (path, r.text)
+        body = r.json()["error"]
+        assert body["message"] == ("the request body is not valid JSON: Expecting value at "
+                                   "character 0"), (path, body)
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages", "/invocations"])

@@ -49,9 +49,12 @@ def test_what_fits_neither_route_is_refused(c, body, param):
     assert err["param"] == param, err
     if param is None:
         assert "messages" in err["message"] and "prompt" in err["message"]
-    err = error_of(c.post("/invocations", content=b"{not json",
-                          headers={"content-type": "application/json"}), 400)
-    assert "JSON" in err["message"]
+    # the message says where, as the chat and completion routes' do
+    for path in ("/invocations", "/v1/completions"):
+        err = error_of(c.post(path, content=b"{not json",
+                              headers={"content-type": "application/json"}), 400)
+        assert err["message"] == ("the request body is not valid JSON: Expecting property "
+                                  "name enclosed in double quotes at character 1"), err
 
 
 def test_it_needs_the_api_key():

@@ -62,3 +62,26 @@ def test_bad_word_ends():
     assert _bad_word_ends([(1, 2)], [1], 50) == [2]
     assert _bad_word_ends([(1, 2)], [], 50) == []
     assert _bad_word_ends([(70,)], [], 50) == []  # past the model's rows
+
+
+def test_allowed_token_ids_with_a_grammar_is_a_400_naming_it(monkeypatch):
+    """docs/api.md: allowed_token_ids goes without a grammar, whose mask could leave no
+    token. The scripted model's compiler answers a grammar object (it compiles none), so
+    each constraint reaches the check: structured_outputs, response_format and tools on
+    chat, a guided_* field on completions."""
+    from tests.service import scripted_backend
+    from tests.service.test_chat_tools_api import TOOLS, make_client
+
+    monkeypatch.setattr(scripted_backend._NoGrammar, "compile", lambda self, spec: object())
+    user = [{"role": "user", "content": "<script5>"}]
+    with make_client() as cl:
+        for path, body in (
+                ("/v1/chat/completions", {"messages": user, "structured_outputs": {
+                    "regex": "a+"}}),
+                ("/v1/chat/completions", {"messages": user,
+                                          "response_format": {"type": "json_object"}}),
+                ("/v1/chat/completions", {"messages": user, "tools": TOOLS}),
+                ("/v1/completions", {"prompt": "<script5>", "guided_regex": "a+"})):
+            r = cl.post(path, json={**body, "max_tokens": 3, "allowed_token_ids": [1, 2]})
+            assert r.status_code == 400, (body, r.text)
+            assert r.json()["error"]["param"] == "allowed_token_ids", r.text

@@ -1,6 +1,7 @@
 """Request fields (OpenAI's; Anthropic's on /v1/messages) this server does not implement:
 a 400 naming the field, unless the value is a listed no-op; a top-level field no class
-names is a 400 too (a nested object's is logged). The SDK walk fails when the openai or
+names is a 400 too, and so is one of an option's object (a message's or content part's is
+logged). The SDK walk fails when the openai or
 anthropic package grows a request field nobody classified."""
 
 import logging
@@ -225,6 +226,47 @@ def test_unknown_nested_fields_are_a_400_or_logged(c, caplog):
     assert r.status_code == 200, r.text
     logged = [rec.getMessage() for rec in caplog.records if rec.name == "service.unsupported"]
     assert any("frobnicate" in m for m in logged), logged
+
+
+TOOL = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+SCHEMA = {"name": "a", "schema": {"type": "object"}}
+
+
+@pytest.mark.parametrize("path,body,field", [
+    (unsupported.CHAT, {"response_format": {"type": "json_object", "x": 1}},
+     "response_format.x"),
+    (unsupported.CHAT, {"response_format": {"type": "json_schema", "json_schema": {
+        **SCHEMA, "stirct": True}}}, "response_format.json_schema.stirct"),
+    (unsupported.CHAT, {"tools": TOOL, "tool_choice": {
+        "type": "function", "function": {"name": "f", "x": 1}}}, "tool_choice.function.x"),
+    (unsupported.CHAT, {"tools": TOOL, "tool_choice": {"type": "allowed_tools", "allowed_tools": {
+        "mode": "auto", "tools": [{"type": "function", "function": {"name": "f"}}], "x": 1}}},
+     "tool_choice.allowed_tools.x"),
+    (unsupported.CHAT, {"prediction": {"type": "content", "content": "3", "x": 1}},
+     "prediction.x"),
+    (unsupported.MESSAGES, {"thinking": {"type": "enabled", "budget_tokens": 1, "x": 1}},
+     "thinking.x"),
+    (unsupported.MESSAGES, {"tool_choice": {"type": "auto", "x": 1}}, "tool_choice.x"),
+    (unsupported.MESSAGES, {"output_config": {"format": {
+        "type": "json_schema", "schema": {"type": "object"}, "x": 1}}}, "output_config.format.x"),
+    (unsupported.RESPONSES, {"reasoning": {"effort": "none", "x": 1}}, "reasoning.x"),
+    (unsupported.RESPONSES, {"text": {"format": {"type": "text", "x": 1}}}, "text.format.x"),
+    (unsupported.RESPONSES, {"tools": [{"type": "function", "name": "f"}], "tool_choice": {
+        "type": "function", "name": "f", "x": 1}}, "tool_choice.x"),
+    (unsupported.RESPONSES, {"conversation": {"id": "conv_1", "x": 1}}, "conversation.x")])
+def test_a_request_options_unknown_field_is_a_400_naming_it(c, path, body, field):
+    """docs/api.md: any field of a body is a 400 naming it but inside messages, content
+    parts and tool definitions (objects clients send back from earlier answers); an
+    option's object (response_format, tool_choice, prediction, thinking, reasoning, ...)
+    took a typo such as json_schema.stirct and went on without it."""
+    base = CHAT_BASE if path != unsupported.RESPONSES else BASE[unsupported.RESPONSES]
+    r = c.post(path, json={**base, **body})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    if path == unsupported.MESSAGES:
+        assert err["message"].startswith(f"{field}: unrecognized request argument"), err
+    else:
+        assert err["param"] == field, err
 
 
 def test_the_contract_forbids_other_fields(c):
