@@ -55,6 +55,7 @@ from service.translate.schemas import (
     InputItem,
     InputText,
     MessageItem,
+    OutputText,
     ResponsesRequest,
 )
 from service.translate.turns import one_turn_each
@@ -96,7 +97,7 @@ def items_json(items: Sequence[InputItem], status: bool = False) -> list[dict[st
 def _parts(content: Any) -> Any:
     if isinstance(content, str):
         return content
-    return [{"type": "text", "text": p.text} if isinstance(p, InputText)
+    return [{"type": "text", "text": p.text} if isinstance(p, InputText | OutputText)
             else {"type": "image_url", "image_url": {"url": p.image_url, "detail": p.detail}}
             for p in content]
 

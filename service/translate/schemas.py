@@ -187,8 +187,19 @@ class CountTokensRequest(_AnthropicBody):
 # --- /v1/responses (OpenAI's Responses API) ---
 
 class InputText(_Body):
-    type: Literal["input_text", "output_text"]  # output_text: an earlier answer's text
+    type: Literal["input_text"]
     text: str
+
+
+class OutputText(_Body):
+    """An earlier answer's text, sent back in ``input``."""
+    type: Literal["output_text"]
+    text: str
+
+
+# one schema per discriminator value: a value two names share made /openapi.json read
+# "input_text" as off the enum of the "output_text" branch
+TextPart = Annotated[InputText | OutputText, Field(discriminator="type")]
 
 
 class InputImage(_Body):
@@ -197,7 +208,7 @@ class InputImage(_Body):
     detail: Literal["low", "high", "auto"] = "auto"
 
 
-ContentPart = Annotated[InputText | InputImage, Field(discriminator="type")]
+ContentPart = Annotated[InputText | OutputText | InputImage, Field(discriminator="type")]
 
 
 class MessageItem(_Body):
@@ -218,7 +229,7 @@ class FunctionCallItem(_Body):
 class FunctionCallOutputItem(_Body):
     type: Literal["function_call_output"]
     call_id: str = Field(min_length=1)
-    output: str | list[InputText]
+    output: str | list[TextPart]
 
 
 class SummaryText(_Body):
