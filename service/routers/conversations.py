@@ -14,8 +14,8 @@ from service import rejections
 from service.backend import ServingState
 from service.deps import PAGING, StateDep, refuse_other_query, require_api_key, store_tenant
 from service.errors import APIError
-from service.openai_format import page_items
 from service.openapi import errors, ok
+from service.paging import page_items
 from service.schemas import MetadataUpdate
 from service.store.conversations import Conversation, ConversationStore, ConversationTooLarge
 from service.translate.refusals import check_function_outputs

@@ -31,8 +31,9 @@ from service.deps import (
 )
 from service.errors import APIError
 from service.generation import NamedStream, stream_named, threaded_json
-from service.openai_format import chat_logprobs, page_items
+from service.logprob_format import chat_logprobs
 from service.openapi import errors, ok, ok_events
+from service.paging import page_items
 from service.routers import conversations
 from service.routers.openai import SSE_HEADERS, token_bytes, token_text
 from service.store.background import BackgroundJob

@@ -24,8 +24,8 @@ from service.deps import (
     store_tenant,
 )
 from service.errors import APIError
-from service.openai_format import page_items
 from service.openapi import errors, ok
+from service.paging import page_items
 from service.schemas import ChatCompletionRequest, ChatMessage, MetadataUpdate
 from service.store.responses import ResponseStore, StoredResponse, json_bytes
 

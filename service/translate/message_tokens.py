@@ -7,7 +7,7 @@ service/translate/responses_stream.py).
     tokens.take(event)              # per parser event, in output order: the entries of
                                     # the tokens under a text event's bytes ([] else)
 
-An entry is chat's logprob entry (service/openai_format.chat_logprobs): a dict with the
+An entry is chat's logprob entry (service/logprob_format.chat_logprobs): a dict with the
 token's own ``bytes`` (a list of ints).
 """
 
