@@ -49,14 +49,16 @@ def test_plain_text_and_its_logprob_bytes(matrix):
     assert raw.decode("utf-8", "replace") == (answer["content"] or "")
 
 
-@pytest.mark.parametrize("choice", ["required", "named"])
+@pytest.mark.parametrize("choice", ["required", "named", "allowed"])
 def test_forced_call(matrix, choice):
-    tool_choice = (choice if choice == "required" else
-                   {"type": "function", "function": {"name": "get_time"}})
+    named = {"type": "function", "function": {"name": "get_time"}}
+    tool_choice = {"required": "required", "named": named,
+                   "allowed": {"type": "allowed_tools", "allowed_tools": {
+                       "mode": "required", "tools": [named]}}}[choice]
     _, answer = _both(matrix, tools=CHAT_TOOLS, tool_choice=tool_choice,
                       parallel_tool_calls=False, max_tokens=60, **CHAT_NO_REASONING)
     # a named function's call ends with "stop", as OpenAI's and vLLM's
-    want = "tool_calls" if choice == "required" else "stop"
+    want = "stop" if choice == "named" else "tool_calls"
     assert answer["finish_reason"] == want and len(answer["calls"]) == 1, answer
     call = answer["calls"][0]
     check_args(call["name"], call["arguments"])

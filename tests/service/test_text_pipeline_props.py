@@ -10,12 +10,12 @@ import random
 import pytest
 from fastapi.testclient import TestClient
 
-from engine.demo_model import ensure_demo_model
 from engine.synth import SynthSpec, write_checkpoint
 from engine.text.tokenizer import Tokenizer
 from service.app import create_app
 from service.settings import Settings
 from tests.service.test_api import sse_events
+from tests.service.test_text_offsets import served  # noqa: F401  (the demo model's server)
 
 
 @pytest.fixture(scope="module")
@@ -81,20 +81,14 @@ def test_seeded_chat_streams_equal_whole_answers(tekken):
             assert choice["finish_reason"] == "stop"
 
 
-@pytest.fixture(scope="module")
-def demo():
-    model = ensure_demo_model()
-    with TestClient(create_app(Settings(model=model, max_model_len=128,
-                                        kv_cache_gib=0.02))) as c:
-        yield c, Tokenizer.from_dir(model)
 
 
-def test_stop_string_in_text_held_for_a_split_character_ends_with_stop(demo):
+def test_stop_string_in_text_held_for_a_split_character_ends_with_stop(served):  # noqa: F811
     """A token such as " \\xf0\\x9f" (a space and an emoji's first bytes) is held back
     whole until the emoji completes; when max_tokens ends the output there, the held text
     is released, and a stop string in it cuts the text: the answer then ends with
     finish_reason "stop" and that stop string, as any cut by a stop string does."""
-    c, tok = demo
+    c, tok = served
     body = {"prompt": "Emoji list: 😀 😃 😄", "max_tokens": 16, "temperature": 0.8,
             "ignore_eos": True, "return_token_ids": True}
     checked = 0
