@@ -242,6 +242,8 @@ RESPONSES = (
     *_renamed((*CONTEXT, *MESSAGES, *TOOLS), responses_field), NESTING,
     Rule("input", "answers no function_call",
          "a function_call_output answers a function_call earlier in input"),
+    Rule("input", "Duplicate item found", "an item id names one item of the input and of "
+         "the conversation"),
     Rule("input", "no message to answer", "input must hold a message or a function call "
          "(reasoning items alone are dropped)"),
     Rule("reasoning.effort", "is not supported", "of the efforts only none is served"),
@@ -276,6 +278,8 @@ CONVERSATIONS = (
          "(--conversations-store-mib above 0)"),
     Rule("items", "answers no function_call", "a function_call_output answers a "
          "function_call earlier in items or in the conversation"),
+    Rule("items", "Duplicate item found", "an item id names one item of the items and of "
+         "the conversation"),
     Rule("items", "could not be decrypted", "a reasoning item's encrypted_content is one "
          "this server (or a replica with the same FP8SERVE_THINKING_SIGNATURE_KEY) made"),
     Rule("item_id", "whose output is in the conversation", "a function_call goes after "

@@ -18,7 +18,7 @@ from service.openapi import errors, ok
 from service.paging import page_items
 from service.schemas import MetadataUpdate
 from service.store.conversations import Conversation, ConversationStore, ConversationTooLarge
-from service.translate.refusals import check_function_outputs
+from service.translate.refusals import check_function_outputs, check_item_ids
 from service.translate.responses import items_json
 from service.translate.schemas import (
     ConversationCreateRequest,
@@ -68,6 +68,7 @@ def add_items(state: ServingState, request: Request, conv: Conversation, items: 
     them as listed."""
     items = state.sealer.open_items(items, name)
     check_function_outputs(items, conv.items, name)
+    check_item_ids(items, conv.listed, name)
     listed = items_json(items, status=True)
     try:
         store_of(state).append(store_tenant(request), conv, items, listed)

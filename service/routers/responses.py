@@ -39,7 +39,7 @@ from service.routers.openai import SSE_HEADERS, token_bytes, token_text
 from service.store.background import BackgroundJob
 from service.store.conversations import Conversation, ConversationTooLarge
 from service.store.responses import StoredResponse, json_bytes
-from service.translate.refusals import check_function_outputs, in_responses
+from service.translate.refusals import check_function_outputs, check_item_ids, in_responses
 from service.translate.responses import (
     items_json,
     output_items,
@@ -147,6 +147,7 @@ async def _context(state: ServingState, request: Request, body: ResponsesRequest
     earlier = ([*prev.context, *output_items(prev.response["output"])] if prev
                else list(conv.items) if conv else [])
     check_function_outputs(own, earlier)
+    check_item_ids(own, conv.listed if conv else ())
     items = [*earlier, *own]
     if body.truncation == "auto":
         items = await fit(items, lambda kept: _fits(state, body, kept))
@@ -204,8 +205,10 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
             try:
                 # again: a call this input answers may have been deleted from the
                 # conversation while the response ran (every output answers a call before
-                # it, or every later turn on the conversation is a 400)
+                # it, or every later turn on the conversation is a 400), and items added
+                # meanwhile may hold an id of this input
                 check_function_outputs(own, conv.items)
+                check_item_ids(own, conv.listed)
                 state.conversations.append(tenant, conv, [*own, *output_items(outputs)],
                                            [*items_json(own, status=True), *outputs])
             except (ConversationTooLarge, APIError) as exc:  # the answer went out; the turn

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from engine.request import InvalidRequestError
 from service.errors import APIError, from_engine_error
@@ -82,6 +83,22 @@ def check_function_outputs(items: Sequence[object], earlier: Sequence[object] = 
             raise APIError(400, f"{field}: {item.call_id!r} answers no function_call "
                            f"earlier in {name} (or in the previous response or the "
                            "conversation)", field)
+
+
+def check_item_ids(items: Sequence[object], earlier: Sequence[dict[str, Any]] = (),
+                   name: str = "input") -> None:
+    """An item's ``id`` names one item: none twice in ``items``, and none of the
+    ``earlier`` listed items (the conversation's), as OpenAI answers "Duplicate item"."""
+    seen = {d["id"] for d in earlier}
+    for k, item in enumerate(items):
+        item_id = getattr(item, "id", None)
+        if item_id is None:
+            continue
+        if item_id in seen:
+            field = f"{name}[{k}].id"
+            raise APIError(400, f"{field}: Duplicate item found with id {item_id!r}; an "
+                           "item id names one item of the input and the conversation", field)
+        seen.add(item_id)
 
 
 def check_tool_results(messages: Sequence[AnthropicMessage]) -> None:

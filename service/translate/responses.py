@@ -78,10 +78,10 @@ def output_items(output: list[dict[str, Any]]) -> list[InputItem]:
 
 
 def items_json(items: Sequence[InputItem], status: bool = False) -> list[dict[str, Any]]:
-    """Input items as ``GET /v1/responses/{id}/input_items`` lists them: each with an id,
-    a message's string content as one text part; ``status``: each (but reasoning) also
-    a status, as conversation items are listed: its own (a cut call's "incomplete"), else
-    "completed"."""
+    """Input items as ``GET /v1/responses/{id}/input_items`` lists them: each with its id
+    (the one it was sent with, else a new one), a message's string content as one text
+    part; ``status``: each (but reasoning) also a status, as conversation items are listed:
+    its own (a cut call's "incomplete"), else "completed"."""
     out = []
     for item in items:
         data = item.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -90,7 +90,8 @@ def items_json(items: Sequence[InputItem], status: bool = False) -> list[dict[st
             data["content"] = [{"type": kind, "text": item.content}]
         if status and item.type != "reasoning":
             data.setdefault("status", "completed")
-        out.append({"id": f"{_ID_PREFIX[item.type]}_{uuid.uuid4().hex}", **data})
+        new = f"{_ID_PREFIX[item.type]}_{uuid.uuid4().hex}"
+        out.append({"id": data.pop("id", new), **data})
     return out
 
 

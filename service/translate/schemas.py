@@ -211,13 +211,19 @@ class InputImage(_Body):
 ContentPart = Annotated[InputText | OutputText | InputImage, Field(discriminator="type")]
 
 
-class MessageItem(_Body):
+class _Item(_Body):
+    """An input item; ``id``: the one it was listed with (an earlier output's), kept as
+    its id in input_items and a conversation's items."""
+    id: Annotated[str, Field(min_length=1)] | None = None
+
+
+class MessageItem(_Item):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
     content: str | list[ContentPart]
 
 
-class FunctionCallItem(_Body):
+class FunctionCallItem(_Item):
     type: Literal["function_call"]
     call_id: str = Field(min_length=1)
     name: str
@@ -226,7 +232,7 @@ class FunctionCallItem(_Body):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
-class FunctionCallOutputItem(_Body):
+class FunctionCallOutputItem(_Item):
     type: Literal["function_call_output"]
     call_id: str = Field(min_length=1)
     output: str | list[TextPart]
@@ -242,7 +248,7 @@ class ReasoningText(_Body):
     text: str
 
 
-class ReasoningItem(_Body):
+class ReasoningItem(_Item):
     """An earlier turn's reasoning: dropped from the prompt; kept as given (input_items
     and a conversation's items list it with its summary and text). ``encrypted_content``:
     what ``include: ["reasoning.encrypted_content"]`` returned (service/translate/sealed.py);
