@@ -46,6 +46,7 @@ from service.translate.responses import (
     own_items,
     seals,
     to_chat,
+    with_ids,
 )
 from service.translate.responses_stream import ResponseStream
 from service.translate.schemas import ResponsesInputTokensRequest, ResponsesRequest
@@ -143,7 +144,7 @@ async def _context(state: ServingState, request: Request, body: ResponsesRequest
                    ) -> Context:
     conv = _conversation(state, request, body)  # first: it refuses previous_response_id
     prev = _previous(state, store_tenant(request), body)
-    own = state.sealer.open_items(own_items(body))
+    own = with_ids(state.sealer.open_items(own_items(body)))
     earlier = ([*prev.context, *output_items(prev.response["output"])] if prev
                else list(conv.items) if conv else [])
     check_function_outputs(own, earlier)

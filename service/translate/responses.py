@@ -77,6 +77,17 @@ def output_items(output: list[dict[str, Any]]) -> list[InputItem]:
     return _ITEMS.validate_python(output)
 
 
+def with_ids(items: Sequence[InputItem]) -> list[InputItem]:
+    """The items, each without an id given a new one (so that the response's input_items
+    and the conversation list an item under one id)."""
+    return [i if i.id is not None else i.model_copy(update={"id": _new_id(i.type)})
+            for i in items]
+
+
+def _new_id(item_type: str) -> str:
+    return f"{_ID_PREFIX[item_type]}_{uuid.uuid4().hex}"
+
+
 def items_json(items: Sequence[InputItem], status: bool = False) -> list[dict[str, Any]]:
     """Input items as ``GET /v1/responses/{id}/input_items`` lists them: each with its id
     (the one it was sent with, else a new one), a message's string content as one text
@@ -90,8 +101,7 @@ def items_json(items: Sequence[InputItem], status: bool = False) -> list[dict[st
             data["content"] = [{"type": kind, "text": item.content}]
         if status and item.type != "reasoning":
             data.setdefault("status", "completed")
-        new = f"{_ID_PREFIX[item.type]}_{uuid.uuid4().hex}"
-        out.append({"id": data.pop("id", new), **data})
+        out.append({"id": data.pop("id", None) or _new_id(item.type), **data})
     return out
 
 

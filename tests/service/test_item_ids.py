@@ -68,6 +68,10 @@ def test_a_conversation_lists_the_ids_and_refuses_one_it_holds(client):
     held = items(client, cid)
     assert [i["id"] for i in held[:2]] == ["msg_a", "msg_b"]
     assert held[2:] == answer["output"]
+    # an item sent without an id has one id, in input_items and in the conversation
+    other = post(client, input="<script5>", conversation=cid)
+    assert items(client, cid)[len(held)]["id"] == input_items(client, other["id"])[0]["id"]
+    held = items(client, cid)
     # the conversation's items sent again (the whole history) are refused, naming one
     for again in (held[1], answer["output"][0]):
         r = client.post("/v1/responses", json={"input": [again], "conversation": cid})
