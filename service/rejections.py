@@ -192,11 +192,6 @@ TOKENIZE = (*TOOL_TURNS, *MESSAGES, *TEMPLATE, *CONTINUE, NESTING,
                    "text prompt") for p in TOKENIZE_CHAT_OPTIONS),
             *(r for r in TOOLS if r.param == "tools" and r.words != "as a grammar"))
 DETOKENIZE = (_vocab("tokens"),)
-MODELS = (Rule("after_id", "not a served model", "a page cursor names a served model"),
-          Rule("before_id", "not a served model", "a page cursor names a served model"),
-          Rule("before_id", "not both", "a page goes after one cursor or before one"))
-
-
 def _renamed(rules: tuple[Rule, ...], field: Callable[[str], str]) -> tuple[Rule, ...]:
     """Chat's rules on a translated API: the fields named as its refusals name them
     (service/translate/refusals.py)."""
@@ -300,6 +295,11 @@ STORED_CHAT = (
 # a route on one stored chat completion or one conversation: no query parameter
 NO_QUERY = (Rule("", "takes no query parameter", "the route takes no query parameter"),
             QUERY_ONCE)
+MODELS = (Rule("after_id", "not a served model", "a page cursor names a served model"),
+          Rule("before_id", "not a served model", "a page cursor names a served model"),
+          Rule("before_id", "not both", "a page goes after one cursor or before one"),
+          Rule("", "is not supported here", "the model list pages with limit, after_id and "
+               "before_id"), QUERY_ONCE)
 CONVERSATION_ITEMS = (
     *CONVERSATIONS,
     Rule("after", "is no item", "after names an item of the conversation"),

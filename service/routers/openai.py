@@ -18,7 +18,13 @@ from service import rejections
 from service.backend import ServingState
 from service.beam_search import BeamSubmission, beam_request, check_beam_fields
 from service.chat_run import make_params, start_chat
-from service.deps import ReadyStateDep, check_model, require_api_key, served_names
+from service.deps import (
+    ReadyStateDep,
+    check_model,
+    refuse_other_query,
+    require_api_key,
+    served_names,
+)
 from service.errors import APIError, not_json_message
 from service.generation import (
     Choice,
@@ -152,13 +158,15 @@ def model_card(state: ServingState, name: str) -> dict[str, Any]:
 
 @router.get("/v1/models", response_model=None,
             responses={**ok("ModelList"), **errors(400, 401, 503, rules=rejections.MODELS)})
-async def models(state: ReadyStateDep,
+async def models(request: Request, state: ReadyStateDep,
                  limit: Annotated[int, Query(ge=1, le=1000)] = 20,
                  after_id: str | None = None, before_id: str | None = None
                  ) -> dict[str, Any]:
     """A card for each served name (the first is the model's own): OpenAI's list, which
     is also Anthropic's page (has_more, first_id, last_id; Anthropic's clients page with
     limit, after_id and before_id)."""
+    refuse_other_query(request, dict.fromkeys(("limit", "after_id", "before_id")),
+                       "the model list pages with limit, after_id and before_id")
     names = served_names(state)
     if after_id is not None and before_id is not None:
         raise APIError(400, "before_id: send after_id or before_id, not both", "before_id")
@@ -178,9 +186,11 @@ async def models(state: ReadyStateDep,
 
 
 @router.get("/v1/models/{model:path}", response_model=None,
-            responses={**ok("Model"), **errors(401, 404, 503)})
-async def model(model: str, state: ReadyStateDep) -> dict[str, Any]:
+            responses={**ok("Model"), **errors(400, 401, 404, 503,
+                                               rules=rejections.NO_QUERY)})
+async def model(model: str, request: Request, state: ReadyStateDep) -> dict[str, Any]:
     """OpenAI's retrieve model: the served model's card (the id may hold slashes)."""
+    refuse_other_query(request, {}, "this route takes no query parameter")
     return model_card(state, check_model(state, model))
 
 

@@ -68,11 +68,18 @@ def test_the_anthropic_sdk_lists_pages_and_retrieves(sdks):
 @pytest.mark.parametrize("query,param", [("limit=0", "limit"), ("limit=1001", "limit"),
                                          ("after_id=nope", "after_id"),
                                          ("after_id=ministral&before_id=alias-2",
-                                          "before_id")])
+                                          "before_id"),
+                                         ("order=asc", "order"), ("limit=1&limit=2", "limit")])
 def test_a_bad_page_request_is_a_400_naming_it(c, query, param):
     r = c.get(f"/v1/models?{query}")
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+def test_retrieving_a_model_takes_no_query_parameter(c):
+    assert c.get("/v1/models/ministral").status_code == 200
+    r = c.get("/v1/models/ministral?limit=1")
+    assert r.status_code == 400 and r.json()["error"]["param"] == "limit", r.text
 
 
 def test_openai_clients_keep_openai_errors(c):
