@@ -6,7 +6,9 @@ rules). Every refusal is an APIError(400) naming the content part.
   one of them or a subdomain; fetched with --media-fetch-timeout (5 s) and at most
   --max-media-bytes as sent (a Content-Encoding is not undone); redirects are not
   followed (a redirect could leave the allowlist).
-- ``file://``: only under --allowed-local-media-path (resolved, symlinks included).
+- ``file://``: only under --allowed-local-media-path (resolved, symlinks included), then
+  opened from that directory one component at a time without following links, so that
+  a link swapped in after the check does not lead out of it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import os
 import re
 import stat
 from dataclasses import dataclass
@@ -132,14 +135,52 @@ def read_file(url: str, param: str, policy: MediaPolicy) -> bytes:
     if not path.is_relative_to(root):
         raise _bad(f"image path is outside --allowed-local-media-path {root}", param)
     try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):  # a FIFO or device would block the read
-            raise _bad("image path is not a regular file", param)
-        if info.st_size > policy.max_bytes:
-            raise _bad(f"image file is over the limit of {policy.max_bytes} bytes", param)
-        return path.read_bytes()
+        return read_beneath(root, path, policy.max_bytes)
+    except _NotRegular:
+        raise _bad("image path is not a regular file", param) from None
+    except _TooBig:
+        raise _bad(f"image file is over the limit of {policy.max_bytes} bytes", param) from None
     except OSError as exc:
         raise _bad(f"cannot read image file: {exc.strerror or exc}", param) from None
+
+
+class _NotRegular(Exception):
+    pass
+
+
+class _TooBig(Exception):
+    pass
+
+
+def read_beneath(root: Path, path: Path, max_bytes: int) -> bytes:
+    """The bytes of ``path`` (resolved, under ``root``), opened one component at a time
+    from ``root`` without following a symlink, so that a path swapped for a link after the
+    check above cannot lead outside ``root`` (OSError then); the file checked and read
+    through its one descriptor (a FIFO or device would block the read; a file that grows
+    is read to ``max_bytes`` + 1 only)."""
+    parts = path.relative_to(root).parts
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            fd, parent = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
+                                 dir_fd=fd), fd
+            os.close(parent)
+        if parts:
+            fd, parent = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK,
+                                 dir_fd=fd), fd
+            os.close(parent)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _NotRegular
+        if info.st_size > max_bytes:
+            raise _TooBig
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise _TooBig
+        return data
+    finally:
+        os.close(fd)
 
 
 def load_media(url: object, param: str, policy: MediaPolicy) -> bytes:

@@ -15,7 +15,14 @@ import torch
 from engine.vision.image_cache import ImageCache, image_key
 from engine.vision.preprocess import ImageGrid
 from service.errors import APIError
-from service.media import MediaPolicy, _host_allowed, decode_data_url, load_media
+from service.media import (
+    MediaPolicy,
+    _host_allowed,
+    _TooBig,
+    decode_data_url,
+    load_media,
+    read_beneath,
+)
 
 
 def test_data_urls() -> None:
@@ -87,6 +94,27 @@ def test_file_policy(tmp_path: Path) -> None:
             load_media(f"file://{tmp_path / name}", "p", policy)
     with pytest.raises(APIError, match="non-empty string"):
         load_media(None, "p", policy)
+
+
+def test_a_path_swapped_for_a_link_after_the_check_is_not_followed(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "sub").mkdir(parents=True)
+    outside.mkdir()
+    for d in (root / "sub", outside, root):
+        (d / "a.png").write_bytes(b"12345")
+    checked = [(root / "sub" / "a.png").resolve(), (root / "a.png").resolve()]
+    assert [read_beneath(root.resolve(), p, 10) for p in checked] == [b"12345"] * 2
+    # each path passed the policy's check; now a directory and a file become links out
+    (root / "sub").rename(root / "old")
+    (root / "sub").symlink_to(outside)
+    (root / "a.png").unlink()
+    (root / "a.png").symlink_to(outside / "a.png")
+    for p in checked:
+        with pytest.raises(OSError):
+            read_beneath(root.resolve(), p, 10)
+    assert read_beneath(root.resolve(), (root / "old" / "a.png").resolve(), 5) == b"12345"
+    with pytest.raises(_TooBig):
+        read_beneath(root.resolve(), (root / "old" / "a.png").resolve(), 4)
 
 
 def test_image_cache_is_lru_and_bounded() -> None:
