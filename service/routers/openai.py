@@ -30,6 +30,7 @@ from service.generation import (
 )
 from service.openai_format import Formatter, usage
 from service.openapi import errors, ok
+from service.prompt_echo import prompt_only_choice, prompt_only_output
 from service.prompts import encode_prompts
 from service.routers.stored_chat import check_store, keep
 from service.schemas import ChatCompletionRequest, CompletionRequest
@@ -222,6 +223,8 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
     echo = texts if body.echo else []
     if not body.stream:
         choices = await collect(sub, request)
+        if body.prompt_only:
+            choices = [prompt_only_choice(c) for c in choices]
 
         def build() -> dict[str, Any]:
             generated = sum(len(c.token_ids) for c in choices)
@@ -253,6 +256,8 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
             ids_sent.add(c["choices"][0]["index"])
 
     def chunk(i: int, out: RequestOutput) -> dict[str, Any] | None:
+        if body.prompt_only:
+            out = prompt_only_output(out)
         counts["completion"] += len(out.token_ids)
         made[i] += len(out.token_ids)
         if i % body.n == 0:
