@@ -57,23 +57,27 @@ class Formatter:
                  decoded_of: TokenText | None = None,
                  own_bytes: TokenBytes | None = None,
                  shown_of: TokenText | None = None,
-                 special: Callable[[int], bool] | None = None) -> None:
+                 special: Callable[[int], bool] | None = None,
+                 fingerprint: str | None = None) -> None:
         """``text_of`` / ``bytes_of`` name tokens in logprobs; ``decoded_of`` (default
         ``text_of``) is each token's text: prompt_logprobs' decoded_token and what
         text_offset counts, with ``own_bytes`` (default ``bytes_of``), each token's own
         bytes, for the tokens that split a character (text_offsets); ``shown_of``
         (default ``decoded_of``) is a generated token's text as the answer shows it (a
         special token's is empty where skip_special_tokens leaves it out); ``special``
-        tells the special tokens (an echoed prompt's offsets: text_offsets)."""
+        tells the special tokens (an echoed prompt's offsets: text_offsets).
+        ``fingerprint``: every body's system_fingerprint (service/fingerprint.py)."""
         self.special = special
         self.id, self.model, self.text_of, self.bytes_of = rid, model, text_of, bytes_of
         self.decoded_of = text_of if decoded_of is None else decoded_of
         self.shown_of = self.decoded_of if shown_of is None else shown_of
         self.own_bytes = bytes_of if own_bytes is None else own_bytes
         self.created = int(time.time())
+        self.fingerprint = fingerprint
 
     def _head(self, obj: str) -> dict[str, Any]:
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "system_fingerprint": self.fingerprint}
 
     def completion(self, choices: Sequence[Choice], n: int, echo: Sequence[str],
                    logprobs: int | None, prompt_ids: Sequence[Sequence[int]] = (),

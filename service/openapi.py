@@ -37,7 +37,8 @@ _USAGE = _obj(("prompt_tokens", "completion_tokens", "total_tokens"),
               completion_tokens_details=_obj((), reasoning_tokens=_INT,
                                              accepted_prediction_tokens=_INT,
                                              rejected_prediction_tokens=_INT))
-_HEAD = {"id": _STR, "created": _INT, "model": _STR}
+# system_fingerprint: the serving configuration (service/fingerprint.py)
+_HEAD = {"id": _STR, "created": _INT, "model": _STR, "system_fingerprint": _NULL_STR}
 # vLLM's return_token_ids: the prompt's ids, and each choice's (or chunk's) generated ids
 _IDS = {"type": "array", "items": _INT}
 # vLLM's prompt_logprobs: per prompt token null (the first) or id -> logprob, rank, text

@@ -20,6 +20,7 @@ from service.beam_search import BeamSubmission, beam_request, check_beam_fields
 from service.chat_run import make_params, start_chat
 from service.deps import ReadyStateDep, check_model, require_api_key, served_names
 from service.errors import APIError, not_json_message
+from service.fingerprint import system_fingerprint
 from service.generation import (
     Choice,
     Choices,
@@ -74,10 +75,13 @@ def formatter(state: ServingState, rid: str, model: str,
     def special(i: int) -> bool:
         return not skipped(i) and bool(text(i))
 
+    fingerprint = system_fingerprint(state)
     if body.return_tokens_as_token_ids:
         return Formatter(rid, model, token_id_text, None, decoded_of=text,
-                         own_bytes=token_bytes(state), shown_of=shown, special=special)
-    return Formatter(rid, model, text, token_bytes(state), shown_of=shown, special=special)
+                         own_bytes=token_bytes(state), shown_of=shown, special=special,
+                         fingerprint=fingerprint)
+    return Formatter(rid, model, text, token_bytes(state), shown_of=shown, special=special,
+                     fingerprint=fingerprint)
 
 
 def check_prompt_logprobs(body: CompletionRequest | ChatCompletionRequest) -> None:

@@ -100,3 +100,23 @@ def test_the_sdk_reads_batched_prompts_whole_and_streamed(c):
     assert texts == [ch.text for ch in whole.choices]
     assert offsets == [ch.logprobs.text_offset for ch in whole.choices]
     assert usage == whole.usage
+
+
+def fingerprints(c, path, **body):
+    whole = c.post(path, json={"max_tokens": 2, **body}).json()
+    events = sse_events(c.post(path, json={
+        "max_tokens": 2, **body, "stream": True, "stream_options": {"include_usage": True}}))
+    return {whole["system_fingerprint"]} | {e["system_fingerprint"] for e in events}
+
+
+def test_every_body_carries_the_servers_system_fingerprint(c):
+    """OpenAI's system_fingerprint: one value for the server's setup, on whole answers and
+    on every chunk of both routes; another setup (the logprobs mode) has another."""
+    mine = fingerprints(c, "/v1/completions", prompt=PROMPTS) | fingerprints(
+        c, "/v1/chat/completions", messages=[{"role": "user", "content": "3"}])
+    assert len(mine) == 1 and next(iter(mine)).startswith("fp_")
+    with client(logprobs_mode="raw_logprobs") as other:
+        theirs = fingerprints(other, "/v1/completions", prompt=PROMPTS)
+    assert len(theirs) == 1 and theirs != mine
+    assert sdk(c).completions.create(model="fake-model", prompt="2", max_tokens=1
+                                     ).system_fingerprint in mine
