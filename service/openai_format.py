@@ -58,7 +58,7 @@ class Formatter:
                  own_bytes: TokenBytes | None = None,
                  shown_of: TokenText | None = None,
                  special: Callable[[int], bool] | None = None,
-                 fingerprint: str | None = None) -> None:
+                 fingerprint: str | None = None, null_usage: bool = False) -> None:
         """``text_of`` / ``bytes_of`` name tokens in logprobs; ``decoded_of`` (default
         ``text_of``) is each token's text: prompt_logprobs' decoded_token and what
         text_offset counts, with ``own_bytes`` (default ``bytes_of``), each token's own
@@ -66,7 +66,9 @@ class Formatter:
         (default ``decoded_of``) is a generated token's text as the answer shows it (a
         special token's is empty where skip_special_tokens leaves it out); ``special``
         tells the special tokens (an echoed prompt's offsets: text_offsets).
-        ``fingerprint``: every body's system_fingerprint (service/fingerprint.py)."""
+        ``fingerprint``: every body's system_fingerprint (service/fingerprint.py).
+        ``null_usage`` (a stream with include_usage): every chunk has a usage field, null
+        but on the usage chunk (OpenAI's stream; vLLM's too)."""
         self.special = special
         self.id, self.model, self.text_of, self.bytes_of = rid, model, text_of, bytes_of
         self.decoded_of = text_of if decoded_of is None else decoded_of
@@ -74,10 +76,14 @@ class Formatter:
         self.own_bytes = bytes_of if own_bytes is None else own_bytes
         self.created = int(time.time())
         self.fingerprint = fingerprint
+        self.null_usage = null_usage
 
     def _head(self, obj: str) -> dict[str, Any]:
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+        head = {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "system_fingerprint": self.fingerprint}
+        if self.null_usage:  # a body that has usage sets it after the head's
+            head["usage"] = None
+        return head
 
     def completion(self, choices: Sequence[Choice], n: int, echo: Sequence[str],
                    logprobs: int | None, prompt_ids: Sequence[Sequence[int]] = (),

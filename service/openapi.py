@@ -66,9 +66,11 @@ _CHAT_CHUNK_CHOICE = _obj(("index", "delta", "finish_reason"), index=_INT, delta
 
 def _chunk(obj: str, choice: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """A stream chunk; the last before [DONE] may carry usage and no choices (each chunk
-    carries the usage so far with vLLM's continuous_usage_stats)."""
+    carries the usage so far with vLLM's continuous_usage_stats; null with include_usage
+    alone, as OpenAI's)."""
     return _obj(("id", "object", "created", "model", "choices"), **_HEAD, object={"const": obj},
-                choices={"type": "array", "items": choice}, usage=_ref("Usage"), **extra)
+                choices={"type": "array", "items": choice},
+                usage={"anyOf": [_ref("Usage"), {"type": "null"}]}, **extra)
 
 
 def _sse_event(chunk: str | tuple[str, ...]) -> dict[str, Any]:

@@ -75,13 +75,14 @@ def formatter(state: ServingState, rid: str, model: str,
     def special(i: int) -> bool:
         return not skipped(i) and bool(text(i))
 
-    fingerprint = system_fingerprint(state)
+    head = {"fingerprint": system_fingerprint(state),
+            "null_usage": bool(body.stream and body.include_usage)}
     if body.return_tokens_as_token_ids:
         return Formatter(rid, model, token_id_text, None, decoded_of=text,
                          own_bytes=token_bytes(state), shown_of=shown, special=special,
-                         fingerprint=fingerprint)
+                         **head)
     return Formatter(rid, model, text, token_bytes(state), shown_of=shown, special=special,
-                     fingerprint=fingerprint)
+                     **head)
 
 
 def check_prompt_logprobs(body: CompletionRequest | ChatCompletionRequest) -> None:

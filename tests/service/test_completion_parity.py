@@ -1,6 +1,8 @@
-"""/v1/completions as OpenAI's SDK and vLLM's clients read it (fake model: it predicts
-(sum + len) % 50): ``max_tokens: 0`` with ``echo`` answers with the prompt alone and its
-logprobs (OpenAI's and vLLM's prompt scoring), whole and streamed."""
+"""/v1/completions as OpenAI's API and SDK and vLLM's clients read it (fake model: it
+predicts (sum + len) % 50): ``max_tokens: 0`` with ``echo`` answers with the prompt alone
+and its logprobs (OpenAI's and vLLM's prompt scoring), whole and streamed; the SDK parses
+batched prompts whole and streamed; every body carries system_fingerprint, and with
+include_usage every chunk a usage field."""
 
 from __future__ import annotations
 
@@ -120,3 +122,18 @@ def test_every_body_carries_the_servers_system_fingerprint(c):
     assert len(theirs) == 1 and theirs != mine
     assert sdk(c).completions.create(model="fake-model", prompt="2", max_tokens=1
                                      ).system_fingerprint in mine
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/completions", {"prompt": PROMPTS, "n": 2}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "3"}], "n": 2}),
+])
+def test_with_include_usage_every_chunk_has_usage_null_but_the_last(c, path, body):
+    """OpenAI's stream_options.include_usage: "All other chunks will also include a usage
+    field, but with a null value" (vLLM's chunks too); without it, chunks have none."""
+    events = sse_events(c.post(path, json={**body, "max_tokens": 3, "stream": True,
+                                           "stream_options": {"include_usage": True}}))
+    assert all("usage" in e and e["usage"] is None for e in events[:-1])
+    assert events[-1]["usage"]["completion_tokens"] > 0
+    bare = sse_events(c.post(path, json={**body, "max_tokens": 3, "stream": True}))
+    assert all("usage" not in e for e in bare)
