@@ -333,7 +333,14 @@ ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaResponseFor
                            | StructuralTagResponseFormat, Field(discriminator="type")]
 
 
+# max_tokens 0 answers with the prompt alone: only with echo true
+_NO_OUTPUT_NEEDS_ECHO: JsonDict = {
+    "if": {"not": {"required": ["echo"], "properties": {"echo": {"const": True}}}},
+    "then": {"properties": {"max_tokens": {"not": {"const": 0}}}}}
+
+
 class CompletionRequest(_Sampling):
+    model_config = ConfigDict(json_schema_extra=with_rules(_NO_OUTPUT_NEEDS_ECHO))
     openai_endpoint: ClassVar[str | None] = unsupported.COMPLETIONS
     # text may be empty, as in OpenAI's API: it prompts with the start of a document
     # (service/prompts.py)
