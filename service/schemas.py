@@ -7,7 +7,15 @@ import copy
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic.config import JsonDict
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
@@ -333,6 +341,35 @@ ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaResponseFor
                            | StructuralTagResponseFormat, Field(discriminator="type")]
 
 
+PROMPT_FORMS = "a string, a list of strings, a list of token ids or a list of token-id lists"
+
+
+def _json_kind(value: Any) -> str:
+    """What a prompt (or one of its items) is, in the words of PROMPT_FORMS."""
+    kinds = ((bool, "a boolean"), (str, "a string"), (int, "a token id"), (float, "a number"),
+             (list, "a list"), (dict, "an object"))
+    return next((word for t, word in kinds if isinstance(value, t)), "null")
+
+
+def check_prompt_form(prompt: Any) -> Any:
+    """A prompt of one of OpenAI's four forms, else a 400 that says which item breaks it
+    (a union's error would name one form: "should be a valid string" for [[1], 2])."""
+    if isinstance(prompt, str) or (isinstance(prompt, list) and not prompt):
+        return prompt  # an empty list: the schema's own "at least 1 item"
+    if not isinstance(prompt, list):
+        raise PydanticCustomError("value_error", "got {kind}; send {forms}",
+                                  {"kind": _json_kind(prompt), "forms": PROMPT_FORMS})
+    first = _json_kind(prompt[0])
+    for i, item in enumerate(prompt):
+        kind = _json_kind(item)
+        if kind not in ("a string", "a token id", "a list") or kind != first:
+            where = f" where item 0 is {first}" if kind != first else ""
+            raise PydanticCustomError("value_error", "item {i} is {kind}{where}; send {forms}",
+                                      {"i": i, "kind": kind, "where": where,
+                                       "forms": PROMPT_FORMS})
+    return prompt
+
+
 # max_tokens 0 answers with the prompt alone: only with echo true
 _NO_OUTPUT_NEEDS_ECHO: JsonDict = {
     "if": {"not": {"required": ["echo"], "properties": {"echo": {"const": True}}}},
@@ -344,8 +381,9 @@ class CompletionRequest(_Sampling):
     openai_endpoint: ClassVar[str | None] = unsupported.COMPLETIONS
     # text may be empty, as in OpenAI's API: it prompts with the start of a document
     # (service/prompts.py)
-    prompt: (str | Annotated[list[str], Field(min_length=1)] | TokenIds
-             | Annotated[list[TokenIds], Field(min_length=1)])
+    prompt: Annotated[str | Annotated[list[str], Field(min_length=1)] | TokenIds
+                      | Annotated[list[TokenIds], Field(min_length=1)],
+                      BeforeValidator(check_prompt_form)]
     # 0 with echo: the prompt alone (service/prompt_echo.py)
     max_tokens: int | None = Field(16, ge=0)
     logprobs: int | None = Field(None, ge=0, le=20)

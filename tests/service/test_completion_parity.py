@@ -137,3 +137,21 @@ def test_with_include_usage_every_chunk_has_usage_null_but_the_last(c, path, bod
     assert events[-1]["usage"]["completion_tokens"] > 0
     bare = sse_events(c.post(path, json={**body, "max_tokens": 3, "stream": True}))
     assert all("usage" not in e for e in bare)
+
+
+@pytest.mark.parametrize("prompt,words", [
+    ([[4, 9], 3], "item 1 is a token id where item 0 is a list"),
+    (["2 3", 5], "item 1 is a token id where item 0 is a string"),
+    ([7, "2"], "item 1 is a string where item 0 is a token id"),
+    ([1.5], "item 0 is a number"),
+    ([None], "item 0 is null"),
+    ({"text": "2"}, "got an object"),
+])
+def test_a_prompt_of_no_one_form_is_a_400_saying_which_item(c, prompt, words):
+    """A prompt mixing OpenAI's forms (or of none) is a 400 naming the item that breaks
+    it; it said "Input should be a valid string" of a token id or a list."""
+    r = c.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "prompt" and words in error["message"]
+    assert "a list of token-id lists" in error["message"]
