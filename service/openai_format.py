@@ -79,11 +79,13 @@ class Formatter:
         self.null_usage = null_usage
 
     def _head(self, obj: str) -> dict[str, Any]:
-        head = {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "system_fingerprint": self.fingerprint}
-        if self.null_usage:  # a body that has usage sets it after the head's
-            head["usage"] = None
-        return head
+
+    def _chunk(self, obj: str, choice: dict[str, Any]) -> dict[str, Any]:
+        """A stream chunk of one choice (usage: null with null_usage)."""
+        return {**self._head(obj), "choices": [choice],
+                **({"usage": None} if self.null_usage else {})}
 
     def completion(self, choices: Sequence[Choice], n: int, echo: Sequence[str],
                    logprobs: int | None, prompt_ids: Sequence[Sequence[int]] = (),
@@ -149,7 +151,7 @@ class Formatter:
                   "finish_reason": finish_reason(reason)}
         if reason is not None:
             choice["stop_reason"] = stop_reason
-        return {**self._head("text_completion"), "choices": [choice]}
+        return self._chunk("text_completion", choice)
 
     def next_offset(self, offset: int, lps: Sequence[TokenLogprob]) -> int:
         """The text_offset after ``lps``, whose first token is at ``offset`` (as
@@ -192,7 +194,7 @@ class Formatter:
                   "logprobs": None if lps is None else chat_logprobs(lps, self.text_of,
                                                                     self.bytes_of),
                   "finish_reason": reason}
-        return {**self._head("chat.completion.chunk"), "choices": [choice]}
+        return self._chunk("chat.completion.chunk", choice)
 
     def usage_chunk(self, obj: str, prompt_tokens: int, completion_tokens: int,
                     cached_tokens: int = 0, details: dict[str, int] | None = None
