@@ -57,23 +57,35 @@ class Formatter:
                  decoded_of: TokenText | None = None,
                  own_bytes: TokenBytes | None = None,
                  shown_of: TokenText | None = None,
-                 special: Callable[[int], bool] | None = None) -> None:
+                 special: Callable[[int], bool] | None = None,
+                 fingerprint: str | None = None, null_usage: bool = False) -> None:
         """``text_of`` / ``bytes_of`` name tokens in logprobs; ``decoded_of`` (default
         ``text_of``) is each token's text: prompt_logprobs' decoded_token and what
         text_offset counts, with ``own_bytes`` (default ``bytes_of``), each token's own
         bytes, for the tokens that split a character (text_offsets); ``shown_of``
         (default ``decoded_of``) is a generated token's text as the answer shows it (a
         special token's is empty where skip_special_tokens leaves it out); ``special``
-        tells the special tokens (an echoed prompt's offsets: text_offsets)."""
+        tells the special tokens (an echoed prompt's offsets: text_offsets).
+        ``fingerprint``: every body's system_fingerprint (service/fingerprint.py).
+        ``null_usage`` (a stream with include_usage): every chunk has a usage field, null
+        but on the usage chunk (OpenAI's stream; vLLM's too)."""
         self.special = special
         self.id, self.model, self.text_of, self.bytes_of = rid, model, text_of, bytes_of
         self.decoded_of = text_of if decoded_of is None else decoded_of
         self.shown_of = self.decoded_of if shown_of is None else shown_of
         self.own_bytes = bytes_of if own_bytes is None else own_bytes
         self.created = int(time.time())
+        self.fingerprint = fingerprint
+        self.null_usage = null_usage
 
     def _head(self, obj: str) -> dict[str, Any]:
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "system_fingerprint": self.fingerprint}
+
+    def _chunk(self, obj: str, choice: dict[str, Any]) -> dict[str, Any]:
+        """A stream chunk of one choice (usage: null with null_usage)."""
+        return {**self._head(obj), "choices": [choice],
+                **({"usage": None} if self.null_usage else {})}
 
     def completion(self, choices: Sequence[Choice], n: int, echo: Sequence[str],
                    logprobs: int | None, prompt_ids: Sequence[Sequence[int]] = (),
@@ -139,7 +151,7 @@ class Formatter:
                   "finish_reason": finish_reason(reason)}
         if reason is not None:
             choice["stop_reason"] = stop_reason
-        return {**self._head("text_completion"), "choices": [choice]}
+        return self._chunk("text_completion", choice)
 
     def next_offset(self, offset: int, lps: Sequence[TokenLogprob]) -> int:
         """The text_offset after ``lps``, whose first token is at ``offset`` (as
@@ -182,7 +194,7 @@ class Formatter:
                   "logprobs": None if lps is None else chat_logprobs(lps, self.text_of,
                                                                     self.bytes_of),
                   "finish_reason": reason}
-        return {**self._head("chat.completion.chunk"), "choices": [choice]}
+        return self._chunk("chat.completion.chunk", choice)
 
     def usage_chunk(self, obj: str, prompt_tokens: int, completion_tokens: int,
                     cached_tokens: int = 0, details: dict[str, int] | None = None

@@ -37,7 +37,8 @@ _USAGE = _obj(("prompt_tokens", "completion_tokens", "total_tokens"),
               completion_tokens_details=_obj((), reasoning_tokens=_INT,
                                              accepted_prediction_tokens=_INT,
                                              rejected_prediction_tokens=_INT))
-_HEAD = {"id": _STR, "created": _INT, "model": _STR}
+# system_fingerprint: the serving configuration (service/fingerprint.py)
+_HEAD = {"id": _STR, "created": _INT, "model": _STR, "system_fingerprint": _NULL_STR}
 # vLLM's return_token_ids: the prompt's ids, and each choice's (or chunk's) generated ids
 _IDS = {"type": "array", "items": _INT}
 # vLLM's prompt_logprobs: per prompt token null (the first) or id -> logprob, rank, text
@@ -65,9 +66,11 @@ _CHAT_CHUNK_CHOICE = _obj(("index", "delta", "finish_reason"), index=_INT, delta
 
 def _chunk(obj: str, choice: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """A stream chunk; the last before [DONE] may carry usage and no choices (each chunk
-    carries the usage so far with vLLM's continuous_usage_stats)."""
+    carries the usage so far with vLLM's continuous_usage_stats; null with include_usage
+    alone, as OpenAI's)."""
     return _obj(("id", "object", "created", "model", "choices"), **_HEAD, object={"const": obj},
-                choices={"type": "array", "items": choice}, usage=_ref("Usage"), **extra)
+                choices={"type": "array", "items": choice},
+                usage={"anyOf": [_ref("Usage"), {"type": "null"}]}, **extra)
 
 
 def _sse_event(chunk: str | tuple[str, ...]) -> dict[str, Any]:

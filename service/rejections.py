@@ -163,6 +163,8 @@ COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
                Rule("prompt", "KV cache", "the prompt must leave room to generate in the KV "
                     "cache"),
                Rule("best_of", "less than n", "best_of is at least n"),
+               Rule("max_tokens", "needs echo", "max_tokens 0 (the prompt alone) needs echo "
+                    "true"),
                Rule("best_of", "not with stream", "best_of above n needs stream false"),
                *TRUNCATE, *BEAM, *BEAM_CONSTRAINTS, *CHOICES,
                Rule("echo", "use_beam_search", "echo with logprobs (the prompt's logprobs) "

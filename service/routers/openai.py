@@ -26,6 +26,7 @@ from service.deps import (
     served_names,
 )
 from service.errors import APIError, not_json_message
+from service.fingerprint import system_fingerprint
 from service.generation import (
     Choice,
     Choices,
@@ -36,6 +37,7 @@ from service.generation import (
 )
 from service.openai_format import Formatter, usage
 from service.openapi import errors, ok
+from service.prompt_echo import prompt_only_choice, prompt_only_output
 from service.prompts import encode_prompts
 from service.routers.stored_chat import check_store, keep
 from service.schemas import ChatCompletionRequest, CompletionRequest
@@ -79,10 +81,14 @@ def formatter(state: ServingState, rid: str, model: str,
     def special(i: int) -> bool:
         return not skipped(i) and bool(text(i))
 
+    head = {"fingerprint": system_fingerprint(state),
+            "null_usage": bool(body.stream and body.include_usage)}
     if body.return_tokens_as_token_ids:
         return Formatter(rid, model, token_id_text, None, decoded_of=text,
-                         own_bytes=token_bytes(state), shown_of=shown, special=special)
-    return Formatter(rid, model, text, token_bytes(state), shown_of=shown, special=special)
+                         own_bytes=token_bytes(state), shown_of=shown, special=special,
+                         **head)
+    return Formatter(rid, model, text, token_bytes(state), shown_of=shown, special=special,
+                     **head)
 
 
 def check_prompt_logprobs(body: CompletionRequest | ChatCompletionRequest) -> None:
@@ -232,6 +238,8 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
     echo = texts if body.echo else []
     if not body.stream:
         choices = await collect(sub, request)
+        if body.prompt_only:
+            choices = [prompt_only_choice(c) for c in choices]
 
         def build() -> dict[str, Any]:
             generated = sum(len(c.token_ids) for c in choices)
@@ -263,6 +271,8 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
             ids_sent.add(c["choices"][0]["index"])
 
     def chunk(i: int, out: RequestOutput) -> dict[str, Any] | None:
+        if body.prompt_only:
+            out = prompt_only_output(out)
         counts["completion"] += len(out.token_ids)
         made[i] += len(out.token_ids)
         if i % body.n == 0:

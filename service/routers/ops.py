@@ -14,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from service import rejections
 from service.deps import ReadyStateDep, StateDep, check_model, require_api_key
 from service.errors import APIError
+from service.fingerprint import package_version
 from service.images import encode_chat_prompt
 from service.openapi import errors, ok
 from service.prompts import (
@@ -27,14 +28,6 @@ from service.tool_calls.plan import plan_chat
 
 public = APIRouter()
 private = APIRouter(dependencies=[Depends(require_api_key)])
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-        return version("fp8serve")
-    except Exception:  # noqa: BLE001 - not installed as a distribution
-        return "0.0.0+local"
 
 
 _HEALTH = {**ok("Health"), **ok("Health", status=503, description="loading, draining or dead")}
@@ -76,7 +69,7 @@ async def kernels(state: ReadyStateDep) -> dict[str, Any]:
 @private.get("/version", responses=errors(401))
 async def version(state: StateDep) -> dict[str, Any]:
     import torch
-    body: dict[str, Any] = {"version": _version(), "torch": torch.__version__}
+    body: dict[str, Any] = {"version": package_version(), "torch": torch.__version__}
     if state.backend is not None:
         body["model"] = state.backend.model_name
         body.update(state.parsers.as_dict())

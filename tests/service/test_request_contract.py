@@ -119,6 +119,8 @@ BOUNDS = [
     ({"prompt": [*range(1, 50), 25], "repetition_penalty": 1e300, "min_tokens": 2,
       "max_tokens": 2, "logprobs": 5}, True),
     ({**P, "max_tokens": 1}, True), ({**P, "max_tokens": 0}, False),
+    # max_tokens 0 answers with the prompt alone: with echo
+    ({**P, "max_tokens": 0, "echo": True}, True), ({**P, "max_tokens": 0, "echo": False}, False),
     ({**M, "max_completion_tokens": 0}, False), ({**M, "max_tokens": 0}, False),
     ({**P, "n": 32, "max_tokens": 1}, True), ({**P, "n": 33}, False),
     ({**P, "logprobs": 20}, True), ({**P, "logprobs": 21}, False),
