@@ -49,6 +49,8 @@ SAMPLING = (
          "not a stream"),
     Rule("min_tokens", "exceeds max_tokens", "min_tokens must not exceed max_tokens"),
     Rule("stream_options", "when stream is true", "stream_options needs stream true"),
+    Rule("length_penalty", "needs use_beam_search", "length_penalty ranks beams: a value "
+         "other than 1 needs use_beam_search true"),
     Rule("stream_options.continuous_usage_stats", "needs include_usage",
          "continuous_usage_stats needs include_usage true"),
     _vocab("logit_bias"), _vocab("stop_token_ids"), _vocab("allowed_token_ids"),

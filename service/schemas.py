@@ -268,6 +268,15 @@ class _Sampling(_Body):
                                self.stream_options.model_dump())
         return self
 
+    @model_validator(mode="after")
+    def _length_penalty_needs_beams(self) -> _Sampling:
+        # it ranks beams: a sampled request has none, so another value would go unused
+        if self.length_penalty != 1 and not self.use_beam_search:
+            raise _field_error(type(self).__name__, "length_penalty", "value_error",
+                               "length_penalty ranks beams: it needs use_beam_search true "
+                               "(or leave it out)", self.length_penalty)
+        return self
+
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)

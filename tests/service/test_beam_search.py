@@ -223,6 +223,19 @@ def test_any_length_penalty_is_served(c, lp):
     assert len(got.json()["choices"]) == 3
 
 
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+def test_a_length_penalty_without_beams_is_a_400(c, route):
+    """It ranks beams: a sampled request has none to rank, so it would go unused; 1 (its
+    default) changes nothing and is taken."""
+    body = {"prompt": PROMPTS[0]} if route == "/v1/completions" else CHAT
+    r = c.post(route, json={**body, "max_tokens": 2, "length_penalty": 0.5})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "length_penalty"
+    assert "use_beam_search" in r.json()["error"]["message"]
+    ok = c.post(route, json={**body, "max_tokens": 2, "length_penalty": 1})
+    assert ok.status_code == 200, ok.text
+
+
 def test_the_steps_are_counted_apart_in_the_metrics(c):
     def steps() -> float:
         text = c.get("/metrics").text

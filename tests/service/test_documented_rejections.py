@@ -125,6 +125,7 @@ REFUSED = [
      "stop"),
     ("/v1/chat/completions", {"messages": CALL, "use_beam_search": True,
                               "response_format": {"type": "json_object"}}, "response_format"),
+    ("/v1/completions", {"prompt": "3", "length_penalty": 0.5}, "length_penalty"),
 ]
 
 
