@@ -10,6 +10,7 @@ APIs without several choices (Responses, Messages) refuse n, best_of and beam se
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 from fastapi.testclient import TestClient
@@ -121,3 +122,65 @@ def test_apis_of_one_answer_refuse_several(c, path, body, field, value):
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error.get("param", field) == field and error["message"].startswith(field)
+
+
+# request fields whose combinations the property below draws (chat takes the ones it has)
+OPTIONS = {"n": [1, 2, 3], "best_of": [1, 2, 4], "use_beam_search": [True], "logprobs": [0, 2],
+           "echo": [True], "stream": [True], "seed": [3], "stop": [[" "], ["e"]],
+           "max_tokens": [0, 1, 3], "temperature": [0, 0.8, 1], "prompt_logprobs": [0, 1],
+           "length_penalty": [0.5], "top_logprobs": [0, 2], "min_tokens": [1],
+           "stop_token_ids": [[13]], "include_stop_str_in_output": [True],
+           "ignore_eos": [True], "stream_options": [{"include_usage": True},
+                                                    {"include_usage": True,
+                                                     "continuous_usage_stats": True}]}
+
+
+def drawn(rng, chat: bool) -> dict:
+    body = {k: rng.choice(OPTIONS[k]) for k in rng.sample(sorted(OPTIONS), rng.randint(1, 6))}
+    body.setdefault("max_tokens", 3)
+    body["return_token_ids"] = True
+    if not chat:
+        body.pop("top_logprobs", None)
+        return {**body, "prompt": CMPL["prompt"]}
+    body.pop("best_of", None), body.pop("echo", None)
+    if "logprobs" in body or "top_logprobs" in body:
+        body["logprobs"] = True
+    body["max_tokens"] = max(body["max_tokens"], 1)
+    return {**body, "messages": CHAT["messages"]}
+
+
+def check_answer(r, body: dict, count: int) -> None:
+    """Every choice once, in order, ended once; usage counts the tokens the choices carry
+    (best_of's dropped candidates aside)."""
+    if body.get("stream"):
+        chunks = events(r)
+        ends = [ch["index"] for e in chunks for ch in e["choices"] if ch["finish_reason"]]
+        assert sorted(ends) == list(range(count)), (body, ends)
+        if body.get("stream_options"):
+            carried = sum(len(ch.get("token_ids") or ()) for e in chunks for ch in e["choices"])
+            assert chunks[-1]["choices"] == [], body
+            assert chunks[-1]["usage"]["completion_tokens"] == carried, body
+        return
+    answer = r.json()
+    assert [ch["index"] for ch in answer["choices"]] == list(range(count)), body
+    assert all(ch["finish_reason"] in ("stop", "length") for ch in answer["choices"]), body
+    if body.get("best_of", 1) <= body.get("n", 1):
+        carried = sum(len(ch["token_ids"]) for ch in answer["choices"])
+        assert answer["usage"]["completion_tokens"] == carried, body
+
+
+def test_any_combination_is_answered_whole_or_refused_naming_a_field(c):
+    """Drawn combinations of the fields that shape the choices: a 200 with every choice
+    once (a stream ending each choice once) and usage matching the tokens the choices
+    carry, or a 400 naming one of the fields sent; never another status."""
+    rng = random.Random(7)
+    for _ in range(150):
+        chat = rng.random() < 0.5
+        body = drawn(rng, chat)
+        r = c.post("/v1/chat/completions" if chat else "/v1/completions", json=body)
+        if r.status_code == 400:
+            param = r.json()["error"]["param"] or ""
+            assert any(param.startswith(k) for k in body), (body, r.text)
+            continue
+        assert r.status_code == 200, (body, r.text)
+        check_answer(r, body, (1 if chat else 2) * body.get("n", 1))
