@@ -99,6 +99,16 @@ def check_beam_fields(body: Any, refused: str | None = None,
                        "or a cap on reasoning needs one sampled output)", refused)
 
 
+def check_ranked_by_logprobs(state: ServingState, field: str) -> None:
+    """A 400 naming ``field`` (use_beam_search, best_of: both rank outputs by their summed
+    logprobs) on a server whose reported logprobs are logits (--logprobs-mode *_logits)."""
+    mode = state.settings.logprobs_mode
+    if mode.endswith("logits"):
+        raise APIError(400, f"{field}: it ranks outputs by their log-probabilities, and "
+                       f"this server reports logits in their place (--logprobs-mode {mode})",
+                       field)
+
+
 def beam_request(state: ServingState, body: Any, params: SamplingParams,
                  shown: int | None) -> BeamRequest:
     """``params``: the request's (its output limits)."""
@@ -123,6 +133,7 @@ class BeamSubmission(Choices):
                  beam: BeamRequest, cache_salt: str | None = None,
                  images: tuple[Any, ...] = (), priority: int = 0) -> None:
         check_priority(state, priority)
+        check_ranked_by_logprobs(state, "use_beam_search")
         cfg = state.settings
         if cfg.max_queue is not None and beam.width > cfg.max_num_seqs + cfg.max_queue:
             raise APIError(400, f"n: use_beam_search with {beam.width} beams makes "

@@ -149,6 +149,10 @@ BEAM = tuple(Rule(p, "use_beam_search", "use_beam_search ranks beams by the mode
 BEAM_CONSTRAINTS = tuple(Rule(p, "use_beam_search", "use_beam_search goes without a "
                               "constrained output")
                          for p in ("response_format", "structured_outputs", "guided_"))
+# ranking by summed logprobs on a server that reports logits (--logprobs-mode *_logits)
+RANKED = tuple(Rule(p, "--logprobs-mode", f"{p} ranks by log-probabilities: not on a "
+                    "server whose --logprobs-mode reports logits")
+               for p in ("use_beam_search", "best_of"))
 # more choices than the engine runs and queues (service/generation.py check_choices)
 CHOICES = tuple(Rule(p, "choices (prompts x", "the choices (n x prompts, or best_of) fit "
                      "--max-num-seqs + --max-queue") for p in ("n", "best_of"))
@@ -168,7 +172,7 @@ COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
                Rule("max_tokens", "needs echo", "max_tokens 0 (the prompt alone) needs echo "
                     "true"),
                Rule("best_of", "not with stream", "best_of above n needs stream false"),
-               *TRUNCATE, *BEAM, *BEAM_CONSTRAINTS, *CHOICES,
+               *TRUNCATE, *BEAM, *BEAM_CONSTRAINTS, *CHOICES, *RANKED,
                Rule("echo", "use_beam_search", "echo with logprobs (the prompt's logprobs) "
                     "goes without use_beam_search"),
                Rule("prompt", "prompt is empty", "a text that encodes to no tokens needs a "
@@ -177,6 +181,7 @@ PREDICTION = (Rule("prediction", "longer than max_model_len",
                    "a prediction must not exceed max_model_len tokens"),)
 CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDICTION,
         *STRUCTURED, *TEMPLATE, *CONTINUE, *TRUNCATE, *BEAM, *BEAM_CONSTRAINTS, CHOICES[0],
+        RANKED[0],
         *(Rule(p, "use_beam_search", "use_beam_search goes without tools, a prediction or "
                "a cap on reasoning")
           for p in ("tools", "prediction", "thinking_token_budget", "reasoning_effort")),

@@ -16,7 +16,12 @@ from engine.stream import RequestOutput
 from engine.text.chat_template import content_text
 from service import rejections
 from service.backend import ServingState
-from service.beam_search import BeamSubmission, beam_request, check_beam_fields
+from service.beam_search import (
+    BeamSubmission,
+    beam_request,
+    check_beam_fields,
+    check_ranked_by_logprobs,
+)
 from service.chat_run import make_params, start_chat
 from service.deps import (
     ReadyStateDep,
@@ -213,6 +218,8 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
             raise APIError(400, "echo: with logprobs, echo returns the prompt's logprobs, "
                            "which use_beam_search does not compute", "echo")
     best_of = check_best_of(body)
+    if best_of > body.n:
+        check_ranked_by_logprobs(state, "best_of")
     grammar = (None if constraint is None
                else await run_in_threadpool(compile_spec, state.backend, *constraint))
     prompts, texts = await run_in_threadpool(encode_prompts, state, body.prompt,

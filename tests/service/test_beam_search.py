@@ -236,6 +236,27 @@ def test_a_length_penalty_without_beams_is_a_400(c, route):
     assert ok.status_code == 200, ok.text
 
 
+def test_ranking_on_a_server_that_reports_logits_is_a_400():
+    """Beams and best_of candidates are ranked by their summed log-probabilities; where
+    --logprobs-mode reports logits the steps' and candidates' figures are logits, and
+    summing those ranked the outputs wrongly."""
+    settings = Settings(model=ensure_demo_model(), max_model_len=256, kv_cache_gib=0.05,
+                        logprobs_mode="processed_logits")
+    with TestClient(create_app(settings)) as cl:
+        for route, body in (("/v1/completions", {"prompt": PROMPTS[0]}),
+                            ("/v1/chat/completions", CHAT)):
+            r = cl.post(route, json={**body, **beams()})
+            assert r.status_code == 400, r.text
+            assert r.json()["error"]["param"] == "use_beam_search"
+            assert "--logprobs-mode" in r.json()["error"]["message"]
+        sampled = {"prompt": PROMPTS[0], "max_tokens": 4, "seed": 1}
+        r = cl.post("/v1/completions", json={**sampled, "n": 1, "best_of": 2})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "best_of", r.text
+        for ok in ({"n": 2, "best_of": 2}, {"n": 2, "logprobs": 1}):
+            r = cl.post("/v1/completions", json={**sampled, **ok})
+            assert r.status_code == 200, (ok, r.text)
+
+
 def test_the_steps_are_counted_apart_in_the_metrics(c):
     def steps() -> float:
         text = c.get("/metrics").text
