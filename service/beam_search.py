@@ -31,6 +31,7 @@ from engine.sampling_params import MAX_LOGPROBS, SamplingParams
 from engine.stream import RequestOutput, TokenLogprob
 from engine.text.detokenizer import IncrementalDetokenizer
 from service.backend import ServingState
+from service.best_of import check_ranked_by_logprobs
 from service.errors import APIError
 from service.generation import Choices, Submission, check_priority
 
@@ -97,16 +98,6 @@ def check_beam_fields(body: Any, refused: str | None = None,
     if refused is not None:
         raise APIError(400, f"{refused}: not with use_beam_search (a constrained output "
                        "or a cap on reasoning needs one sampled output)", refused)
-
-
-def check_ranked_by_logprobs(state: ServingState, field: str) -> None:
-    """A 400 naming ``field`` (use_beam_search, best_of: both rank outputs by their summed
-    logprobs) on a server whose reported logprobs are logits (--logprobs-mode *_logits)."""
-    mode = state.settings.logprobs_mode
-    if mode.endswith("logits"):
-        raise APIError(400, f"{field}: it ranks outputs by their log-probabilities, and "
-                       f"this server reports logits in their place (--logprobs-mode {mode})",
-                       field)
 
 
 def beam_request(state: ServingState, body: Any, params: SamplingParams,

@@ -16,12 +16,8 @@ from engine.stream import RequestOutput
 from engine.text.chat_template import content_text
 from service import rejections
 from service.backend import ServingState
-from service.beam_search import (
-    BeamSubmission,
-    beam_request,
-    check_beam_fields,
-    check_ranked_by_logprobs,
-)
+from service.beam_search import BeamSubmission, beam_request, check_beam_fields
+from service.best_of import best_choices, check_best_of
 from service.chat_run import make_params, start_chat
 from service.deps import (
     ReadyStateDep,
@@ -106,30 +102,6 @@ def check_prompt_logprobs(body: CompletionRequest | ChatCompletionRequest) -> No
 def prompt_text(state: ServingState, prompt: list[int]) -> str:
     """vLLM's return_prompt_text: the ids the model read, as text (nothing skipped)."""
     return state.backend.tokenizer.decode(prompt, skip_special_tokens=False)
-
-
-def check_best_of(body: CompletionRequest) -> int:
-    """Candidates per prompt: best_of (at least n; not with stream), else n."""
-    best_of = body.best_of or body.n
-    if best_of < body.n:
-        raise APIError(400, f"best_of: {best_of} is less than n ({body.n}); it counts the "
-                       "candidates the n choices are picked from", "best_of")
-    if best_of > body.n and body.stream:
-        raise APIError(400, "best_of: picking the best candidates needs them whole: not "
-                       "with stream (or best_of equal to n)", "best_of")
-    return best_of
-
-
-def best_choices(choices: list[Choice], best_of: int, n: int) -> list[Choice]:
-    """Of each prompt's best_of candidates, the n with the highest sum of their tokens'
-    logprobs, best first (ties: generation order)."""
-    if best_of == n:
-        return choices
-    out: list[Choice] = []
-    for start in range(0, len(choices), best_of):
-        group = choices[start:start + best_of]
-        out += sorted(group, key=lambda c: -sum(lp.logprob for lp in c.logprobs))[:n]
-    return out
 
 
 def chat_echo(body: ChatCompletionRequest) -> str:
@@ -217,9 +189,7 @@ async def completions(body: CompletionRequest, request: Request, state: ReadySta
         if body.echo and body.logprobs is not None:
             raise APIError(400, "echo: with logprobs, echo returns the prompt's logprobs, "
                            "which use_beam_search does not compute", "echo")
-    best_of = check_best_of(body)
-    if best_of > body.n:
-        check_ranked_by_logprobs(state, "best_of")
+    best_of = check_best_of(state, body)
     grammar = (None if constraint is None
                else await run_in_threadpool(compile_spec, state.backend, *constraint))
     prompts, texts = await run_in_threadpool(encode_prompts, state, body.prompt,
