@@ -53,7 +53,7 @@ ERRORS = {
     ("post", "/v1/messages"): {400, 401, 404, 408, 429, 503},
     ("post", "/v1/messages/count_tokens"): {400, 401, 404, 503},
     ("get", "/v1/models"): {400, 401, 503},
-    ("get", "/v1/models/{model}"): {401, 404, 503},
+    ("get", "/v1/models/{model}"): {400, 401, 404, 503},
     ("post", "/tokenize"): {400, 401, 404, 503},
     ("post", "/detokenize"): {400, 401, 404, 503},
     ("get", "/kernels"): {401, 503},
