@@ -3,7 +3,7 @@ echo without generation): the answer is the prompt alone, with its logprobs when
 ``logprobs`` is set, as evaluation harnesses score a text. The engine generates one
 token, whose prefill scores the prompt; that token is dropped here, from a whole answer's
 choices and from each streamed output alike (the limit is CompletionRequest's
-output_limit, service/schemas.py)."""
+output_limit, service/schemas/completions.py)."""
 
 from __future__ import annotations
 

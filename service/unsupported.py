@@ -1,6 +1,6 @@
 """Every OpenAI request field, per endpoint, in one of three classes:
 
-- IMPLEMENTED: the server honours it (a field of the request model in service/schemas.py);
+- IMPLEMENTED: the server honours it (a field of the request model in service/schemas/);
 - NOOP: the server does not implement it; the values listed are what it does anyway (a
   no-op), so they are accepted; any other value is a 400 naming the field;
 - HINTS: accepted with any value and ignored, because they never change what is generated.

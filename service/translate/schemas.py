@@ -1,5 +1,5 @@
 """Request bodies of /v1/messages (Anthropic) and /v1/responses (OpenAI): strict types, as
-service/schemas.py; fields outside these models go through service/unsupported.py."""
+service/schemas/; fields outside these models go through service/unsupported.py."""
 
 from __future__ import annotations
 
@@ -15,12 +15,10 @@ from service.schemas import (
     ObjectParameters,
     ReasoningEffort,
     StopList,
-    _Body,
-    _field_error,
-    _Option,
     check_object_parameters,
     with_rules,
 )
+from service.schemas.base import _Body, _field_error, _Option
 
 
 class TextBlock(_Body):
