@@ -1,7 +1,7 @@
 """The generated parts of docs/: ``docs/configuration.md`` (every ``fp8serve serve`` flag
 and ``FP8SERVE_*`` variable, from the serve parser and service.settings.Settings) and the
 field tables of ``docs/api.md`` (from the published OpenAPI schema, that is the request
-models of service/schemas/ and service/translate/schemas.py, and service/unsupported.py).
+models of service/schemas/ and service/translate/schemas/, and service/unsupported.py).
 
 ``python -m cli.docgen`` rewrites them; ``python -m cli.docgen --check`` exits 1 naming each
 stale file. tests/docs/ runs the check, so a flag or a request field added without

@@ -1,6 +1,6 @@
 """The generated regions of docs/api.md: the route table (from the routers) and one field
 table per request body and per object nested in one (from the pydantic request models,
-service/schemas/ and service/translate/schemas.py, and service/unsupported.py). The prose
+service/schemas/ and service/translate/schemas/, and service/unsupported.py). The prose
 around them is written by hand.
 
 A region is ``<!-- generated: KEY -->`` ... ``<!-- end generated -->``; KEY is ``routes``,
