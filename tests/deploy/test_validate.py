@@ -181,3 +181,17 @@ def test_overlays_pick_one_autoscaler_and_the_keda_variant_has_no_hpa(tmp_path):
     (scaled,) = [o for o in keda if o["kind"] == "ScaledObject"]
     (deploy,) = [o for o in keda if o["kind"] == "Deployment"]
     assert scaled["spec"]["scaleTargetRef"]["name"] == deploy["metadata"]["name"]
+
+
+def test_the_service_spreads_load_unless_the_affinity_component_is_added(tmp_path):
+    """ClientIP affinity pins a client (and everyone behind one gateway or NAT address) to
+    one pod, so replicas the autoscaler adds get no traffic: it is opt-in, for clients
+    that continue stored responses by id from addresses of their own."""
+    def service(objs: list[dict]) -> dict:
+        (svc,) = [o for o in objs if o["kind"] == "Service"]
+        return svc["spec"]
+    for overlay in V.OVERLAYS:
+        assert service(require(V.kustomize, overlay)).get("sessionAffinity", "None") == "None"
+    pinned = require(V.kustomize, V.affinity_variant(V.OVERLAYS[-1], tmp_path))
+    assert service(pinned)["sessionAffinity"] == "ClientIP"
+    assert [o["kind"] for o in pinned].count("HorizontalPodAutoscaler") == 1
