@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -195,3 +196,28 @@ def test_the_service_spreads_load_unless_the_affinity_component_is_added(tmp_pat
     pinned = require(V.kustomize, V.affinity_variant(V.OVERLAYS[-1], tmp_path))
     assert service(pinned)["sessionAffinity"] == "ClientIP"
     assert [o["kind"] for o in pinned].count("HorizontalPodAutoscaler") == 1
+
+
+def test_keda_objects_share_a_namespace_its_query_and_prometheus_address_fit(tmp_path):
+    """The ScaledObject lands with the Deployment it scales; its query names that
+    namespace (kustomize sets none: the apply namespace, "default" in deploy/README.md);
+    a query that matches nothing is an error, not a silent 0; the Prometheus address
+    names its own namespace (it resolves from KEDA's operator) and is the one
+    prometheus-adapter reads; every TriggerAuthentication it refers to sits beside it."""
+    keda = require(V.kustomize, V.keda_variant(V.OVERLAYS[-1], tmp_path))
+    namespaces = {o["metadata"].get("namespace") for o in keda}
+    assert len(namespaces) == 1
+    ns = namespaces.pop() or "default"
+    (scaled,) = [o for o in keda if o["kind"] == "ScaledObject"]
+    auths = {o["metadata"]["name"] for o in keda if o["kind"] == "TriggerAuthentication"}
+    adapter = yaml.safe_load((V.K8S / "autoscaling/hpa/prometheus-adapter-values.yaml")
+                             .read_text())["prometheus"]
+    for trigger in scaled["spec"]["triggers"]:
+        meta = trigger["metadata"]
+        assert re.search(r'namespace="([^"]+)"', meta["query"]).group(1) == ns
+        assert meta["ignoreNullValues"] == "false"
+        host = re.fullmatch(r"http://([\w.-]+):(\d+)", meta["serverAddress"])
+        assert re.fullmatch(r"[\w-]+\.[\w-]+\.svc(\.cluster\.local)?", host.group(1))
+        assert meta["serverAddress"] == f"{adapter['url']}:{adapter['port']}"
+        if "authenticationRef" in trigger:
+            assert trigger["authenticationRef"]["name"] in auths
