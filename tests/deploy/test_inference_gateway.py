@@ -133,3 +133,24 @@ def test_epp_stays_as_long_as_the_pool_pods_drain(objs, base):
         return objects[("Deployment", name)]["spec"]["template"]["spec"][
             "terminationGracePeriodSeconds"]
     assert grace(objs, "fp8serve-epp") == grace(base, "fp8serve")
+
+
+def test_losing_one_epp_pod_does_not_stop_traffic(objs, epp_container):
+    """Two pickers elect a leader (only it passes readiness, so the Service reaches it
+    alone); while none answers, FailOpen lets the gateway pick a pod itself."""
+    epp = objs[("Deployment", "fp8serve-epp")]["spec"]
+    assert epp["replicas"] >= 2
+    assert _flag(epp_container, "ha-enable-leader-election") == "true"
+    assert epp_container["readinessProbe"]["grpc"]["service"] == "readiness"
+    assert epp_container["livenessProbe"]["grpc"]["service"] == "liveness"
+    # a rolling update would wait for a standby to turn Ready, which it never does
+    assert epp["strategy"] == {"type": "Recreate"}
+    assert objs[("InferencePool", "fp8serve")]["spec"]["endpointPickerRef"][
+        "failureMode"] == "FailOpen"
+    # the election's Lease, in the picker's namespace
+    rules = objs[("Role", "fp8serve-epp")]["rules"]
+    (lease,) = [r for r in rules if r["resources"] == ["leases"]]
+    assert lease["apiGroups"] == ["coordination.k8s.io"]
+    assert {"get", "create", "update"} <= set(lease["verbs"])
+    # no PodDisruptionBudget: it would count the leader alone and block its eviction
+    assert not [k for k, _ in objs if k == "PodDisruptionBudget"]

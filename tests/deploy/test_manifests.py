@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cli.serve import END_GRACE_S
 from service.settings import Settings
+from tests.deploy.shutdown import DEFAULT_DRAIN_S, stop_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -152,9 +152,9 @@ def test_grace_period_covers_prestop_sleep_plus_drain(k8s, container):
     cmd = container["lifecycle"]["preStop"]["exec"]["command"]
     assert cmd[0] == "sleep"
     drain = k8s["ConfigMap"]["data"].get("FP8SERVE_DRAIN_TIMEOUT")
-    drain_s = float(drain) if drain is not None else Settings.model_fields["drain_timeout"].default
-    # then the last answers go out (END_GRACE_S) and the engine stops (its join: 5 s)
-    assert spec["terminationGracePeriodSeconds"] > float(cmd[1]) + drain_s + END_GRACE_S + 5
+    drain_s = float(drain) if drain is not None else DEFAULT_DRAIN_S
+    # the kubelet counts the preStop hook in the grace period; SIGTERM comes after it
+    assert spec["terminationGracePeriodSeconds"] > float(cmd[1]) + stop_seconds(drain_s)
 
 
 def test_every_deploy_path_the_docs_and_comments_name_exists():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -181,3 +182,42 @@ def test_overlays_pick_one_autoscaler_and_the_keda_variant_has_no_hpa(tmp_path):
     (scaled,) = [o for o in keda if o["kind"] == "ScaledObject"]
     (deploy,) = [o for o in keda if o["kind"] == "Deployment"]
     assert scaled["spec"]["scaleTargetRef"]["name"] == deploy["metadata"]["name"]
+
+
+def test_the_service_spreads_load_unless_the_affinity_component_is_added(tmp_path):
+    """ClientIP affinity pins a client (and everyone behind one gateway or NAT address) to
+    one pod, so replicas the autoscaler adds get no traffic: it is opt-in, for clients
+    that continue stored responses by id from addresses of their own."""
+    def service(objs: list[dict]) -> dict:
+        (svc,) = [o for o in objs if o["kind"] == "Service"]
+        return svc["spec"]
+    for overlay in V.OVERLAYS:
+        assert service(require(V.kustomize, overlay)).get("sessionAffinity", "None") == "None"
+    pinned = require(V.kustomize, V.affinity_variant(V.OVERLAYS[-1], tmp_path))
+    assert service(pinned)["sessionAffinity"] == "ClientIP"
+    assert [o["kind"] for o in pinned].count("HorizontalPodAutoscaler") == 1
+
+
+def test_keda_objects_share_a_namespace_its_query_and_prometheus_address_fit(tmp_path):
+    """The ScaledObject lands with the Deployment it scales; its query names that
+    namespace (kustomize sets none: the apply namespace, "default" in deploy/README.md);
+    a query that matches nothing is an error, not a silent 0; the Prometheus address
+    names its own namespace (it resolves from KEDA's operator) and is the one
+    prometheus-adapter reads; every TriggerAuthentication it refers to sits beside it."""
+    keda = require(V.kustomize, V.keda_variant(V.OVERLAYS[-1], tmp_path))
+    namespaces = {o["metadata"].get("namespace") for o in keda}
+    assert len(namespaces) == 1
+    ns = namespaces.pop() or "default"
+    (scaled,) = [o for o in keda if o["kind"] == "ScaledObject"]
+    auths = {o["metadata"]["name"] for o in keda if o["kind"] == "TriggerAuthentication"}
+    adapter = yaml.safe_load((V.K8S / "autoscaling/hpa/prometheus-adapter-values.yaml")
+                             .read_text())["prometheus"]
+    for trigger in scaled["spec"]["triggers"]:
+        meta = trigger["metadata"]
+        assert re.search(r'namespace="([^"]+)"', meta["query"]).group(1) == ns
+        assert meta["ignoreNullValues"] == "false"
+        host = re.fullmatch(r"http://([\w.-]+):(\d+)", meta["serverAddress"])
+        assert re.fullmatch(r"[\w-]+\.[\w-]+\.svc(\.cluster\.local)?", host.group(1))
+        assert meta["serverAddress"] == f"{adapter['url']}:{adapter['port']}"
+        if "authenticationRef" in trigger:
+            assert trigger["authenticationRef"]["name"] in auths
