@@ -1,7 +1,8 @@
 """OpenAI's ``system_fingerprint``: which backend configuration produced an answer, so
 that a client comparing answers (a ``seed`` that gave other tokens) can tell a changed
 server from chance. It names what may change outputs: the fp8serve version, the model,
-the host's CPU features (they pick the kernels), the KV cache dtype, the logprobs mode and
+the host's CPU features and the extension's dispatch level, the kernel overrides and the
+lm_head dtype (they pick the kernels), the KV cache dtype, the logprobs mode and
 speculative decoding; it stays the same across requests and restarts of one setup."""
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ def system_fingerprint(state: ServingState) -> str:
     cfg, backend = state.settings, state.backend
     parts = {"version": package_version(), "model": backend.model_name,
              "features": backend.hardware.feature_map(),
+             "dispatch_isa": backend.hardware.dispatch_isa, "kernel": cfg.kernel,
+             "disabled_kernels": sorted(cfg.disabled_kernels),
+             "lm_head_dtype": cfg.lm_head_dtype,
              "kv_cache_dtype": cfg.kv_cache_dtype, "logprobs_mode": cfg.logprobs_mode,
              "speculative_config": cfg.speculative_config}
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

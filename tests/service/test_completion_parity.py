@@ -113,13 +113,16 @@ def fingerprints(c, path, **body):
 
 def test_every_body_carries_the_servers_system_fingerprint(c):
     """OpenAI's system_fingerprint: one value for the server's setup, on whole answers and
-    on every chunk of both routes; another setup (the logprobs mode) has another."""
+    on every chunk of both routes; another setup (the logprobs mode, a kernel override)
+    has another."""
     mine = fingerprints(c, "/v1/completions", prompt=PROMPTS) | fingerprints(
         c, "/v1/chat/completions", messages=[{"role": "user", "content": "3"}])
     assert len(mine) == 1 and next(iter(mine)).startswith("fp_")
     with client(logprobs_mode="raw_logprobs") as other:
         theirs = fingerprints(other, "/v1/completions", prompt=PROMPTS)
     assert len(theirs) == 1 and theirs != mine
+    with client(kernel="torch_w8a16") as forced:
+        assert fingerprints(forced, "/v1/completions", prompt=PROMPTS) not in (mine, theirs)
     assert sdk(c).completions.create(model="fake-model", prompt="2", max_tokens=1
                                      ).system_fingerprint in mine
 
