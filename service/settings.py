@@ -155,7 +155,11 @@ class Settings(BaseSettings):
         if isinstance(v, str):
             v = v.strip()
             if v.startswith("["):
-                return tuple(json.loads(v))
+                try:
+                    return tuple(json.loads(v))
+                except ValueError as exc:
+                    raise ValueError(f"a JSON list, or values separated by commas: "
+                                     f"{exc}") from None
             return tuple(p.strip() for p in v.split(",") if p.strip())
         return v
 
@@ -280,12 +284,12 @@ class Settings(BaseSettings):
     def _formats_agree(self) -> Settings:
         native = {self.config_format == "mistral", self.load_format == "mistral"}
         if native == {True, False} and "auto" not in (self.config_format, self.load_format):
-            raise ValueError(f"config_format {self.config_format} and load_format "
+            raise ValueError(f"--config-format {self.config_format} and --load-format "
                              f"{self.load_format} name different layouts (mistral goes "
                              "with mistral, hf with safetensors)")
         if self.enable_auto_tool_choice and self.tool_call_parser == "none":
-            raise ValueError("enable_auto_tool_choice needs a tool-call parser "
-                             "(tool_call_parser auto, mistral or hermes)")
+            raise ValueError("--enable-auto-tool-choice needs a tool-call parser "
+                             "(--tool-call-parser auto, mistral or hermes)")
         return self
 
     @property
