@@ -84,3 +84,23 @@ def test_generate_names_what_is_wrong_with_the_model_path(tmp_path) -> None:
         proc = _run("generate", "--model", str(tmp_path / model), "--prompt", "hi")
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
         assert words in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ("serve", "--port", "0"),
+    ("generate", "--prompt", "hello", "--max-tokens", "2"),
+])
+def test_an_isa_naming_no_level_stops_the_start(command, tiny_checkpoint) -> None:
+    """FP8SERVE_ISA=avx-2 was warned about by the extension and ignored: the kernels ran
+    at the host's level. Now the start ends naming the variable and the levels."""
+    import os
+
+    proc = subprocess.run([sys.executable, "-m", "cli.main", *command, "--model",
+                           str(tiny_checkpoint(tokenizer=True))], capture_output=True,
+                          text=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
+                          env={**os.environ, "FP8SERVE_ISA": "avx-2"})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "ignored" not in proc.stderr and "Uvicorn running" not in proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("fp8serve: error:")]
+    assert errors == ["fp8serve: error: FP8SERVE_ISA='avx-2': one of scalar, avx2, avx512, "
+                      "avx512_vbmi, amx (unset: this host's best level)"], proc.stderr
