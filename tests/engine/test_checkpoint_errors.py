@@ -444,3 +444,33 @@ def test_a_scale_of_a_module_the_config_excludes_says_so(ckpt, fp8_weight):
         assert msg.endswith("its weight is float8_e4m3fn: remove the module from that list)")
     else:
         assert msg.endswith("its weight is bfloat16, so the scale is stray)"), msg
+
+
+def test_fp8_scales_in_a_checkpoint_whose_config_has_no_quantization(ckpt):
+    """Without quantization_config every linear is read as bf16: the first FP8 scale was
+    'not part of the text decoder', which pointed at the tensor, not at the config."""
+    cfg = json.loads((ckpt / "config.json").read_text())
+    del cfg["quantization_config"]
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    msg = _error(ckpt)
+    assert msg.startswith("model.safetensors: tensor 'model.layers.0.") and msg.endswith(
+        "' unexpected (an FP8 scale, but config.json has no quantization_config, so the "
+        "checkpoint is read as bf16; an FP8 one has quantization_config.quant_method fp8)")
+
+
+def test_fp8_scales_in_a_native_checkpoint_without_quantization(tiny_checkpoint, tmp_path):
+    d = _copy(tiny_checkpoint(layout="native"), tmp_path / "n")
+    p = json.loads((d / "params.json").read_text())
+    del p["quantization"]
+    (d / "params.json").write_text(json.dumps(p))
+    assert _error(d).endswith("unexpected (an FP8 scale, but params.json has no quantization "
+                              "section, so the checkpoint is read as bf16; an FP8 one has "
+                              "quantization.qformat_weight fp8_e4m3)")
+
+
+def test_a_scale_named_weight_scale_is_pointed_at(ckpt):
+    """compressed-tensors' spelling: the error named weight_scale_inv missing only."""
+    _edit(ckpt, lambda t: t.update({Q_SCALE.removesuffix("_inv"): t.pop(Q_SCALE)}))
+    assert _error(ckpt) == (f"model.safetensors: tensor '{Q_SCALE}' missing "
+                            f"('{Q_SCALE.removesuffix('_inv')}' is there: quant_method fp8 "
+                            "names the weight's dequantization multiplier weight_scale_inv)")
