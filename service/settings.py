@@ -205,8 +205,10 @@ class Settings(BaseSettings):
     @field_validator("generation_config")
     @classmethod
     def _generation_config(cls, v: str) -> str:
-        if v in ("auto", "none", "vllm") or Path(v).is_dir():
+        if v in ("auto", "none", "vllm") or (Path(v) / "generation_config.json").is_file():
             return v
+        if Path(v).is_dir():  # the defaults it was given for would be none, silently
+            raise ValueError(f"{v} holds no generation_config.json")
         raise ValueError(f"{v!r} is not auto, vllm, none or a directory")
 
     @field_validator("override_generation_config")

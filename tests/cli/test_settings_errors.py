@@ -30,6 +30,8 @@ def _error(argv: list[str]) -> str:
     (["--kv-cache-gib", "nan"], "--kv-cache-gib nan: Input should be greater than 0"),
     (["--generation-config", "/no/such"], "--generation-config /no/such: '/no/such' is not "
                                           "auto, vllm, none or a directory"),
+    (["--generation-config", "/"], "--generation-config /: / holds no "
+                                    "generation_config.json"),
     (["--served-model-name", "a", "a"], "--served-model-name a a: served model names must "
                                         "be distinct"),
     (["--allow-credentials"], "--allow-credentials: CORS settings for --allowed-origins"),
