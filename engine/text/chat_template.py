@@ -64,13 +64,16 @@ def template_from_flag(value: str) -> str:
     Jinja markup); compiled here so that a bad one stops the server at startup."""
     path = Path(value).expanduser()
     if path.is_file():
-        source = path.read_text(encoding="utf-8")
+        source, where = path.read_text(encoding="utf-8"), f"--chat-template {path}"
     elif "{{" in value or "{%" in value:
-        source = value
+        source, where = value, "--chat-template"
     else:
         raise ChatTemplateError(f"--chat-template {value!r}: no such file, and not a "
                                 "template ({{ }} or {% %} markup)")
-    _compile(source)
+    try:
+        _compile(source)
+    except ChatTemplateError as exc:  # named the error, not the flag or the file
+        raise ChatTemplateError(f"{where}: {exc}") from None
     return source
 
 

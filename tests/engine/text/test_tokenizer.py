@@ -143,3 +143,19 @@ def test_tekken_with_jinja_template_does_not_double_bos(tmp_path):
                                                           "eos_token_id": 2}))
     tok = Tokenizer.from_dir(d)
     assert tok.encode_chat(MSGS) == [1, 3, 22177, 1044, 4304, 1033, 4]
+
+
+def test_a_chat_template_flag_that_does_not_compile_names_the_flag_and_file(tmp_path):
+    """The server stopped with 'chat template syntax error line 1: ...' and no word of
+    --chat-template or of the file it read."""
+    from engine.text.chat_template import template_from_flag
+
+    bad = tmp_path / "t.jinja"
+    bad.write_text("{% for m in messages %}{{ m.content }")
+    with pytest.raises(ChatTemplateError) as info:
+        template_from_flag(str(bad))
+    assert str(info.value).startswith(f"--chat-template {bad}: chat template syntax error "
+                                      "line 1: ")
+    with pytest.raises(ChatTemplateError, match="^--chat-template: chat template syntax "
+                                                "error line 1: "):
+        template_from_flag("{{ x")
