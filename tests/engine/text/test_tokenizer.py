@@ -145,6 +145,16 @@ def test_tekken_with_jinja_template_does_not_double_bos(tmp_path):
     assert tok.encode_chat(MSGS) == [1, 3, 22177, 1044, 4304, 1033, 4]
 
 
+def test_a_tekken_file_missing_a_key_names_the_key(tmp_path):
+    """mistral-common's KeyError read as the bare key: "cannot load tekken tokenizer:
+    'config'"."""
+    (tmp_path / "tekken.json").write_text("{}")
+    with pytest.raises(TokenizerLoadError) as info:
+        Tokenizer.from_dir(tmp_path)
+    assert str(info.value) == (f"{tmp_path / 'tekken.json'}: cannot load tekken tokenizer: "
+                               "missing key 'config'")
+
+
 def test_a_chat_template_flag_that_does_not_compile_names_the_flag_and_file(tmp_path):
     """The server stopped with 'chat template syntax error line 1: ...' and no word of
     --chat-template or of the file it read."""
