@@ -52,13 +52,22 @@ class GenStats:
 
 
 def sampling_params(args: argparse.Namespace) -> Any:
-    from engine.sampling_params import SamplingParams
+    """The flags' SamplingParams; a value out of range raises ValueError naming the flag
+    and the value given (``--top-p 5.0: must be in (0, 1], ...``)."""
+    from engine.sampling_params import SamplingParams, SamplingParamsError
 
-    return SamplingParams(
-        max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-        top_k=args.top_k, min_p=args.min_p, seed=args.seed, stop=tuple(args.stop),
-        ignore_eos=args.ignore_eos, repetition_penalty=args.repetition_penalty,
-        presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty)
+    try:
+        return SamplingParams(
+            max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+            top_k=args.top_k, min_p=args.min_p, seed=args.seed, stop=tuple(args.stop),
+            ignore_eos=args.ignore_eos, repetition_penalty=args.repetition_penalty,
+            presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty)
+    except SamplingParamsError as exc:  # "field: problem", the request field's name
+        field, _, problem = str(exc).partition(": ")
+        if not problem or not hasattr(args, field):
+            raise
+        raise ValueError(f"--{field.replace('_', '-')} {getattr(args, field)}: "
+                         f"{problem}") from None
 
 
 def _is_stop_token(token: int, n: int, params: Any, eos: frozenset[int]) -> bool:

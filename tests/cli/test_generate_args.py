@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +26,19 @@ def test_empty_prompt_is_a_one_line_error(tiny_checkpoint, capsys) -> None:
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == ("fp8serve: error: --prompt: the prompt is empty "
                                             "(0 tokens)")
+
+
+@pytest.mark.parametrize(("flags", "want"), [
+    (["--max-tokens", "0"], "--max-tokens 0: must be >= 1, got 0"),
+    (["--top-p", "5"], "--top-p 5.0: must be in (0, 1], got 5.0"),
+    (["--temperature", "-1"], "--temperature -1.0: must be a finite number >= 0, got -1.0"),
+])
+def test_a_sampling_flag_out_of_range_is_named_as_a_flag(flags, want, tmp_path,
+                                                         capsys) -> None:
+    """It named the request field (max_tokens: ...), not the flag; checked before the
+    model loads (tmp_path holds none)."""
+    assert main(["generate", "--model", str(tmp_path), "--prompt", "hi", *flags]) == 1
+    assert capsys.readouterr().err == f"fp8serve: error: {want}\n"
 
 
 def test_system_with_a_raw_prompt_is_refused(tmp_path, capsys) -> None:
