@@ -273,7 +273,8 @@ def run(args: argparse.Namespace) -> int:
 
         settings = settings_from_args(args)
         if settings.model is not None and not settings.model.is_dir():
-            raise CliError(f"--model {settings.model}: not a directory")
+            why = "not a directory" if settings.model.exists() else "does not exist"
+            raise CliError(f"--model {settings.model}: {why}")
         check_bind(settings.host, settings.port)
         settings = _fit_max_model_len(settings)
         backend = _load_backend(settings)

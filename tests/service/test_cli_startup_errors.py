@@ -45,10 +45,13 @@ def test_bad_checkpoint_is_one_line_and_nonzero_exit(command, nan_scale_checkpoi
 
 
 def test_missing_model_directory(tmp_path) -> None:
-    proc = _run("serve", "--model", str(tmp_path / "nope"))
-    assert proc.returncode == 1
-    assert "Traceback" not in proc.stderr
-    assert "not a directory" in proc.stderr
+    """A path that is not there 'does not exist' (it said 'not a directory', as for a
+    file)."""
+    (tmp_path / "file").write_text("x")
+    for name, why in (("nope", "does not exist"), ("file", "not a directory")):
+        proc = _run("serve", "--model", str(tmp_path / name))
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr == f"fp8serve: error: --model {tmp_path / name}: {why}\n"
 
 
 @pytest.mark.parametrize("command", [
