@@ -6,7 +6,8 @@ echoed."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -29,9 +30,9 @@ def env_name(field: str) -> str:
     return ENV_PREFIX + field.upper()
 
 
-def settings_error(exc: ValidationError, flags_given: Collection[str]) -> str:
-    """One line for the first of ``exc``'s errors. ``flags_given``: the fields a flag
-    set (the others came from the environment)."""
+def settings_error(exc: ValidationError, flags_given: Mapping[str, Any]) -> str:
+    """One line for the first of ``exc``'s errors. ``flags_given``: field -> value of the
+    fields a flag set (the others came from the environment)."""
     first = exc.errors()[0]
     msg = str(first["msg"]).removeprefix("Value error, ")
     if first["type"] == "bool_parsing":
@@ -43,15 +44,17 @@ def settings_error(exc: ValidationError, flags_given: Collection[str]) -> str:
     if msg.startswith(flag + " "):  # the check named the flag and value itself
         msg = msg.split(": ", 1)[-1]
     secret = field in SECRET_FIELDS
+    # the whole value as given, also where the error is about one item of a list
     if field in flags_given:
-        where = flag if secret else f"{flag} {_shown(first.get('input'))}"
+        where = flag if secret else f"{flag} {_shown(flags_given[field])}"
     else:
-        where = env_name(field) if secret else f"{env_name(field)}={first.get('input')!r}"
+        value = os.environ.get(env_name(field), first.get("input"))
+        where = env_name(field) if secret else f"{env_name(field)}={value!r}"
     return f"{where}: {msg}"
 
 
 def _shown(value: Any) -> str:
-    """A flag's value as typed: list flags' items separated by spaces."""
+    """A flag's value as typed: list flags' items separated by spaces; '' for none."""
     if isinstance(value, (tuple, list)):
-        return " ".join(map(str, value))
-    return str(value)
+        value = " ".join(map(str, value))
+    return str(value) or "''"

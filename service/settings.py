@@ -260,6 +260,16 @@ class Settings(BaseSettings):
             raise ValueError("API keys must be non-empty and without surrounding spaces")
         return v
 
+    @field_validator("host")
+    @classmethod
+    def _host_given(cls, v: str) -> str:
+        """An empty host bound every interface (as 0.0.0.0 does), which an empty
+        FP8SERVE_HOST hardly means."""
+        if not v.strip():
+            raise ValueError("empty: 127.0.0.1 listens on this machine only, 0.0.0.0 (or "
+                             "::) on every interface")
+        return v
+
     @field_validator("served_model_name")
     @classmethod
     def _names_distinct(cls, v: tuple[str, ...]) -> tuple[str, ...]:

@@ -32,6 +32,8 @@ def _error(argv: list[str]) -> str:
                                           "auto, vllm, none or a directory"),
     (["--generation-config", "/"], "--generation-config /: / holds no "
                                     "generation_config.json"),
+    (["--host", ""], "--host '': empty: 127.0.0.1 listens on this machine only, 0.0.0.0 "
+                     "(or ::) on every interface"),
     (["--served-model-name", "a", "a"], "--served-model-name a a: served model names must "
                                         "be distinct"),
     (["--allow-credentials"], "--allow-credentials: CORS settings for --allowed-origins"),
@@ -53,6 +55,11 @@ def test_a_bad_flag_is_named_with_its_value(argv, want, monkeypatch) -> None:
                                                 "expected true or false (1/0, yes/no, on/off)"),
     ("FP8SERVE_SCHEDULING_POLICY", "lifo", "FP8SERVE_SCHEDULING_POLICY='lifo': Input should "
                                            "be 'fcfs' or 'priority'"),
+    # an empty host bound every interface, with a warning about 'listening on  '
+    ("FP8SERVE_HOST", "", "FP8SERVE_HOST='': empty: 127.0.0.1 listens on this machine"),
+    # one item of a list is wrong: the variable's whole value is shown, not the item
+    ("FP8SERVE_ALLOWED_ORIGINS", '["a", 1]', 'FP8SERVE_ALLOWED_ORIGINS=\'["a", 1]\': Input '
+                                             "should be a valid string"),
     # the check's own words named the flag; the value came from the environment
     ("FP8SERVE_LIMIT_MM_PER_PROMPT", "video=1", "FP8SERVE_LIMIT_MM_PER_PROMPT='video=1': "
                                                 "only image is supported"),
