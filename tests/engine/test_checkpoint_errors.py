@@ -474,3 +474,16 @@ def test_a_scale_named_weight_scale_is_pointed_at(ckpt):
     assert _error(ckpt) == (f"model.safetensors: tensor '{Q_SCALE}' missing "
                             f"('{Q_SCALE.removesuffix('_inv')}' is there: quant_method fp8 "
                             "names the weight's dequantization multiplier weight_scale_inv)")
+
+
+@pytest.mark.parametrize("block", [[0, 128], [128], "128", [128, 128.0], [-1, 128]])
+def test_a_weight_block_size_that_is_no_block_says_what_it_takes(tiny_checkpoint, tmp_path,
+                                                                 block):
+    """'must be [bn, bk] or null' did not say that 0 or a float is no block size, nor
+    where in config.json the key is."""
+    d = _copy(tiny_checkpoint(quant="fp8-block"), tmp_path / "b")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["quantization_config"]["weight_block_size"] = block
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert _error(d) == (f"config.json: quantization_config.weight_block_size {block!r}: two "
+                         "integers > 0, [block_n, block_k], or null (per-tensor scales)")
