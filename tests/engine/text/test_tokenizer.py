@@ -169,3 +169,33 @@ def test_a_chat_template_flag_that_does_not_compile_names_the_flag_and_file(tmp_
     with pytest.raises(ChatTemplateError, match="^--chat-template: chat template syntax "
                                                 "error line 1: "):
         template_from_flag("{{ x")
+
+
+@pytest.mark.parametrize(("name", "content", "words"), [
+    ("chat_template.jinja", b"\xff\xfe{{ x }}", "chat_template.jinja: not UTF-8 text"),
+    ("chat_template.jinja", b"  \n", "chat_template.jinja: the chat template is empty"),
+    ("tokenizer_config.json", b'{"chat_template": 123}', "tokenizer_config.json: "
+     'chat_template must be a string or a list of {"name", "template"} objects, got 123'),
+])
+def test_a_chat_template_that_is_no_template_fails_at_load_naming_its_file(
+        tmp_path, name, content, words):
+    """Undecodable bytes stopped the server with UnicodeDecodeError's words alone; an empty
+    file and a non-string chat_template loaded, and chat requests then had no template."""
+    d = write_bpe_dir(tmp_path)
+    (d / "chat_template.jinja").unlink(missing_ok=True)
+    if name == "tokenizer_config.json":
+        cfg = json.loads((d / name).read_text()) if (d / name).is_file() else {}
+        cfg.update(json.loads(content))
+        content = json.dumps(cfg).encode()
+    (d / name).write_bytes(content)
+    with pytest.raises(ChatTemplateError) as info:
+        Tokenizer.from_dir(d)
+    assert str(info.value).startswith(f"{d}/{words}"), str(info.value)
+
+
+def test_a_chat_template_flag_file_that_is_not_text_names_the_file(tmp_path):
+    from engine.text.chat_template import template_from_flag
+
+    (tmp_path / "t.jinja").write_bytes(b"\xff\xfe{{ x }}")
+    with pytest.raises(ChatTemplateError, match="t.jinja: not UTF-8 text"):
+        template_from_flag(str(tmp_path / "t.jinja"))
