@@ -25,6 +25,9 @@ YARN_KEYS = ("factor", "original_max_position_embeddings", "beta_fast", "beta_sl
 
 def _architecture(cfg: dict[str, Any]) -> str:
     archs = cfg.get("architectures") or []
+    if not isinstance(archs, list):  # a string's first letter was read as the name
+        raise CheckpointError(f"{HF_CONFIG}: architectures must be a list of names, got "
+                              f"{archs!r}")
     arch = archs[0] if archs else None
     model_type = cfg.get("model_type")
     known_type = model_type == "mistral3" or model_type in TEXT_MODEL_TYPES

@@ -264,6 +264,9 @@ def test_a_yarn_factor_of_zero_is_refused(ckpt):
 
 @pytest.mark.parametrize(("edit", "words"), [
     ({"quantization_config": "fp8"}, "quantization_config must be an object, got 'fp8'"),
+    # its first letter was the architecture: "unknown architecture 'M'"
+    ({"architectures": "Ministral3ForCausalLM"},
+     "architectures must be a list of names, got 'Ministral3ForCausalLM'"),
     ({"rope_parameters": "yarn"}, "rope_parameters must be an object, got 'yarn'"),
     ({"rms_norm_eps": "x"}, "rms_norm_eps must be a finite number, got 'x'"),
     ({"num_hidden_layers": None}, "missing field 'num_hidden_layers'"),
