@@ -84,3 +84,19 @@ def test_threads_past_the_cpus_are_refused_as_serve_refuses_them(tmp_path, capsy
     assert err.strip().splitlines()[-1] == f"fp8serve: error: --threads {n}: {why}"
     assert main(["serve", "--model", str(tmp_path), "--threads", str(n)]) == 1
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(why)
+
+
+def test_the_default_max_model_len_fits_the_checkpoint(tiny_checkpoint, capsys,
+                                                       caplog) -> None:
+    """4096 on every checkpoint: one with 512 positions warned on every run that positions
+    past 512 are beyond its training, and a prompt could run past them. Now serve's
+    default: 4096, or the checkpoint's max_position_embeddings where smaller."""
+    model = str(tiny_checkpoint(tokenizer=True))  # max_position_embeddings 512
+    assert main(["generate", "--model", model, "--prompt", "hi", "--max-tokens", "600"]) == 1
+    assert capsys.readouterr().err.endswith("+ max_tokens exceeds --max-model-len 512\n")
+    assert main(["generate", "--model", model, "--prompt", "hi", "--max-tokens", "2",
+                 "--threads", "1"]) == 0
+    assert "max_position_embeddings" not in caplog.text
+    assert main(["generate", "--model", model, "--prompt", "hi", "--max-tokens", "600",
+                 "--max-model-len", "1024", "--threads", "1"]) == 0  # the flag still wins
+    assert "exceeds the model's max_position_embeddings 512" in caplog.text
