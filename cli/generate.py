@@ -35,7 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="prompt + output tokens (default 4096, or the checkpoint's "
+                   "max_position_embeddings where smaller, as serve's default)")
     add_kernel_args(p)
     add_lm_head_arg(p)
     add_kv_cache_dtype_arg(p)
@@ -52,13 +54,22 @@ class GenStats:
 
 
 def sampling_params(args: argparse.Namespace) -> Any:
-    from engine.sampling_params import SamplingParams
+    """The flags' SamplingParams; a value out of range raises ValueError naming the flag
+    and the value given (``--top-p 5.0: must be in (0, 1], ...``)."""
+    from engine.sampling_params import SamplingParams, SamplingParamsError
 
-    return SamplingParams(
-        max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-        top_k=args.top_k, min_p=args.min_p, seed=args.seed, stop=tuple(args.stop),
-        ignore_eos=args.ignore_eos, repetition_penalty=args.repetition_penalty,
-        presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty)
+    try:
+        return SamplingParams(
+            max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+            top_k=args.top_k, min_p=args.min_p, seed=args.seed, stop=tuple(args.stop),
+            ignore_eos=args.ignore_eos, repetition_penalty=args.repetition_penalty,
+            presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty)
+    except SamplingParamsError as exc:  # "field: problem", the request field's name
+        field, _, problem = str(exc).partition(": ")
+        if not problem or not hasattr(args, field):
+            raise
+        raise ValueError(f"--{field.replace('_', '-')} {getattr(args, field)}: "
+                         f"{problem}") from None
 
 
 def _is_stop_token(token: int, n: int, params: Any, eos: frozenset[int]) -> bool:
@@ -115,7 +126,7 @@ def check_args(args: argparse.Namespace) -> None:
     if args.system is not None and args.prompt is not None:
         raise ValueError("--system applies to --chat only; with --prompt, put it in the "
                          "prompt text")
-    if args.max_model_len < 2:
+    if args.max_model_len is not None and args.max_model_len < 2:
         raise ValueError(f"--max-model-len {args.max_model_len}: must be >= 2")
     if args.threads is not None:
         # the check `serve` applies to its --threads (service/settings.py), same message
@@ -143,11 +154,13 @@ def _load(args: argparse.Namespace, params: Any) -> tuple[Any, Any, list[int]]:
     tokenizer.check_fits(model_config.vocab_size)
     prompt_ids = _prompt_ids(tokenizer, args)
     need = len(prompt_ids) + params.max_tokens
-    if need > args.max_model_len:
+    # as serve's default: the checkpoint's positions where fewer (it warned on every run)
+    max_len = args.max_model_len or min(4096, model_config.max_position_embeddings)
+    if need > max_len:
         raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_tokens exceeds "
-                         f"--max-model-len {args.max_model_len}")
+                         f"--max-model-len {max_len}")
     per_token = model_config.kv_bytes_per_token()
-    cfg = EngineConfig(model_dir=Path(model_dir), max_model_len=args.max_model_len,
+    cfg = EngineConfig(model_dir=Path(model_dir), max_model_len=max_len,
                        threads=args.threads, kernel=args.kernel, max_num_seqs=1,
                        lm_head_dtype=args.lm_head_dtype or "auto",
                        kv_cache_dtype=args.kv_cache_dtype or "auto",

@@ -78,7 +78,10 @@ def run(args: argparse.Namespace, hw: Any = None) -> int:
     from engine.kernels.report import build_kernel_report
 
     overrides = overrides_from_args(args)
-    hw = hw if hw is not None else probe_hardware()
+    try:
+        hw = hw if hw is not None else probe_hardware()
+    except ValueError as exc:  # FP8SERVE_ISA naming no level
+        raise CliError(str(exc)) from None
     head = getattr(args, "lm_head_dtype", None) or "auto"
     layers = _model_report(args.model, hw, overrides, head) if args.model else None
     report = build_kernel_report(hw, overrides, layers)

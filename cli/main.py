@@ -5,11 +5,13 @@ import heavy dependencies (torch, the engine) inside ``func``, so ``--help`` sta
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import os
 import sys
 from collections.abc import Iterator
+from typing import NoReturn
 
 SUBCOMMAND_MODULES = (
     "cli.serve",
@@ -43,11 +45,30 @@ def dashed(argv: list[str]) -> list[str]:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Takes flags spelled with underscores too (see dashed)."""
+    """Takes flags spelled with underscores too (see dashed). A command line it refuses is
+    two lines: the error (with the nearest flag for an unknown one) and where the flags
+    are listed, not the command's whole usage (serve's runs to 45 lines above the error)."""
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
         argv = sys.argv[1:] if args is None else list(args)
         return super().parse_known_args(dashed(argv), namespace)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}{nearest_flags(self, message)}\n"
+                     f"{self.prog}{'' if self._subparsers is None else ' COMMAND'} --help "
+                     "lists the flags\n")
+
+
+def nearest_flags(parser: argparse.ArgumentParser, message: str) -> str:
+    """' (did you mean --max-num-seqs?)' for the unknown flags of an argparse error, from
+    the flags of ``parser`` and its subcommands ('' when none is near)."""
+    if not message.startswith("unrecognized arguments: "):
+        return ""
+    known = {o for p in (parser, *_commands(parser)) for a in p._actions
+             for o in a.option_strings if o.startswith("--")}
+    near = [m for word in message.split()[2:] if word.startswith("--")
+            for m in difflib.get_close_matches(word.split("=")[0], sorted(known), n=1)]
+    return f" (did you mean {', '.join(dict.fromkeys(near))}?)" if near else ""
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")

@@ -205,6 +205,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def settings_from_args(args: argparse.Namespace) -> Any:
     from pydantic import ValidationError
 
+    from cli.settings_errors import settings_error
     from service.settings import Settings
 
     given: dict[str, Any] = {}
@@ -245,8 +246,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     try:
         return Settings(**given)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise CliError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+        raise CliError(settings_error(exc, given)) from None
 
 
 # After the drain: the seconds the last answers (error events of requests the drain
@@ -273,7 +273,8 @@ def run(args: argparse.Namespace) -> int:
 
         settings = settings_from_args(args)
         if settings.model is not None and not settings.model.is_dir():
-            raise CliError(f"--model {settings.model}: not a directory")
+            why = "not a directory" if settings.model.exists() else "does not exist"
+            raise CliError(f"--model {settings.model}: {why}")
         check_bind(settings.host, settings.port)
         settings = _fit_max_model_len(settings)
         backend = _load_backend(settings)

@@ -27,6 +27,16 @@ CPU_FEATURES = (
 DISPATCH_LEVELS = ("scalar", "avx2", "avx512", "avx512_vbmi", "amx")
 
 
+def isa_env_problem(value: str | None) -> str | None:
+    """What is wrong with an FP8SERVE_ISA value, None when nothing is (unset or empty: the
+    host's level). The extension warns and ignores a name it does not know, so a typo
+    (``avx-2``) ran every kernel at the host's level; the probe refuses it instead."""
+    if not value or value in DISPATCH_LEVELS:
+        return None
+    return (f"FP8SERVE_ISA={value!r}: one of {', '.join(DISPATCH_LEVELS)} (unset: this "
+            "host's best level)")
+
+
 @dataclass(frozen=True, slots=True)
 class ExtensionStatus:
     """Build/load status of the C++ extension (ext/)."""

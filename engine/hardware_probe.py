@@ -26,7 +26,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from engine.hardware import CPU_FEATURES, ExtensionStatus, HardwareInfo
+from engine.hardware import CPU_FEATURES, ExtensionStatus, HardwareInfo, isa_env_problem
 
 SYS_ARCH_PRCTL = 158  # x86_64
 ARCH_GET_XCOMP_PERM = 0x1022
@@ -171,7 +171,11 @@ def probe_hardware(
     """Probe the host. Every argument replaces one source (tests pass fakes):
     ``ext`` the extension module (None: no extension), ``cpuinfo_text`` the
     /proc/cpuinfo contents, ``machine`` platform.machine(), ``torch_mod`` the torch
-    module, ``amx_request`` the AMX permission request, ``num_cpus`` the core count."""
+    module, ``amx_request`` the AMX permission request, ``num_cpus`` the core count.
+    An FP8SERVE_ISA that names no dispatch level raises ValueError naming the levels."""
+    problem = isa_env_problem(os.environ.get("FP8SERVE_ISA"))
+    if problem is not None:
+        raise ValueError(problem)
     if ext is _UNSET:
         ext = _import_ext()
     if torch_mod is None:

@@ -187,13 +187,13 @@ def load_runner(model_dir: str | Path, engine_config: EngineConfig,
     "native" where the directory holds both, None = detect)."""
     from engine.loader import load_weights
 
-    weights = load_weights(Path(model_dir), layout=layout)
-    if overrides is None:
-        overrides = KernelOverrides.from_env()
-    if hw is None:
+    if hw is None:  # first: a bad FP8SERVE_ISA stops it before the weights load
         from engine.hardware_probe import probe_hardware
 
         hw = probe_hardware()
+    weights = load_weights(Path(model_dir), layout=layout)
+    if overrides is None:
+        overrides = KernelOverrides.from_env()
     return ModelRunner(weights, engine_config, hw, overrides)
 
 

@@ -155,7 +155,11 @@ class Settings(BaseSettings):
         if isinstance(v, str):
             v = v.strip()
             if v.startswith("["):
-                return tuple(json.loads(v))
+                try:
+                    return tuple(json.loads(v))
+                except ValueError as exc:
+                    raise ValueError(f"a JSON list, or values separated by commas: "
+                                     f"{exc}") from None
             return tuple(p.strip() for p in v.split(",") if p.strip())
         return v
 
@@ -201,8 +205,10 @@ class Settings(BaseSettings):
     @field_validator("generation_config")
     @classmethod
     def _generation_config(cls, v: str) -> str:
-        if v in ("auto", "none", "vllm") or Path(v).is_dir():
+        if v in ("auto", "none", "vllm") or (Path(v) / "generation_config.json").is_file():
             return v
+        if Path(v).is_dir():  # the defaults it was given for would be none, silently
+            raise ValueError(f"{v} holds no generation_config.json")
         raise ValueError(f"{v!r} is not auto, vllm, none or a directory")
 
     @field_validator("override_generation_config")
@@ -254,6 +260,16 @@ class Settings(BaseSettings):
             raise ValueError("API keys must be non-empty and without surrounding spaces")
         return v
 
+    @field_validator("host")
+    @classmethod
+    def _host_given(cls, v: str) -> str:
+        """An empty host bound every interface (as 0.0.0.0 does), which an empty
+        FP8SERVE_HOST hardly means."""
+        if not v.strip():
+            raise ValueError("empty: 127.0.0.1 listens on this machine only, 0.0.0.0 (or "
+                             "::) on every interface")
+        return v
+
     @field_validator("served_model_name")
     @classmethod
     def _names_distinct(cls, v: tuple[str, ...]) -> tuple[str, ...]:
@@ -280,12 +296,12 @@ class Settings(BaseSettings):
     def _formats_agree(self) -> Settings:
         native = {self.config_format == "mistral", self.load_format == "mistral"}
         if native == {True, False} and "auto" not in (self.config_format, self.load_format):
-            raise ValueError(f"config_format {self.config_format} and load_format "
+            raise ValueError(f"--config-format {self.config_format} and --load-format "
                              f"{self.load_format} name different layouts (mistral goes "
                              "with mistral, hf with safetensors)")
         if self.enable_auto_tool_choice and self.tool_call_parser == "none":
-            raise ValueError("enable_auto_tool_choice needs a tool-call parser "
-                             "(tool_call_parser auto, mistral or hermes)")
+            raise ValueError("--enable-auto-tool-choice needs a tool-call parser "
+                             "(--tool-call-parser auto, mistral or hermes)")
         return self
 
     @property

@@ -35,7 +35,7 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      "lower the extension's dispatch level: `scalar`, `avx2`, `avx512`, `avx512_vbmi`, "
      "`amx`; the kernel tables then choose as on such a host (`FP8SERVE_ISA=avx2` on an "
      "AVX-512 machine runs the AVX2 kernels). A level above the host's is ignored with a "
-     "warning"),
+     "warning; any other value stops `serve`, `generate` and `kernels` at startup"),
     ("FP8SERVE_VISION_GEMM", "engine/vision/gemm.py",
      "`bf16` or `fp32`: force the vision tower's GEMM path instead of timing both at "
      "startup"),

@@ -91,7 +91,7 @@ def check_names(store: TensorStore, cfg: ModelConfig, names: NameMap, source: st
     required, known = known_names(cfg, names)
     for name in required:
         if name not in store:
-            hint = "" if names.native else _unquantized(store, name)
+            hint = "" if names.native else _missing_hint(store, name)
             raise CheckpointError(f"{source}: tensor '{name}' missing{hint}")
     vision = 0
     for name in store.names():
@@ -100,8 +100,8 @@ def check_names(store: TensorStore, cfg: ModelConfig, names: NameMap, source: st
         if names.is_vision(name):
             vision += 1
             continue
-        why = _excluded_scale(store, cfg, names, name) or (
-            "not part of the text decoder, not a vision tensor")
+        why = (_excluded_scale(store, cfg, names, name) or _scale_without_quant(cfg, names, name)
+               or "not part of the text decoder, not a vision tensor")
         raise CheckpointError(f"{store.meta(name).file}: tensor '{name}' unexpected ({why})")
     return vision
 
@@ -124,6 +124,34 @@ def _excluded_scale(store: TensorStore, cfg: ModelConfig, names: NameMap, name: 
             f"modules_to_not_convert lists, so it is read unquantized; its weight is {dtype}"
             + (": remove the module from that list" if store.meta(weight).dtype == FP8_DTYPE
                else ", so the scale is stray"))
+
+
+SCALE_SUFFIXES = (".weight_scale_inv", ".weight_scale", ".activation_scale", ".input_scale",
+                  ".qscale_weight", ".qscale_act")
+
+
+def _scale_without_quant(cfg: ModelConfig, names: NameMap, name: str) -> str:
+    """For an FP8 scale in a checkpoint whose config declares no quantization (every
+    linear is then read as bf16): the config key that is missing (else '')."""
+    if cfg.quant.method != "none" or not name.endswith(SCALE_SUFFIXES):
+        return ""
+    if names.native:
+        return ("an FP8 scale, but params.json has no quantization section, so the "
+                "checkpoint is read as bf16; an FP8 one has quantization.qformat_weight "
+                "fp8_e4m3")
+    return ("an FP8 scale, but config.json has no quantization_config, so the checkpoint "
+            "is read as bf16; an FP8 one has quantization_config.quant_method fp8")
+
+
+def _missing_hint(store: TensorStore, missing: str) -> str:
+    """Why a required tensor may be missing: its FP8 scale stored under the other name
+    (``weight_scale``, compressed-tensors' spelling, for quant_method fp8's
+    ``weight_scale_inv``), or its weight stored unquantized (else '')."""
+    other = missing.removesuffix("_inv")
+    if missing.endswith(".weight_scale_inv") and other in store:
+        return (f" ('{other}' is there: quant_method fp8 names the weight's dequantization "
+                "multiplier weight_scale_inv)")
+    return _unquantized(store, missing)
 
 
 def _unquantized(store: TensorStore, missing: str) -> str:

@@ -25,6 +25,9 @@ YARN_KEYS = ("factor", "original_max_position_embeddings", "beta_fast", "beta_sl
 
 def _architecture(cfg: dict[str, Any]) -> str:
     archs = cfg.get("architectures") or []
+    if not isinstance(archs, list):  # a string's first letter was read as the name
+        raise CheckpointError(f"{HF_CONFIG}: architectures must be a list of names, got "
+                              f"{archs!r}")
     arch = archs[0] if archs else None
     model_type = cfg.get("model_type")
     known_type = model_type == "mistral3" or model_type in TEXT_MODEL_TYPES
@@ -105,7 +108,9 @@ def parse_quant(cfg: dict[str, Any], text: dict[str, Any]) -> QuantConfig:
     block = q.get("weight_block_size", list(DEFAULT_BLOCK))
     if block is not None and (not isinstance(block, list) or len(block) != 2 or not all(
             isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
-        raise CheckpointError(f"{HF_CONFIG}: weight_block_size {block!r} must be [bn, bk] or null")
+        raise CheckpointError(f"{HF_CONFIG}: quantization_config.weight_block_size {block!r}: "
+                              "two integers > 0, [block_n, block_k], or null (per-tensor "
+                              "scales)")
     skip = q.get("modules_to_not_convert") or ()
     if not isinstance(skip, list | tuple) or not all(isinstance(m, str) for m in skip):
         raise CheckpointError(f"{HF_CONFIG}: quantization_config.modules_to_not_convert must "

@@ -63,7 +63,7 @@ def num_blocks_for(config: ModelConfig, engine_config: EngineConfig) -> int:
     n = int(engine_config.kv_cache_gib * GIB) // per_block
     if n < 1:
         raise ValueError(
-            f"kv_cache_gib {engine_config.kv_cache_gib} holds no KV block "
+            f"--kv-cache-gib {engine_config.kv_cache_gib:g} holds no KV block "
             f"({per_block} bytes per block of {engine_config.kv_block_size} tokens)"
         )
     return n

@@ -30,18 +30,38 @@ class ChatTemplateError(ValueError):
 
 def load_chat_template(model_dir: Path) -> str | None:
     """``chat_template.jinja``, else ``tokenizer_config.json``'s ``chat_template`` (a string
-    or a list of ``{"name", "template"}``, where "default" wins), else None."""
+    or a list of ``{"name", "template"}``, where "default" wins), else None.
+    A template that is not text, or an empty chat_template.jinja, raises ChatTemplateError
+    naming its file: every chat request would have failed, or rendered nothing."""
     jinja_file = model_dir / "chat_template.jinja"
     if jinja_file.is_file():
-        return jinja_file.read_text(encoding="utf-8")
+        return _nonempty(read_template_file(jinja_file), jinja_file)
     cfg_file = model_dir / "tokenizer_config.json"
     if not cfg_file.is_file():
         return None
-    tpl = json.loads(cfg_file.read_text(encoding="utf-8")).get("chat_template")
+    cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+    tpl = cfg.get("chat_template") if isinstance(cfg, dict) else None
     if isinstance(tpl, list):
         named = {t.get("name"): t.get("template") for t in tpl if isinstance(t, dict)}
         tpl = named.get("default") or next(iter(named.values()), None)
-    return tpl if isinstance(tpl, str) else None
+    if tpl is not None and not isinstance(tpl, str):
+        raise ChatTemplateError(f"{cfg_file}: chat_template must be a string or a list of "
+                                f"{{\"name\", \"template\"}} objects, got {tpl!r:.60}")
+    return tpl or None  # "": no template, as where the key is absent
+
+
+def read_template_file(path: Path) -> str:
+    """A template file's text; ChatTemplateError naming it when it is not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ChatTemplateError(f"{path}: not UTF-8 text ({exc})") from None
+
+
+def _nonempty(source: str, where: Path) -> str:
+    if not source.strip():
+        raise ChatTemplateError(f"{where}: the chat template is empty")
+    return source
 
 
 @lru_cache(maxsize=8)
@@ -64,13 +84,16 @@ def template_from_flag(value: str) -> str:
     Jinja markup); compiled here so that a bad one stops the server at startup."""
     path = Path(value).expanduser()
     if path.is_file():
-        source = path.read_text(encoding="utf-8")
+        source, where = read_template_file(path), f"--chat-template {path}"
     elif "{{" in value or "{%" in value:
-        source = value
+        source, where = value, "--chat-template"
     else:
         raise ChatTemplateError(f"--chat-template {value!r}: no such file, and not a "
                                 "template ({{ }} or {% %} markup)")
-    _compile(source)
+    try:
+        _compile(source)
+    except ChatTemplateError as exc:  # named the error, not the flag or the file
+        raise ChatTemplateError(f"{where}: {exc}") from None
     return source
 
 

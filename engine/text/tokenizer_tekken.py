@@ -20,6 +20,9 @@ class TekkenBackend:
 
         try:
             self._tok = Tekkenizer.from_file(str(path))
+        except KeyError as exc:  # a key the file lacks: str(exc) is the bare key's repr
+            raise TokenizerLoadError(f"{path}: cannot load tekken tokenizer: missing key "
+                                     f"{exc}") from exc
         except Exception as exc:  # mistral-common raises several unrelated types
             raise TokenizerLoadError(f"{path}: cannot load tekken tokenizer: {exc}") from exc
         self.path = path

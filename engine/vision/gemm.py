@@ -58,6 +58,9 @@ def _rate(dtype: torch.dtype, reps: int = 3) -> float:
 def choose_gemm() -> VisionGemm:
     forced = os.environ.get("FP8SERVE_VISION_GEMM")
     if forced:
+        if forced not in MODES:
+            raise ValueError(f"FP8SERVE_VISION_GEMM={forced!r}: one of {', '.join(MODES)} "
+                             "(unset: the faster on this host, measured)")
         return VisionGemm(forced, "forced by FP8SERVE_VISION_GEMM")
     bf16, fp32 = _rate(torch.bfloat16), _rate(torch.float32)
     mode = "bf16" if bf16 >= fp32 else "fp32"

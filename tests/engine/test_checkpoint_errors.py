@@ -264,6 +264,9 @@ def test_a_yarn_factor_of_zero_is_refused(ckpt):
 
 @pytest.mark.parametrize(("edit", "words"), [
     ({"quantization_config": "fp8"}, "quantization_config must be an object, got 'fp8'"),
+    # its first letter was the architecture: "unknown architecture 'M'"
+    ({"architectures": "Ministral3ForCausalLM"},
+     "architectures must be a list of names, got 'Ministral3ForCausalLM'"),
     ({"rope_parameters": "yarn"}, "rope_parameters must be an object, got 'yarn'"),
     ({"rms_norm_eps": "x"}, "rms_norm_eps must be a finite number, got 'x'"),
     ({"num_hidden_layers": None}, "missing field 'num_hidden_layers'"),
@@ -444,3 +447,46 @@ def test_a_scale_of_a_module_the_config_excludes_says_so(ckpt, fp8_weight):
         assert msg.endswith("its weight is float8_e4m3fn: remove the module from that list)")
     else:
         assert msg.endswith("its weight is bfloat16, so the scale is stray)"), msg
+
+
+def test_fp8_scales_in_a_checkpoint_whose_config_has_no_quantization(ckpt):
+    """Without quantization_config every linear is read as bf16: the first FP8 scale was
+    'not part of the text decoder', which pointed at the tensor, not at the config."""
+    cfg = json.loads((ckpt / "config.json").read_text())
+    del cfg["quantization_config"]
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    msg = _error(ckpt)
+    assert msg.startswith("model.safetensors: tensor 'model.layers.0.") and msg.endswith(
+        "' unexpected (an FP8 scale, but config.json has no quantization_config, so the "
+        "checkpoint is read as bf16; an FP8 one has quantization_config.quant_method fp8)")
+
+
+def test_fp8_scales_in_a_native_checkpoint_without_quantization(tiny_checkpoint, tmp_path):
+    d = _copy(tiny_checkpoint(layout="native"), tmp_path / "n")
+    p = json.loads((d / "params.json").read_text())
+    del p["quantization"]
+    (d / "params.json").write_text(json.dumps(p))
+    assert _error(d).endswith("unexpected (an FP8 scale, but params.json has no quantization "
+                              "section, so the checkpoint is read as bf16; an FP8 one has "
+                              "quantization.qformat_weight fp8_e4m3)")
+
+
+def test_a_scale_named_weight_scale_is_pointed_at(ckpt):
+    """compressed-tensors' spelling: the error named weight_scale_inv missing only."""
+    _edit(ckpt, lambda t: t.update({Q_SCALE.removesuffix("_inv"): t.pop(Q_SCALE)}))
+    assert _error(ckpt) == (f"model.safetensors: tensor '{Q_SCALE}' missing "
+                            f"('{Q_SCALE.removesuffix('_inv')}' is there: quant_method fp8 "
+                            "names the weight's dequantization multiplier weight_scale_inv)")
+
+
+@pytest.mark.parametrize("block", [[0, 128], [128], "128", [128, 128.0], [-1, 128]])
+def test_a_weight_block_size_that_is_no_block_says_what_it_takes(tiny_checkpoint, tmp_path,
+                                                                 block):
+    """'must be [bn, bk] or null' did not say that 0 or a float is no block size, nor
+    where in config.json the key is."""
+    d = _copy(tiny_checkpoint(quant="fp8-block"), tmp_path / "b")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["quantization_config"]["weight_block_size"] = block
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert _error(d) == (f"config.json: quantization_config.weight_block_size {block!r}: two "
+                         "integers > 0, [block_n, block_k], or null (per-tensor scales)")

@@ -156,3 +156,29 @@ def test_real_probe_on_this_host_agrees_with_proc_cpuinfo() -> None:
     assert hw.num_cpus >= 1
     if not hw.has("amx_tile"):
         assert not hw.amx_permitted
+
+
+@pytest.mark.parametrize("value", ["avx-2", "AVX2", "avx512bw", "native"])
+def test_an_isa_naming_no_dispatch_level_stops_the_probe(value, monkeypatch) -> None:
+    """The extension warned and ran at the host's level: a typo went unnoticed."""
+    monkeypatch.setenv("FP8SERVE_ISA", value)
+    with pytest.raises(ValueError) as info:
+        probe(SAPPHIRE)
+    assert str(info.value) == (f"FP8SERVE_ISA={value!r}: one of scalar, avx2, avx512, "
+                               "avx512_vbmi, amx (unset: this host's best level)")
+
+
+@pytest.mark.parametrize("value", ["", "scalar", "avx2", "avx512", "avx512_vbmi", "amx"])
+def test_every_dispatch_level_and_empty_are_taken(value, monkeypatch) -> None:
+    monkeypatch.setenv("FP8SERVE_ISA", value)
+    assert probe(SAPPHIRE).cpu_model == "Intel(R) Xeon(R) Platinum 8480+"
+
+
+def test_the_kernels_command_names_a_bad_isa_in_one_line(monkeypatch, capsys) -> None:
+    from cli.main import main
+
+    monkeypatch.setenv("FP8SERVE_ISA", "avx-2")
+    assert main(["kernels"]) == 1
+    assert capsys.readouterr().err == ("fp8serve: error: FP8SERVE_ISA='avx-2': one of "
+                                       "scalar, avx2, avx512, avx512_vbmi, amx (unset: this "
+                                       "host's best level)\n")

@@ -121,7 +121,7 @@ def test_flag_env_default_and_validation(monkeypatch) -> None:
     assert settings(["--heap-retain-mib", "0"]).heap_retain_mib == 0
     monkeypatch.setenv("FP8SERVE_HEAP_RETAIN_MIB", "128")
     assert settings([]).heap_retain_mib == 128
-    with pytest.raises(CliError, match="heap_retain_mib"):
+    with pytest.raises(CliError, match="--heap-retain-mib -1: "):
         settings(["--heap-retain-mib", "-1"])
     with pytest.raises(ValueError, match="heap_retain_mib"):
         EngineConfig(model_dir=Path("."), heap_retain_mib=-1)

@@ -122,7 +122,8 @@ def test_kv_store_sizing(weights) -> None:
     assert runner.block_size == 8
     assert runner.kv.kv.shape == (c.num_layers, 2, runner.num_kv_blocks, c.num_kv_heads, 8,
                                   c.head_dim)
-    with pytest.raises(ValueError, match="holds no KV block"):
+    # named the field (kv_cache_gib), not the flag
+    with pytest.raises(ValueError, match="^--kv-cache-gib 1e-07 holds no KV block"):
         make_runner(weights, kv_cache_gib=1e-7)
 
 

@@ -45,10 +45,13 @@ def test_bad_checkpoint_is_one_line_and_nonzero_exit(command, nan_scale_checkpoi
 
 
 def test_missing_model_directory(tmp_path) -> None:
-    proc = _run("serve", "--model", str(tmp_path / "nope"))
-    assert proc.returncode == 1
-    assert "Traceback" not in proc.stderr
-    assert "not a directory" in proc.stderr
+    """A path that is not there 'does not exist' (it said 'not a directory', as for a
+    file)."""
+    (tmp_path / "file").write_text("x")
+    for name, why in (("nope", "does not exist"), ("file", "not a directory")):
+        proc = _run("serve", "--model", str(tmp_path / name))
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr == f"fp8serve: error: --model {tmp_path / name}: {why}\n"
 
 
 @pytest.mark.parametrize("command", [
@@ -84,3 +87,23 @@ def test_generate_names_what_is_wrong_with_the_model_path(tmp_path) -> None:
         proc = _run("generate", "--model", str(tmp_path / model), "--prompt", "hi")
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
         assert words in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ("serve", "--port", "0"),
+    ("generate", "--prompt", "hello", "--max-tokens", "2"),
+])
+def test_an_isa_naming_no_level_stops_the_start(command, tiny_checkpoint) -> None:
+    """FP8SERVE_ISA=avx-2 was warned about by the extension and ignored: the kernels ran
+    at the host's level. Now the start ends naming the variable and the levels."""
+    import os
+
+    proc = subprocess.run([sys.executable, "-m", "cli.main", *command, "--model",
+                           str(tiny_checkpoint(tokenizer=True))], capture_output=True,
+                          text=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
+                          env={**os.environ, "FP8SERVE_ISA": "avx-2"})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "ignored" not in proc.stderr and "Uvicorn running" not in proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("fp8serve: error:")]
+    assert errors == ["fp8serve: error: FP8SERVE_ISA='avx-2': one of scalar, avx2, avx512, "
+                      "avx512_vbmi, amx (unset: this host's best level)"], proc.stderr

@@ -148,6 +148,8 @@ def test_vllms_generation_config_forms(tiny_checkpoint, tmp_path) -> None:
     ({"override_generation_config": "[1]"}, "a JSON object"),
     ({"override_generation_config": "{"}, "not JSON"),
     ({"generation_config": "/nowhere/at/all"}, "not auto, vllm, none or a directory"),
+    # a directory without the file: it started with no defaults, without a word
+    ({"generation_config": "/"}, "/ holds no generation_config.json"),
 ])
 def test_bad_generation_config_flags_are_refused(kw, words) -> None:
     with pytest.raises(ValueError, match=words):

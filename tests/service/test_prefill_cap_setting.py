@@ -24,7 +24,7 @@ def test_flag_env_and_default(monkeypatch) -> None:
         .max_prefill_tokens_with_decodes == 64
     monkeypatch.setenv("FP8SERVE_MAX_PREFILL_TOKENS_WITH_DECODES", "32")
     assert _settings([]).max_prefill_tokens_with_decodes == 32
-    with pytest.raises(CliError, match="max_prefill_tokens_with_decodes"):
+    with pytest.raises(CliError, match="--max-prefill-tokens-with-decodes -1: "):
         _settings(["--max-prefill-tokens-with-decodes", "-1"])
 
 

@@ -143,3 +143,59 @@ def test_tekken_with_jinja_template_does_not_double_bos(tmp_path):
                                                           "eos_token_id": 2}))
     tok = Tokenizer.from_dir(d)
     assert tok.encode_chat(MSGS) == [1, 3, 22177, 1044, 4304, 1033, 4]
+
+
+def test_a_tekken_file_missing_a_key_names_the_key(tmp_path):
+    """mistral-common's KeyError read as the bare key: "cannot load tekken tokenizer:
+    'config'"."""
+    (tmp_path / "tekken.json").write_text("{}")
+    with pytest.raises(TokenizerLoadError) as info:
+        Tokenizer.from_dir(tmp_path)
+    assert str(info.value) == (f"{tmp_path / 'tekken.json'}: cannot load tekken tokenizer: "
+                               "missing key 'config'")
+
+
+def test_a_chat_template_flag_that_does_not_compile_names_the_flag_and_file(tmp_path):
+    """The server stopped with 'chat template syntax error line 1: ...' and no word of
+    --chat-template or of the file it read."""
+    from engine.text.chat_template import template_from_flag
+
+    bad = tmp_path / "t.jinja"
+    bad.write_text("{% for m in messages %}{{ m.content }")
+    with pytest.raises(ChatTemplateError) as info:
+        template_from_flag(str(bad))
+    assert str(info.value).startswith(f"--chat-template {bad}: chat template syntax error "
+                                      "line 1: ")
+    with pytest.raises(ChatTemplateError, match="^--chat-template: chat template syntax "
+                                                "error line 1: "):
+        template_from_flag("{{ x")
+
+
+@pytest.mark.parametrize(("name", "content", "words"), [
+    ("chat_template.jinja", b"\xff\xfe{{ x }}", "chat_template.jinja: not UTF-8 text"),
+    ("chat_template.jinja", b"  \n", "chat_template.jinja: the chat template is empty"),
+    ("tokenizer_config.json", b'{"chat_template": 123}', "tokenizer_config.json: "
+     'chat_template must be a string or a list of {"name", "template"} objects, got 123'),
+])
+def test_a_chat_template_that_is_no_template_fails_at_load_naming_its_file(
+        tmp_path, name, content, words):
+    """Undecodable bytes stopped the server with UnicodeDecodeError's words alone; an empty
+    file and a non-string chat_template loaded, and chat requests then had no template."""
+    d = write_bpe_dir(tmp_path)
+    (d / "chat_template.jinja").unlink(missing_ok=True)
+    if name == "tokenizer_config.json":
+        cfg = json.loads((d / name).read_text()) if (d / name).is_file() else {}
+        cfg.update(json.loads(content))
+        content = json.dumps(cfg).encode()
+    (d / name).write_bytes(content)
+    with pytest.raises(ChatTemplateError) as info:
+        Tokenizer.from_dir(d)
+    assert str(info.value).startswith(f"{d}/{words}"), str(info.value)
+
+
+def test_a_chat_template_flag_file_that_is_not_text_names_the_file(tmp_path):
+    from engine.text.chat_template import template_from_flag
+
+    (tmp_path / "t.jinja").write_bytes(b"\xff\xfe{{ x }}")
+    with pytest.raises(ChatTemplateError, match="t.jinja: not UTF-8 text"):
+        template_from_flag(str(tmp_path / "t.jinja"))

@@ -90,7 +90,7 @@ def test_flag_and_bad_values_at_startup(monkeypatch) -> None:
     assert _settings(["--vision-encoder-threads", "1"]).vision_encoder_threads == 1
     for bad, why in (("0", "greater than or equal to 1"),
                      (str(available_cpus() + 1), "CPUs")):
-        with pytest.raises(CliError, match=f"vision_encoder_threads: .*{why}"):
+        with pytest.raises(CliError, match=f"--vision-encoder-threads {bad}: .*{why}"):
             _settings(["--vision-encoder-threads", bad])
     monkeypatch.setenv("FP8SERVE_VISION_ENCODER_THREADS", "1")
     assert _settings([]).vision_encoder_threads == 1
@@ -101,8 +101,8 @@ def test_model_threads_and_the_media_directory_are_checked_at_startup(tmp_path) 
     worth of pool without a word) and an --allowed-local-media-path that is no directory
     are startup errors naming the setting."""
     assert _settings(["--threads", "1"]).threads == 1
-    with pytest.raises(CliError, match="threads: .*CPUs"):
+    with pytest.raises(CliError, match="--threads [0-9]+: .*CPUs"):
         _settings(["--threads", str(available_cpus() + 1)])
     assert _settings(["--allowed-local-media-path", str(tmp_path)]).allowed_local_media_path
-    with pytest.raises(CliError, match="allowed_local_media_path: .*not a directory"):
+    with pytest.raises(CliError, match="--allowed-local-media-path .*: .*not a directory"):
         _settings(["--allowed-local-media-path", str(tmp_path / "missing")])
