@@ -16,7 +16,7 @@ import torch
 from engine.batch import BatchInputs, LogitsWanted, SeqChunk
 from engine.config import ConfigError, EngineConfig, ModelConfig
 from engine.hardware import HardwareInfo
-from engine.kernels.layer_kernel import KernelReport, exactness_warning
+from engine.kernels.layer_kernel import KernelReport, exactness_warning, forced_warnings
 from engine.kernels.registry import KernelOverrides
 from engine.memory import available_bytes, retain_heap, trim_heap
 from engine.model.attention import build_metadata
@@ -113,6 +113,8 @@ class ModelRunner:
         if eager:  # the reference path: Python layers, SDPA attention, Bf16Linear head
             self.model.attention.turn_off("FP8SERVE_FUSED=0 (the Python reference layers)")
         self.kernel_report.attention_state = self.model.attention.describe
+        for line in forced_warnings(self.kernel_report):
+            log.warning(line)
         if (note := exactness_warning(self.kernel_report, overrides)) is not None:
             log.warning(note)
         self.kernel_report.decoder_reasons = lambda: self.model.fusion_reasons

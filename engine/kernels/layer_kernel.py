@@ -177,6 +177,20 @@ class KernelReport:
             attention is None or bool(attention["batch_invariant"]))
 
 
+def forced_warnings(report: KernelReport) -> list[str]:
+    """The startup log lines of the layers a forced kernel cannot run: one per distinct
+    warning, with how many layers it concerns and the first of them (a kernel the host
+    cannot run at all would otherwise log one line per layer; each layer's is in the
+    report: /kernels, ``fp8serve kernels``)."""
+    groups: dict[str, list[str]] = {}
+    for choice in list(report.choices.values()):
+        if choice.warning:
+            groups.setdefault(choice.warning, []).append(choice.layer)
+    return [f"{warning}: {len(layers)} layer{'s' if len(layers) > 1 else ''} "
+            f"({layers[0]}{', ...' if len(layers) > 1 else ''})"
+            for warning, layers in groups.items()]
+
+
 def exactness_warning(report: KernelReport, overrides: KernelOverrides,
                       catalog: KernelCatalog = DEFAULT_CATALOG) -> str | None:
     """The startup log line when a layer runs a kernel that is not batch-invariant (a
@@ -244,8 +258,8 @@ class LayerKernel:
         spec = Fp8Spec.of(w, has_bias=bias is not None)
         platform = platform or platform_for(hw)
         sel = select_kernel(spec, hw, overrides, platform, catalog)
-        if sel.warning:
-            log.warning("%s: %s", name, sel.warning)
+        if sel.warning:  # the runner logs them once, grouped (forced_warnings)
+            log.debug("%s: %s", name, sel.warning)
         self.kernel: Fp8Kernel = sel.kernel
         self.generated_kernel: Fp8Kernel | None = sel.generated
         self._generated_verified = False

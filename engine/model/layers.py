@@ -243,8 +243,8 @@ class LinearFactory:
             return Fp8Linear(name, weight, self.hw, self.overrides, self.report)
         module = Bf16Linear(name, weight, self.hw, self.overrides)
         choice = module.choice
-        if choice.warning:
-            log.warning("%s: %s", name, choice.warning)
+        if choice.warning:  # the runner logs them once, grouped (forced_warnings)
+            log.debug("%s: %s", name, choice.warning)
         self.report.record_choice(LayerChoice(
             name, module.kernel_id, "cpu", BF16_SCALE_KIND, module.n, module.k,
             tuple(Rejection(k, why) for k, why in choice.passed), choice.warning,

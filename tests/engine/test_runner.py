@@ -252,3 +252,27 @@ def test_a_max_model_len_past_max_position_embeddings_starts_with_a_warning(
                r.getMessage() for r in caplog.records)
     assert runner.model.rope.max_positions == 24
     assert generate_greedy(runner, _tokens(20, 3), 3)  # positions 16..22 run
+
+
+def test_a_forced_kernel_the_host_cannot_run_is_logged_once_not_per_layer(
+        weights, caplog) -> None:
+    """--kernel naming a kernel this host cannot run: every layer falls down its table,
+    and the startup log says so in one line with the number of layers (it was one line per
+    layer); each layer's warning stays in the report."""
+    import logging
+
+    from engine.hardware import HardwareInfo
+    from engine.kernels.registry import KernelOverrides
+    from engine.runner import ModelRunner
+    from tests.engine.test_model_support import engine_config
+
+    forced = KernelOverrides(forced="cuda_scaled_mm_w8a8")
+    with caplog.at_level(logging.DEBUG):
+        runner = ModelRunner(weights, engine_config(kv_cache_gib=0.001),
+                             HardwareInfo.fake(), forced)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+              and "forced kernel cuda_scaled_mm_w8a8" in r.getMessage()]
+    fp8 = [c for c in runner.kernel_report.choices.values() if c.warning]
+    assert len(fp8) == 4 * weights.config.num_layers  # qkv, o, gate_up, down: each FP8 one
+    assert {c.warning for c in fp8} == {fp8[0].warning} and "no CUDA device" in fp8[0].warning
+    assert warned == [f"{fp8[0].warning}: {len(fp8)} layers ({fp8[0].layer}, ...)"]

@@ -9,7 +9,7 @@ import torch
 
 from engine.hardware import HardwareInfo
 from engine.kernels.base import Platform, ScaleKind
-from engine.kernels.layer_kernel import KernelReport, LayerKernel
+from engine.kernels.layer_kernel import KernelReport, LayerKernel, forced_warnings
 from engine.kernels.reference import random_fp8_weight, reference_linear
 from engine.kernels.registry import KernelCatalog, KernelOverrides, NoKernelError
 from tests.kernels.test_registry import FakeKernel
@@ -117,12 +117,14 @@ def test_forced_kernel_that_cannot_implement_warns_not_crashes(caplog) -> None:
     cat = catalog(FakeKernel("avx512_w8a16", kinds=frozenset({ScaleKind.PER_TENSOR})),
                   FakeKernel("avx2_w8a16"))
     w = random_fp8_weight(32, 64, ScaleKind.PER_CHANNEL)
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.DEBUG):
         lk = LayerKernel("l", w, HW, KernelOverrides(forced="avx512_w8a16"), report,
                          catalog=cat)
     assert lk.kernel.id == "avx2_w8a16"
     assert "forced kernel avx512_w8a16 cannot run this layer" in caplog.text
     assert report.choices["l"].warning is not None
+    # the startup log's line (engine/runner.py): grouped, with the layers it concerns
+    assert forced_warnings(report) == [f"{report.choices['l'].warning}: 1 layer (l)"]
 
 
 def test_real_default_catalog_runs_torch_kernel_when_forced() -> None:
