@@ -228,6 +228,9 @@ class Tokenizer:
         for key, target in (("eos_token", eos), ("bos_token", None)):
             text = _token_text(tok_cfg.get(key))
             tid = backend.token_to_id(text) if text else None
+            if text and tid is None:
+                log.warning("%s: %s %r is no token of the vocabulary: not used",
+                            model_dir / "tokenizer_config.json", key, text)
             if tid is not None and target is not None:
                 target.add(tid)
             elif tid is not None and not bos_ids:
@@ -236,6 +239,13 @@ class Tokenizer:
         if default_eos is not None:
             eos.add(default_eos)
         bos = bos_ids[0] if bos_ids else getattr(backend, "default_bos_id", None)
+        outside = sorted(i for i in eos if not 0 <= i < backend.vocab_size)
+        if outside:
+            log.warning("%s: eos_token_id %s outside the vocabulary (%d tokens): not used",
+                        model_dir, outside, backend.vocab_size)
+        if len(outside) == len(eos):
+            log.warning("%s: no EOS token: answers end only at max_tokens, a stop string or "
+                        "a stop token id", model_dir)
         return bos, frozenset(i for i in eos if 0 <= i < backend.vocab_size)
 
     # -- text ------------------------------------------------------------------------

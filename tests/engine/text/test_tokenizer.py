@@ -199,3 +199,28 @@ def test_a_chat_template_flag_file_that_is_not_text_names_the_file(tmp_path):
     (tmp_path / "t.jinja").write_bytes(b"\xff\xfe{{ x }}")
     with pytest.raises(ChatTemplateError, match="t.jinja: not UTF-8 text"):
         template_from_flag(str(tmp_path / "t.jinja"))
+
+
+def test_eos_settings_outside_the_vocabulary_are_named_at_load(tmp_path, caplog):
+    """An eos_token text no token spells, or an eos_token_id past the vocabulary, stops
+    nothing: each is a startup warning naming the file and the value (they were dropped
+    without a word), and a model left with no EOS at all says that its answers end only
+    at a limit."""
+    import logging
+
+    d = write_bpe_dir(tmp_path)
+    (d / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|nope|>"}))
+    (d / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 99999]}))
+    with caplog.at_level(logging.WARNING, logger="engine.text.tokenizer"):
+        tok = Tokenizer.from_dir(d)
+    assert tok.eos_token_ids == frozenset({2})
+    said = [r.getMessage() for r in caplog.records]
+    assert any("tokenizer_config.json: eos_token '<|nope|>' is no token" in m for m in said)
+    assert any("eos_token_id [99999] outside the vocabulary" in m for m in said)
+    assert not any("no EOS token" in m for m in said)
+    (d / "generation_config.json").write_text(json.dumps({"eos_token_id": 99999}))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="engine.text.tokenizer"):
+        assert Tokenizer.from_dir(d).eos_token_ids == frozenset()
+    assert any("no EOS token: answers end only at max_tokens" in r.getMessage()
+               for r in caplog.records)
