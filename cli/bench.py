@@ -1,7 +1,7 @@
 """`fp8serve bench <name>`: each benchmark (kernels, generate, serve, rss, gpu-kernels,
-lm-head, structured, vision, kv-cache, attention, llamacpp) is its own command module under
-bench/ (its ``register(subparsers)``); this module only gathers them, and turns their
-BenchError into the CliError that `fp8serve` prints as one line."""
+lm-head, structured, vision, kv-cache, attention, llamacpp, overhead) is its own command
+module under bench/ (its ``register(subparsers)``); this module only gathers them, and turns
+their BenchError into the CliError that `fp8serve` prints as one line."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from bench.kernels import gpu_cli as gpu_kernels
 from bench.kv_cache import cli as kv_cache
 from bench.llamacpp import cli as llamacpp
 from bench.lm_head import cli as lm_head
+from bench.overhead import cli as overhead
 from bench.rss import cli as rss
 from bench.serve import cli as serve
 from bench.structured import cli as structured
@@ -27,7 +28,8 @@ from bench.vision import cli as vision
 from cli.main import CliError
 
 BENCH_COMMANDS: tuple[ModuleType, ...] = (kernels, generate, serve, rss, gpu_kernels, lm_head,
-                                          structured, vision, kv_cache, attention, llamacpp)
+                                          structured, vision, kv_cache, attention, llamacpp,
+                                          overhead)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -39,9 +39,11 @@ class Started:
 
     procs: list[subprocess.Popen] = field(default_factory=list)
 
-    def start(self, command: Callable[[int], list[str]], label: str) -> tuple[str, Path]:
-        """(URL, log) of ``command(port)`` once its /health answers."""
-        port = free_port()
+    def start(self, command: Callable[[int], list[str]], label: str,
+              port: int = 0) -> tuple[str, Path]:
+        """(URL, log) of ``command(port)`` once its /health answers (``port`` 0: a free
+        one)."""
+        port = port or free_port()
         log = Path(tempfile.mkstemp(suffix=".log", prefix="fp8serve-bench-")[1])
         with log.open("w") as out:
             proc = subprocess.Popen(command(port), stdout=out, stderr=subprocess.STDOUT,

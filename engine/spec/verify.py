@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from engine.request import Request
-from engine.sampler import Sampler
+from engine.sampler import Sampler, row_argmax
 from engine.stream import RequestOutput
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class DraftVerifier:
         pieces: dict[int, list[RequestOutput]] = {id(lv): [] for lv, _, _ in items}
         # plain greedy rows (no processing, no logprobs): the sampler's argmax of each
         # row, taken for all of a request's rows at once
-        argmax = {id(lv): logits[first:first + 1 + len(drafts)].argmax(dim=-1).tolist()
+        argmax = {id(lv): row_argmax(logits[first:first + 1 + len(drafts)]).tolist()
                   for lv, first, drafts in items if self._plain_greedy(lv)}
         argmax.update(self._greedy_under_grammar(logits, [
             it for it in items if it[0].matcher is not None and self._plain_greedy(it[0], True)]))
@@ -141,7 +141,7 @@ class DraftVerifier:
             x = logits[first:first + 1 + len(drafts)].to(torch.float32, copy=True)
             apply_token_mask(x, TokenMask(tuple(range(len(drafts) + 1)), bits,
                                           lv.matcher.vocab_size))
-            out[id(lv)] = x.argmax(dim=-1).tolist()
+            out[id(lv)] = row_argmax(x).tolist()
         return out
 
     @staticmethod
