@@ -10,23 +10,19 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from cli.kernels import add_kernel_args, overrides_from_args
 from cli.main import CliError
+from cli.serve_server import DrainingServer, uvicorn_config
+from cli.serve_startup import _fit_max_model_len, _load_backend, check_bind, exit_on_sigterm
 from engine.config_flags import (
     add_kv_cache_dtype_arg,
     add_lm_head_arg,
     human_int,
     parse_mm_limit,
 )
-
-log = logging.getLogger(__name__)
 
 FLAGS: tuple[tuple[str, type, str], ...] = (
     ("--host", str, "bind address (default 127.0.0.1)"),
@@ -249,24 +245,6 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         raise CliError(settings_error(exc, given)) from None
 
 
-# After the drain: the seconds the last answers (error events of requests the drain
-# timeout ended included) have to reach their clients before connections are closed
-END_GRACE_S = 3
-
-
-def uvicorn_config(app: Any, settings: Any) -> Any:
-    """The server's uvicorn.Config. Event loop and HTTP parser stay "auto": uvloop and
-    httptools (dependencies) where installed, else asyncio and h11. They take about a fifth
-    less CPU per streamed token, CPU that the model's threads would otherwise lose."""
-    import uvicorn
-
-    level = (settings.uvicorn_log_level
-             or logging.getLevelName(logging.getLogger().level).lower())
-    return uvicorn.Config(app, host=settings.host, port=settings.port, log_level=level,
-                          timeout_graceful_shutdown=END_GRACE_S,
-                          access_log=not settings.disable_uvicorn_access_log)
-
-
 def run(args: argparse.Namespace) -> int:
     with exit_on_sigterm():  # until uvicorn's handlers drain
         from service.app import create_app
@@ -283,119 +261,6 @@ def run(args: argparse.Namespace) -> int:
                             settings.drain_timeout)
     server.run()
     return 0 if server.started else 1
-
-
-def check_bind(host: str, port: int) -> None:
-    """Fail before the model loads (minutes for a large checkpoint) when the address
-    cannot be bound: a port in use, a host that is not this machine's. The socket is
-    closed at once; uvicorn binds again once the model is ready."""
-    import socket
-
-    try:
-        family, kind, proto, _, addr = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    except (socket.gaierror, UnicodeError) as exc:
-        raise CliError(f"--host {host}: {getattr(exc, 'strerror', None) or exc}") from None
-    with socket.socket(family, kind, proto) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
-        try:
-            sock.bind(addr)
-        except OSError as exc:
-            raise CliError(f"--host {host} --port {port}: cannot bind: "
-                           f"{exc.strerror or exc}") from None
-
-
-@contextmanager
-def exit_on_sigterm() -> Iterator[None]:
-    """While the model loads (minutes for a large checkpoint), SIGTERM ends the process.
-    A container's PID 1 never receives a signal it has no handler for (the kernel drops
-    it): a pod stopped while loading started serving anyway and waited for SIGKILL at the
-    end of its grace period. Once uvicorn runs, SIGTERM drains (DrainingServer)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # handlers can only be set from the main thread
-        return
-
-    def stop(sig: int, frame: Any) -> None:
-        log.info("signal %d while loading the model: exiting", sig)
-        raise SystemExit(128 + sig)
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _fit_max_model_len(settings: Any) -> Any:
-    """``settings`` with max_model_len lowered to the checkpoint's max_position_embeddings
-    when neither --max-model-len nor FP8SERVE_MAX_MODEL_LEN gave it and the default (4096)
-    is above that (vLLM's default is the model's own limit); else as they are."""
-    from engine.checkpoint.errors import CheckpointError
-    from engine.config import ConfigError
-    from service.backend import default_max_model_len
-
-    try:
-        fitted = default_max_model_len(settings)
-    except (CheckpointError, ConfigError, OSError, ValueError) as exc:  # as _load_backend
-        raise CliError(str(exc) or type(exc).__name__) from None
-    if fitted == settings.max_model_len:
-        return settings
-    log.info("max_model_len %d: the checkpoint's max_position_embeddings, below the default "
-             "%d (--max-model-len sets it)", fitted, settings.max_model_len)
-    return settings.model_copy(update={"max_model_len": fitted})
-
-
-def _load_backend(settings: Any) -> Any:
-    """Load the model before uvicorn starts, so a bad checkpoint or tokenizer ends the
-    process with one line naming the file and tensor (not a lifespan traceback), and the
-    port only opens once the model is ready."""
-    from engine.checkpoint.errors import CheckpointError
-    from engine.config import ConfigError
-    from engine.demo_model import DemoModelError
-    from engine.kernels.registry import NoKernelError
-    from engine.text.tokenizer import TokenizerLoadError
-    from service.backend import load_backend
-    from service.tool_calls.select import choose_parsers
-
-    try:
-        backend = load_backend(settings)
-        choose_parsers(backend.tokenizer, settings.tool_call_parser, settings.reasoning_parser)
-        return backend
-    except (CheckpointError, ConfigError, DemoModelError, NoKernelError, TokenizerLoadError,
-            OSError, ValueError) as exc:
-        raise CliError(str(exc) or type(exc).__name__) from None
-
-
-class DrainingServer:
-    """uvicorn.Server whose first SIGTERM/SIGINT drains before shutting down."""
-
-    def __new__(cls, config: Any, state: Any, drain_timeout: float) -> Any:
-        import uvicorn
-
-        class _Server(uvicorn.Server):
-            draining = False
-
-            def handle_exit(self, sig: int, frame: Any) -> None:
-                if self.draining or state.engine is None:
-                    return super().handle_exit(sig, frame)
-                self.draining = True
-                log.info("signal %d: draining (up to %.0f s for in-flight requests)",
-                         sig, drain_timeout)
-                state.begin_drain()
-                threading.Thread(target=self._drain, daemon=True).start()
-
-            def _drain(self) -> None:
-                if not state.wait_drained(drain_timeout):
-                    log.warning("drain timeout: %d requests still in flight end with an "
-                                "error", state.engine.num_unfinished)
-                    # each ends as an error of its own (a stream's error event and
-                    # [DONE], a whole answer's JSON), not a connection cut mid-chunk
-                    state.engine.end_all("the server shut down before this request "
-                                         f"finished (--drain-timeout {drain_timeout:g} s)")
-                    state.wait_drained(END_GRACE_S)
-                self.should_exit = True
-
-        return _Server(config)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,8 +5,8 @@ logprobs (best_of, use_beam_search) on a server whose reported logprobs are logi
 from __future__ import annotations
 
 from service.backend import ServingState
+from service.collect import Choice
 from service.errors import APIError
-from service.generation import Choice
 from service.schemas import CompletionRequest
 
 

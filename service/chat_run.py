@@ -18,9 +18,10 @@ from engine.stream import RequestOutput
 from engine.text.chat_template import content_text
 from service.backend import ServingState
 from service.beam_search import BeamSubmission, beam_request, check_beam_fields
+from service.collect import Choice, collect
 from service.deps import check_model
 from service.errors import APIError
-from service.generation import Choice, Choices, collect, submit
+from service.generation import Choices, submit
 from service.images import encode_chat_prompt
 from service.prompts import (
     OVERSIZE_TEXT_FACTOR,

@@ -1,28 +1,23 @@
-"""One HTTP request's engine requests (prompts x n), merged into one async stream, plus
-collection for non-streaming answers and SSE framing for streaming ones. Whatever way the
-HTTP side ends (done, client gone, error), every unfinished engine request is aborted so
-its slot and KV blocks are freed."""
+"""One HTTP request's engine requests (prompts x n), merged into one async stream: the
+:class:`Choices` routes read, the :class:`Submission` that queues them (seeds per choice,
+a prompt scored once for its n choices, the stream interval) and the checks that refuse a
+request before any of it is queued (priority, more choices than fit). Whatever way the
+HTTP side ends, the reader aborts every unfinished engine request (service/collect.py,
+service/sse.py), so its slot and KV blocks are freed."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
-from fastapi import Request
-from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
-
-from engine.request import FinishReason
 from engine.sampling_params import SamplingParams
 from engine.stream import LoopDispatcher, RequestOutput, TokenLogprob
 from service.backend import ADMITTED_BEFORE_DRAIN, ServingState
-from service.errors import APIError, error_body
+from service.errors import APIError
 
-DISCONNECT_POLL_S = 0.25
 # request id prefix -> the API label of its metrics (service/metrics.py)
 API_OF_PREFIX = {"cmpl": "completions", "chatcmpl": "chat", "msg": "messages",
                  "resp": "responses"}
@@ -228,181 +223,3 @@ def submit(state: ServingState, prefix: str, prompts: list[list[int]],
         sub.abort_all()
         raise
     return sub
-
-
-@dataclass
-class Choice:
-    text: list[str] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    finish_reason: FinishReason | None = None
-    stop_reason: int | str | None = None
-    error: str | None = None
-    error_from_request: bool = False  # the request's own input caused the error
-    num_prompt_tokens: int = 0
-    num_cached_tokens: int = 0  # of those, served from the prefix cache
-    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None  # when asked
-    # predicted outputs: draft tokens from the prediction accepted / rejected so far
-    num_accepted_prediction_tokens: int = 0
-    num_rejected_prediction_tokens: int = 0
-
-    def add(self, out: RequestOutput) -> None:
-        if out.prompt_logprobs is not None:
-            self.prompt_logprobs = out.prompt_logprobs
-        self.text.append(out.text)
-        self.token_ids += out.token_ids
-        self.logprobs += out.logprobs
-        self.num_prompt_tokens = out.num_prompt_tokens
-        self.num_cached_tokens = out.num_cached_tokens
-        self.num_accepted_prediction_tokens = out.num_accepted_prediction_tokens
-        self.num_rejected_prediction_tokens = out.num_rejected_prediction_tokens
-        if out.finished:
-            self.finish_reason, self.stop_reason = out.finish_reason, out.stop_reason
-            self.error, self.error_from_request = out.error, out.error_from_request
-
-
-async def collect(sub: Choices, request: Request) -> list[Choice]:
-    """Wait for every choice; a client disconnect aborts them all."""
-    choices = [Choice() for _ in sub.ids]
-    watcher = asyncio.create_task(_watch_disconnect(sub, request))
-    try:
-        async for i, out in sub:
-            choices[i].add(out)
-    finally:
-        watcher.cancel()
-        sub.abort_all()
-    for c in choices:
-        raise_for_choice(c, sub.grammar_param)
-    return choices
-
-
-def end_status(out: RequestOutput | Choice) -> int:
-    """The HTTP status of a request the engine ended early: 408 on its deadline, 400 when
-    its own input caused the error (a grammar no output completes), else 500."""
-    if out.finish_reason is FinishReason.TIMEOUT:
-        return 408
-    return 400 if out.error_from_request else 500
-
-
-def end_code(status: int) -> str | None:
-    """The error ``code`` of an early end with ``status`` (end_status), the same whole or
-    streamed: "timeout", "engine_error", or None for the request's own input (a 400)."""
-    return {408: "timeout", 500: "engine_error"}.get(status)
-
-
-def early_end_error(out: Choice | RequestOutput, grammar_param: str | None = None
-                    ) -> APIError:
-    """The error of a choice the engine ended early (an error or a timeout), the same whole
-    or streamed; its own input's (a grammar no output completes) names ``grammar_param``,
-    the field that built the grammar."""
-    status = end_status(out)
-    param = grammar_param if out.error_from_request else None
-    message = out.error or ("request timed out" if status == 408 else "generation failed")
-    return APIError(status, f"{param}: {message}" if param else message, param,
-                    code=end_code(status), counted=True)
-
-
-def raise_for_choice(c: Choice, grammar_param: str | None = None) -> None:
-    if c.finish_reason in (FinishReason.TIMEOUT, FinishReason.ERROR):
-        raise early_end_error(c, grammar_param)
-
-
-async def _watch_disconnect(sub: Choices, request: Request) -> None:
-    while True:
-        if await request.is_disconnected():
-            sub.abort_all()
-            return
-        await asyncio.sleep(DISCONNECT_POLL_S)
-
-
-def _events(batch: list[tuple[int, RequestOutput]],
-            chunk: Callable[[int, RequestOutput], dict[str, Any] | None],
-            grammar_param: str | None = None) -> tuple[list[str], bool]:
-    """SSE events of one batch of outputs, and whether an error or timeout ended it (its
-    error event is the last one, as raise_for_choice would answer it)."""
-    events: list[str] = []
-    for i, out in batch:
-        if out.finish_reason in (FinishReason.ERROR, FinishReason.TIMEOUT):
-            exc = early_end_error(out, grammar_param)
-            events.append(sse(error_body(exc.status, exc.message, exc.param, code=exc.code)))
-            return events, True
-        body = chunk(i, out)
-        if body is not None:
-            events.append(sse(body))
-    return events, False
-
-
-async def threaded_json(build: Callable[[], Any]) -> JSONResponse:
-    """A whole answer built and serialized on a worker thread: formatting and encoding a
-    large one (n=16 with top_logprobs 20: 24 MB) held the event loop, /health and every
-    stream with it, for seconds."""
-    return await run_in_threadpool(lambda: JSONResponse(build()))
-
-
-def sse(obj: Any) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-
-Event = tuple[str, dict[str, Any]]  # (SSE event name, data)
-
-
-def named_sse(events: list[Event]) -> str:
-    return "".join(f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
-                   for name, data in events)
-
-
-@dataclass
-class NamedStream:
-    """What an API with named SSE events (Anthropic's, Responses) makes of a one-choice
-    run: ``first`` events, ``chunk`` per output, ``error`` for an engine error or timeout
-    (early_end_error's, which names chat's fields: it ends the stream), ``ping`` after
-    ``idle`` s of silence."""
-
-    first: list[Event]
-    chunk: Callable[[RequestOutput], list[Event]]
-    error: Callable[[APIError], list[Event]]
-    ping: list[Event] = field(default_factory=list)
-    idle: float | None = None
-
-
-async def stream_named(sub: Choices, s: NamedStream) -> AsyncIterator[str]:
-    """SSE body of named events (no ``[DONE]``); aborts what is left however it ends."""
-    try:
-        yield named_sse(s.first)
-        async for batch in sub.batches(s.idle if s.ping else None):
-            if not batch:
-                yield named_sse(s.ping)
-            events: list[Event] = []
-            for _, out in batch:
-                if out.finish_reason in (FinishReason.ERROR, FinishReason.TIMEOUT):
-                    yield named_sse(events + s.error(early_end_error(out, sub.grammar_param)))
-                    return
-                events += s.chunk(out)
-            if events:
-                yield named_sse(events)
-    finally:
-        sub.abort_all()
-
-
-async def stream_events(sub: Choices, first: list[dict[str, Any]],
-                        chunk: Callable[[int, RequestOutput], dict[str, Any] | None],
-                        last: Callable[[], list[dict[str, Any]]]) -> AsyncIterator[str]:
-    """SSE body: ``first`` chunks, one chunk per output, ``last`` chunks, ``[DONE]``. An
-    engine error or timeout mid-stream becomes an error event followed by ``[DONE]``.
-    If the client goes away the generator is closed and the finally aborts the rest."""
-    try:
-        for c in first:
-            yield sse(c)
-        failed = False
-        async for batch in sub.batches():
-            events, failed = _events(batch, chunk, sub.grammar_param)
-            if events:
-                yield "".join(events)
-            if failed:
-                break
-        if not failed:
-            for c in last():
-                yield sse(c)
-        yield "data: [DONE]\n\n"
-    finally:
-        sub.abort_all()

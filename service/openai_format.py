@@ -8,7 +8,7 @@ from typing import Any
 
 from engine.request import FinishReason
 from engine.stream import TokenLogprob
-from service.generation import Choice
+from service.collect import Choice
 from service.logprob_format import (
     TokenBytes,
     TokenText,

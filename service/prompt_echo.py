@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from engine.request import FinishReason
 from engine.stream import RequestOutput
-from service.generation import Choice
+from service.collect import Choice
 
 _ENDED = (FinishReason.STOP, FinishReason.LENGTH)  # an error or abort stays what it was
 

@@ -25,7 +25,7 @@ bf16_portable (ext/csrc/fp8_gemm_portable.cpp)
             bitwise the same for any M. For hosts below AVX2 (or FP8SERVE_ISA=scalar).
     Gate: the extension built with the op.
 
-Operators force or disable these as they do the FP8 kernels (engine/kernels/registry.py
+Operators force or disable these as they do the FP8 kernels (engine/kernels/registry/overrides.py
 KernelOverrides: ``--kernel bf16_avx2``, ``--disable-kernel bf16_avx512``); torch_mm, the
 last resort, can be forced (a fallback warning names it) or disabled (then a host that
 runs none of the others fails at startup).

@@ -13,12 +13,13 @@ from engine.request import InvalidRequestError
 from service import rejections
 from service.backend import ServingState
 from service.chat_run import chat_prompt, start_chat
+from service.collect import threaded_json
 from service.deps import ReadyStateDep, require_api_key
 from service.errors import APIError
-from service.generation import NamedStream, stream_named, threaded_json
 from service.openapi import errors, ok, ok_events
 from service.routers.openai import SSE_HEADERS
 from service.schemas import ChatCompletionRequest
+from service.sse import NamedStream, stream_named
 from service.translate.anthropic import to_chat
 from service.translate.anthropic_stream import PING, MessageStream
 from service.translate.refusals import check_tool_results, in_messages

@@ -19,6 +19,7 @@ from service.backend import ServingState
 from service.beam_search import BeamSubmission, beam_request, check_beam_fields
 from service.best_of import best_choices, check_best_of
 from service.chat_run import make_params, start_chat
+from service.collect import Choice, collect, threaded_json
 from service.deps import (
     ReadyStateDep,
     check_model,
@@ -28,20 +29,14 @@ from service.deps import (
 )
 from service.errors import APIError, not_json_message
 from service.fingerprint import system_fingerprint
-from service.generation import (
-    Choice,
-    Choices,
-    collect,
-    stream_events,
-    submit,
-    threaded_json,
-)
+from service.generation import Choices, submit
 from service.openai_format import Formatter, usage
 from service.openapi import errors, ok
 from service.prompt_echo import prompt_only_choice, prompt_only_output
 from service.prompts import encode_prompts
 from service.routers.stored_chat import check_store, keep
 from service.schemas import ChatCompletionRequest, CompletionRequest
+from service.sse import stream_events
 from service.structured_outputs import compile_spec, completion_constraint
 
 router = APIRouter(dependencies=[Depends(require_api_key)])

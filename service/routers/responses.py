@@ -21,6 +21,7 @@ from engine.request import InvalidRequestError
 from service import rejections
 from service.backend import ServingState
 from service.chat_run import chat_prompt, start_chat
+from service.collect import threaded_json
 from service.deps import (
     PAGING,
     ReadyStateDep,
@@ -30,12 +31,12 @@ from service.deps import (
     store_tenant,
 )
 from service.errors import APIError
-from service.generation import NamedStream, stream_named, threaded_json
 from service.logprob_format import chat_logprobs
 from service.openapi import errors, ok, ok_events
 from service.paging import page_items
 from service.routers import conversations
 from service.routers.openai import SSE_HEADERS, token_bytes, token_text
+from service.sse import NamedStream, stream_named
 from service.store.background import BackgroundJob
 from service.store.conversations import Conversation, ConversationTooLarge
 from service.store.responses import StoredResponse, json_bytes

@@ -26,7 +26,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from engine.request import FinishReason
-from service.generation import Event, Submission, early_end_error, end_code, named_sse
+from service.collect import early_end_error, end_code
+from service.generation import Submission
+from service.sse import Event, named_sse
 from service.translate.refusals import in_responses
 from service.translate.responses_stream import ResponseStream
 
@@ -124,7 +126,7 @@ class BackgroundJob:
 
     def _fail(self, message: str, code: str | None) -> None:
         """End ``failed``; ``error.code`` is the code a foreground answer's error has for
-        the same end (generation.end_code: ``engine_error``, ``timeout``; null for the
+        the same end (collect.end_code: ``engine_error``, ``timeout``; null for the
         request's own input, a grammar no output completes, whose message names the
         field), not the error's type."""
         if self.done:

@@ -17,8 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from engine.stream import RequestOutput
+from service.collect import Choice
 from service.errors import APIError, anthropic_error_body
-from service.generation import Choice, Event
+from service.sse import Event
 from service.tool_calls.call_json import object_prefix
 from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.deltas import CallStart, Content, DeltaMessage, Reasoning

@@ -24,7 +24,7 @@ from typing import Any
 from engine.request import FinishReason
 from engine.stream import RequestOutput, TokenLogprob
 from service.errors import APIError
-from service.generation import Event
+from service.sse import Event
 from service.tool_calls.choice import ChoiceReader
 from service.tool_calls.deltas import CallStart, Content, DeltaMessage, Reasoning
 from service.translate.message_tokens import MessageTokens

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 
-from cli.serve import END_GRACE_S
+from cli.serve_server import END_GRACE_S
 from engine.engine import Engine
 from service.settings import Settings
 
@@ -15,7 +15,7 @@ ENGINE_JOIN_S = inspect.signature(Engine.shutdown).parameters["timeout"].default
 
 
 def stop_seconds(drain_s: float) -> float:
-    """The worst case (cli/serve.py, DrainingServer): the drain, then END_GRACE_S for the
+    """The worst case (cli/serve_server.py, DrainingServer): the drain, then END_GRACE_S for the
     error answers of the requests it ended, uvicorn's graceful shutdown
     (timeout_graceful_shutdown=END_GRACE_S) and the engine thread's join (state.close)."""
     return drain_s + END_GRACE_S + END_GRACE_S + ENGINE_JOIN_S

@@ -12,7 +12,7 @@ import time
 
 import httpx
 
-from cli.serve import END_GRACE_S
+from cli.serve_server import END_GRACE_S
 from tests.service.serve_process import start_server, stop_server
 
 DRAIN_S = 1.0

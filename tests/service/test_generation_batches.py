@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 from engine.request import FinishReason
 from engine.stream import RequestOutput
-from service.generation import NamedStream, Submission, stream_events, stream_named
+from service.generation import Submission
+from service.sse import NamedStream, stream_events, stream_named
 
 
 def _queued(outputs) -> Submission:

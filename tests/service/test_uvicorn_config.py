@@ -7,7 +7,8 @@ import uvloop
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from cli.main import build_parser
-from cli.serve import END_GRACE_S, settings_from_args, uvicorn_config
+from cli.serve import settings_from_args
+from cli.serve_server import END_GRACE_S, uvicorn_config
 
 
 async def _app(scope, receive, send) -> None:  # pragma: no cover - never called

@@ -13,7 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cli.main import CliError, build_parser, dashed
-from cli.serve import settings_from_args, uvicorn_config
+from cli.serve import settings_from_args
+from cli.serve_server import uvicorn_config
 from engine.checkpoint.detect import Layout, detect_layout
 from engine.checkpoint.errors import CheckpointError
 from engine.text.tokenizer import Tokenizer, TokenizerLoadError
@@ -136,7 +137,7 @@ def test_chat_template_replaces_the_checkpoints(tmp_path, as_file):
 @pytest.mark.parametrize("value, words", [
     ("/no/such/template.jinja", "no such file"), ("{% for x in %}", "syntax error")])
 def test_a_bad_chat_template_stops_the_server_naming_it(value, words):
-    from cli.serve import _load_backend
+    from cli.serve_startup import _load_backend
     with pytest.raises(CliError, match=words):
         _load_backend(settings(["--chat-template", value]))
 
