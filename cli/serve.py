@@ -29,7 +29,8 @@ from engine.config_flags import (
 log = logging.getLogger(__name__)
 
 FLAGS: tuple[tuple[str, type, str], ...] = (
-    ("--host", str, "bind address (default 127.0.0.1)"),
+    ("--host", str, "bind address (default 127.0.0.1; 0.0.0.0 for every interface; empty "
+                     "is refused)"),
     ("--port", int, "port (default 8000; 0 = any free port)"),
     ("--max-num-seqs", int, "sequences decoded together (default 16)"),
     ("--max-model-len", human_int, "prompt + output tokens per request (default 4096, or the "
@@ -56,7 +57,8 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
     ("--max-image-size", int, "longest image edge in pixels after resizing, below the "
                               "model's maximum (default: the model's image_size, 1540)"),
     ("--media-fetch-timeout", float, "seconds to fetch an http(s) image (default 5)"),
-    ("--max-media-bytes", int, "bytes per image, data URL or fetched (default 20 MiB)"),
+    ("--max-media-bytes", int, "bytes per image: a data URL, a fetch or a file:// read "
+                              "(default 20 MiB)"),
     ("--allowed-local-media-path", Path, "directory file:// image URLs may read (default: "
                                          "file:// refused)"),
     ("--image-cache-mib", int, "encoded images kept for reuse, LRU (default 512)"),
@@ -98,7 +100,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="auto (default): sampling defaults from the model's "
                         "generation_config.json for fields a request leaves out; none (or "
                         "vllm, vLLM's word): ignore it; a directory: the "
-                        "generation_config.json there")
+                        "generation_config.json there (one without it is refused at "
+                        "startup)")
     p.add_argument("--override-generation-config", default=None, metavar="JSON",
                    help="sampling defaults set over --generation-config's, e.g. "
                    "'{\"temperature\": 0.5, \"max_new_tokens\": 512}' (vLLM's; "
