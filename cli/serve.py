@@ -198,7 +198,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "processed_logprobs (default), the distribution after logit_bias, the "
                    "token filters, min_tokens and the penalties, before temperature and "
                    "top-k/top-p/min-p; raw_logprobs, the model's own (under a grammar's "
-                   "mask); *_logits, the logits themselves")
+                   "mask); *_logits, the logits themselves (then best_of above n and "
+                   "use_beam_search, which rank by summed logprobs, are refused)")
     add_kernel_args(p)
     add_lm_head_arg(p)
     add_kv_cache_dtype_arg(p)
