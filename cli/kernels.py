@@ -22,7 +22,8 @@ def add_kernel_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kernel", default=None, metavar="ID[,ID]",
                         help="force this kernel where it can run: an FP8 table's id, a bf16 "
                              "one (lm_head, unquantized linears), or one of each "
-                             "(env FP8SERVE_KERNEL)")
+                             "(env FP8SERVE_KERNEL); a layer it cannot run takes the "
+                             "table's next, with a warning (logged once per reason)")
     parser.add_argument("--disable-kernel", action="append", default=[], metavar="ID[,ID]",
                         help="never use these kernels (env FP8SERVE_DISABLED_KERNELS)")
 

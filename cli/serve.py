@@ -25,7 +25,8 @@ from engine.config_flags import (
 )
 
 FLAGS: tuple[tuple[str, type, str], ...] = (
-    ("--host", str, "bind address (default 127.0.0.1)"),
+    ("--host", str, "bind address (default 127.0.0.1; 0.0.0.0 for every interface; empty "
+                     "is refused)"),
     ("--port", int, "port (default 8000; 0 = any free port)"),
     ("--max-num-seqs", int, "sequences decoded together (default 16)"),
     ("--max-model-len", human_int, "prompt + output tokens per request (default 4096, or the "
@@ -52,7 +53,8 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
     ("--max-image-size", int, "longest image edge in pixels after resizing, below the "
                               "model's maximum (default: the model's image_size, 1540)"),
     ("--media-fetch-timeout", float, "seconds to fetch an http(s) image (default 5)"),
-    ("--max-media-bytes", int, "bytes per image, data URL or fetched (default 20 MiB)"),
+    ("--max-media-bytes", int, "bytes per image: a data URL, a fetch or a file:// read "
+                              "(default 20 MiB)"),
     ("--allowed-local-media-path", Path, "directory file:// image URLs may read (default: "
                                          "file:// refused)"),
     ("--image-cache-mib", int, "encoded images kept for reuse, LRU (default 512)"),
@@ -94,7 +96,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="auto (default): sampling defaults from the model's "
                         "generation_config.json for fields a request leaves out; none (or "
                         "vllm, vLLM's word): ignore it; a directory: the "
-                        "generation_config.json there")
+                        "generation_config.json there (one without it is refused at "
+                        "startup)")
     p.add_argument("--override-generation-config", default=None, metavar="JSON",
                    help="sampling defaults set over --generation-config's, e.g. "
                    "'{\"temperature\": 0.5, \"max_new_tokens\": 512}' (vLLM's; "
@@ -191,7 +194,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "processed_logprobs (default), the distribution after logit_bias, the "
                    "token filters, min_tokens and the penalties, before temperature and "
                    "top-k/top-p/min-p; raw_logprobs, the model's own (under a grammar's "
-                   "mask); *_logits, the logits themselves")
+                   "mask); *_logits, the logits themselves (then best_of above n and "
+                   "use_beam_search, which rank by summed logprobs, are refused)")
     add_kernel_args(p)
     add_lm_head_arg(p)
     add_kv_cache_dtype_arg(p)

@@ -327,17 +327,18 @@ STORED_QUERY = (
     Rule("starting_after", "takes effect with stream", "starting_after needs stream=true"),
     Rule("starting_after", "is past the last event", "starting_after names an event the "
          "response has sent (its sequence_number)"),
-    Rule("include", "is not supported here", _UNSERVED_QUERY), QUERY_ONCE,
+    Rule("", "is not supported here", _UNSERVED_QUERY), QUERY_ONCE,
 )
 INPUT_ITEMS = (
     Rule("after", "is no input item", "after names an input item of the response"),
-    Rule("include", "is not supported here", _UNSERVED_QUERY), QUERY_ONCE,
+    Rule("", "is not supported here", _UNSERVED_QUERY), QUERY_ONCE,
 )
 CANCEL = (
     Rule("response_id", "only background responses", "only background responses can be "
          "cancelled"),
     Rule("response_id", "has already ended", "a background response that has completed, "
          "failed or ended incomplete is not cancelled (a cancelled one is returned as is)"),
+    *NO_QUERY,
 )
 
 

@@ -27,7 +27,12 @@ file is stale. -->
 Every `fp8serve serve` flag is also an environment variable, `FP8SERVE_<NAME>`; a flag
 given on the command line wins over the variable, except `--disable-kernel`, which adds
 to `FP8SERVE_DISABLED_KERNELS`. A bad value stops the server at startup
-with one line naming the setting. `fp8serve serve --help` prints the same flags.
+with one line naming the setting as it was given, the flag and its value
+(`--max-num-seqs 0: ...`) or the variable and its value (`FP8SERVE_MAX_NUM_SEQS='abc': ...`;
+API keys and the signing key are named, never shown). A command line that does not parse is
+two lines: the error (an unknown flag with the nearest one,
+`unrecognized arguments: --max-num-seqz=4 (did you mean --max-num-seqs?)`) and where the
+flags are listed. `fp8serve serve --help` prints the same flags.
 """
 
 

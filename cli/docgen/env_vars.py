@@ -38,7 +38,7 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      "warning; any other value stops `serve`, `generate` and `kernels` at startup"),
     ("FP8SERVE_VISION_GEMM", "engine/vision/gemm.py",
      "`bf16` or `fp32`: force the vision tower's GEMM path instead of timing both at "
-     "startup"),
+     "startup; any other value stops the vision tower's load, naming the two"),
     ("FP8SERVE_FUSED", "engine/runner.py",
      "`0` runs every decoder layer through the Python reference path (torch ops, SDPA) "
      "instead of the fused C++ layer: an escape hatch (GET /kernels `decoder_layers` and "

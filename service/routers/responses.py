@@ -255,9 +255,9 @@ _errors = partial(errors, not_found=_STORED)
 
 def _no_query(request: Request, allowed: dict[str, tuple[str, ...] | None]) -> None:
     """Query parameters of OpenAI's retrieval routes this server does not serve: a 400
-    naming the parameter unless ``allowed`` (or paging) lists it and its value."""
-    refuse_other_query(request, {**PAGING, **allowed}, "stored responses are returned "
-                       "whole, with what their request included")
+    naming the parameter unless ``allowed`` lists it and its value."""
+    refuse_other_query(request, allowed, "stored responses are returned whole, with what "
+                       "their request included")
 
 
 def _lookup(state: ServingState, request: Request, response_id: str) -> StoredResponse:
@@ -336,9 +336,10 @@ async def get_response(response_id: str, request: Request, state: StateDep):
 @router.delete("/v1/responses/{response_id}", response_model=None, responses={
     **ok("ResponseDeleted", description="the response is forgotten (a running background "
          "response is cancelled first)"),
-    **_errors(401, 404)})
+    **_errors(400, 401, 404, rules=rejections.NO_QUERY)})
 async def delete_response(response_id: str, request: Request, state: StateDep
                           ) -> dict[str, Any]:
+    refuse_other_query(request, {}, "this route takes no query parameter")
     tenant = store_tenant(request)
     job = state.jobs.get(tenant, response_id)
     if job is not None:
@@ -358,6 +359,7 @@ async def delete_response(response_id: str, request: Request, state: StateDep
     **_errors(400, 401, 404, rules=rejections.CANCEL)})
 async def cancel_response(response_id: str, request: Request, state: StateDep
                           ) -> dict[str, Any]:
+    refuse_other_query(request, {}, "this route takes no query parameter")
     job = state.jobs.get(store_tenant(request), response_id)
     if job is not None:
         job.cancel()
@@ -381,7 +383,7 @@ async def input_items(response_id: str, request: Request, state: StateDep,
                       limit: int = Query(20, ge=1, le=100),
                       order: Literal["asc", "desc"] = "desc",
                       after: str | None = None) -> dict[str, Any]:
-    _no_query(request, {})
+    _no_query(request, PAGING)
     job = state.jobs.get(store_tenant(request), response_id)  # a background run's, as it runs
     items = (job.input_items if job is not None
              else _lookup(state, request, response_id).input_items)

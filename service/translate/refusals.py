@@ -97,7 +97,8 @@ def check_item_ids(items: Sequence[object], earlier: Sequence[dict[str, Any]] = 
         if item_id in seen:
             field = f"{name}[{k}].id"
             raise APIError(400, f"{field}: Duplicate item found with id {item_id!r}; an "
-                           "item id names one item of the input and the conversation", field)
+                           f"item id names one item of the {name} and the conversation",
+                           field)
         seen.add(item_id)
 
 

@@ -53,6 +53,7 @@ def test_an_id_given_twice_is_a_400_naming_it(client):
     cid = conversation(client)
     r = client.post(f"/v1/conversations/{cid}/items", json={"items": twice})
     assert r.status_code == 400 and r.json()["error"]["param"] == "items.1.id", r.text
+    assert "one item of the items and the conversation" in r.json()["error"]["message"]
     r = client.post("/v1/conversations", json={"items": twice})
     assert r.status_code == 400 and r.json()["error"]["param"] == "items.1.id", r.text
     assert items(client, cid) == []

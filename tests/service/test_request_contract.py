@@ -34,7 +34,7 @@ ERRORS = {
     ("post", "/v1/responses"): {400, 401, 404, 408, 429, 503},
     ("post", "/v1/responses/input_tokens"): {400, 401, 404, 503},
     ("get", "/v1/responses/{response_id}"): {400, 401, 404},
-    ("delete", "/v1/responses/{response_id}"): {401, 404},
+    ("delete", "/v1/responses/{response_id}"): {400, 401, 404},
     ("post", "/v1/responses/{response_id}/cancel"): {400, 401, 404},
     ("get", "/v1/responses/{response_id}/input_items"): {400, 401, 404},
     ("get", "/v1/chat/completions"): {400, 401},

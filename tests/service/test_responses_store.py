@@ -160,6 +160,18 @@ def test_retrieve_refuses_what_it_cannot_serve(client, query):
     assert client.get(f"/v1/responses/{rid}", params={"stream": "false"}).status_code == 200
 
 
+@pytest.mark.parametrize("method, suffix, query", [
+    ("get", "", {"limit": "5"}), ("get", "", {"order": "asc"}), ("get", "", {"after": "x"}),
+    ("delete", "", {"force": "true"}), ("post", "/cancel", {"force": "true"})])
+def test_a_query_parameter_a_route_does_not_take_is_refused(client, method, suffix, query):
+    """Paging belongs to input_items: on the response itself, and on delete and cancel
+    (which take none), a query parameter is a 400 naming it, not ignored."""
+    rid = post(client, input="<script5>")["id"]
+    r = client.request(method, f"/v1/responses/{rid}{suffix}", params=query)
+    assert r.status_code == 400 and r.json()["error"]["param"] == next(iter(query)), r.text
+    assert client.get(f"/v1/responses/{rid}").status_code == 200  # nothing was deleted
+
+
 def test_an_output_must_answer_a_call_of_the_chain(client):
     first = post(client, input="<script0>", tools=TOOLS)
     stray = [{"type": "function_call_output", "call_id": "call_nope", "output": "x"}]
