@@ -200,6 +200,9 @@ class Engine:
         cap = self.scheduler.allocator.num_blocks * self.scheduler.allocator.block_size
         # a prompt that alone leaves no room for one token is the prompt's fault, whatever
         # max_tokens says (a client that lowers max_tokens on its param would retry in vain)
+        if num_prompt == 0:  # no token to attend to, nothing to predict from
+            raise InvalidRequestError("prompt: the prompt is empty (0 tokens): give at least "
+                                      "one token (this tokenizer adds no BOS token)", "prompt")
         if num_prompt >= limit:
             raise InvalidRequestError(f"prompt ({num_prompt} tokens) leaves no room to "
                                       f"generate within max_model_len {limit}", "prompt")

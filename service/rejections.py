@@ -179,7 +179,8 @@ COMPLETIONS = (*CONTEXT, *SAMPLING, _vocab("prompt"), *STRUCTURED,
                     "tokenizer with a BOS or EOS token to start the document"), NESTING)
 PREDICTION = (Rule("prediction", "longer than max_model_len",
                    "a prediction must not exceed max_model_len tokens"),)
-CHAT = (*CONTEXT, *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDICTION,
+CHAT = (*CONTEXT, *(Rule("max_completion_tokens", r.words, r.why) for r in CONTEXT[:2]),
+        *SAMPLING, *TOOL_TURNS, *MESSAGES, *TOOLS, *REASONING, *PREDICTION,
         *STRUCTURED, *TEMPLATE, *CONTINUE, *TRUNCATE, *BEAM, *BEAM_CONSTRAINTS, CHOICES[0],
         RANKED[0],
         *(Rule(p, "use_beam_search", "use_beam_search goes without tools, a prediction or "
@@ -216,6 +217,8 @@ _ANTHROPIC = (
          "before its text and image blocks"),
     Rule("messages", "cannot carry", "user messages carry text, image and tool_result "
          "blocks; assistant messages text, tool_use and thinking blocks"),
+    Rule("messages", "no message to answer", "messages must hold a message with content "
+         "(thinking blocks and empty text are dropped)"),
     Rule("messages", "image in a tool_result", "a tool_result holds a string or text "
          "blocks (tool results are read as text)"),
     Rule("thinking", "no reasoning format",

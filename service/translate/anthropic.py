@@ -104,8 +104,8 @@ def _user(content: Any, i: int) -> list[dict[str, Any]]:
 
 
 def _assistant(content: Any) -> dict[str, Any]:
-    if isinstance(content, str):
-        return {"role": "assistant", "content": content}
+    if isinstance(content, str):  # empty: dropped, as an empty text block is
+        return {"role": "assistant", "content": content or None}
     parts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     for block in content:
@@ -136,8 +136,11 @@ def _messages(body: CountTokensRequest | MessagesRequest) -> list[dict[str, Any]
         msg = _assistant(m.content)
         if msg["content"] is not None or "tool_calls" in msg:
             out.append(msg)
-        # else only thinking: the turn is dropped whole, as its thinking is (an empty
-        # assistant turn is no valid message to Mistral's encoding)
+        # else only thinking (or empty text): the turn is dropped whole, as its thinking
+        # is (an empty assistant turn is no valid message to Mistral's encoding)
+    if all(m["role"] == "system" for m in out):
+        raise APIError(400, "messages: no message to answer (thinking blocks and empty "
+                       "text are dropped from the prompt)", "messages")
     return one_turn_each(out)
 
 

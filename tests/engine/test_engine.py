@@ -199,6 +199,17 @@ def test_validation_queue_limit_and_rejection_counting():
     collect(eng, "c", [1], SamplingParams(max_tokens=2))  # room again once drained
 
 
+def test_an_empty_prompt_is_refused_naming_the_prompt():
+    """No token to attend to: a 400 naming the prompt (it was a ValueError, a 500)."""
+    eng = make_engine()
+    with pytest.raises(InvalidRequestError) as ei:
+        collect(eng, "x", [], SamplingParams(max_tokens=2))
+    assert ei.value.param == "prompt" and "empty" in str(ei.value)
+    outs = collect(eng, "y", [1], SamplingParams(max_tokens=2))  # the engine goes on
+    run_all(eng)
+    assert outs and outs[-1].finished
+
+
 def test_priority_needs_priority_scheduling_and_orders_the_queue():
     rec = Recorder()
     fcfs = make_engine(observer=rec)

@@ -54,6 +54,8 @@ REFUSED = [
     ("/v1/chat/completions", {"messages": CALL, "stop_token_ids": [VOCAB]}, "stop_token_ids"),
     ("/detokenize", {"tokens": [1, VOCAB]}, "tokens"),
     ("/v1/completions", {"prompt": "3", "max_tokens": 64}, "max_tokens"),
+    ("/v1/chat/completions", {"messages": CALL[:1], "max_completion_tokens": 64},
+     "max_completion_tokens"),
     ("/v1/completions", {"prompt": "3", "min_tokens": 5, "max_tokens": 2}, "min_tokens"),
     # no max_tokens: the limit is what max_model_len leaves (vLLM's 400 too)
     ("/v1/chat/completions", {"messages": CALL, "min_tokens": 64}, "min_tokens"),

@@ -192,6 +192,19 @@ def test_errors_in_anthropic_shape(client, extra, words):
     assert words in body["error"]["message"]
 
 
+@pytest.mark.parametrize("content", ["", [{"type": "text", "text": ""}]])
+def test_messages_left_with_nothing_to_answer_are_a_400_naming_them(client, content):
+    """An assistant turn of empty text is dropped from the prompt, as one of thinking
+    alone: a request of nothing else answers a documented 400 naming messages (it was
+    chat's "List should have at least 1 item", or an empty prefill)."""
+    messages = [{"role": "assistant", "content": content}]
+    for path, body in (("/v1/messages", {**ask(0), "messages": messages}),
+                       ("/v1/messages/count_tokens", {"messages": messages})):
+        r = client.post(path, json=body)
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["message"].startswith("messages: no message to answer")
+
+
 def test_image_blocks_become_image_url_parts(client):
     image = {"type": "image", "source": {"type": "url", "url": "http://x/cat.png"}}
     r = client.post("/v1/messages", json={"max_tokens": 5, "messages": [
