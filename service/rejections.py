@@ -250,7 +250,7 @@ RESPONSES = (
     Rule("input", "answers no function_call",
          "a function_call_output answers a function_call earlier in input"),
     Rule("input", "Duplicate item found", "an item id names one item of the input and of "
-         "the conversation"),
+         "what it continues (the conversation, or the previous response's chain)"),
     Rule("input", "no message to answer", "input must hold a message or a function call "
          "(reasoning items alone are dropped)"),
     Rule("reasoning.effort", "is not supported", "of the efforts only none is served"),

@@ -19,7 +19,7 @@ from service.paging import page_items
 from service.schemas import MetadataUpdate
 from service.store.conversations import Conversation, ConversationStore, ConversationTooLarge
 from service.translate.refusals import check_function_outputs, check_item_ids
-from service.translate.responses import items_json
+from service.translate.responses import items_json, with_ids
 from service.translate.schemas import (
     ConversationCreateRequest,
     ConversationItemsRequest,
@@ -66,9 +66,9 @@ def add_items(state: ServingState, request: Request, conv: Conversation, items: 
     """Append request items (each function_call_output answering a call of the
     conversation or of ``items``; a reasoning item's encrypted_content opened); returns
     them as listed."""
-    items = state.sealer.open_items(items, name)
+    items = with_ids(state.sealer.open_items(items, name))
     check_function_outputs(items, conv.items, name)
-    check_item_ids(items, conv.listed, name)
+    check_item_ids(items, (d["id"] for d in conv.listed), name)
     listed = items_json(items, status=True)
     try:
         store_of(state).append(store_tenant(request), conv, items, listed)

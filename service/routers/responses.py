@@ -149,7 +149,8 @@ async def _context(state: ServingState, request: Request, body: ResponsesRequest
     earlier = ([*prev.context, *output_items(prev.response["output"])] if prev
                else list(conv.items) if conv else [])
     check_function_outputs(own, earlier)
-    check_item_ids(own, conv.listed if conv else ())
+    check_item_ids(own, (d["id"] for d in conv.listed) if conv else
+                   (i.id for i in earlier if i.id is not None))
     items = [*earlier, *own]
     if body.truncation == "auto":
         items = await fit(items, lambda kept: _fits(state, body, kept))
@@ -210,7 +211,7 @@ async def responses(body: ResponsesRequest, request: Request, state: ReadyStateD
                 # it, or every later turn on the conversation is a 400), and items added
                 # meanwhile may hold an id of this input
                 check_function_outputs(own, conv.items)
-                check_item_ids(own, conv.listed)
+                check_item_ids(own, (d["id"] for d in conv.listed))
                 state.conversations.append(tenant, conv, [*own, *output_items(outputs)],
                                            [*items_json(own, status=True), *outputs])
             except (ConversationTooLarge, APIError) as exc:  # the answer went out; the turn

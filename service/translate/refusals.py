@@ -8,8 +8,7 @@ item."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 from engine.request import InvalidRequestError
 from service.errors import APIError, from_engine_error
@@ -85,11 +84,12 @@ def check_function_outputs(items: Sequence[object], earlier: Sequence[object] = 
                            "conversation)", field)
 
 
-def check_item_ids(items: Sequence[object], earlier: Sequence[dict[str, Any]] = (),
+def check_item_ids(items: Sequence[object], taken: Iterable[str] = (),
                    name: str = "input") -> None:
-    """An item's ``id`` names one item: none twice in ``items``, and none of the
-    ``earlier`` listed items (the conversation's), as OpenAI answers "Duplicate item"."""
-    seen = {d["id"] for d in earlier}
+    """An item's ``id`` names one item: none twice in ``items``, and none ``taken`` by
+    the items of what they continue (a conversation, a previous response's chain), as
+    OpenAI answers "Duplicate item" (an item sent again would be in the prompt twice)."""
+    seen = set(taken)
     for k, item in enumerate(items):
         item_id = getattr(item, "id", None)
         if item_id is None:
@@ -97,8 +97,8 @@ def check_item_ids(items: Sequence[object], earlier: Sequence[dict[str, Any]] = 
         if item_id in seen:
             field = f"{name}[{k}].id"
             raise APIError(400, f"{field}: Duplicate item found with id {item_id!r}; an "
-                           f"item id names one item of the {name} and the conversation",
-                           field)
+                           f"item id names one item of the {name} and of what it continues "
+                           "(the conversation or the previous response)", field)
         seen.add(item_id)
 
 

@@ -53,7 +53,7 @@ def test_an_id_given_twice_is_a_400_naming_it(client):
     cid = conversation(client)
     r = client.post(f"/v1/conversations/{cid}/items", json={"items": twice})
     assert r.status_code == 400 and r.json()["error"]["param"] == "items.1.id", r.text
-    assert "one item of the items and the conversation" in r.json()["error"]["message"]
+    assert "one item of the items and of what it continues" in r.json()["error"]["message"]
     r = client.post("/v1/conversations", json={"items": twice})
     assert r.status_code == 400 and r.json()["error"]["param"] == "items.1.id", r.text
     assert items(client, cid) == []
@@ -80,3 +80,20 @@ def test_a_conversation_lists_the_ids_and_refuses_one_it_holds(client):
         r = client.post(f"/v1/conversations/{cid}/items", json={"items": [again]})
         assert r.status_code == 400 and r.json()["error"]["param"] == "items.0.id", r.text
     assert items(client, cid) == held
+
+
+def test_a_continuation_refuses_an_item_of_the_chain_it_continues(client):
+    """previous_response_id: an item of the stored chain (an earlier input or output)
+    sent again would be in the prompt twice; OpenAI answers "Duplicate item found"."""
+    first = post(client, input=[{"role": "user", "content": "<script0>", "id": "msg_q"}],
+                 tools=TOOLS)
+    second = post(client, input=results(first), tools=TOOLS, previous_response_id=first["id"])
+    for again in ({"role": "user", "content": "<script0>", "id": "msg_q"},
+                  first["output"][0], input_items(client, second["id"])[0]):
+        r = client.post("/v1/responses", json={"input": [again], "tools": TOOLS,
+                                               "previous_response_id": second["id"]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "input.0.id", r.text
+    # items of another chain are no duplicates
+    other = post(client, input="<script5>")
+    assert post(client, input=[*first["output"], *results(first)], tools=TOOLS,
+                previous_response_id=other["id"])["status"] == "completed"
