@@ -3,6 +3,8 @@
 #   kernels.json/.png      fp8serve bench kernels (Ministral-3-8B linear shapes)
 #   generate-demo.json     fp8serve bench generate on the demo model (+ transformers, llama.cpp)
 #   generate-3b.json       fp8serve bench generate on a 3B-shaped synth checkpoint
+#   overhead-demo.json     fp8serve bench overhead on the demo model: the runner alone, behind
+#                          the engine, and streamed over HTTP, concurrency 1 and 8, interleaved
 #   lm-head-{demo,3b}.json fp8serve bench lm-head: FP8 vs bf16 lm_head (KL, top-1, greedy,
 #                          interleaved decode speed) on the demo and 3B-shaped models
 #   llamacpp.json          fp8serve bench llamacpp: llama.cpp built for this host once (the
@@ -51,7 +53,7 @@
 # of the generate steps, default 3: one round on a shared host can read a ratio 20% off),
 # BASELINES_3B (default
 # transformers,python_layers; '' = none), RUN_8B=1 to include the 8B-shaped RSS run, SKIP="kernels serve"
-# to skip steps (names: llamacpp kernels generate-demo generate-3b lm-head-demo lm-head-3b
+# to skip steps (names: llamacpp kernels generate-demo generate-3b overhead lm-head-demo lm-head-3b
 # serve prefill-cap llama-serve rss-demo rss-3b rss-8b prefix-demo prefix-3b spec structured structured-spec
 # vision; without the llamacpp step the llama.cpp baselines use a build made earlier, else
 # llama-cpp-python's own library, as the results say), KERNEL_M
@@ -168,6 +170,11 @@ if want generate-3b; then
   "${FP8SERVE[@]}" bench generate --model "$(synth ministral-3-3b)" \
     --threads "$THREADS" --baselines "$BASELINES_3B" --hf-dtype bfloat16 \
     --rounds "$GEN_ROUNDS" --json "$OUT/generate-3b.json"
+fi
+if want overhead; then
+  step "overhead: runner, engine and HTTP on the demo model"
+  "${FP8SERVE[@]}" bench overhead --threads "$THREADS" --rounds "$GEN_ROUNDS" \
+    --concurrency 1 8 --json "$OUT/overhead-demo.json"
 fi
 if want lm-head-demo; then
   step "lm-head: FP8 vs bf16 head, demo model"
