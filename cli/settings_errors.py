@@ -12,7 +12,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-ENV_PREFIX = "FP8SERVE_"
+from service.settings import Settings
+
+ENV_PREFIX = Settings.model_config["env_prefix"]  # one spelling: the settings' own
 SECRET_FIELDS = frozenset({"api_keys", "thinking_signature_key"})
 # Settings fields whose flag is not the field's name spelled with dashes
 FLAG_OF = {"api_keys": "--api-key", "disabled_kernels": "--disable-kernel"}

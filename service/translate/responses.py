@@ -94,14 +94,14 @@ def items_json(items: Sequence[InputItem], status: bool = False) -> list[dict[st
     part; ``status``: each (but reasoning) also a status, as conversation items are listed:
     its own (a cut call's "incomplete"), else "completed"."""
     out = []
-    for item in items:
+    for item in with_ids(items):  # the callers' items have theirs already (one id each)
         data = item.model_dump(mode="json", by_alias=True, exclude_none=True)
         if isinstance(item, MessageItem) and isinstance(item.content, str):
             kind = "output_text" if item.role == "assistant" else "input_text"
             data["content"] = [{"type": kind, "text": item.content}]
         if status and item.type != "reasoning":
             data.setdefault("status", "completed")
-        out.append({"id": data.pop("id", None) or _new_id(item.type), **data})
+        out.append({"id": data.pop("id"), **data})
     return out
 
 
