@@ -14,6 +14,8 @@ torch_scaled_mm_w8a8 (per-tensor, per-channel; needs the static activation scale
     packed: {"weight_t": fp8 [K, N] (the .t() view of the canonical [N, K] tensor, no copy),
              "scale": fp32 [] | [N], "act_scale": fp32 [], "one": fp32 []},
             layout "fp8[N,K].t()"
+    K = 0 writes the zero sum itself: torch._scaled_mm leaves its output unwritten there on
+    an AMX host (2.13.0+cpu).
 
 :class:`DeviceTorchW8A16` is the same dequantize-and-matmul path for every scale kind on a
 chosen device; the XPU and CUDA torch fallbacks are its subclasses.
@@ -201,8 +203,13 @@ class ScaledMmW8A8(Fp8Kernel):
         kind = ScaleKind(packed.meta["scale_kind"])
         xq = (x.float() / t["act_scale"]).clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
         scale_b = t["scale"] if kind is ScaleKind.PER_TENSOR else t["one"]
-        y = torch._scaled_mm(xq, t["weight_t"], scale_a=t["act_scale"], scale_b=scale_b,
-                             out_dtype=torch.float32)
+        if packed.k == 0:
+            # an empty reduction: torch._scaled_mm (2.13.0+cpu, on an AMX host) leaves its
+            # output unwritten for K = 0, so the zero sum is written here
+            y = torch.zeros(x.shape[0], packed.n, dtype=torch.float32, device=x.device)
+        else:
+            y = torch._scaled_mm(xq, t["weight_t"], scale_a=t["act_scale"],
+                                 scale_b=scale_b, out_dtype=torch.float32)
         if kind is ScaleKind.PER_CHANNEL:
             y = y * t["scale"][None, :]  # scale_b was 1: the weight scale goes per column
         if bias is not None:
