@@ -46,10 +46,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     add_kernel_args(p)
     add_lm_head_arg(p)
+    p.add_argument("--rows-by-role", choices=("auto", "on", "off"), default="auto",
+                   help="with --model: as `fp8serve serve --rows-by-role` (auto: as a server "
+                   "of the default --max-num-seqs, off)")
     p.set_defaults(func=run)
 
 
-def _model_report(model_dir: str, hw: Any, overrides: Any, lm_head_dtype: str = "auto") -> Any:
+def _model_report(model_dir: str, hw: Any, overrides: Any, lm_head_dtype: str = "auto",
+                  rows_by_role: str = "auto") -> Any:
     """Build the model (fusion included) and return its KernelReport."""
     from pathlib import Path
 
@@ -62,8 +66,11 @@ def _model_report(model_dir: str, hw: Any, overrides: Any, lm_head_dtype: str = 
     if not Path(model_dir).is_dir():
         raise CliError(f"--model {model_dir}: not a directory")
     # the smallest engine that builds the model: a few one-token KV blocks (16 MiB)
+    # rows by role as a server of the default max_num_seqs decides (auto: off), not this
+    # one-sequence engine
     config = EngineConfig(model_dir=Path(model_dir), max_num_seqs=1, max_model_len=16,
-                          kv_cache_gib=1 / 64, kv_block_size=1, lm_head_dtype=lm_head_dtype)
+                          kv_cache_gib=1 / 64, kv_block_size=1, lm_head_dtype=lm_head_dtype,
+                          rows_by_role="on" if rows_by_role == "on" else "off")
     try:
         runner = load_runner(model_dir, config, hw=hw, overrides=overrides)
     except CliError:
@@ -84,7 +91,8 @@ def run(args: argparse.Namespace, hw: Any = None) -> int:
     except ValueError as exc:  # FP8SERVE_ISA naming no level
         raise CliError(str(exc)) from None
     head = getattr(args, "lm_head_dtype", None) or "auto"
-    layers = _model_report(args.model, hw, overrides, head) if args.model else None
+    rows = getattr(args, "rows_by_role", None) or "auto"
+    layers = _model_report(args.model, hw, overrides, head, rows) if args.model else None
     report = build_kernel_report(hw, overrides, layers)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0
@@ -130,7 +138,8 @@ def _table_lines(rep: dict[str, Any]) -> list[str]:
             exact = "batch-invariant" if e["batch_invariant"] else "NOT batch-invariant"
             why = "" if e["supported"] else f"  {e['reason']}"
             gen = e.get("generated_rows_kernel")
-            rows = f" (generated rows: {gen})" if gen and e["supported"] else ""
+            rows = (f" (generated rows: {gen} with --rows-by-role on or --max-num-seqs 1)"
+                    if gen and e["supported"] else "")
             out.append(f"  {i}. {mark} {e['kernel_id']} [{exact}]{tag}{rows}{why}")
     return out
 

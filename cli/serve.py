@@ -17,6 +17,7 @@ from cli.kernels import add_kernel_args, overrides_from_args
 from cli.main import CliError
 from cli.serve_server import DrainingServer, uvicorn_config
 from cli.serve_startup import _fit_max_model_len, _load_backend, check_bind, exit_on_sigterm
+from engine.config import ROWS_BY_ROLE
 from engine.config_flags import (
     add_kv_cache_dtype_arg,
     add_lm_head_arg,
@@ -109,6 +110,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fcfs (default): first come, first served; priority: a request's "
                    "priority field (lower first, then arrival) orders the queue and which "
                    "sequence is preempted when the KV cache runs out (vLLM's)")
+    p.add_argument("--rows-by-role", choices=ROWS_BY_ROLE, default=None,
+                   help="on AMX hosts, decode generated rows on avx512_w8a16 and prefill "
+                   "prompt rows on the tiles (on), or every row on the tiles (off); auto "
+                   "(default): on only with --max-num-seqs 1, where it decodes one stream "
+                   "faster (the tiles decode a batch faster); other hosts run one kernel "
+                   "either way")
     p.add_argument("--enable-auto-tool-choice", action="store_true", default=None,
                    help="vLLM's flag: tool_choice auto is always served when a tool-call "
                    "parser reads the outputs; taken so that vLLM command lines run")
@@ -226,7 +233,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
                   "trust_remote_code", "disable_uvicorn_access_log", "disable_log_requests",
                   "reasoning_parser", "lm_head_dtype", "limit_mm_per_prompt",
                   "kv_cache_dtype", "logprobs_mode", "scheduling_policy", "enforce_eager",
-                  "quantization",
+                  "quantization", "rows_by_role",
                   "enable_chunked_prefill", "block_size", "max_logprobs", "disable_log_stats",
                   "uvicorn_log_level", "allowed_origins", "allow_credentials",
                   "allowed_methods", "allowed_headers"]

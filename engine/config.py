@@ -19,6 +19,14 @@ LM_HEAD_DTYPES = ("auto", "bf16", "fp8")
 KV_CACHE_DTYPES = ("auto", "bf16", "fp8")  # vLLM's --kv-cache-dtype; fp8 = e4m3, auto = bf16
 # vLLM's --logprobs-mode: what a reported logprob is (engine/sampler.py's docstring)
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs", "processed_logits", "raw_logits")
+# --rows-by-role: whether a layer's generated rows (decode, draft verification) may run
+# another kernel than its prompt rows (AMX hosts: avx512_w8a16 beside the tiles,
+# engine/kernels/amx.py). auto: only an engine that runs one sequence at a time
+# (max_num_seqs 1). Measured on a 2-core Xeon with AMX, demo model served over HTTP
+# (docs/performance.md "AMX hosts"): the split decodes one stream 1.13-1.16x faster than
+# the tiles alone, but at 2, 4, 8 and 16 concurrent streams 0.97x, 0.90-0.92x, 0.78x and
+# 0.68x (the AVX-512 GEMV is compute-bound over a batch, the tiles are not).
+ROWS_BY_ROLE = ("auto", "on", "off")
 
 
 class ConfigError(ValueError):
@@ -164,6 +172,7 @@ class EngineConfig:
     # from starts here when the engine thread starts; None = a different state each start
     seed: int | None = None
     logprobs_mode: str = "processed_logprobs"
+    rows_by_role: str = "auto"  # ROWS_BY_ROLE
 
     def __post_init__(self) -> None:
         _require(self.max_num_seqs >= 1, "max_num_seqs must be >= 1")
@@ -186,3 +195,13 @@ class EngineConfig:
         _require(self.logprobs_mode in LOGPROBS_MODES,
                  f"logprobs_mode {self.logprobs_mode!r} is not one of "
                  f"{', '.join(LOGPROBS_MODES)}")
+        _require(self.rows_by_role in ROWS_BY_ROLE,
+                 f"rows_by_role {self.rows_by_role!r} is not one of {', '.join(ROWS_BY_ROLE)}")
+
+    @property
+    def rows_by_role_on(self) -> bool:
+        """Whether generated rows may run their own kernel (ROWS_BY_ROLE; auto: only with
+        max_num_seqs 1)."""
+        if self.rows_by_role == "auto":
+            return self.max_num_seqs == 1
+        return self.rows_by_role == "on"

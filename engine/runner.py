@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -103,6 +104,9 @@ class ModelRunner:
                         "positions past it are beyond what the model was trained on",
                         engine_config.max_model_len, self.config.max_position_embeddings)
         self.kernel_report = report if report is not None else KernelReport()
+        if overrides.rows_by_role is None:  # the engine's policy (EngineConfig.rows_by_role)
+            overrides = replace(overrides, rows_by_role=engine_config.rows_by_role_on)
+        self.overrides = overrides  # as the layers were built with them
         make = LinearFactory(hw, overrides, self.kernel_report)
         self.model = Ministral(weights, make, max_positions=engine_config.max_model_len,
                                fuse=False if eager else None,

@@ -131,7 +131,8 @@ def load_backend(settings: Settings) -> ModelBackend:
                        lm_head_dtype=settings.lm_head_dtype,
                        kv_cache_dtype=settings.kv_cache_dtype,
                        speculative_config=SpeculativeConfig.parse(settings.speculative_config),
-                       seed=settings.seed, logprobs_mode=settings.logprobs_mode)
+                       seed=settings.seed, logprobs_mode=settings.logprobs_mode,
+                       rows_by_role=settings.rows_by_role)
     from engine.hardware_probe import probe_hardware
 
     hw = probe_hardware()
@@ -153,7 +154,7 @@ def load_backend(settings: Settings) -> ModelBackend:
     from service.vision_setup import load_vision_runtime
 
     vision, why = load_vision_runtime(model_dir, settings, tokenizer)
-    return ModelBackend(runner, tokenizer, name, hw, cfg, overrides=overrides,
+    return ModelBackend(runner, tokenizer, name, hw, cfg, overrides=runner.overrides,
                         sampling_defaults=defaults, vision=vision, vision_off_reason=why)
 
 

@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     kernel: str | None = None
     disabled_kernels: Annotated[tuple[str, ...], NoDecode] = ()
+    # AMX hosts: generated rows on avx512_w8a16 beside prompt rows on the tiles (on), every
+    # row on the tiles (off); auto: on with max_num_seqs 1 (engine/config.py ROWS_BY_ROLE)
+    rows_by_role: Literal["auto", "on", "off"] = "auto"
     # the lm_head's dtype: auto = the checkpoint's; fp8 quantizes a bf16 head at load
     lm_head_dtype: Literal["auto", "bf16", "fp8"] = "auto"
     # the KV cache's element type: auto = bf16; fp8 = e4m3 with per-row fp32 scales

@@ -26,7 +26,8 @@ from tests.ext.support import AMX_HOST, AVX2_HOST, AVX512_HOST, fake_hw
 
 def main(model: str, rounds: int) -> None:
     torch.set_num_threads(2)
-    cfg = EngineConfig(model_dir=model, kv_cache_gib=0.25, kv_block_size=16, max_model_len=1024)
+    cfg = EngineConfig(model_dir=model, kv_cache_gib=0.25, kv_block_size=16, max_model_len=1024,
+                       rows_by_role="on")
     real = probe_hardware()
     role_hw = real if real.amx_usable else fake_hw(*AMX_HOST, amx=True)
     role = load_runner(model, cfg, hw=role_hw, overrides=KernelOverrides())

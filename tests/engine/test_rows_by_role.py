@@ -36,6 +36,7 @@ AVX512_FULL = (*AVX512_HOST, *AVX2_HOST)  # an AVX-512 host without AMX
 
 def amx_runner(weights, overrides: KernelOverrides | None = None, fuse=None,
                **kw) -> ModelRunner:
+    kw.setdefault("rows_by_role", "on")  # the split whatever max_num_seqs (auto: only 1)
     runner = ModelRunner(weights, engine_config(**kw), fake_hw(*AMX_HOST, amx=True),
                          overrides or KernelOverrides())
     if fuse is not None:
@@ -70,6 +71,28 @@ def test_every_row_on_the_tiles_when_avx512_is_disabled_or_amx_forced(overrides)
     assert _layer_kernels(runner) == {("amx_w8a16", None)}
     assert not runner.kernel_report.rows_by_role()
     assert all(f is not None and not f.by_role for f in runner.model.fused)
+
+
+@pytest.mark.parametrize("mode,seqs,split", [
+    ("auto", 1, True), ("auto", 2, False), ("auto", 16, False),
+    ("on", 16, True), ("off", 1, False),
+])
+def test_rows_by_role_auto_splits_only_an_engine_of_one_sequence(mode, seqs, split) -> None:
+    """--rows-by-role auto: the split only where the engine runs one sequence at a time
+    (the AVX-512 GEMV decodes one row faster, the tiles a batch); on / off say so."""
+    runner = amx_runner(random_weights(tiny_config(num_layers=2), seed=3), rows_by_role=mode,
+                        max_num_seqs=seqs)
+    assert runner.kernel_report.rows_by_role() is split
+    assert runner.overrides.rows_by_role is split
+    assert _layer_kernels(runner) == {("amx_w8a16", "avx512_w8a16" if split else None)}
+    assert all(f is not None and f.by_role is split for f in runner.model.fused)
+
+
+def test_rows_by_role_of_the_overrides_wins_over_the_engine_config() -> None:
+    weights = random_weights(tiny_config(num_layers=2), seed=3)
+    off = amx_runner(weights, KernelOverrides(rows_by_role=False), rows_by_role="on")
+    on = amx_runner(weights, KernelOverrides(rows_by_role=True), rows_by_role="off")
+    assert not off.kernel_report.rows_by_role() and on.kernel_report.rows_by_role()
 
 
 def test_avx512_host_has_one_kernel_for_every_row() -> None:

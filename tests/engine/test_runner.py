@@ -276,3 +276,40 @@ def test_a_forced_kernel_the_host_cannot_run_is_logged_once_not_per_layer(
     assert len(fp8) == 4 * weights.config.num_layers  # qkv, o, gate_up, down: each FP8 one
     assert {c.warning for c in fp8} == {fp8[0].warning} and "no CUDA device" in fp8[0].warning
     assert warned == [f"{fp8[0].warning}: {len(fp8)} layers ({fp8[0].layer}, ...)"]
+
+
+@pytest.mark.parametrize("mode,seqs,on", [("auto", 1, True), ("auto", 2, False),
+                                          ("on", 16, True), ("off", 1, False)])
+def test_engine_config_rows_by_role(mode, seqs, on) -> None:
+    """--rows-by-role auto splits rows by role only for an engine of one sequence."""
+    from engine.config import EngineConfig
+
+    assert EngineConfig(model_dir=".", max_num_seqs=seqs, rows_by_role=mode).rows_by_role_on is on
+
+
+def test_engine_config_rejects_an_unknown_rows_by_role() -> None:
+    from engine.config import ConfigError, EngineConfig
+
+    with pytest.raises(ConfigError, match="rows_by_role 'sometimes' is not one of auto, on, off"):
+        EngineConfig(model_dir=".", rows_by_role="sometimes")
+
+
+def test_serve_flag_and_environment_set_rows_by_role(monkeypatch) -> None:
+    """--rows-by-role and FP8SERVE_ROWS_BY_ROLE reach the settings (auto by default); a
+    value outside auto, on, off is refused."""
+    import argparse
+
+    from pydantic import ValidationError
+
+    from cli import serve
+    from service.settings import Settings
+
+    assert Settings().rows_by_role == "auto"
+    monkeypatch.setenv("FP8SERVE_ROWS_BY_ROLE", "off")
+    assert Settings().rows_by_role == "off"
+    with pytest.raises(ValidationError):
+        Settings(rows_by_role="sometimes")
+    p = argparse.ArgumentParser()
+    serve.register(p.add_subparsers())
+    args = p.parse_args(["serve", "--rows-by-role", "on"])
+    assert serve.settings_from_args(args).rows_by_role == "on"

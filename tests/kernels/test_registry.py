@@ -242,7 +242,8 @@ def test_cli_values_override_env_forced_and_add_to_disabled() -> None:
     assert ov.forced == "torch_w8a16"
     assert ov.disabled == {"amx_w8a16", "avx512_w8a16", "avx2_w8a16", "amx_block_w8a16"}
     assert ov.to_dict() == {"forced": "torch_w8a16",
-                            "disabled": sorted(ov.disabled), "forced_bf16": None}
+                            "disabled": sorted(ov.disabled), "forced_bf16": None,
+                            "rows_by_role": None}
     assert overrides_from(None, None, env).forced == "avx2_w8a16"
 
 

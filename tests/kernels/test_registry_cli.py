@@ -59,7 +59,8 @@ def test_report_dict_shape_and_summary() -> None:
     assert rep["platform"] == "cpu" and rep["hardware"]["features"]["avx2"] is True
     assert rep["hardware"]["cuda"] == {"available": False, "capability": None, "name": None}
     assert rep["extension"]["error"] == "g++: not found"
-    assert rep["overrides"] == {"forced": None, "disabled": ["avx2_w8a16"], "forced_bf16": None}
+    assert rep["overrides"] == {"forced": None, "disabled": ["avx2_w8a16"], "forced_bf16": None,
+                                "rows_by_role": None}
     names = [t["name"] for t in rep["tables"]]
     assert "cpu/per_tensor" in names and "xpu/block" in names and "cuda/per_channel" in names
     cpu_pt = next(t for t in rep["tables"] if t["name"] == "cpu/per_tensor")

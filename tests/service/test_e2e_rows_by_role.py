@@ -72,7 +72,7 @@ def client(tiny_checkpoint, tmp_path_factory, request):
     mp.setattr("engine.hardware_probe.probe_hardware", lambda: fake_hw(*AMX_HOST, amx=True))
     # 6 blocks of 16 tokens for 4 requests of 40-45 tokens: preemption; 8-token chunks
     settings = Settings(model=model, served_model_name=("tiny",), max_model_len=256,
-                        max_num_seqs=4, max_num_batched_tokens=8,
+                        max_num_seqs=4, max_num_batched_tokens=8, rows_by_role="on",
                         kv_cache_gib=6 * 2 * 2 * 32 * 2 * 16 / 2**30)
     with TestClient(create_app(settings)) as c:
         kernels = c.get("/kernels").json()

@@ -1,5 +1,6 @@
 """The operator's kernel overrides (FP8SERVE_KERNEL / --kernel forces one FP8 and one bf16
-kernel, FP8SERVE_DISABLED_KERNELS / --disable-kernel disables any): the frozen
+kernel, FP8SERVE_DISABLED_KERNELS / --disable-kernel disables any; --rows-by-role says
+whether a layer's generated rows may run another kernel than its prompt rows): the frozen
 :class:`KernelOverrides` and how it is read from flags and the environment, every unknown
 kernel id an error naming where it was given."""
 
@@ -24,6 +25,11 @@ class KernelOverrides:
     forced: str | None = None  # FP8SERVE_KERNEL / --kernel: an FP8 table's kernel
     disabled: frozenset[str] = frozenset()  # FP8SERVE_DISABLED_KERNELS / --disable-kernel
     forced_bf16: str | None = None  # the same flag's bf16 kernel (BF16_KERNEL_IDS)
+    # whether generated rows may run the layer's generated_rows_kernel (AMX hosts: decode
+    # on avx512_w8a16): True / False, or None where the engine has not decided yet (the
+    # runner resolves it, engine/config.py rows_by_role_for; a host's tables show the
+    # split a runner may make)
+    rows_by_role: bool | None = None
 
     def __post_init__(self) -> None:
         unknown = ({self.forced} if self.forced else set()) | set(self.disabled)
@@ -46,7 +52,7 @@ class KernelOverrides:
 
     def to_dict(self) -> dict[str, object]:
         return {"forced": self.forced, "disabled": sorted(self.disabled),
-                "forced_bf16": self.forced_bf16}
+                "forced_bf16": self.forced_bf16, "rows_by_role": self.rows_by_role}
 
 
 NO_OVERRIDES = KernelOverrides()

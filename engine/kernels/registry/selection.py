@@ -162,10 +162,12 @@ def generated_kernel(kernel: Fp8Kernel, spec: Fp8Spec, hw: HardwareInfo,
 def generated_id(kernel: Fp8Kernel, hw: HardwareInfo, overrides: KernelOverrides,
                  catalog: KernelCatalog) -> str | None:
     """``kernel``'s ``generated_rows_kernel`` when no kernel is forced (a forced kernel runs
-    every row), the operator left it enabled, this host runs it, and it and ``kernel`` are
-    batch-invariant; else None. Shapes play no part (generated_kernel checks them)."""
+    every row), rows by role are not off (``overrides.rows_by_role`` False), the operator
+    left it enabled, this host runs it, and it and ``kernel`` are batch-invariant; else
+    None. Shapes play no part (generated_kernel checks them)."""
     kid = kernel.generated_rows_kernel
-    if kid is None or overrides.forced or not kernel.batch_invariant:
+    if (kid is None or overrides.forced or overrides.rows_by_role is False
+            or not kernel.batch_invariant):
         return None
     if kid in overrides.disabled or hardware_reason(kid, hw, catalog) is not None:
         return None
