@@ -35,7 +35,8 @@ def test_kernel_flag_splits_into_an_fp8_and_a_bf16_kernel() -> None:
     ov = overrides_from(None, None, env={"FP8SERVE_KERNEL": "torch_mm"})
     assert (ov.forced, ov.forced_bf16) == (None, "torch_mm")
     assert overrides_from(None, "bf16_avx512", env={}).disabled == {"bf16_avx512"}
-    assert ov.to_dict() == {"forced": None, "disabled": [], "forced_bf16": "torch_mm"}
+    assert ov.to_dict() == {"forced": None, "disabled": [], "forced_bf16": "torch_mm",
+                            "rows_by_role": None}
     with pytest.raises(ValueError, match="--kernel bf16_avx2,torch_mm: at most one FP8"):
         overrides_from("bf16_avx2,torch_mm", None, env={})
     with pytest.raises(ValueError, match="FP8SERVE_KERNEL=avx2_w8a16,torch_w8a16: at most"):

@@ -158,3 +158,21 @@ def test_a_prompt_of_no_one_form_is_a_400_saying_which_item(c, prompt, words):
     error = r.json()["error"]
     assert error["param"] == "prompt" and words in error["message"]
     assert "a list of token-id lists" in error["message"]
+
+
+def test_the_fingerprint_tells_rows_by_role_apart():
+    """On an AMX host a server that decodes generated rows on AVX-512 (--rows-by-role on)
+    answers with other bits than one that runs every row on the tiles: another
+    system_fingerprint."""
+    from types import SimpleNamespace
+
+    from service.fingerprint import system_fingerprint
+    from service.settings import Settings
+    from tests.ext.support import AMX_HOST, fake_hw
+
+    def fp(split: bool) -> str:
+        backend = SimpleNamespace(model_name="m", hardware=fake_hw(*AMX_HOST, amx=True),
+                                  runner=SimpleNamespace(rows_by_role=split))
+        return system_fingerprint(SimpleNamespace(settings=Settings(), backend=backend))
+
+    assert fp(True) != fp(False) and fp(True) == fp(True)

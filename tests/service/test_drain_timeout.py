@@ -6,11 +6,15 @@ mid-chunk, whole answers got a plain-text 500, and uvicorn waited the timeout ag
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import threading
 import time
+from pathlib import Path
 
 import httpx
+import torch
+from safetensors.torch import load_file, save_file
 
 from cli.serve_server import END_GRACE_S
 from tests.service.serve_process import start_server, stop_server
@@ -55,11 +59,23 @@ def test_requests_past_the_drain_timeout_end_with_their_own_errors(tiny_checkpoi
     assert took < DRAIN_S + END_GRACE_S + 4, took  # was twice the timeout and more
 
 
-def test_background_responses_past_the_drain_timeout_end_failed(tiny_checkpoint):
+def _never_ending(model: Path, dst: Path) -> Path:
+    """A copy of the checkpoint whose lm_head row of EOS (id 2) is zero: its logit is 0,
+    below the largest of the other 1023 random logits at every step, so a greedy answer
+    runs to its token limit on every host's kernels (Responses has no ignore_eos)."""
+    shutil.copytree(model, dst)
+    tensors = load_file(dst / "model.safetensors")
+    head = tensors["lm_head.weight"]
+    head[2] = torch.zeros_like(head[2])
+    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    return dst
+
+
+def test_background_responses_past_the_drain_timeout_end_failed(tiny_checkpoint, tmp_path):
     """A background response is a request in flight: the drain lets it run (GET still
     answers, new responses get 503), and one still running at --drain-timeout ends
     ``failed`` naming it; a follower's stream ends with ``response.failed``."""
-    model = tiny_checkpoint(tokenizer=True)
+    model = _never_ending(tiny_checkpoint(tokenizer=True), tmp_path / "ckpt")
     srv = start_server(model, "--drain-timeout", str(DRAIN_S), "--max-model-len", "4096",
                        "--served-model-name", "tiny", "--threads", "1")
     body = {"model": "tiny", "input": "drain me", "max_output_tokens": 3000,
@@ -81,7 +97,7 @@ def test_background_responses_past_the_drain_timeout_end_failed(tiny_checkpoint)
         stop_server(srv)
     assert during == "in_progress" and refused == 503
     last = events[-1]
-    assert last["type"] == "response.failed", last["type"]
+    assert last["type"] == "response.failed", (last["type"], last["response"].get("usage"))
     assert last["response"]["status"] == "failed"
     assert "--drain-timeout" in last["response"]["error"]["message"]
     # the code a foreground answer ended by the drain has (was the type, server_error)
