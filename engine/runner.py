@@ -128,6 +128,10 @@ class ModelRunner:
         reasons = self.model.fusion_reasons
         why = next((r for r in reasons if r), None)
         log.info("kernels: %s", kernel_line(self.kernel_report))
+        if engine_config.rows_by_role == "on" and not self.kernel_report.rows_by_role():
+            log.warning("rows_by_role on: no layer runs its generated rows on another kernel "
+                        "here (an AMX host's tile kernels do, unless a kernel is forced or "
+                        "avx512_w8a16 is disabled); every row runs its layer's kernel")
         log.info("fused C++ layers: %d of %d%s", reasons.count(None), len(reasons),
                  f" (not fused: {why})" if why else "")
         trim_heap()  # holes left by the per-layer fused copies, before the KV cache

@@ -397,3 +397,17 @@ def test_only_decoder_layers_key_the_prefix_cache_by_role() -> None:
                                      "per_tensor", 8, 8, (),
                                      generated_kernel_id="avx512_w8a16"))
     assert report.rows_by_role()
+
+
+def test_rows_by_role_on_where_nothing_splits_says_so(caplog) -> None:
+    """--rows-by-role on where no layer splits (no AMX, or a forced kernel) is a warning,
+    not a silent no-op."""
+    weights = random_weights(tiny_config(num_layers=2), seed=3)
+    with caplog.at_level("WARNING", logger="engine.runner"):
+        ModelRunner(weights, engine_config(rows_by_role="on"), fake_hw(*AVX512_FULL),
+                    KernelOverrides())
+    assert "rows_by_role on: no layer runs its generated rows on another kernel" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="engine.runner"):
+        amx_runner(weights)
+    assert "rows_by_role on" not in caplog.text
