@@ -113,9 +113,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rows-by-role", choices=ROWS_BY_ROLE, default=None,
                    help="on AMX hosts, decode generated rows on avx512_w8a16 and prefill "
                    "prompt rows on the tiles (on), or every row on the tiles (off); auto "
-                   "(default): on only with --max-num-seqs 1, where it decodes one stream "
-                   "faster (the tiles decode a batch faster); other hosts run one kernel "
-                   "either way")
+                   "(default): on only with --max-num-seqs 1 and no --speculative-config, "
+                   "where each step decodes one row (AVX-512 reads it faster; the tiles "
+                   "take several rows faster); other hosts run one kernel either way")
     p.add_argument("--enable-auto-tool-choice", action="store_true", default=None,
                    help="vLLM's flag: tool_choice auto is always served when a tool-call "
                    "parser reads the outputs; taken so that vLLM command lines run")

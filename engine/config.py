@@ -21,11 +21,13 @@ KV_CACHE_DTYPES = ("auto", "bf16", "fp8")  # vLLM's --kv-cache-dtype; fp8 = e4m3
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs", "processed_logits", "raw_logits")
 # --rows-by-role: whether a layer's generated rows (decode, draft verification) may run
 # another kernel than its prompt rows (AMX hosts: avx512_w8a16 beside the tiles,
-# engine/kernels/amx.py). auto: only an engine that runs one sequence at a time
-# (max_num_seqs 1). Measured on a 2-core Xeon with AMX, demo model served over HTTP
-# (docs/performance.md "AMX hosts"): the split decodes one stream 1.13-1.16x faster than
-# the tiles alone, but at 2, 4, 8 and 16 concurrent streams 0.97x, 0.90-0.92x, 0.78x and
-# 0.68x (the AVX-512 GEMV is compute-bound over a batch, the tiles are not).
+# engine/kernels/amx.py). auto: only an engine whose steps decode one row, one sequence at
+# a time (max_num_seqs 1) and no speculative decoding (its drafts are verified several
+# rows at once). Measured on a 2-core Xeon with AMX (docs/performance.md "AMX hosts"): per
+# layer of the 3B shape the GEMV takes 0.79-0.91x the tiles' time at 1 row, 1.03-1.14x at
+# 2, 1.3-1.5x at 4 and 4-5x at 16; served, the demo model's split decodes one stream
+# 1.13-1.16x faster than the tiles alone but 2, 4, 8 and 16 concurrent streams at 0.97x,
+# 0.90-0.92x, 0.78x and 0.68x.
 ROWS_BY_ROLE = ("auto", "on", "off")
 
 
@@ -201,7 +203,7 @@ class EngineConfig:
     @property
     def rows_by_role_on(self) -> bool:
         """Whether generated rows may run their own kernel (ROWS_BY_ROLE; auto: only with
-        max_num_seqs 1)."""
+        max_num_seqs 1 and no speculative decoding)."""
         if self.rows_by_role == "auto":
-            return self.max_num_seqs == 1
+            return self.max_num_seqs == 1 and self.speculative_config is None
         return self.rows_by_role == "on"

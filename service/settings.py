@@ -51,7 +51,8 @@ class Settings(BaseSettings):
     kernel: str | None = None
     disabled_kernels: Annotated[tuple[str, ...], NoDecode] = ()
     # AMX hosts: generated rows on avx512_w8a16 beside prompt rows on the tiles (on), every
-    # row on the tiles (off); auto: on with max_num_seqs 1 (engine/config.py ROWS_BY_ROLE)
+    # row on the tiles (off); auto: on with max_num_seqs 1 and no speculative decoding
+    # (engine/config.py ROWS_BY_ROLE)
     rows_by_role: Literal["auto", "on", "off"] = "auto"
     # the lm_head's dtype: auto = the checkpoint's; fp8 quantizes a bf16 head at load
     lm_head_dtype: Literal["auto", "bf16", "fp8"] = "auto"

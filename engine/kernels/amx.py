@@ -15,19 +15,20 @@ amx_w8a16 (per-tensor, per-channel) / amx_block_w8a16 (block scales)
             unpacked steps, step s + 1 unpacked before step s's tile work, the sums held
             in the tiles across K. Not bitwise equal to avx512_w8a16 (the tile
             instruction's internal order is its own).
-Rows by role (--rows-by-role on, or auto with max_num_seqs 1; engine/config.py
-ROWS_BY_ROLE): a sequence's prompt rows run the tiles; its generated rows (decode, draft
-verification, output recomputed after a preemption) run avx512_w8a16 /
-avx512_block_w8a16 on the same packed weight (both read VNNI32_LAYOUT), where the host
-runs it, it is not disabled and no kernel is forced (generated_rows_kernel,
-registry.generated_kernel). Decode streams the weight from memory, where the AVX-512
-GEMV reads faster than the tiles; prefill is compute-bound, where the tiles win. Both
+Rows by role (--rows-by-role on, or auto with max_num_seqs 1 and no speculative
+decoding; engine/config.py ROWS_BY_ROLE): a sequence's prompt rows run the tiles; its
+generated rows (decode, draft verification, output recomputed after a preemption) run
+avx512_w8a16 / avx512_block_w8a16 on the same packed weight (both read VNNI32_LAYOUT),
+where the host runs it, it is not disabled and no kernel is forced (generated_rows_kernel,
+registry.generated_kernel). One decode row streams the weight from memory, where the
+AVX-512 GEMV reads faster than the tiles; prefill is compute-bound, where the tiles win. Both
 kernels are batch-invariant, so a row's bits depend on its role and its own data only:
 alone, batched, chunked and speculated runs agree. A block of K/V computed in one role
 must not be read in the other: the prefix cache then keys each block by its positions'
 roles too (engine/kv/prefix_cache.py by_role).
-Over a batch the tiles decode faster (the AVX-512 GEMV is compute-bound there), so an
-engine that batches sequences runs every row on the tiles by default, as
+From two rows on the tiles decode faster (the AVX-512 GEMV is compute-bound there), so
+an engine that batches sequences or verifies drafts runs every row on the tiles by
+default, as
 --rows-by-role off and FP8SERVE_DISABLED_KERNELS=avx512_w8a16,avx512_block_w8a16 do.
 Gate: AMX tile + bf16 granted by the OS (hw.amx_usable), AVX-512 BF16, extension built,
 dispatch level amx (the extension's: those plus AVX512_VBMI, whose table unpacks the FP8

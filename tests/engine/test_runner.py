@@ -281,10 +281,16 @@ def test_a_forced_kernel_the_host_cannot_run_is_logged_once_not_per_layer(
 @pytest.mark.parametrize("mode,seqs,on", [("auto", 1, True), ("auto", 2, False),
                                           ("on", 16, True), ("off", 1, False)])
 def test_engine_config_rows_by_role(mode, seqs, on) -> None:
-    """--rows-by-role auto splits rows by role only for an engine of one sequence."""
+    """--rows-by-role auto splits rows by role only for an engine of one sequence without
+    speculative decoding (whose drafts are verified several rows at once); on forces it."""
     from engine.config import EngineConfig
+    from engine.spec.config import SpeculativeConfig
 
     assert EngineConfig(model_dir=".", max_num_seqs=seqs, rows_by_role=mode).rows_by_role_on is on
+    spec = SpeculativeConfig.parse('{"method": "ngram", "num_speculative_tokens": 4}')
+    drafted = EngineConfig(model_dir=".", max_num_seqs=seqs, rows_by_role=mode,
+                           speculative_config=spec)
+    assert drafted.rows_by_role_on is (mode == "on")
 
 
 def test_engine_config_rejects_an_unknown_rows_by_role() -> None:
