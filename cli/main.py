@@ -47,7 +47,13 @@ def dashed(argv: list[str]) -> list[str]:
 class _Parser(argparse.ArgumentParser):
     """Takes flags spelled with underscores too (see dashed). A command line it refuses is
     two lines: the error (with the nearest flag for an unknown one) and where the flags
-    are listed, not the command's whole usage (serve's runs to 45 lines above the error)."""
+    are listed, not the command's whole usage (serve's runs to 45 lines above the error).
+    A flag is taken whole only: argparse's prefixes (``--max-num 4`` for ``--max-num-seqs``)
+    are refused, so a typo never lands on the flag it happens to begin, and a new flag
+    never turns an old command line ambiguous. Subcommands' parsers are of this class."""
+
+    def __init__(self, *args, allow_abbrev: bool = False, **kwargs):  # type: ignore[no-untyped-def]
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
         argv = sys.argv[1:] if args is None else list(args)

@@ -32,3 +32,15 @@ def test_a_bad_value_is_the_subcommands_error_without_its_usage(capsys) -> None:
     assert _refused(["serve", "--port", "abc"], capsys) == [
         "fp8serve serve: error: argument --port: invalid int value: 'abc'",
         "fp8serve serve --help lists the flags"]
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["serve", "--max-num=4"], "--max-num=4 (did you mean --max-num-seqs?)"),
+    (["bench", "kernels", "--quic"], "--quic (did you mean --quick?)"),
+    (["kernels", "--log-lev", "DEBUG"], "--log-lev DEBUG (did you mean --log-level?)"),
+])
+def test_a_prefix_of_a_flag_is_refused_not_taken_for_it(argv, flag, capsys) -> None:
+    """argparse takes any unambiguous prefix of a flag; here a flag is taken whole only, in
+    every subcommand, so a typo never lands on the flag it begins."""
+    err = _refused(argv, capsys)[0]
+    assert err.startswith("fp8serve") and flag in err, err
