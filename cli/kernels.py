@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from cli.main import CliError
+from engine.config import ROWS_BY_ROLE
 from engine.config_flags import add_lm_head_arg
 
 
@@ -46,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     add_kernel_args(p)
     add_lm_head_arg(p)
-    p.add_argument("--rows-by-role", choices=("auto", "on", "off"), default="auto",
+    p.add_argument("--rows-by-role", choices=ROWS_BY_ROLE, default="auto",
                    help="with --model: as `fp8serve serve --rows-by-role` (auto: as a server "
                    "of the default --max-num-seqs, off)")
     p.set_defaults(func=run)

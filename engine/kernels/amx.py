@@ -21,15 +21,15 @@ generated rows (decode, draft verification, output recomputed after a preemption
 avx512_w8a16 / avx512_block_w8a16 on the same packed weight (both read VNNI32_LAYOUT),
 where the host runs it, it is not disabled and no kernel is forced (generated_rows_kernel,
 registry.generated_kernel). One decode row streams the weight from memory, where the
-AVX-512 GEMV reads faster than the tiles; prefill is compute-bound, where the tiles win. Both
-kernels are batch-invariant, so a row's bits depend on its role and its own data only:
+AVX-512 GEMV reads faster than the tiles; prefill is compute-bound, where the tiles win.
+Both kernels are batch-invariant, so a row's bits depend on its role and its own data only:
 alone, batched, chunked and speculated runs agree. A block of K/V computed in one role
 must not be read in the other: the prefix cache then keys each block by its positions'
 roles too (engine/kv/prefix_cache.py by_role).
 From two rows on the tiles decode faster (the AVX-512 GEMV is compute-bound there), so
 an engine that batches sequences or verifies drafts runs every row on the tiles by
-default, as
---rows-by-role off and FP8SERVE_DISABLED_KERNELS=avx512_w8a16,avx512_block_w8a16 do.
+default, as --rows-by-role off and
+FP8SERVE_DISABLED_KERNELS=avx512_w8a16,avx512_block_w8a16 do.
 Gate: AMX tile + bf16 granted by the OS (hw.amx_usable), AVX-512 BF16, extension built,
 dispatch level amx (the extension's: those plus AVX512_VBMI, whose table unpacks the FP8
 weight; FP8SERVE_ISA may lower it). Below that level the op runs the same walk

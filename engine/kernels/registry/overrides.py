@@ -27,8 +27,8 @@ class KernelOverrides:
     forced_bf16: str | None = None  # the same flag's bf16 kernel (BF16_KERNEL_IDS)
     # whether generated rows may run the layer's generated_rows_kernel (AMX hosts: decode
     # on avx512_w8a16): True / False, or None where the engine has not decided yet (the
-    # runner resolves it, engine/config.py rows_by_role_for; a host's tables show the
-    # split a runner may make)
+    # runner resolves it from EngineConfig.rows_by_role_on; a host's tables show the split
+    # a runner may make)
     rows_by_role: bool | None = None
 
     def __post_init__(self) -> None:
